@@ -1,0 +1,93 @@
+//! `block_on`: drive a future on the calling thread while iterating its
+//! context (S8).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+struct ContextWaker {
+    woken: AtomicBool,
+    context: glib::MainContext,
+}
+
+impl Wake for ContextWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.context.wakeup();
+        }
+    }
+}
+
+/// Runs `future` to completion on the calling thread and returns its output.
+///
+/// While it waits, it iterates the thread's context (its thread-default
+/// context, or the default main context), so main-scheduler tasks, timeouts
+/// and GIO callbacks of this thread keep running; tasks spawned meanwhile go
+/// on after it returns. If another thread is running that context, a private
+/// context is iterated instead.
+///
+/// Called inside a task on the main scheduler, it runs a nested main loop:
+/// the scheduler's other tasks keep running.
+///
+/// # Panics
+/// On a pool worker: blocking a worker would stall every task queued behind
+/// it and can deadlock the pool. Await the future instead.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let on_pool = pool.scheduler().spawn(async { 20 });
+/// let on_main = gdex::Scheduler::main().spawn(async move { on_pool.await.unwrap() + 1 });
+/// assert_eq!(gdex::block_on(on_main).unwrap(), 21);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    if let Some(pool) = crate::pool::current_pool() {
+        let _ = pool;
+        panic!(
+            "gdex::block_on called on pool worker {:?}: blocking a worker stalls every task queued \
+             behind it and can deadlock the pool. Await the future instead (or move the blocking \
+             call off the pool).",
+            std::thread::current().name().unwrap_or("<unnamed>")
+        );
+    }
+    let context = glib::MainContext::ref_thread_default();
+    let acquired = context.acquire();
+    match acquired {
+        Ok(_guard) => drive(&context, future),
+        Err(_) => {
+            // Another thread runs this context: wait on a context of our own.
+            let private = glib::MainContext::new();
+            let _guard = private
+                .acquire()
+                .expect("a fresh GMainContext is free to acquire");
+            drive(&private, future)
+        }
+    }
+}
+
+fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
+    let state = Arc::new(ContextWaker {
+        woken: AtomicBool::new(true),
+        context: context.clone(),
+    });
+    let waker = Waker::from(state.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if state.woken.swap(false, Ordering::AcqRel) {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            // Woken during the poll: poll again before sleeping.
+            if state.woken.load(Ordering::Acquire) {
+                continue;
+            }
+        }
+        context.iteration(true);
+    }
+}

@@ -1,0 +1,89 @@
+//! # gdex: a GLib executor for Rust
+//!
+//! gdex brings GNOME's [libdex] model to Rust. It gives a GTK application, a
+//! GObject library or a GLib daemon:
+//!
+//! - the **main scheduler** ([`Scheduler::main`]): tasks, including `!Send`
+//!   ones that touch widgets, run from the default `GMainContext` through one
+//!   `GSource`, in bounded batches, so the GTK main loop keeps drawing;
+//! - a **thread pool** ([`ThreadPool`]) whose every worker owns and runs its
+//!   own `GMainContext`, so timeouts, idle sources and GIO async calls work
+//!   inside pool tasks; workers steal from each other (FIFO deques, a global
+//!   injector) and wake each other one at a time, with coalesced requests;
+//! - a scheduler for **any context** ([`Scheduler::for_context`]);
+//! - [`Task<T>`], a future of `Result<T, Error>` awaitable from any scheduler
+//!   or thread; dropping it cancels the task, [`Task::detach`] lets it run;
+//! - [`block_on`], which iterates the thread's context while it waits.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+//! let work = pool.scheduler().spawn(async {
+//!     // GLib timers work inside pool tasks: each worker runs its own context.
+//!     glib::timeout_future(Duration::from_millis(1)).await;
+//!     (1..=10u64).product::<u64>()
+//! });
+//! // A main-scheduler task awaits the pool task and resumes on the main thread.
+//! let on_main = gdex::Scheduler::main().spawn_local(async move { work.await.unwrap() });
+//! assert_eq!(gdex::block_on(on_main).unwrap(), 3_628_800);
+//! ```
+//!
+//! The contracts this crate keeps (P1-P8 for the pool, S1-S8 for schedulers
+//! and tasks) are numbered in the project's `DESIGN.md`; tests cite them.
+//!
+//! [libdex]: https://gitlab.gnome.org/GNOME/libdex
+
+#![warn(missing_docs, missing_debug_implementations)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod block_on;
+mod error;
+mod pool;
+mod scheduler;
+mod task;
+
+use std::future::Future;
+
+pub use block_on::block_on;
+pub use error::Error;
+pub use pool::metrics::{PoolMetrics, WorkerMetrics};
+pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
+pub use scheduler::Scheduler;
+pub use task::{yield_now, Task, YieldNow};
+
+/// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
+///
+/// ```
+/// let task = gdex::spawn(async { "from the pool" });
+/// assert_eq!(gdex::block_on(task).unwrap(), "from the pool");
+/// ```
+pub fn spawn<F>(future: F) -> Task<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    ThreadPool::default().scheduler().spawn(future)
+}
+
+/// Spawns a `!Send` future on the calling thread's scheduler
+/// ([`Scheduler::thread_default`]), or on the main scheduler if the thread
+/// has none.
+///
+/// # Panics
+/// If the calling thread does not own that scheduler's context (see
+/// [`Scheduler::spawn_local`]), or is a pool worker.
+///
+/// ```
+/// let task = gdex::spawn_local(async { std::rc::Rc::new(3) });
+/// assert_eq!(*gdex::block_on(task).unwrap(), 3);
+/// ```
+pub fn spawn_local<F>(future: F) -> Task<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    Scheduler::thread_default()
+        .unwrap_or_else(Scheduler::main)
+        .spawn_local(future)
+}

@@ -1,0 +1,373 @@
+//! The work-stealing thread pool (P1-P8).
+//!
+//! Each worker is an OS thread named `gdex-worker-N` that owns a
+//! `GMainContext`: the context is thread-default and acquired for the
+//! thread's whole life, and the worker runs it with `g_main_context_iteration`
+//! (P2). Tasks reach the worker through one polled `GSource` attached to that
+//! context, so timeouts, idle sources and GIO callbacks made inside a pool
+//! task are dispatched by the same loop that runs the tasks.
+//!
+//! Queues (P3-P5): each worker has a FIFO `crossbeam_deque::Worker`; the
+//! owner and thieves both take the oldest job. Work from outside the pool
+//! goes to one `Injector`. A worker whose deque is empty pulls a batch from
+//! the injector, then steals a batch from its peers, starting at a
+//! pseudo-random victim and going round-robin, then parks in its context's
+//! poll. Who wakes whom is decided in [`sleep`], which holds no GLib type.
+//!
+//! # Shutdown
+//!
+//! 1. `closed` is set; from then on a spawn returns a task that resolves to
+//!    [`Error::Closed`](crate::Error::Closed).
+//! 2. Every worker's context is woken; each worker leaves its loop after the
+//!    current dispatch.
+//! 3. Each worker drops the jobs left in its deque, on its own thread, then
+//!    exits. Their tasks resolve to [`Error::Cancelled`](crate::Error::Cancelled).
+//! 4. The caller joins every worker thread (except its own, if a worker shuts
+//!    its own pool down) and drops what is left in the injector.
+//! 5. A job injected after step 1 is dropped by its pusher, which checks
+//!    `closed` after pushing: either it sees the flag, or step 4 sees the job.
+
+pub(crate) mod metrics;
+pub(crate) mod sleep;
+mod worker;
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use crossbeam_deque::{Injector, Steal, Stealer};
+use crossbeam_utils::CachePadded;
+
+use crate::error::Error;
+use crate::scheduler::Scheduler;
+use crate::task::Job;
+use metrics::{Counter, PoolMetrics, WorkerCounters};
+use sleep::{Request, Sleep};
+
+pub(crate) use worker::current_pool;
+
+/// The largest worker count a pool accepts.
+pub const MAX_WORKERS: usize = 1024;
+
+/// What peers and outside threads may touch of one worker.
+pub(crate) struct Remote {
+    context: glib::MainContext,
+    counters: WorkerCounters,
+}
+
+pub(crate) struct PoolShared {
+    injector: CachePadded<Injector<Job>>,
+    stealers: Box<[Stealer<Job>]>,
+    sleep: Sleep,
+    remotes: Box<[Remote]>,
+    closed: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    injected: Counter,
+    external_sent: Counter,
+    external_coalesced: Counter,
+}
+
+impl PoolShared {
+    pub(crate) fn workers(&self) -> usize {
+        self.remotes.len()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Queues a job: on the calling worker's own deque if it is one of ours,
+    /// on the injector otherwise.
+    #[inline]
+    pub(crate) fn schedule(&self, job: Job) {
+        if let Err(job) = worker::push_local(self, job) {
+            self.inject(job);
+        }
+    }
+
+    /// Queues a job from outside the pool (P4) and wakes one sleeper if
+    /// nobody is already on the way (P6).
+    pub(crate) fn inject(&self, job: Job) {
+        self.injector.push(job);
+        self.injected.add_shared();
+        fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            // Shutdown step 5: the workers are gone or going.
+            self.drain_injector();
+            return;
+        }
+        match self.sleep.request(None, worker::pseudo_random() as usize) {
+            Request::Wake(i) => {
+                self.external_sent.add_shared();
+                self.unpark(i);
+            }
+            Request::Coalesced => self.external_coalesced.add_shared(),
+            Request::Marked(_) | Request::Nobody => {}
+        }
+    }
+
+    /// Wakes worker `i`'s context (one syscall).
+    #[inline]
+    fn unpark(&self, i: usize) {
+        self.remotes[i].context.wakeup();
+    }
+
+    fn drain_injector(&self) {
+        loop {
+            match self.injector.steal() {
+                Steal::Success(job) => drop(job),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for remote in self.remotes.iter() {
+            remote.context.wakeup();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for thread in threads {
+            if thread.thread().id() == me {
+                // A worker is shutting down its own pool: it leaves its loop
+                // when this dispatch returns.
+                continue;
+            }
+            if thread.join().is_err() {
+                glib::g_critical!("gdex", "a gdex worker thread panicked during shutdown");
+            }
+        }
+        self.drain_injector();
+    }
+
+    fn metrics(&self) -> PoolMetrics {
+        PoolMetrics {
+            workers: self
+                .remotes
+                .iter()
+                .enumerate()
+                .map(|(i, r)| r.counters.snapshot(i))
+                .collect(),
+            injected: self.injected.get(),
+            external_wake_requests_sent: self.external_sent.get(),
+            external_wake_requests_coalesced: self.external_coalesced.get(),
+        }
+    }
+}
+
+/// A pool of worker threads, each running its own `GMainContext`, that run
+/// tasks and work items with work stealing.
+///
+/// `ThreadPool` is a cheap handle (`Clone`, `Send`, `Sync`). The process-wide
+/// pool, [`ThreadPool::default`], starts on first use and lives for the
+/// process. A pool made with [`ThreadPool::builder`] shuts down when its last
+/// `ThreadPool` handle is dropped, or on [`shutdown`](ThreadPool::shutdown);
+/// [`Scheduler`] handles do not keep it running.
+///
+/// Inside a pool task, GLib works as on any thread that runs a main loop:
+/// `glib::timeout_future`, `glib::timeout_add_local`, idle sources and GIO
+/// async calls attach to the worker's context and complete there.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+/// let task = pool.scheduler().spawn(async {
+///     glib::timeout_future(std::time::Duration::from_millis(5)).await;
+///     std::thread::current().name().unwrap().to_owned()
+/// });
+/// assert!(gdex::block_on(task).unwrap().starts_with("gdex-worker-"));
+/// assert_eq!(pool.metrics().workers.len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct ThreadPool {
+    handle: Arc<PoolHandle>,
+}
+
+struct PoolHandle {
+    shared: Arc<PoolShared>,
+}
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        self.shared.shutdown();
+    }
+}
+
+impl Default for ThreadPool {
+    /// The process-wide pool, started on first use with the default worker
+    /// count (online CPUs, or `GDEX_WORKERS`). It is never shut down.
+    fn default() -> Self {
+        static DEFAULT: OnceLock<ThreadPool> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| {
+                ThreadPool::builder()
+                    .build()
+                    .unwrap_or_else(|e| panic!("gdex: cannot start the default thread pool: {e}"))
+            })
+            .clone()
+    }
+}
+
+impl ThreadPool {
+    /// A builder for a pool of one's own.
+    pub fn builder() -> ThreadPoolBuilder {
+        ThreadPoolBuilder::default()
+    }
+
+    /// The number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.handle.shared.workers()
+    }
+
+    /// A scheduler handle that spawns onto this pool.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::from_pool(self.handle.shared.clone())
+    }
+
+    /// The per-worker counters, read now.
+    pub fn metrics(&self) -> PoolMetrics {
+        self.handle.shared.metrics()
+    }
+
+    /// Stops the pool: queued tasks are dropped (their handles resolve to
+    /// [`Error::Cancelled`]), every worker thread is joined, and later spawns
+    /// resolve to [`Error::Closed`]. Idempotent; also done when the last
+    /// handle of a pool from [`builder`](ThreadPool::builder) is dropped.
+    pub fn shutdown(&self) {
+        self.handle.shared.shutdown();
+    }
+
+    /// True once [`shutdown`](ThreadPool::shutdown) has begun.
+    pub fn is_closed(&self) -> bool {
+        self.handle.shared.is_closed()
+    }
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("workers", &self.workers())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// Configures a [`ThreadPool`].
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+/// assert_eq!(pool.workers(), 3);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct ThreadPoolBuilder {
+    workers: Option<usize>,
+    stack_size: Option<usize>,
+}
+
+impl ThreadPoolBuilder {
+    /// The number of worker threads, overriding `GDEX_WORKERS` and the CPU
+    /// count (P1).
+    ///
+    /// # Panics
+    /// If `n` is 0 or above [`MAX_WORKERS`].
+    pub fn workers(mut self, n: usize) -> Self {
+        assert!(
+            (1..=MAX_WORKERS).contains(&n),
+            "gdex: ThreadPool::builder().workers({n}): a pool needs from 1 to {MAX_WORKERS} workers"
+        );
+        self.workers = Some(n);
+        self
+    }
+
+    /// The stack size of each worker thread, in bytes (default: Rust's
+    /// default for spawned threads).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Starts the pool's threads.
+    ///
+    /// Fails with [`Error::Failed`] if the OS refuses to create a thread; the
+    /// threads already started are stopped.
+    pub fn build(self) -> Result<ThreadPool, Error> {
+        let n = self.workers.unwrap_or_else(default_workers);
+        let locals: Vec<_> = (0..n)
+            .map(|_| crossbeam_deque::Worker::new_fifo())
+            .collect();
+        let shared = Arc::new(PoolShared {
+            injector: CachePadded::new(Injector::new()),
+            stealers: locals.iter().map(|w| w.stealer()).collect(),
+            sleep: Sleep::new(n),
+            remotes: (0..n)
+                .map(|_| Remote {
+                    context: glib::MainContext::new(),
+                    counters: WorkerCounters::default(),
+                })
+                .collect(),
+            closed: AtomicBool::new(false),
+            threads: Mutex::new(Vec::with_capacity(n)),
+            injected: Counter::default(),
+            external_sent: Counter::default(),
+            external_coalesced: Counter::default(),
+        });
+        let pool = ThreadPool {
+            handle: Arc::new(PoolHandle {
+                shared: shared.clone(),
+            }),
+        };
+        for (index, local) in locals.into_iter().enumerate() {
+            let mut thread = std::thread::Builder::new().name(format!("gdex-worker-{index}"));
+            if let Some(bytes) = self.stack_size {
+                thread = thread.stack_size(bytes);
+            }
+            let worker_shared = shared.clone();
+            let handle = thread
+                .spawn(move || worker::run(worker_shared, index, local))
+                .map_err(|e| {
+                    Error::Failed(glib::Error::new(
+                        glib::FileError::Failed,
+                        &format!("cannot start thread gdex-worker-{index}: {e}"),
+                    ))
+                })?;
+            shared
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
+        Ok(pool)
+    }
+}
+
+/// P1: `GDEX_WORKERS` if set and usable, else the online CPUs. An unusable
+/// value is reported once with `g_warning`.
+fn default_workers() -> usize {
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        let cpus = num_cpus::get().clamp(1, MAX_WORKERS);
+        match std::env::var_os("GDEX_WORKERS") {
+            None => cpus,
+            Some(raw) => {
+                let text = raw.to_string_lossy();
+                match text.trim().parse::<usize>() {
+                    Ok(n) if (1..=MAX_WORKERS).contains(&n) => n,
+                    _ => {
+                        glib::g_warning!(
+                            "gdex",
+                            "GDEX_WORKERS={:?} is not a usable worker count (a whole number from 1 \
+                             to {}); using {}, the number of online CPUs",
+                            text,
+                            MAX_WORKERS,
+                            cpus
+                        );
+                        cpus
+                    }
+                }
+            }
+        }
+    })
+}

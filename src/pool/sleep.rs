@@ -1,0 +1,291 @@
+//! Who sleeps and who wakes whom: the pool's directed, coalesced wake-up
+//! protocol (P6) and its parking rule (P7).
+//!
+//! This module holds no GLib type and makes no syscall. It only decides; the
+//! pool performs the one `g_main_context_wakeup` a decision calls for. That
+//! keeps the protocol small enough to model-check.
+//!
+//! # State
+//!
+//! Each worker has one state word, written by itself and by requesters:
+//!
+//! | state              | meaning                                                   |
+//! |--------------------|-----------------------------------------------------------|
+//! | `0`                | awake: running work or searching for it                   |
+//! | `NOTIFIED`         | awake and holding a wake request: it will search peers and the injector once its own deque is drained (a busy peer may keep a request until then) |
+//! | `PARKED`           | asleep in its context's poll, nobody has asked it to help  |
+//! | `PARKED\|NOTIFIED` | asleep, but a requester has woken it: it is on its way     |
+//!
+//! Two counters summarise the words so that the common request costs one or
+//! two loads: `sleepers` counts `PARKED` workers, `waking` counts
+//! `PARKED|NOTIFIED` ones. Each counter is raised *before* the transition that
+//! makes it true and lowered after the transition that ends it, so it never
+//! reads below the true count; it may read above it for a moment, which only
+//! makes a requester look further.
+//!
+//! # Requests
+//!
+//! A worker that published local work, a thief that found backlog, or an
+//! outside thread that pushed to the injector asks for help with
+//! [`Sleep::request`]:
+//!
+//! 1. a sleeper is already on its way (`waking > 0`): *coalesced*, no syscall.
+//!    That sleeper will ask for the next helper itself if its steal leaves
+//!    backlog, so parallelism grows one worker at a time;
+//! 2. otherwise one `PARKED` worker becomes `PARKED|NOTIFIED`: the caller
+//!    must wake that one worker (one syscall);
+//! 3. otherwise, for local work only, the requester's next peer is marked
+//!    `NOTIFIED` (no syscall: it is awake), or the request *coalesces* with the
+//!    one that peer already holds.
+//!
+//! # Parking
+//!
+//! A worker that found no work in its deque, the injector or any peer calls
+//! [`Sleep::try_park`] (`0 → PARKED`; refused if it holds a request, which it
+//! then consumes and searches again), and then **re-checks every queue**. A
+//! publisher pushes first and reads the states after a `SeqCst` fence; the
+//! parker announces first and reads the queues after one. Of two such
+//! threads, at least one sees the other: either the publisher finds the
+//! `PARKED` worker and wakes it, or the parker finds the work and cancels its
+//! park with [`Sleep::wake_up`]. No wake-up is lost.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering::SeqCst};
+
+use crossbeam_utils::CachePadded;
+
+const PARKED: u32 = 0b01;
+const NOTIFIED: u32 = 0b10;
+
+/// The outcome of a request for help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Request {
+    /// Worker `.0` was parked and now holds the request: the caller must wake
+    /// its context.
+    Wake(usize),
+    /// Busy worker `.0` now holds the request; it needs no wake-up.
+    Marked(usize),
+    /// A pending request already covers this one.
+    Coalesced,
+    /// Nobody to ask: every peer is awake (remote requests do not mark busy
+    /// workers; they take injector work when their deques run dry).
+    Nobody,
+}
+
+/// What a worker found when it woke up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Woke {
+    /// It consumed a wake request sent by someone else.
+    pub(crate) received: bool,
+}
+
+pub(crate) struct Sleep {
+    states: Box<[CachePadded<AtomicU32>]>,
+    sleepers: CachePadded<AtomicUsize>,
+    waking: CachePadded<AtomicUsize>,
+}
+
+impl Sleep {
+    pub(crate) fn new(workers: usize) -> Sleep {
+        Sleep {
+            states: (0..workers)
+                .map(|_| CachePadded::new(AtomicU32::new(0)))
+                .collect(),
+            sleepers: CachePadded::new(AtomicUsize::new(0)),
+            waking: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Asks one worker to help with published work (see the module docs).
+    ///
+    /// `from` is the requesting worker (`None` from outside the pool); `start`
+    /// is where the scan for a sleeper begins, so that requests spread over
+    /// the workers.
+    ///
+    /// The caller must have published its work before calling.
+    pub(crate) fn request(&self, from: Option<usize>, start: usize) -> Request {
+        // Pairs with the fence in `try_park`'s caller: our work is visible to
+        // a parker, or its PARKED state is visible to us.
+        fence(SeqCst);
+        if self.waking.load(SeqCst) > 0 {
+            return Request::Coalesced;
+        }
+        let n = self.len();
+        if self.sleepers.load(SeqCst) > 0 {
+            for k in 0..n {
+                let i = (start + k) % n;
+                if Some(i) == from {
+                    continue;
+                }
+                match self.notify_parked(i) {
+                    Some(r) => return r,
+                    None => continue,
+                }
+            }
+        }
+        // No sleeper to wake. Local work may still be handed to a busy peer,
+        // which will come for it once its own deque is drained.
+        let Some(from) = from else {
+            return Request::Nobody;
+        };
+        if n < 2 {
+            return Request::Nobody;
+        }
+        let mut i = start % n;
+        if i == from {
+            i = (i + 1) % n;
+        }
+        let state = &self.states[i];
+        let mut s = state.load(SeqCst);
+        loop {
+            if s & NOTIFIED != 0 {
+                return Request::Coalesced;
+            }
+            if s == PARKED {
+                match self.notify_parked(i) {
+                    Some(r) => return r,
+                    None => {
+                        s = state.load(SeqCst);
+                        continue;
+                    }
+                }
+            }
+            match state.compare_exchange(s, s | NOTIFIED, SeqCst, SeqCst) {
+                Ok(_) => return Request::Marked(i),
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Tries `PARKED → PARKED|NOTIFIED` on worker `i`. `None` if it was not
+    /// plainly parked (then nothing changed).
+    fn notify_parked(&self, i: usize) -> Option<Request> {
+        let state = &self.states[i];
+        let s = state.load(SeqCst);
+        if s == PARKED | NOTIFIED {
+            return Some(Request::Coalesced);
+        }
+        if s != PARKED {
+            return None;
+        }
+        self.waking.fetch_add(1, SeqCst);
+        match state.compare_exchange(PARKED, PARKED | NOTIFIED, SeqCst, SeqCst) {
+            Ok(_) => {
+                self.sleepers.fetch_sub(1, SeqCst);
+                Some(Request::Wake(i))
+            }
+            Err(actual) => {
+                self.waking.fetch_sub(1, SeqCst);
+                if actual == PARKED | NOTIFIED {
+                    Some(Request::Coalesced)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Worker `i` found no work: announce that it parks. Returns `false` if it
+    /// holds a request instead; it must then [`wake_up`](Self::wake_up) and
+    /// search again.
+    ///
+    /// After `true`, the caller must re-check every queue (after a `SeqCst`
+    /// fence) and call [`wake_up`](Self::wake_up) if it finds work.
+    pub(crate) fn try_park(&self, i: usize) -> bool {
+        self.sleepers.fetch_add(1, SeqCst);
+        if self.states[i]
+            .compare_exchange(0, PARKED, SeqCst, SeqCst)
+            .is_ok()
+        {
+            fence(SeqCst);
+            true
+        } else {
+            self.sleepers.fetch_sub(1, SeqCst);
+            false
+        }
+    }
+
+    /// Worker `i` is about to run: it leaves the parked state and consumes a
+    /// pending request, if any.
+    pub(crate) fn wake_up(&self, i: usize) -> Woke {
+        let state = &self.states[i];
+        // Cheap exit for the common case of an awake worker with no request.
+        if state.load(SeqCst) == 0 {
+            return Woke { received: false };
+        }
+        let prev = state.swap(0, SeqCst);
+        match prev {
+            PARKED => {
+                self.sleepers.fetch_sub(1, SeqCst);
+                Woke { received: false }
+            }
+            x if x == PARKED | NOTIFIED => {
+                self.waking.fetch_sub(1, SeqCst);
+                Woke { received: true }
+            }
+            NOTIFIED => Woke { received: true },
+            _ => Woke { received: false },
+        }
+    }
+
+    /// True unless worker `i` is plainly parked: its source should dispatch.
+    #[inline]
+    pub(crate) fn should_run(&self, i: usize) -> bool {
+        self.states[i].load(SeqCst) != PARKED
+    }
+
+    /// True if worker `i` is parked (with or without a request).
+    #[inline]
+    pub(crate) fn is_parked(&self, i: usize) -> bool {
+        self.states[i].load(SeqCst) & PARKED != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_request_wakes_one_sleeper_then_coalesces() {
+        let s = Sleep::new(3);
+        for i in 0..3 {
+            assert!(s.try_park(i));
+        }
+        assert_eq!(s.request(None, 1), Request::Wake(1));
+        // Worker 1 has not woken yet: a second request costs nothing.
+        assert_eq!(s.request(None, 2), Request::Coalesced);
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        // Now the next request wakes another sleeper, not all of them.
+        assert_eq!(s.request(None, 0), Request::Wake(0));
+        assert!(s.is_parked(2));
+    }
+
+    #[test]
+    fn local_request_marks_a_busy_peer_once() {
+        let s = Sleep::new(2);
+        assert_eq!(s.request(Some(0), 1), Request::Marked(1));
+        assert_eq!(s.request(Some(0), 1), Request::Coalesced);
+        assert_eq!(s.request(None, 1), Request::Nobody);
+        // The busy peer drains its deque, then may not park while it holds
+        // the request: it consumes it and searches.
+        assert!(!s.try_park(1));
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert!(s.try_park(1));
+        assert!(!s.should_run(1));
+        assert_eq!(s.request(Some(0), 1), Request::Wake(1));
+        assert!(s.should_run(1));
+    }
+
+    #[test]
+    fn self_unpark_is_not_a_received_request() {
+        let s = Sleep::new(2);
+        assert!(s.try_park(0));
+        assert_eq!(s.wake_up(0), Woke { received: false });
+        assert_eq!(s.sleepers.load(SeqCst), 0);
+        assert_eq!(s.waking.load(SeqCst), 0);
+    }
+}

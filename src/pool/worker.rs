@@ -1,0 +1,317 @@
+//! One worker thread: its context, its deque, and the run slice its
+//! `GSource` dispatches.
+//!
+//! Everything here runs on the worker's own thread except [`push_local`]'s
+//! check, which any thread may make (and which declines on foreign threads).
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_deque::Steal;
+
+use super::sleep::Request;
+use super::PoolShared;
+use crate::scheduler::source::{Hooks, SourceRef};
+use crate::task::Job;
+
+/// Jobs a worker runs per dispatch before it lets its context dispatch due
+/// timers and other sources (P8).
+pub(crate) const SLICE: usize = 32;
+
+/// The state only the worker's thread touches.
+pub(crate) struct Core {
+    shared: Arc<PoolShared>,
+    index: usize,
+    local: crossbeam_deque::Worker<Job>,
+}
+
+thread_local! {
+    /// The worker running on this thread, if any. Set for the worker's whole
+    /// life, cleared before its `Core` is dropped.
+    static CURRENT: Cell<*const Core> = const { Cell::new(std::ptr::null()) };
+    static RNG: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A cheap per-thread xorshift, for victim and sleeper choice.
+pub(crate) fn pseudo_random() -> u32 {
+    RNG.with(|rng| {
+        let mut x = rng.get();
+        if x == 0 {
+            // Seed from the thread-local's address: distinct per thread.
+            x = (rng as *const Cell<u32> as usize as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        rng.set(x);
+        x
+    })
+}
+
+fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
+    CURRENT.with(|current| {
+        let ptr = current.get();
+        // SAFETY: CURRENT is only non-null while `run` keeps the `Core` it
+        // points to alive on this very thread, and a `Core` is never moved
+        // while published.
+        f(unsafe { ptr.as_ref() })
+    })
+}
+
+/// The pool whose worker is running on this thread, if any.
+pub(crate) fn current_pool() -> Option<Arc<PoolShared>> {
+    with_current(|core| core.map(|c| c.shared.clone()))
+}
+
+/// Pushes `job` on the calling worker's deque if the caller is a worker of
+/// `pool`; gives the job back otherwise.
+#[inline]
+pub(crate) fn push_local(pool: &PoolShared, job: Job) -> Result<(), Job> {
+    with_current(|core| match core {
+        Some(core) if std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
+            core.push(job);
+            Ok(())
+        }
+        _ => Err(job),
+    })
+}
+
+/// The body of thread `gdex-worker-{index}`.
+pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque::Worker<Job>) {
+    let context = shared.remotes[index].context.clone();
+    let result = context.with_thread_default(|| {
+        // Held for the thread's life: the worker is the context's owner, as
+        // GIO's async calls and glib-rs's source futures expect (P2).
+        let _owner = context
+            .acquire()
+            .expect("a gdex worker's fresh context is acquired by its own thread");
+        let core = Core {
+            shared: shared.clone(),
+            index,
+            local,
+        };
+        CURRENT.with(|c| c.set(&core));
+        let name = c"[gdex-worker]";
+        let source = SourceRef::attach(
+            &context,
+            Box::new(WorkerHooks {
+                shared: shared.clone(),
+                index,
+            }),
+            true,
+            name,
+            glib::ffi::G_PRIORITY_DEFAULT,
+            false,
+        );
+        let counters = &shared.remotes[index].counters;
+        while !shared.closed.load(Ordering::Acquire) {
+            context.iteration(true);
+            counters.context_iterations.bump();
+        }
+        source.destroy();
+        // Shutdown step 3: drop what is left, here, on the worker's thread.
+        // A future's destructor may schedule more (a dropped Task cancels its
+        // task): that lands on this deque and is dropped too.
+        while let Some(job) = core.local.pop() {
+            drop(job);
+        }
+        CURRENT.with(|c| c.set(std::ptr::null()));
+    });
+    if let Err(e) = result {
+        glib::g_critical!(
+            "gdex",
+            "gdex-worker-{} could not own its context: {}",
+            index,
+            e
+        );
+    }
+}
+
+struct WorkerHooks {
+    shared: Arc<PoolShared>,
+    index: usize,
+}
+
+impl Hooks for WorkerHooks {
+    #[inline]
+    fn ready(&self) -> bool {
+        self.shared.sleep.should_run(self.index) || self.shared.closed.load(Ordering::Acquire)
+    }
+
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        with_current(|core| {
+            if let Some(core) = core {
+                core.run_slice();
+            }
+        });
+        true
+    }
+}
+
+impl Core {
+    fn counters(&self) -> &super::metrics::WorkerCounters {
+        &self.shared.remotes[self.index].counters
+    }
+
+    /// A job spawned or woken on this worker goes to the back of its deque
+    /// (P3). If the deque holds more than the next job, a peer is asked to
+    /// help (P6).
+    #[inline]
+    fn push(&self, job: Job) {
+        self.local.push(job);
+        let sleep = &self.shared.sleep;
+        if sleep.is_parked(self.index) {
+            // Pushed from another source's callback while this worker was
+            // parked (a timer or GIO completion woke a task): un-park, so the
+            // next iteration dispatches our source. No syscall: we are the
+            // thread that would poll.
+            if sleep.wake_up(self.index).received {
+                self.counters().wake_requests_received.bump();
+            }
+        } else if self.local.len() > 1 {
+            self.request_help();
+        }
+    }
+
+    fn request_help(&self) {
+        let n = self.shared.workers();
+        let counters = self.counters();
+        match self
+            .shared
+            .sleep
+            .request(Some(self.index), (self.index + 1) % n)
+        {
+            Request::Wake(i) => {
+                counters.wake_requests_sent.bump();
+                self.shared.unpark(i);
+            }
+            Request::Marked(_) => counters.wake_requests_sent.bump(),
+            Request::Coalesced => counters.wake_requests_coalesced.bump(),
+            Request::Nobody => {}
+        }
+    }
+
+    /// One dispatch of the worker's source: up to [`SLICE`] jobs, then back
+    /// to GLib so due timers and sources run (P8); or park when there is no
+    /// work anywhere (P7).
+    fn run_slice(&self) {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let sleep = &self.shared.sleep;
+        let counters = self.counters();
+        if sleep.wake_up(self.index).received {
+            counters.wake_requests_received.bump();
+        }
+        let mut ran = 0;
+        while ran < SLICE {
+            if let Some(job) = self.find_job(ran == 0) {
+                counters.tasks_run.bump();
+                job.run();
+                ran += 1;
+                continue;
+            }
+            if !sleep.try_park(self.index) {
+                // We hold a request: consume it and search once more.
+                if sleep.wake_up(self.index).received {
+                    counters.wake_requests_received.bump();
+                }
+                continue;
+            }
+            if self.sees_work() {
+                // Work arrived while we announced the park.
+                if sleep.wake_up(self.index).received {
+                    counters.wake_requests_received.bump();
+                }
+                continue;
+            }
+            counters.parks.bump();
+            return;
+        }
+    }
+
+    /// P3-P5: own deque, then the injector, then the peers.
+    fn find_job(&self, slice_start: bool) -> Option<Job> {
+        // Fairness: once per slice, the injector goes first, so outside work
+        // is not starved by a deque that never empties.
+        if slice_start && !self.shared.injector.is_empty() {
+            if let Some(job) = self.pull_injector() {
+                return Some(job);
+            }
+        }
+        if let Some(job) = self.local.pop() {
+            return Some(job);
+        }
+        if let Some(job) = self.pull_injector() {
+            return Some(job);
+        }
+        self.steal()
+    }
+
+    fn pull_injector(&self) -> Option<Job> {
+        loop {
+            match self.shared.injector.steal_batch_and_pop(&self.local) {
+                Steal::Success(job) => {
+                    self.counters().injector_pulls.bump();
+                    if !self.shared.injector.is_empty() || !self.local.is_empty() {
+                        // Useful backlog remains: grow parallelism by one.
+                        self.request_help();
+                    }
+                    return Some(job);
+                }
+                Steal::Empty => return None,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    /// P5: a pseudo-random first victim, then round-robin over the others.
+    /// A scan that met contention (some victim had backlog) goes again.
+    fn steal(&self) -> Option<Job> {
+        let stealers = &self.shared.stealers;
+        let n = stealers.len();
+        if n < 2 {
+            return None;
+        }
+        let counters = self.counters();
+        counters.steal_attempts.bump();
+        let start = pseudo_random() as usize % n;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                let victim = (start + k) % n;
+                if victim == self.index {
+                    continue;
+                }
+                match stealers[victim].steal_batch_and_pop(&self.local) {
+                    Steal::Success(job) => {
+                        counters.steals.bump();
+                        if !stealers[victim].is_empty() || !self.local.is_empty() {
+                            // A thief whose steal left backlog wakes one more.
+                            self.request_help();
+                        }
+                        return Some(job);
+                    }
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    /// The re-check after announcing a park: is any job visible anywhere?
+    fn sees_work(&self) -> bool {
+        !self.local.is_empty()
+            || !self.shared.injector.is_empty()
+            || self
+                .shared
+                .stealers
+                .iter()
+                .enumerate()
+                .any(|(i, s)| i != self.index && !s.is_empty())
+    }
+}

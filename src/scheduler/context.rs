@@ -1,0 +1,202 @@
+//! A scheduler on one `GMainContext`: the main scheduler (S1) and the
+//! scheduler of any other context (S2).
+//!
+//! Work pushed from any thread lands in an MPSC run queue and marks the
+//! context's one gdex source ready; a second push before the source has run
+//! costs one atomic swap and no syscall (coalesced). The source runs on the
+//! thread that iterates the context, a bounded batch per dispatch, so the
+//! context's other sources (GTK's frame clock, input, timers) get their turn.
+//!
+//! `!Send` futures (`spawn_local`) are accepted only from the thread that owns
+//! the context: the first such thread becomes the scheduler's local owner.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::{self, ThreadId};
+
+use crossbeam_deque::{Injector, Steal};
+use glib::translate::ToGlibPtr;
+
+use super::source::{Hooks, SourceRef};
+use crate::task::Job;
+
+/// How many jobs one dispatch runs before handing the loop back to GLib.
+pub(crate) const DISPATCH_BATCH: usize = 128;
+
+pub(crate) struct ContextShared {
+    context: glib::MainContext,
+    source: SourceRef,
+    queue: Injector<Job>,
+    /// Set while a wake-up of the source is pending (coalescing flag).
+    notified: AtomicBool,
+    /// The thread allowed to spawn `!Send` futures here, fixed by the first
+    /// `spawn_local`.
+    local_owner: OnceLock<ThreadId>,
+    is_main: bool,
+}
+
+/// Schedulers by context address. A live entry keeps nothing alive: the
+/// `ContextShared` holds its context, so while the `Weak` upgrades the address
+/// cannot have been reused.
+fn registry() -> &'static Mutex<HashMap<usize, Weak<ContextShared>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<usize, Weak<ContextShared>>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+fn context_key(context: &glib::MainContext) -> usize {
+    let ptr: *mut glib_sys::GMainContext = context.to_glib_none().0;
+    ptr as usize
+}
+
+struct ContextHooks {
+    shared: Weak<ContextShared>,
+}
+
+impl Hooks for ContextHooks {
+    fn dispatch(&self, source: *mut glib_sys::GSource) -> bool {
+        match self.shared.upgrade() {
+            Some(shared) => {
+                shared.run_batch(source);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl ContextShared {
+    /// The scheduler of `context`, created on first use.
+    pub(crate) fn for_context(context: &glib::MainContext) -> Arc<ContextShared> {
+        let key = context_key(context);
+        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
+            return shared;
+        }
+        let is_main = *context == glib::MainContext::default();
+        let shared = Arc::new_cyclic(|weak: &Weak<ContextShared>| {
+            let name: &'static CStr = if is_main {
+                c"[gdex-main]"
+            } else {
+                c"[gdex-context]"
+            };
+            let source = SourceRef::attach(
+                context,
+                Box::new(ContextHooks {
+                    shared: weak.clone(),
+                }),
+                false,
+                name,
+                glib::ffi::G_PRIORITY_DEFAULT,
+                // A nested main loop (gdex::block_on inside a task, a modal
+                // dialog's loop) must still run this scheduler's other tasks.
+                true,
+            );
+            ContextShared {
+                context: context.clone(),
+                source,
+                queue: Injector::new(),
+                notified: AtomicBool::new(false),
+                local_owner: OnceLock::new(),
+                is_main,
+            }
+        });
+        map.insert(key, Arc::downgrade(&shared));
+        shared
+    }
+
+    pub(crate) fn context(&self) -> &glib::MainContext {
+        &self.context
+    }
+
+    pub(crate) fn is_main(&self) -> bool {
+        self.is_main
+    }
+
+    /// Queues a job and wakes the context unless a wake-up is pending.
+    #[inline]
+    pub(crate) fn push(&self, job: Job) {
+        self.queue.push(job);
+        // AcqRel pairs with the swap in `run_batch`: either that swap sees
+        // our `true` (and the drain after it sees our job), or we see its
+        // `false` and mark the source ready again.
+        if !self.notified.swap(true, Ordering::AcqRel) {
+            self.source.set_ready();
+        }
+    }
+
+    /// Checks that the calling thread may spawn `!Send` futures here, and
+    /// records it as the local owner on first use.
+    pub(crate) fn check_local_owner(&self, what: &str) {
+        let me = thread::current().id();
+        if let Some(owner) = self.local_owner.get() {
+            if *owner == me {
+                return;
+            }
+            panic!(
+                "gdex: {what} called on thread {:?}, but this scheduler's !Send tasks belong to \
+                 thread {owner:?}; a !Send future can only run on the thread that owns the \
+                 context. Call it from that thread, or spawn a Send future with spawn().",
+                thread::current().name().unwrap_or("<unnamed>")
+            );
+        }
+        // The context must be ours: owned right now, or free to acquire.
+        let owned = self.context.is_owner() || self.context.acquire().is_ok();
+        if !owned {
+            panic!(
+                "gdex: {what} called on thread {:?}, which does not own the {} context; another \
+                 thread is running it. A !Send future can only run on the thread that owns the \
+                 context: call {what} from that thread, or spawn a Send future with spawn().",
+                thread::current().name().unwrap_or("<unnamed>"),
+                if self.is_main {
+                    "main (default)"
+                } else {
+                    "scheduler's"
+                }
+            );
+        }
+        let owner = *self.local_owner.get_or_init(|| me);
+        if owner != me {
+            // Lost a race with another thread claiming ownership.
+            self.check_local_owner(what);
+        }
+    }
+
+    /// True if the calling thread is this scheduler's local owner.
+    pub(crate) fn is_local_owner(&self) -> bool {
+        self.local_owner.get() == Some(&thread::current().id())
+    }
+
+    fn run_batch(&self, source: *mut glib_sys::GSource) {
+        SourceRef::clear_ready(source);
+        self.notified.swap(false, Ordering::AcqRel);
+        let _current = super::enter_context(self);
+        for _ in 0..DISPATCH_BATCH {
+            match self.queue.steal() {
+                Steal::Success(job) => job.run(),
+                Steal::Empty => return,
+                Steal::Retry => continue,
+            }
+        }
+        // Batch used up with work left: come back after the other sources.
+        if !self.queue.is_empty() && !self.notified.swap(true, Ordering::AcqRel) {
+            self.source.set_ready();
+        }
+    }
+}
+
+impl Drop for ContextShared {
+    fn drop(&mut self) {
+        self.source.destroy();
+        let key = context_key(&self.context);
+        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&key).is_some_and(|w| w.strong_count() == 0) {
+            map.remove(&key);
+        }
+        // Jobs still queued are dropped here: their tasks resolve as
+        // cancelled. (A queued job holds a strong reference to us through its
+        // schedule function, so this only happens once the queue is empty or
+        // the context is being torn down.)
+    }
+}

@@ -1,0 +1,199 @@
+//! The one custom `GSource` each gdex scheduler attaches to its context.
+//!
+//! A scheduler never creates a source per task: its queue is drained by one
+//! `GSource` (S1, P2), written with `glib-sys` so that its readiness can be
+//! tested without locks or allocation. Two flavours share one C struct:
+//!
+//! - *ready-time* sources (`prepare`/`check` unset) for a context scheduler:
+//!   a pusher marks the source ready with `g_source_set_ready_time(src, 0)`,
+//!   which is thread-safe and wakes the context if it sleeps;
+//! - *polled* sources for pool workers: `prepare` and `check` ask the hooks,
+//!   so a worker's own pushes cost no syscall and a remote wake-up is one
+//!   `g_main_context_wakeup`.
+//!
+//! Every callback runs on the thread that iterates the context and catches
+//! panics: a panic out of an `extern "C"` callback would abort the process.
+
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use glib::translate::ToGlibPtr;
+use glib_sys as ffi;
+
+use crate::error::panic_message;
+
+/// What a source asks of its owner.
+pub(crate) trait Hooks: 'static {
+    /// For polled sources: is there work to dispatch now?
+    fn ready(&self) -> bool {
+        false
+    }
+    /// Runs a bounded slice of work. Returns `false` to remove the source.
+    fn dispatch(&self, source: *mut ffi::GSource) -> bool;
+}
+
+#[repr(C)]
+struct HookSource {
+    base: ffi::GSource,
+    /// Written once right after `g_source_new` (which zero-fills, and an
+    /// all-zero `Option<Box<_>>` is `None`); taken in `finalize`.
+    hooks: Option<Box<dyn Hooks>>,
+}
+
+/// Owns one reference to a gdex `GSource`.
+pub(crate) struct SourceRef {
+    raw: *mut ffi::GSource,
+}
+
+// SAFETY: the only calls made through `raw` from other threads are
+// `g_source_set_ready_time`, `g_source_destroy` and `g_source_unref`, which
+// GLib documents as thread-safe; the hooks themselves are only called by the
+// thread iterating the context.
+unsafe impl Send for SourceRef {}
+// SAFETY: as for `Send`: every method takes `&self` and is thread-safe.
+unsafe impl Sync for SourceRef {}
+
+impl SourceRef {
+    /// Creates a source with the given hooks and attaches it to `context`.
+    /// `polled` selects the prepare/check flavour.
+    pub(crate) fn attach(
+        context: &glib::MainContext,
+        hooks: Box<dyn Hooks>,
+        polled: bool,
+        name: &'static CStr,
+        priority: i32,
+        can_recurse: bool,
+    ) -> SourceRef {
+        let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
+        let size = std::mem::size_of::<HookSource>() as u32;
+        // SAFETY: `g_source_new` allocates at least `size` zeroed bytes whose
+        // prefix is a `GSource`; `funcs` is a `'static` table GLib only reads.
+        // The `hooks` field is written before the source is attached, so no
+        // callback can see it uninitialised.
+        unsafe {
+            let raw = ffi::g_source_new(funcs as *const _ as *mut _, size);
+            std::ptr::addr_of_mut!((*(raw as *mut HookSource)).hooks).write(Some(hooks));
+            ffi::g_source_set_name(raw, name.as_ptr());
+            ffi::g_source_set_priority(raw, priority);
+            ffi::g_source_set_can_recurse(raw, can_recurse as ffi::gboolean);
+            ffi::g_source_attach(raw, context.to_glib_none().0);
+            SourceRef { raw }
+        }
+    }
+
+    /// Makes a ready-time source dispatch on its context's next iteration,
+    /// waking the context if it sleeps. Thread-safe.
+    #[inline]
+    pub(crate) fn set_ready(&self) {
+        // SAFETY: `raw` is alive (we own a reference); the call is thread-safe.
+        unsafe { ffi::g_source_set_ready_time(self.raw, 0) }
+    }
+
+    /// Called from `dispatch`: the source is not ready again until
+    /// [`set_ready`](Self::set_ready).
+    #[inline]
+    pub(crate) fn clear_ready(raw: *mut ffi::GSource) {
+        // SAFETY: called from the source's own dispatch, so `raw` is alive.
+        unsafe { ffi::g_source_set_ready_time(raw, -1) }
+    }
+
+    pub(crate) fn destroy(&self) {
+        // SAFETY: `raw` is alive (we own a reference); destroying an already
+        // destroyed source is allowed and does nothing.
+        unsafe { ffi::g_source_destroy(self.raw) }
+    }
+}
+
+impl Drop for SourceRef {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference, given up here.
+        unsafe { ffi::g_source_unref(self.raw) }
+    }
+}
+
+static READY_TIME: ffi::GSourceFuncs = ffi::GSourceFuncs {
+    prepare: None,
+    check: None,
+    dispatch: Some(dispatch),
+    finalize: Some(finalize),
+    closure_callback: None,
+    closure_marshal: None,
+};
+
+static POLLED: ffi::GSourceFuncs = ffi::GSourceFuncs {
+    prepare: Some(prepare),
+    check: Some(check),
+    dispatch: Some(dispatch),
+    finalize: Some(finalize),
+    closure_callback: None,
+    closure_marshal: None,
+};
+
+/// # Safety
+/// `source` must be a live source created by [`SourceRef::attach`].
+unsafe fn hooks<'a>(source: *mut ffi::GSource) -> Option<&'a dyn Hooks> {
+    // SAFETY: per the contract, `source` points to a `HookSource` whose
+    // `hooks` field was initialised before the source was attached.
+    unsafe { (*(source as *mut HookSource)).hooks.as_deref() }
+}
+
+fn ready_guarded(source: *mut ffi::GSource) -> bool {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: GLib only calls back with our own live source.
+        unsafe { hooks(source) }.is_some_and(|h| h.ready())
+    }))
+    .unwrap_or_else(|payload| {
+        glib::g_critical!(
+            "gdex",
+            "a gdex source panicked: {}",
+            panic_message(&*payload)
+        );
+        true
+    })
+}
+
+unsafe extern "C" fn prepare(source: *mut ffi::GSource, timeout: *mut i32) -> ffi::gboolean {
+    let ready = ready_guarded(source);
+    // SAFETY: GLib passes a valid out-pointer for the poll timeout.
+    unsafe { *timeout = if ready { 0 } else { -1 } };
+    ready as ffi::gboolean
+}
+
+unsafe extern "C" fn check(source: *mut ffi::GSource) -> ffi::gboolean {
+    ready_guarded(source) as ffi::gboolean
+}
+
+unsafe extern "C" fn dispatch(
+    source: *mut ffi::GSource,
+    _callback: ffi::GSourceFunc,
+    _data: ffi::gpointer,
+) -> ffi::gboolean {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: GLib only calls back with our own live source.
+        match unsafe { hooks(source) } {
+            Some(h) => h.dispatch(source),
+            None => false,
+        }
+    }))
+    .unwrap_or_else(|payload| {
+        glib::g_critical!(
+            "gdex",
+            "a gdex source panicked: {}",
+            panic_message(&*payload)
+        );
+        true
+    }) as ffi::gboolean
+}
+
+unsafe extern "C" fn finalize(source: *mut ffi::GSource) {
+    // SAFETY: GLib finalizes our own source exactly once, after its last
+    // reference is gone; nothing reads `hooks` afterwards.
+    let hooks = unsafe { (*(source as *mut HookSource)).hooks.take() };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(hooks))) {
+        glib::g_critical!(
+            "gdex",
+            "dropping a gdex source panicked: {}",
+            panic_message(&*payload)
+        );
+    }
+}
