@@ -8,7 +8,10 @@
 //! context's other sources (GTK's frame clock, input, timers) get their turn.
 //!
 //! `!Send` futures (`spawn_local`) are accepted only from the thread that owns
-//! the context: the first such thread becomes the scheduler's local owner.
+//! the context. That thread becomes the scheduler's *local owner* while any of
+//! its `!Send` tasks is alive; once they are all gone, another thread that
+//! owns the context may take over (a test harness runs each test on a new
+//! thread; a GTK app keeps its main thread).
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -31,9 +34,9 @@ pub(crate) struct ContextShared {
     queue: Injector<Job>,
     /// Set while a wake-up of the source is pending (coalescing flag).
     notified: AtomicBool,
-    /// The thread allowed to spawn `!Send` futures here, fixed by the first
-    /// `spawn_local`.
-    local_owner: OnceLock<ThreadId>,
+    /// The thread allowed to spawn `!Send` futures here, and how many of its
+    /// `!Send` tasks are alive.
+    local_owner: Mutex<LocalOwner>,
     is_main: bool,
 }
 
@@ -98,7 +101,7 @@ impl ContextShared {
                 source,
                 queue: Injector::new(),
                 notified: AtomicBool::new(false),
-                local_owner: OnceLock::new(),
+                local_owner: Mutex::new(LocalOwner::default()),
                 is_main,
             }
         });
@@ -126,46 +129,51 @@ impl ContextShared {
         }
     }
 
-    /// Checks that the calling thread may spawn `!Send` futures here, and
-    /// records it as the local owner on first use.
-    pub(crate) fn check_local_owner(&self, what: &str) {
+    /// Checks that the calling thread may spawn a `!Send` future here, makes
+    /// it the local owner if there is none, and counts one more live local
+    /// task. The returned guard, kept inside the task's future, counts it
+    /// down when the future is dropped.
+    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> LocalTaskGuard {
         let me = thread::current().id();
-        if let Some(owner) = self.local_owner.get() {
-            if *owner == me {
-                return;
-            }
-            panic!(
+        let mut owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
+        match owner.thread {
+            Some(thread) if owner.live > 0 && thread != me => panic!(
                 "gdex: {what} called on thread {:?}, but this scheduler's !Send tasks belong to \
-                 thread {owner:?}; a !Send future can only run on the thread that owns the \
+                 thread {thread:?}; a !Send future can only run on the thread that owns the \
                  context. Call it from that thread, or spawn a Send future with spawn().",
                 thread::current().name().unwrap_or("<unnamed>")
-            );
-        }
-        // The context must be ours: owned right now, or free to acquire.
-        let owned = self.context.is_owner() || self.context.acquire().is_ok();
-        if !owned {
-            panic!(
-                "gdex: {what} called on thread {:?}, which does not own the {} context; another \
-                 thread is running it. A !Send future can only run on the thread that owns the \
-                 context: call {what} from that thread, or spawn a Send future with spawn().",
-                thread::current().name().unwrap_or("<unnamed>"),
-                if self.is_main {
-                    "main (default)"
-                } else {
-                    "scheduler's"
+            ),
+            Some(thread) if thread == me => {}
+            _ => {
+                // The context must be ours: owned right now, or free to acquire.
+                let owned = self.context.is_owner() || self.context.acquire().is_ok();
+                if !owned {
+                    panic!(
+                        "gdex: {what} called on thread {:?}, which does not own the {} context: \
+                         another thread is running it. A !Send future can only run on the thread \
+                         that owns the context; call {what} from that thread, or spawn a Send \
+                         future with spawn().",
+                        thread::current().name().unwrap_or("<unnamed>"),
+                        if self.is_main {
+                            "main (default)"
+                        } else {
+                            "scheduler's"
+                        }
+                    );
                 }
-            );
+                owner.thread = Some(me);
+            }
         }
-        let owner = *self.local_owner.get_or_init(|| me);
-        if owner != me {
-            // Lost a race with another thread claiming ownership.
-            self.check_local_owner(what);
+        owner.live += 1;
+        LocalTaskGuard {
+            shared: self.clone(),
         }
     }
 
     /// True if the calling thread is this scheduler's local owner.
     pub(crate) fn is_local_owner(&self) -> bool {
-        self.local_owner.get() == Some(&thread::current().id())
+        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
+        owner.live > 0 && owner.thread == Some(thread::current().id())
     }
 
     fn run_batch(&self, source: *mut glib_sys::GSource) {
@@ -183,6 +191,28 @@ impl ContextShared {
         if !self.queue.is_empty() && !self.notified.swap(true, Ordering::AcqRel) {
             self.source.set_ready();
         }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct LocalOwner {
+    thread: Option<ThreadId>,
+    live: usize,
+}
+
+/// Counts one live `!Send` task of a context scheduler.
+pub(crate) struct LocalTaskGuard {
+    shared: Arc<ContextShared>,
+}
+
+impl Drop for LocalTaskGuard {
+    fn drop(&mut self) {
+        let mut owner = self
+            .shared
+            .local_owner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        owner.live -= 1;
     }
 }
 

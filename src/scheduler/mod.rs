@@ -189,8 +189,12 @@ impl Scheduler {
     {
         match &self.kind {
             Kind::Context(shared) => {
-                shared.check_local_owner("Scheduler::spawn_local");
+                let guard = shared.enter_local("Scheduler::spawn_local");
                 let queue = shared.clone();
+                let future = async move {
+                    let _live = guard;
+                    future.await
+                };
                 let (runnable, task) =
                     async_task::spawn_local(CatchUnwind::new(future), move |r| {
                         queue.push(Job::Task(r))

@@ -1,0 +1,66 @@
+//! Shared test helpers: a watchdog for multi-thread tests, stress scaling,
+//! and a lock for tests that use the process-wide default main context.
+#![allow(dead_code)]
+
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Runs `body`; if it has not returned after `secs` seconds, prints which test
+/// hung and aborts the process, so a scheduler bug fails the run instead of
+/// hanging it.
+pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
+    let (done, finished) = mpsc::channel::<()>();
+    let name = name.to_owned();
+    let dog = std::thread::Builder::new()
+        .name(format!("watchdog-{name}"))
+        .spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) =
+                finished.recv_timeout(Duration::from_secs(secs))
+            {
+                eprintln!("watchdog: test `{name}` still running after {secs} s; aborting");
+                std::process::abort();
+            }
+        })
+        .expect("start the watchdog");
+    let out = body();
+    drop(done);
+    dog.join().expect("watchdog thread");
+    out
+}
+
+/// `base` scaled by `GDEX_STRESS` (a multiplier, default 1).
+pub fn stress(base: usize) -> usize {
+    let factor = std::env::var("GDEX_STRESS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(1.0);
+    ((base as f64) * factor).max(1.0) as usize
+}
+
+/// Tests that iterate or own the default main context take this lock, so
+/// that tests running in parallel threads do not fight over it.
+pub fn main_context_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Iterates `context` without blocking until it has nothing ready.
+pub fn pump(context: &glib::MainContext) {
+    while context.iteration(false) {}
+}
+
+/// Iterates `context`, blocking, until `done()` holds.
+pub fn pump_until(context: &glib::MainContext, mut done: impl FnMut() -> bool) {
+    while !done() {
+        context.iteration(true);
+    }
+}
+
+/// Polls `cond` every millisecond until it holds. For waiting on other
+/// threads' progress (metrics) inside a watchdog.
+pub fn wait_until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

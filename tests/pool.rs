@@ -1,0 +1,351 @@
+//! The thread pool's contracts P2, P3, P6 and P8, observed through real
+//! GLib sources, real GIO calls and the pool's metrics.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use gio::prelude::*;
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// P3: a task re-waking itself forever (a `yield_now` loop) goes to the back
+/// of the deque, so the 100 tasks queued behind it on a 1-worker pool run.
+/// With a LIFO pop the yielder would run forever and this test would hang.
+#[test]
+fn yield_loop_does_not_starve_tasks_queued_behind_it() {
+    common::watchdog("yield_loop_does_not_starve", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (s2, stop2, ran2) = (s.clone(), stop.clone(), ran.clone());
+        let yields = Arc::new(AtomicUsize::new(0));
+        let yields2 = yields.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        s.spawn(async move {
+            // The yielder is queued first, on this worker's own deque...
+            let stop3 = stop2.clone();
+            s2.spawn(async move {
+                while !stop3.load(Ordering::Acquire) {
+                    yields2.fetch_add(1, Ordering::Relaxed);
+                    gdex::yield_now().await;
+                }
+            })
+            .detach();
+            // ...then 100 tasks behind it.
+            for _ in 0..100 {
+                let (ran, stop, done_tx) = (ran2.clone(), stop2.clone(), done_tx.clone());
+                s2.spawn(async move {
+                    if ran.fetch_add(1, Ordering::AcqRel) + 1 == 100 {
+                        stop.store(true, Ordering::Release);
+                        done_tx.send(()).unwrap();
+                    }
+                })
+                .detach();
+            }
+        })
+        .detach();
+        done_rx.recv().unwrap();
+        assert_eq!(ran.load(Ordering::Acquire), 100);
+        assert!(yields.load(Ordering::Relaxed) >= 1, "the yielder ran");
+    });
+}
+
+/// P8: a 10 ms `glib::timeout_future` inside a task on a 1-worker pool that
+/// always has work fires while the work goes on: the worker lets its
+/// context dispatch due timers every 32 tasks.
+#[test]
+fn timeout_fires_on_a_saturated_worker() {
+    common::watchdog("timeout_fires_on_a_saturated_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy_polls = Arc::new(AtomicUsize::new(0));
+        for _ in 0..4 {
+            let (stop, busy_polls) = (stop.clone(), busy_polls.clone());
+            s.spawn(async move {
+                // Busy for at most 10 s: long after the timer is due.
+                let t = Instant::now();
+                while !stop.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(10) {
+                    spin(Duration::from_micros(100));
+                    busy_polls.fetch_add(1, Ordering::Relaxed);
+                    gdex::yield_now().await;
+                }
+            })
+            .detach();
+        }
+        // Let the busy tasks saturate the worker first.
+        common::wait_until(|| busy_polls.load(Ordering::Relaxed) > 100);
+        let stop2 = stop.clone();
+        let timer = s.spawn(async move {
+            let t = Instant::now();
+            glib::timeout_future(Duration::from_millis(10)).await;
+            let waited = t.elapsed();
+            stop2.store(true, Ordering::Release);
+            waited
+        });
+        let waited = gdex::block_on(timer).unwrap();
+        assert!(waited >= Duration::from_millis(10));
+        // Liveness, not speed: without P8 the timer could only fire once the
+        // busy tasks gave up after 10 s.
+        assert!(
+            waited < Duration::from_secs(5),
+            "the timeout fired only after {waited:?}, when the busy tasks stopped"
+        );
+    });
+}
+
+/// P2: a GIO async call made inside a pool task runs its callback on the
+/// same worker (its context is thread-default there) and completes.
+#[test]
+fn gio_async_call_completes_inside_a_pool_task() {
+    common::watchdog("gio_async_call_completes", 60, || {
+        let dir = std::env::temp_dir().join(format!("gdex-gio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hello.txt");
+        std::fs::write(&path, b"hello from GIO").unwrap();
+
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let task = pool.scheduler().spawn(async move {
+            let (tx, rx) = oneshot::channel();
+            let caller = std::thread::current().name().unwrap().to_owned();
+            gio::File::for_path(&path).load_contents_async(
+                None::<&gio::Cancellable>,
+                move |result| {
+                    let callback = std::thread::current().name().unwrap_or("?").to_owned();
+                    let _ = tx.send((result.map(|(bytes, _)| bytes.to_vec()), callback));
+                },
+            );
+            let (result, callback) = rx.await.unwrap();
+            (result, caller, callback)
+        });
+        let (result, caller, callback) = gdex::block_on(task).unwrap();
+        assert_eq!(result.unwrap(), b"hello from GIO");
+        assert!(caller.starts_with("gdex-worker-"));
+        assert_eq!(
+            caller, callback,
+            "the GIO callback ran on the calling worker"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    });
+}
+
+/// P2: an idle source and a timeout source attached to the thread-default
+/// context inside a pool task dispatch on that worker. (`glib::idle_add` and
+/// `glib::timeout_add` attach to the *global* default context, as in C; the
+/// thread-default context is the one a worker runs.)
+#[test]
+fn thread_default_sources_dispatch_on_the_worker() {
+    common::watchdog("thread_default_sources_dispatch_on_the_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let task = pool.scheduler().spawn(async {
+            let me = std::thread::current().id();
+            let context = glib::MainContext::ref_thread_default();
+            let (tx, rx) = oneshot::channel();
+            let mut tx = Some(tx);
+            glib::idle_source_new(None, glib::Priority::DEFAULT_IDLE, move || {
+                let _ = tx.take().unwrap().send(std::thread::current().id());
+                glib::ControlFlow::Break
+            })
+            .attach(Some(&context));
+            let idle_thread = rx.await.unwrap();
+            let (tx, rx) = oneshot::channel();
+            let mut tx = Some(tx);
+            glib::timeout_source_new(
+                Duration::from_millis(2),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    let _ = tx.take().unwrap().send(std::thread::current().id());
+                    glib::ControlFlow::Break
+                },
+            )
+            .attach(Some(&context));
+            let timeout_thread = rx.await.unwrap();
+            (me, idle_thread, timeout_thread)
+        });
+        let (me, idle_thread, timeout_thread) = gdex::block_on(task).unwrap();
+        assert_eq!(me, idle_thread);
+        assert_eq!(me, timeout_thread);
+    });
+}
+
+/// P6: a burst of local spawns on one worker of an otherwise idle 2-worker
+/// pool wakes the other worker, which steals; further requests while the
+/// peer already has one pending are coalesced.
+#[test]
+fn local_burst_wakes_a_peer_that_steals() {
+    common::watchdog("local_burst_wakes_a_peer_that_steals", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        // Let both workers park first.
+        common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parks > 0));
+        let before = pool.metrics();
+        let (s2, done) = (s.clone(), Arc::new(AtomicUsize::new(0)));
+        let done2 = done.clone();
+        let spawner = s.spawn(async move {
+            for _ in 0..1000 {
+                let done = done2.clone();
+                s2.spawn(async move {
+                    spin(Duration::from_micros(20));
+                    done.fetch_add(1, Ordering::Relaxed);
+                })
+                .detach();
+            }
+            std::thread::current().name().unwrap().to_owned()
+        });
+        let spawner_thread = gdex::block_on(spawner).unwrap();
+        common::wait_until(|| done.load(Ordering::Relaxed) == 1000);
+        let after = pool.metrics();
+        let home: usize = spawner_thread
+            .trim_start_matches("gdex-worker-")
+            .parse()
+            .unwrap();
+        let peer = 1 - home;
+        let (p0, p1) = (&before.workers[peer], &after.workers[peer]);
+        assert!(p1.steals > p0.steals, "the peer stole: {after:?}");
+        assert!(
+            p1.wake_requests_received > p0.wake_requests_received,
+            "the peer received a wake request: {after:?}"
+        );
+        assert!(p1.tasks_run > p0.tasks_run, "the peer ran tasks: {after:?}");
+        let (h0, h1) = (&before.workers[home], &after.workers[home]);
+        assert!(h1.wake_requests_sent > h0.wake_requests_sent, "{after:?}");
+        assert!(
+            h1.wake_requests_coalesced > h0.wake_requests_coalesced,
+            "repeated requests to the busy peer were coalesced: {after:?}"
+        );
+        // Coalescing is what keeps syscalls rare: far fewer requests sent
+        // than tasks published.
+        assert!(
+            h1.wake_requests_sent - h0.wake_requests_sent < 100,
+            "{after:?}"
+        );
+    });
+}
+
+/// P4: work from outside goes through the injector, and a busy worker whose
+/// deque never empties still takes it (it looks at the injector once per
+/// slice).
+#[test]
+fn injected_work_runs_while_every_worker_has_local_work() {
+    common::watchdog("injected_work_runs_while_busy", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        for _ in 0..2 {
+            let (stop, started) = (stop.clone(), started.clone());
+            s.spawn(async move {
+                started.store(true, Ordering::Release);
+                while !stop.load(Ordering::Acquire) {
+                    gdex::yield_now().await;
+                }
+            })
+            .detach();
+        }
+        common::wait_until(|| started.load(Ordering::Acquire));
+        let pulls = pool.metrics().workers[0].injector_pulls;
+        let stop2 = stop.clone();
+        let outside = s.spawn(async move { stop2.store(true, Ordering::Release) });
+        gdex::block_on(outside).unwrap();
+        assert!(pool.metrics().workers[0].injector_pulls > pulls);
+    });
+}
+
+/// Work items (S3) run on the pool, and a panicking one is contained (S6).
+#[test]
+fn work_items_run_and_their_panics_are_contained() {
+    common::watchdog("work_items_run", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.push(|| panic!("a work item that panics"));
+        for i in 0..1000 {
+            let tx = tx.clone();
+            s.push(move || tx.send(i).unwrap());
+        }
+        let mut got: Vec<i32> = (0..1000).map(|_| rx.recv().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..1000).collect::<Vec<_>>());
+    });
+}
+
+/// P2: worker threads are named `gdex-worker-N`, the worker's context is
+/// thread-default and owned by it, and `Scheduler::thread_default` there is
+/// the pool.
+#[test]
+fn workers_are_named_and_own_their_context() {
+    common::watchdog("workers_are_named", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        let s = pool.scheduler();
+        let tasks: Vec<_> = (0..30)
+            .map(|_| {
+                s.spawn(async {
+                    let ctx =
+                        glib::MainContext::thread_default().expect("a thread-default context");
+                    (
+                        std::thread::current().name().unwrap().to_owned(),
+                        ctx.is_owner(),
+                        ctx != glib::MainContext::default(),
+                        gdex::Scheduler::thread_default().is_some_and(|s| s.is_pool()),
+                    )
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (name, owner, own_context, pool_default) = gdex::block_on(t).unwrap();
+            let n: usize = name.strip_prefix("gdex-worker-").unwrap().parse().unwrap();
+            assert!(n < 3);
+            assert!(owner && own_context && pool_default);
+        }
+    });
+}
+
+/// Shutdown: queued tasks are dropped (their handles say Cancelled), the
+/// threads are joined, and later spawns say Closed.
+#[test]
+fn shutdown_cancels_queued_tasks_and_refuses_new_ones() {
+    common::watchdog("shutdown", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(AtomicBool::new(false));
+        let started2 = started.clone();
+        let blocker = s.spawn(async move {
+            started2.store(true, Ordering::Release);
+            gate_rx.recv().unwrap();
+        });
+        common::wait_until(|| started.load(Ordering::Acquire));
+        let queued: Vec<_> = (0..100).map(|i| s.spawn(async move { i })).collect();
+        let closer = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.shutdown())
+        };
+        common::wait_until(|| pool.is_closed());
+        gate_tx.send(()).unwrap();
+        closer.join().unwrap();
+        // The blocker was running: it finished. Queued ones may have run
+        // before the flag, or were dropped.
+        gdex::block_on(blocker).unwrap();
+        for t in queued {
+            match gdex::block_on(t) {
+                Ok(_) | Err(gdex::Error::Cancelled) => {}
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert!(matches!(
+            gdex::block_on(s.spawn(async { 1 })),
+            Err(gdex::Error::Closed)
+        ));
+    });
+}

@@ -1,0 +1,274 @@
+//! The main scheduler (S1), any-context schedulers (S2), `block_on` (S8) and
+//! awaiting across schedulers (S4), with real `GMainContext`s.
+
+mod common;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// S4: a main-scheduler task awaits a pool task and resumes on the main
+/// thread; a pool task awaits a main-scheduler task.
+#[test]
+fn main_and_pool_await_each_other() {
+    let _main = common::main_context_lock();
+    common::watchdog("main_and_pool_await_each_other", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let ps = pool.scheduler();
+        let main_thread = std::thread::current().id();
+        let not_send = Rc::new(());
+        let on_main = gdex::Scheduler::main().spawn_local(async move {
+            let _keep = not_send;
+            let before = std::thread::current().id();
+            let worker = ps
+                .spawn(async { std::thread::current().name().unwrap().to_owned() })
+                .await
+                .unwrap();
+            let after = std::thread::current().id();
+            // And now a pool task that awaits a main task.
+            let from_pool = ps
+                .spawn(async {
+                    let main_task = gdex::Scheduler::main().spawn(async {
+                        (
+                            std::thread::current().id(),
+                            gdex::Scheduler::thread_default().is_some_and(|s| s.is_main()),
+                        )
+                    });
+                    let out = main_task.await.unwrap();
+                    (out, std::thread::current().name().unwrap().to_owned())
+                })
+                .await
+                .unwrap();
+            (before, worker, after, from_pool)
+        });
+        let (before, worker, after, ((main_ran_on, main_default), pool_resumed_on)) =
+            gdex::block_on(on_main).unwrap();
+        assert_eq!(before, main_thread);
+        assert_eq!(after, main_thread, "resumed on the main thread");
+        assert!(worker.starts_with("gdex-worker-"));
+        assert_eq!(
+            main_ran_on, main_thread,
+            "the main task ran on the main thread"
+        );
+        assert!(
+            main_default,
+            "thread_default() inside a main task is the main scheduler"
+        );
+        assert!(
+            pool_resumed_on.starts_with("gdex-worker-"),
+            "the pool task resumed on the pool"
+        );
+    });
+}
+
+/// S1: one dispatch runs a bounded batch, then gives the loop back.
+#[test]
+fn a_dispatch_runs_a_bounded_batch() {
+    common::watchdog("a_dispatch_runs_a_bounded_batch", 60, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        let ran = Arc::new(AtomicUsize::new(0));
+        for _ in 0..1000 {
+            let ran = ran.clone();
+            s.push(move || {
+                ran.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            0,
+            "nothing runs until the context is iterated"
+        );
+        context.iteration(false);
+        let first = ran.load(Ordering::Relaxed);
+        assert!(
+            first > 0 && first < 1000,
+            "one iteration ran {first} of 1000"
+        );
+        common::pump(&context);
+        assert_eq!(ran.load(Ordering::Relaxed), 1000);
+    });
+}
+
+/// S1: work pushed from other threads lands on the context's thread and
+/// wakes it: a thread blocked in the context's poll runs it.
+#[test]
+fn pushes_from_other_threads_wake_the_context() {
+    common::watchdog("pushes_from_other_threads_wake_the_context", 60, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        let total = 4 * 10_000;
+        let ran = Arc::new(AtomicUsize::new(0));
+        let runner_ctx = context.clone();
+        let ran2 = ran.clone();
+        let runner = std::thread::spawn(move || {
+            let _owner = runner_ctx.acquire().unwrap();
+            while ran2.load(Ordering::Acquire) < total {
+                runner_ctx.iteration(true);
+            }
+        });
+        let pushers: Vec<_> = (0..4)
+            .map(|_| {
+                let (s, ran) = (s.clone(), ran.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        let ran = ran.clone();
+                        s.push(move || {
+                            ran.fetch_add(1, Ordering::AcqRel);
+                        });
+                    }
+                })
+            })
+            .collect();
+        for p in pushers {
+            p.join().unwrap();
+        }
+        runner.join().unwrap();
+        assert_eq!(ran.load(Ordering::Acquire), total);
+    });
+}
+
+/// S2: `Scheduler::for_context` is one scheduler per context, and
+/// `thread_default()` answers it inside its tasks and on a thread whose
+/// thread-default context it is.
+#[test]
+fn for_context_and_thread_default() {
+    common::watchdog("for_context_and_thread_default", 60, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        assert_eq!(s, gdex::Scheduler::for_context(&context));
+        assert_ne!(s, gdex::Scheduler::for_context(&glib::MainContext::new()));
+        assert_eq!(s.context().as_ref(), Some(&context));
+        let inside = s.spawn(async { gdex::Scheduler::thread_default() });
+        let got = context.block_on(inside).unwrap();
+        assert_eq!(got.as_ref(), Some(&s));
+        let pushed = context
+            .with_thread_default(gdex::Scheduler::thread_default)
+            .unwrap();
+        assert_eq!(pushed.as_ref(), Some(&s));
+        // A plain thread has no scheduler.
+        let plain = std::thread::spawn(gdex::Scheduler::thread_default)
+            .join()
+            .unwrap();
+        assert_eq!(plain, None);
+    });
+}
+
+/// S8: `block_on` iterates the thread's context while it waits, so
+/// main-scheduler tasks and GLib sources keep running; and tasks spawned
+/// meanwhile keep running after it returns.
+#[test]
+fn block_on_iterates_the_main_context() {
+    let _main = common::main_context_lock();
+    common::watchdog("block_on_iterates_the_main_context", 60, || {
+        let ticks = Rc::new(std::cell::Cell::new(0));
+        let t2 = ticks.clone();
+        let main = gdex::Scheduler::main();
+        let bg_ran = Arc::new(AtomicUsize::new(0));
+        let bg = bg_ran.clone();
+        main.spawn_local(async move {
+            for _ in 0..3 {
+                glib::timeout_future(Duration::from_millis(1)).await;
+                t2.set(t2.get() + 1);
+            }
+        })
+        .detach();
+        // Waits on a timeout while the main task above ticks.
+        gdex::block_on(glib::timeout_future(Duration::from_millis(30)));
+        assert_eq!(ticks.get(), 3);
+        // Spawned now, finished by a later block_on on the same context.
+        main.spawn(async move {
+            bg.fetch_add(1, Ordering::Relaxed);
+        })
+        .detach();
+        gdex::block_on(async {});
+        let context = glib::MainContext::default();
+        let _own = context.acquire().unwrap();
+        common::pump_until(&context, || bg_ran.load(Ordering::Relaxed) == 1);
+    });
+}
+
+/// S8: a nested `block_on` inside a main-scheduler task still runs the
+/// main scheduler's other tasks (the source may recurse).
+#[test]
+fn nested_block_on_inside_a_main_task_runs_other_main_tasks() {
+    let _main = common::main_context_lock();
+    common::watchdog("nested_block_on", 60, || {
+        let main = gdex::Scheduler::main();
+        let outer = main.spawn_local(async {
+            let inner = gdex::Scheduler::main().spawn_local(async { 7 });
+            gdex::block_on(inner).unwrap()
+        });
+        assert_eq!(gdex::block_on(outer).unwrap(), 7);
+    });
+}
+
+/// S1: `spawn_local` from a thread that does not own the context panics with
+/// a message that says why.
+#[test]
+fn spawn_local_from_a_non_owner_thread_panics() {
+    common::watchdog("spawn_local_from_a_non_owner_thread_panics", 60, || {
+        let context = glib::MainContext::new();
+        let (owned_tx, owned_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let ctx = context.clone();
+        let owner = std::thread::spawn(move || {
+            let _guard = ctx.acquire().unwrap();
+            owned_tx.send(()).unwrap();
+            stop_rx.recv().unwrap();
+        });
+        owned_rx.recv().unwrap();
+        let s = gdex::Scheduler::for_context(&context);
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.spawn_local(async {}).detach();
+        }))
+        .expect_err("spawn_local on a non-owner thread must panic");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("does not own"), "message: {msg}");
+        assert!(
+            msg.contains("spawn()"),
+            "the message says what to do: {msg}"
+        );
+        stop_tx.send(()).unwrap();
+        owner.join().unwrap();
+        // Once the owner is gone, this thread may own the context.
+        s.spawn_local(async {}).detach();
+    });
+}
+
+/// S8: `block_on` on a pool worker refuses with a clear panic instead of
+/// deadlocking the worker.
+#[test]
+fn block_on_on_a_worker_panics() {
+    common::watchdog("block_on_on_a_worker_panics", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let task = pool.scheduler().spawn(async {
+            gdex::block_on(async { 1 });
+        });
+        match gdex::block_on(task) {
+            Err(gdex::Error::Panicked(msg)) => {
+                assert!(msg.contains("pool worker"), "message: {msg}");
+                assert!(msg.contains("Await the future"), "message: {msg}");
+            }
+            other => panic!("expected a panic, got {other:?}"),
+        }
+    });
+}
+
+/// `spawn_local` on a pool scheduler is refused with a message.
+#[test]
+fn spawn_local_on_a_pool_panics() {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.scheduler().spawn_local(async {}).detach();
+    }))
+    .expect_err("must panic");
+    let msg = err
+        .downcast_ref::<&str>()
+        .copied()
+        .unwrap_or_default()
+        .to_owned()
+        + &err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("Send"), "message: {msg}");
+}

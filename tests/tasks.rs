@@ -1,0 +1,210 @@
+//! Task handles (S4-S6, X1): output, panics, cancellation on drop, detach,
+//! and `cancel().await`.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::oneshot;
+
+/// Sets a flag when dropped, and records the thread that dropped it.
+struct DropFlag {
+    dropped: Arc<AtomicBool>,
+    thread: Arc<std::sync::Mutex<Option<String>>>,
+    slow: Duration,
+}
+
+impl DropFlag {
+    fn new(
+        slow: Duration,
+    ) -> (
+        DropFlag,
+        Arc<AtomicBool>,
+        Arc<std::sync::Mutex<Option<String>>>,
+    ) {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let thread = Arc::new(std::sync::Mutex::new(None));
+        (
+            DropFlag {
+                dropped: dropped.clone(),
+                thread: thread.clone(),
+                slow,
+            },
+            dropped,
+            thread,
+        )
+    }
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        std::thread::sleep(self.slow);
+        *self.thread.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+        self.dropped.store(true, Ordering::Release);
+    }
+}
+
+/// S5: dropping the handle of a pending task drops its future, on the worker
+/// (the task's own scheduler), not on the thread that dropped the handle.
+#[test]
+fn dropping_a_pending_task_drops_its_future_on_its_scheduler() {
+    common::watchdog("dropping_a_pending_task", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let (flag, dropped, thread) = DropFlag::new(Duration::ZERO);
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+        let task = pool.scheduler().spawn(async move {
+            let _flag = flag;
+            polled_tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        });
+        polled_rx.recv().unwrap();
+        assert!(!dropped.load(Ordering::Acquire));
+        drop(task);
+        common::wait_until(|| dropped.load(Ordering::Acquire));
+        let thread = thread.lock().unwrap().clone().unwrap_or_default();
+        assert!(thread.starts_with("gdex-worker-"), "dropped on {thread}");
+    });
+}
+
+/// S5: `detach()` keeps the task running to completion with no handle.
+#[test]
+fn detached_task_runs_to_completion() {
+    common::watchdog("detached_task_runs_to_completion", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let done2 = done.clone();
+        pool.scheduler()
+            .spawn(async move {
+                glib::timeout_future(Duration::from_millis(20)).await;
+                done2.store(true, Ordering::Release);
+            })
+            .detach();
+        common::wait_until(|| done.load(Ordering::Acquire));
+    });
+}
+
+/// X1: `cancel().await` returns only once the future has been dropped, even
+/// when dropping it takes a while and the task was running.
+#[test]
+fn cancel_returns_after_the_future_is_dropped() {
+    common::watchdog("cancel_returns_after_the_drop", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let (flag, dropped, _) = DropFlag::new(Duration::from_millis(50));
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+        let task = pool.scheduler().spawn(async move {
+            let _flag = flag;
+            polled_tx.send(()).unwrap();
+            // Always scheduled or running: the hardest moment to cancel.
+            loop {
+                gdex::yield_now().await;
+            }
+        });
+        polled_rx.recv().unwrap();
+        let out = gdex::block_on(task.cancel());
+        assert_eq!(out, None);
+        assert!(
+            dropped.load(Ordering::Acquire),
+            "cancel() returned before the future was dropped"
+        );
+    });
+}
+
+/// `cancel()` of a task that already finished gives its output.
+#[test]
+fn cancel_of_a_finished_task_gives_its_output() {
+    common::watchdog("cancel_of_a_finished_task", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let task = pool.scheduler().spawn(async { 5 });
+        common::wait_until(|| task.is_finished());
+        assert_eq!(gdex::block_on(task.cancel()), Some(5));
+    });
+}
+
+/// S6: a panicking task gives `Error::Panicked` with its message to its
+/// waiter, and the worker goes on running tasks.
+#[test]
+fn a_panic_reaches_the_waiter_and_the_worker_lives_on() {
+    common::watchdog("a_panic_reaches_the_waiter", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let bad = s.spawn(async {
+            gdex::yield_now().await;
+            panic!("boom {}", 42);
+        });
+        match gdex::block_on(bad) {
+            Err(gdex::Error::Panicked(msg)) => assert_eq!(msg, "boom 42"),
+            other => panic!("expected a panic error, got {other:?}"),
+        }
+        // The same (only) worker still runs tasks.
+        let names: Vec<_> = (0..10)
+            .map(|i| s.spawn(async move { (i, std::thread::current().name().unwrap().to_owned()) }))
+            .collect();
+        for (i, t) in names.into_iter().enumerate() {
+            let (j, name) = gdex::block_on(t).unwrap();
+            assert_eq!((i, name.as_str()), (j, "gdex-worker-0"));
+        }
+        let m = pool.metrics();
+        assert!(m.workers[0].tasks_run >= 11);
+    });
+}
+
+/// S4: a task is awaitable from a plain thread, another pool and another
+/// context; each waiter gets the output.
+#[test]
+fn tasks_are_awaitable_from_anywhere() {
+    common::watchdog("tasks_are_awaitable_from_anywhere", 60, || {
+        let a = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let b = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (tx, rx) = oneshot::channel::<u32>();
+        let producer = a.scheduler().spawn(async move { rx.await.unwrap() * 2 });
+        // Awaited on another pool...
+        let relay = b
+            .scheduler()
+            .spawn(async move { producer.await.unwrap() + 1 });
+        // ...which is awaited from a thread running its own context.
+        let context = glib::MainContext::new();
+        let on_context = gdex::Scheduler::for_context(&context)
+            .spawn(async move { (relay.await.unwrap(), std::thread::current().id()) });
+        let waiter = std::thread::spawn(move || {
+            let me = std::thread::current().id();
+            let out = context.block_on(on_context).unwrap();
+            (out, me)
+        });
+        tx.send(20).unwrap();
+        let ((value, ran_on), thread) = waiter.join().unwrap();
+        assert_eq!(value, 41);
+        assert_eq!(ran_on, thread, "the context task resumed on its own thread");
+    });
+}
+
+/// S7: spawning many tasks that each wait keeps them all pending cheaply,
+/// and dropping their handles cancels every one (each future dropped once).
+#[test]
+fn many_pending_tasks_are_dropped_once_each() {
+    common::watchdog("many_pending_tasks", 120, || {
+        let n = common::stress(100_000);
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let drops = Arc::new(AtomicUsize::new(0));
+        struct CountDrop(Arc<AtomicUsize>);
+        impl Drop for CountDrop {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let guard = CountDrop(drops.clone());
+                pool.scheduler().spawn(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await
+                })
+            })
+            .collect();
+        drop(tasks);
+        common::wait_until(|| drops.load(Ordering::Relaxed) >= n);
+        pool.shutdown();
+        assert_eq!(drops.load(Ordering::Relaxed), n);
+    });
+}
