@@ -24,13 +24,31 @@ fn check_counts(counts: &[AtomicU32]) {
 }
 
 #[test]
-fn a_million_tasks_each_run_exactly_once() {
-    common::watchdog("a_million_tasks_each_run_exactly_once", 300, || {
-        let total = common::stress(1_000_000);
+fn a_million_tasks_each_run_exactly_once_on_4_workers() {
+    common::watchdog("a_million_tasks_on_4_workers", 300, || {
+        run(4, common::stress(1_000_000))
+    });
+}
+
+#[test]
+fn tasks_each_run_exactly_once_on_1_and_2_workers() {
+    common::watchdog("tasks_on_1_and_2_workers", 300, || {
+        run(1, common::stress(100_000));
+        run(2, common::stress(200_000));
+    });
+}
+
+/// `total` tasks: two fifths spawned from outside, two fifths from inside
+/// workers, one fifth woken across workers by a oneshot.
+fn run(workers: usize, total: usize) {
+    {
         let outside = total * 2 / 5;
         let inside = total * 2 / 5;
         let woken = total - outside - inside;
-        let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
+        let pool = gdex::ThreadPool::builder()
+            .workers(workers)
+            .build()
+            .unwrap();
         let s = pool.scheduler();
         let counts: Arc<Vec<AtomicU32>> = Arc::new((0..total).map(|_| AtomicU32::new(0)).collect());
         let finished = Arc::new(AtomicUsize::new(0));
@@ -93,5 +111,5 @@ fn a_million_tasks_each_run_exactly_once() {
         check_counts(&counts);
         // Every job counted by the workers: at least one poll per task.
         assert!(pool.metrics().tasks_run() as usize >= total + woken + spawners);
-    });
+    }
 }

@@ -1,0 +1,70 @@
+//! S7: spawning is one allocation and one queue push. A counting global
+//! allocator sees how many allocations a spawn makes (queue storage is
+//! amortised: crossbeam's injector allocates a block per 63 pushes).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn a_spawn_is_one_allocation() {
+    common::watchdog("a_spawn_is_one_allocation", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        // Hold the only worker so the spawned tasks stay queued and nothing
+        // else allocates meanwhile.
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        s.push(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let n = 10_000;
+        let mut tasks = Vec::with_capacity(n);
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for i in 0..n {
+            tasks.push(s.spawn(async move { i }));
+        }
+        let spawn_allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for i in 0..n {
+            s.push(move || assert!(i < n));
+        }
+        let push_allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        gate_tx.send(()).unwrap();
+        for (i, t) in tasks.into_iter().enumerate() {
+            assert_eq!(gdex::block_on(t).unwrap(), i);
+        }
+        let per_spawn = spawn_allocs as f64 / n as f64;
+        let per_push = push_allocs as f64 / n as f64;
+        assert!((1.0..1.05).contains(&per_spawn), "{per_spawn} allocations per spawn");
+        assert!((1.0..1.05).contains(&per_push), "{per_push} allocations per work item");
+    });
+}
