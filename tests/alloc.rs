@@ -64,7 +64,13 @@ fn a_spawn_is_one_allocation() {
         }
         let per_spawn = spawn_allocs as f64 / n as f64;
         let per_push = push_allocs as f64 / n as f64;
-        assert!((1.0..1.05).contains(&per_spawn), "{per_spawn} allocations per spawn");
-        assert!((1.0..1.05).contains(&per_push), "{per_push} allocations per work item");
+        assert!(
+            (1.0..1.05).contains(&per_spawn),
+            "{per_spawn} allocations per spawn"
+        );
+        assert!(
+            (1.0..1.05).contains(&per_push),
+            "{per_push} allocations per work item"
+        );
     });
 }

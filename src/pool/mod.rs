@@ -59,7 +59,9 @@ pub(crate) struct PoolShared {
     injector: CachePadded<Injector<Job>>,
     stealers: Box<[Stealer<Job>]>,
     sleep: Sleep,
-    remotes: Box<[Remote]>,
+    /// One cache line pair each: a worker bumps its counters on every job,
+    /// and must not invalidate its neighbour's line when it does.
+    remotes: Box<[CachePadded<Remote>]>,
     closed: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     injected: Counter,
@@ -303,9 +305,11 @@ impl ThreadPoolBuilder {
             stealers: locals.iter().map(|w| w.stealer()).collect(),
             sleep: Sleep::new(n),
             remotes: (0..n)
-                .map(|_| Remote {
-                    context: glib::MainContext::new(),
-                    counters: WorkerCounters::default(),
+                .map(|_| {
+                    CachePadded::new(Remote {
+                        context: glib::MainContext::new(),
+                        counters: WorkerCounters::default(),
+                    })
                 })
                 .collect(),
             closed: AtomicBool::new(false),

@@ -43,8 +43,8 @@
 //! A worker that found no work in its deque, the injector or any peer calls
 //! [`Sleep::try_park`] (`0 → PARKED`; refused if it holds a request, which it
 //! then consumes and searches again), and then **re-checks every queue**. A
-//! publisher pushes first and reads the states after a `SeqCst` fence; the
-//! parker announces first and reads the queues after one. Of two such
+//! publisher to the injector pushes first and reads the states after a
+//! `SeqCst` fence; the parker announces first and reads the queues after one. Of two such
 //! threads, at least one sees the other: either the publisher finds the
 //! `PARKED` worker and wakes it, or the parker finds the work and cancels its
 //! park with [`Sleep::wake_up`]. No wake-up is lost.
@@ -106,11 +106,15 @@ impl Sleep {
     /// is where the scan for a sleeper begins, so that requests spread over
     /// the workers.
     ///
-    /// The caller must have published its work before calling.
+    /// The caller must have published its work before calling. If nobody
+    /// else would ever run that work (it went to the injector), the caller
+    /// must also issue a `SeqCst` fence between publishing and requesting:
+    /// it pairs with the one in [`try_park`](Self::try_park), so that either
+    /// the parker sees the work or we see it parked. Work on a worker's own
+    /// deque needs no fence: its owner is awake and will run it, so a
+    /// request for help with it is only a hint.
+    #[inline]
     pub(crate) fn request(&self, from: Option<usize>, start: usize) -> Request {
-        // Pairs with the fence in `try_park`'s caller: our work is visible to
-        // a parker, or its PARKED state is visible to us.
-        fence(SeqCst);
         if self.waking.load(SeqCst) > 0 {
             return Request::Coalesced;
         }

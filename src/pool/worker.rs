@@ -201,7 +201,11 @@ impl Core {
         }
         let sleep = &self.shared.sleep;
         let counters = self.counters();
-        if sleep.wake_up(self.index).received {
+        // Leave the parked state if we were asleep. A busy worker keeps a
+        // request it holds until its own deque is drained (P6): it consumes
+        // it below, when it has to search anyway, and until then further
+        // requests coalesce on it without touching its state word.
+        if sleep.is_parked(self.index) && sleep.wake_up(self.index).received {
             counters.wake_requests_received.bump();
         }
         let mut ran = 0;
