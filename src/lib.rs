@@ -63,7 +63,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    ThreadPool::default().scheduler().spawn(future)
+    static DEFAULT: std::sync::OnceLock<Scheduler> = std::sync::OnceLock::new();
+    DEFAULT
+        .get_or_init(|| ThreadPool::default().scheduler())
+        .spawn(future)
 }
 
 /// Spawns a `!Send` future on the calling thread's scheduler

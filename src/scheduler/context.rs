@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{self, ThreadId};
 
@@ -34,6 +34,9 @@ pub(crate) struct ContextShared {
     queue: Injector<Job>,
     /// Set while a wake-up of the source is pending (coalescing flag).
     notified: AtomicBool,
+    /// How many times the source was actually marked ready (each a context
+    /// lock and, from another thread, a wake-up write).
+    wakeups: AtomicU64,
     /// The thread allowed to spawn `!Send` futures here, and how many of its
     /// `!Send` tasks are alive.
     local_owner: Mutex<LocalOwner>,
@@ -101,6 +104,7 @@ impl ContextShared {
                 source,
                 queue: Injector::new(),
                 notified: AtomicBool::new(false),
+                wakeups: AtomicU64::new(0),
                 local_owner: Mutex::new(LocalOwner::default()),
                 is_main,
             }
@@ -125,8 +129,13 @@ impl ContextShared {
         // our `true` (and the drain after it sees our job), or we see its
         // `false` and mark the source ready again.
         if !self.notified.swap(true, Ordering::AcqRel) {
-            self.source.set_ready();
+            self.mark_ready();
         }
+    }
+
+    fn mark_ready(&self) {
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+        self.source.set_ready();
     }
 
     /// Checks that the calling thread may spawn a `!Send` future here, makes
@@ -189,7 +198,7 @@ impl ContextShared {
         }
         // Batch used up with work left: come back after the other sources.
         if !self.queue.is_empty() && !self.notified.swap(true, Ordering::AcqRel) {
-            self.source.set_ready();
+            self.mark_ready();
         }
     }
 }
@@ -228,5 +237,49 @@ impl Drop for ContextShared {
         // cancelled. (A queued job holds a strong reference to us through its
         // schedule function, so this only happens once the queue is empty or
         // the context is being torn down.)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// S1: pushes from other threads wake the context once until the source
+    /// has run, and a dispatch runs a bounded batch.
+    #[test]
+    fn cross_thread_wakeups_coalesce() {
+        let context = glib::MainContext::new();
+        let shared = ContextShared::for_context(&context);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let pushers: Vec<_> = (0..4)
+            .map(|_| {
+                let (shared, ran) = (shared.clone(), ran.clone());
+                thread::spawn(move || {
+                    for _ in 0..250 {
+                        let ran = ran.clone();
+                        shared.push(Job::Work(Box::new(move || {
+                            ran.fetch_add(1, Ordering::Relaxed);
+                        })));
+                    }
+                })
+            })
+            .collect();
+        for p in pushers {
+            p.join().unwrap();
+        }
+        assert_eq!(
+            shared.wakeups.load(Ordering::Relaxed),
+            1,
+            "1000 pushes, one wake-up"
+        );
+        // One dispatch: one batch, then the source re-arms itself once.
+        context.iteration(false);
+        assert_eq!(ran.load(Ordering::Relaxed), DISPATCH_BATCH);
+        assert_eq!(shared.wakeups.load(Ordering::Relaxed), 2);
+        while context.iteration(false) {}
+        assert_eq!(ran.load(Ordering::Relaxed), 1000);
+        let batches = 1000usize.div_ceil(DISPATCH_BATCH);
+        assert_eq!(shared.wakeups.load(Ordering::Relaxed) as usize, batches);
     }
 }
