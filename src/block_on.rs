@@ -26,14 +26,22 @@ impl Wake for ContextWaker {
 
 /// Runs `future` to completion on the calling thread and returns its output.
 ///
-/// While it waits, it iterates the thread's context (its thread-default
-/// context, or the default main context), so main-scheduler tasks, timeouts
-/// and GIO callbacks of this thread keep running; tasks spawned meanwhile go
-/// on after it returns. If another thread is running that context, a private
-/// context is iterated instead.
+/// While it waits, it iterates the calling thread's context, so that the
+/// tasks, timeouts and GIO callbacks of that context keep running; tasks
+/// spawned meanwhile go on after it returns (S8). The thread's context is:
 ///
-/// Called inside a task on the main scheduler, it runs a nested main loop:
-/// the scheduler's other tasks keep running.
+/// - its thread-default context, if one is pushed
+///   (`MainContext::with_thread_default`);
+/// - on the process's main thread, or on a thread that owns the default main
+///   context (it acquired it, or runs the main loop), the default main
+///   context: main-scheduler tasks keep running;
+/// - on any other thread, a private context: the thread just waits, and
+///   never runs another thread's main-loop work (such as `!Send` tasks of
+///   the main scheduler).
+///
+/// If another thread is running that context, a private context is
+/// iterated instead. Called inside a task on a context scheduler, it runs a
+/// nested main loop: the scheduler's other tasks keep running.
 ///
 /// # Panics
 /// On a pool worker: blocking a worker would stall every task queued behind
@@ -43,11 +51,11 @@ impl Wake for ContextWaker {
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// let on_pool = pool.scheduler().spawn(async { 20 });
 /// let on_main = gdex::Scheduler::main().spawn(async move { on_pool.await.unwrap() + 1 });
+/// // This example runs on the main thread, which iterates the main context.
 /// assert_eq!(gdex::block_on(on_main).unwrap(), 21);
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    if let Some(pool) = crate::pool::current_pool() {
-        let _ = pool;
+    if crate::pool::current_pool().is_some() {
         panic!(
             "gdex::block_on called on pool worker {:?}: blocking a worker stalls every task queued \
              behind it and can deadlock the pool. Await the future instead (or move the blocking \
@@ -55,7 +63,15 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
             std::thread::current().name().unwrap_or("<unnamed>")
         );
     }
-    let context = glib::MainContext::ref_thread_default();
+    // (GLib reports the default context pushed as thread-default as no
+    // thread-default at all: ownership tells that case apart.)
+    let context = match glib::MainContext::thread_default() {
+        Some(context) => context,
+        None if is_main_thread() || glib::MainContext::default().is_owner() => {
+            glib::MainContext::default()
+        }
+        None => glib::MainContext::new(),
+    };
     let acquired = context.acquire();
     match acquired {
         Ok(_guard) => drive(&context, future),
@@ -70,7 +86,23 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// True on the process's initial thread, the one GTK calls the main thread.
+pub(crate) fn is_main_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and getpid have no preconditions.
+        unsafe { libc::gettid() == libc::getpid() }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        std::thread::current().name() == Some("main")
+    }
+}
+
 fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
+    // Called inside a fiber, this is a nested loop: what it polls is not the
+    // fiber.
+    let _outside = crate::fiber::outside_fiber();
     let state = Arc::new(ContextWaker {
         woken: AtomicBool::new(true),
         context: context.clone(),

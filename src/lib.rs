@@ -39,6 +39,7 @@
 
 mod block_on;
 mod error;
+pub mod fiber;
 mod pool;
 mod scheduler;
 mod task;
@@ -47,6 +48,7 @@ use std::future::Future;
 
 pub use block_on::block_on;
 pub use error::Error;
+pub use fiber::Fiber;
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::Scheduler;

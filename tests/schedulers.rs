@@ -12,53 +12,54 @@ use std::time::Duration;
 /// thread; a pool task awaits a main-scheduler task.
 #[test]
 fn main_and_pool_await_each_other() {
-    let _main = common::main_context_lock();
     common::watchdog("main_and_pool_await_each_other", 60, || {
-        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-        let ps = pool.scheduler();
-        let main_thread = std::thread::current().id();
-        let not_send = Rc::new(());
-        let on_main = gdex::Scheduler::main().spawn_local(async move {
-            let _keep = not_send;
-            let before = std::thread::current().id();
-            let worker = ps
-                .spawn(async { std::thread::current().name().unwrap().to_owned() })
-                .await
-                .unwrap();
-            let after = std::thread::current().id();
-            // And now a pool task that awaits a main task.
-            let from_pool = ps
-                .spawn(async {
-                    let main_task = gdex::Scheduler::main().spawn(async {
-                        (
-                            std::thread::current().id(),
-                            gdex::Scheduler::thread_default().is_some_and(|s| s.is_main()),
-                        )
-                    });
-                    let out = main_task.await.unwrap();
-                    (out, std::thread::current().name().unwrap().to_owned())
-                })
-                .await
-                .unwrap();
-            (before, worker, after, from_pool)
-        });
-        let (before, worker, after, ((main_ran_on, main_default), pool_resumed_on)) =
-            gdex::block_on(on_main).unwrap();
-        assert_eq!(before, main_thread);
-        assert_eq!(after, main_thread, "resumed on the main thread");
-        assert!(worker.starts_with("gdex-worker-"));
-        assert_eq!(
-            main_ran_on, main_thread,
-            "the main task ran on the main thread"
-        );
-        assert!(
-            main_default,
-            "thread_default() inside a main task is the main scheduler"
-        );
-        assert!(
-            pool_resumed_on.starts_with("gdex-worker-"),
-            "the pool task resumed on the pool"
-        );
+        common::on_main(|| {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let ps = pool.scheduler();
+            let main_thread = std::thread::current().id();
+            let not_send = Rc::new(());
+            let on_main = gdex::Scheduler::main().spawn_local(async move {
+                let _keep = not_send;
+                let before = std::thread::current().id();
+                let worker = ps
+                    .spawn(async { std::thread::current().name().unwrap().to_owned() })
+                    .await
+                    .unwrap();
+                let after = std::thread::current().id();
+                // And now a pool task that awaits a main task.
+                let from_pool = ps
+                    .spawn(async {
+                        let main_task = gdex::Scheduler::main().spawn(async {
+                            (
+                                std::thread::current().id(),
+                                gdex::Scheduler::thread_default().is_some_and(|s| s.is_main()),
+                            )
+                        });
+                        let out = main_task.await.unwrap();
+                        (out, std::thread::current().name().unwrap().to_owned())
+                    })
+                    .await
+                    .unwrap();
+                (before, worker, after, from_pool)
+            });
+            let (before, worker, after, ((main_ran_on, main_default), pool_resumed_on)) =
+                gdex::block_on(on_main).unwrap();
+            assert_eq!(before, main_thread);
+            assert_eq!(after, main_thread, "resumed on the main thread");
+            assert!(worker.starts_with("gdex-worker-"));
+            assert_eq!(
+                main_ran_on, main_thread,
+                "the main task ran on the main thread"
+            );
+            assert!(
+                main_default,
+                "thread_default() inside a main task is the main scheduler"
+            );
+            assert!(
+                pool_resumed_on.starts_with("gdex-worker-"),
+                "the pool task resumed on the pool"
+            );
+        })
     });
 }
 
@@ -160,32 +161,33 @@ fn for_context_and_thread_default() {
 /// meanwhile keep running after it returns.
 #[test]
 fn block_on_iterates_the_main_context() {
-    let _main = common::main_context_lock();
     common::watchdog("block_on_iterates_the_main_context", 60, || {
-        let ticks = Rc::new(std::cell::Cell::new(0));
-        let t2 = ticks.clone();
-        let main = gdex::Scheduler::main();
-        let bg_ran = Arc::new(AtomicUsize::new(0));
-        let bg = bg_ran.clone();
-        main.spawn_local(async move {
-            for _ in 0..3 {
-                glib::timeout_future(Duration::from_millis(1)).await;
-                t2.set(t2.get() + 1);
-            }
+        common::on_main(|| {
+            let ticks = Rc::new(std::cell::Cell::new(0));
+            let t2 = ticks.clone();
+            let main = gdex::Scheduler::main();
+            let bg_ran = Arc::new(AtomicUsize::new(0));
+            let bg = bg_ran.clone();
+            main.spawn_local(async move {
+                for _ in 0..3 {
+                    glib::timeout_future(Duration::from_millis(1)).await;
+                    t2.set(t2.get() + 1);
+                }
+            })
+            .detach();
+            // Waits on a timeout while the main task above ticks.
+            gdex::block_on(glib::timeout_future(Duration::from_millis(30)));
+            assert_eq!(ticks.get(), 3);
+            // Spawned now, finished by a later block_on on the same context.
+            main.spawn(async move {
+                bg.fetch_add(1, Ordering::Relaxed);
+            })
+            .detach();
+            gdex::block_on(async {});
+            let context = glib::MainContext::default();
+            let _own = context.acquire().unwrap();
+            common::pump_until(&context, || bg_ran.load(Ordering::Relaxed) == 1);
         })
-        .detach();
-        // Waits on a timeout while the main task above ticks.
-        gdex::block_on(glib::timeout_future(Duration::from_millis(30)));
-        assert_eq!(ticks.get(), 3);
-        // Spawned now, finished by a later block_on on the same context.
-        main.spawn(async move {
-            bg.fetch_add(1, Ordering::Relaxed);
-        })
-        .detach();
-        gdex::block_on(async {});
-        let context = glib::MainContext::default();
-        let _own = context.acquire().unwrap();
-        common::pump_until(&context, || bg_ran.load(Ordering::Relaxed) == 1);
     });
 }
 
@@ -193,14 +195,15 @@ fn block_on_iterates_the_main_context() {
 /// main scheduler's other tasks (the source may recurse).
 #[test]
 fn nested_block_on_inside_a_main_task_runs_other_main_tasks() {
-    let _main = common::main_context_lock();
     common::watchdog("nested_block_on", 60, || {
-        let main = gdex::Scheduler::main();
-        let outer = main.spawn_local(async {
-            let inner = gdex::Scheduler::main().spawn_local(async { 7 });
-            gdex::block_on(inner).unwrap()
-        });
-        assert_eq!(gdex::block_on(outer).unwrap(), 7);
+        common::on_main(|| {
+            let main = gdex::Scheduler::main();
+            let outer = main.spawn_local(async {
+                let inner = gdex::Scheduler::main().spawn_local(async { 7 });
+                gdex::block_on(inner).unwrap()
+            });
+            assert_eq!(gdex::block_on(outer).unwrap(), 7);
+        })
     });
 }
 

@@ -44,7 +44,7 @@ use crate::task::Job;
 use metrics::{Counter, PoolMetrics, WorkerCounters};
 use sleep::{Request, Sleep};
 
-pub(crate) use worker::current_pool;
+pub(crate) use worker::{current_index, current_pool};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;
@@ -53,6 +53,9 @@ pub const MAX_WORKERS: usize = 1024;
 pub(crate) struct Remote {
     context: glib::MainContext,
     counters: WorkerCounters,
+    /// Jobs that only this worker may run: fibers and pinned `!Send` tasks.
+    /// Any thread pushes; only the worker pops. Never stolen.
+    inbox: Injector<Job>,
 }
 
 pub(crate) struct PoolShared {
@@ -67,6 +70,10 @@ pub(crate) struct PoolShared {
     injected: Counter,
     external_sent: Counter,
     external_coalesced: Counter,
+    /// Round-robin cursor for placing pinned work.
+    next_pinned: std::sync::atomic::AtomicUsize,
+    /// Default stack size of fibers spawned on this pool.
+    fiber_stack_size: usize,
 }
 
 impl PoolShared {
@@ -105,6 +112,34 @@ impl PoolShared {
             }
             Request::Coalesced => self.external_coalesced.add_shared(),
             Request::Marked(_) | Request::Nobody => {}
+        }
+    }
+
+    /// The worker the next pinned job goes to, round-robin (as libdex
+    /// places fibers).
+    pub(crate) fn pick_worker(&self) -> usize {
+        self.next_pinned.fetch_add(1, Ordering::Relaxed) % self.workers()
+    }
+
+    pub(crate) fn fiber_stack_size(&self) -> usize {
+        self.fiber_stack_size
+    }
+
+    /// Queues a job that only worker `i` may run, and wakes that worker if
+    /// it sleeps (a directed wake-up, P6).
+    ///
+    /// After shutdown the job is left in the inbox, never run; it is leaked
+    /// when the pool is freed, since dropping a fiber or a `!Send` future on
+    /// another thread than its own would be unsound.
+    pub(crate) fn schedule_pinned(&self, i: usize, job: Job) {
+        self.remotes[i].inbox.push(job);
+        if worker::unpark_if_current(self, i) {
+            // Pushed by worker `i` itself: it is awake, or now un-parked.
+            return;
+        }
+        fence(Ordering::SeqCst);
+        if self.sleep.notify(i) {
+            self.unpark(i);
         }
     }
 
@@ -157,6 +192,35 @@ impl PoolShared {
             injected: self.injected.get(),
             external_wake_requests_sent: self.external_sent.get(),
             external_wake_requests_coalesced: self.external_coalesced.get(),
+        }
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        let mut leaked = 0;
+        for remote in self.remotes.iter() {
+            loop {
+                match remote.inbox.steal() {
+                    Steal::Success(job) => {
+                        // A pinned job woken after its worker exited: its
+                        // future may only be dropped on that worker's thread,
+                        // which is gone. Leak it rather than drop it here.
+                        std::mem::forget(job);
+                        leaked += 1;
+                    }
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
+        if leaked > 0 {
+            glib::g_warning!(
+                "gdex",
+                "{} fiber(s) or pinned task(s) were woken after their pool shut down; they were \
+                 leaked, since they can only be dropped on their own worker thread",
+                leaked
+            );
         }
     }
 }
@@ -229,6 +293,17 @@ impl ThreadPool {
         Scheduler::from_pool(self.handle.shared.clone())
     }
 
+    /// Spawns a `!Send` future built on one worker by `make`, pinned there
+    /// for its whole life; see [`Scheduler::spawn_pinned`].
+    pub fn spawn_pinned<M, F>(&self, make: M) -> crate::Task<F::Output>
+    where
+        M: FnOnce() -> F + Send + 'static,
+        F: std::future::Future + 'static,
+        F::Output: Send + 'static,
+    {
+        self.scheduler().spawn_pinned(make)
+    }
+
     /// The per-worker counters, read now.
     pub fn metrics(&self) -> PoolMetrics {
         self.handle.shared.metrics()
@@ -267,6 +342,7 @@ impl std::fmt::Debug for ThreadPool {
 pub struct ThreadPoolBuilder {
     workers: Option<usize>,
     stack_size: Option<usize>,
+    fiber_stack_size: Option<usize>,
 }
 
 impl ThreadPoolBuilder {
@@ -291,6 +367,17 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// The default stack size of fibers spawned on this pool (F1), in bytes;
+    /// 128 KiB unless set. A guard page is added below it.
+    ///
+    /// # Panics
+    /// If `bytes` is below 16 KiB.
+    pub fn fiber_stack_size(mut self, bytes: usize) -> Self {
+        crate::fiber::check_stack_size(bytes);
+        self.fiber_stack_size = Some(bytes);
+        self
+    }
+
     /// Starts the pool's threads.
     ///
     /// Fails with [`Error::Failed`] if the OS refuses to create a thread; the
@@ -309,6 +396,7 @@ impl ThreadPoolBuilder {
                     CachePadded::new(Remote {
                         context: glib::MainContext::new(),
                         counters: WorkerCounters::default(),
+                        inbox: Injector::new(),
                     })
                 })
                 .collect(),
@@ -317,6 +405,10 @@ impl ThreadPoolBuilder {
             injected: Counter::default(),
             external_sent: Counter::default(),
             external_coalesced: Counter::default(),
+            next_pinned: std::sync::atomic::AtomicUsize::new(0),
+            fiber_stack_size: self
+                .fiber_stack_size
+                .unwrap_or(crate::fiber::DEFAULT_STACK_SIZE),
         });
         let pool = ThreadPool {
             handle: Arc::new(PoolHandle {

@@ -236,6 +236,15 @@ impl Sleep {
         }
     }
 
+    /// Work that only worker `i` may run (its pinned inbox) was published:
+    /// if `i` is plainly parked it becomes `PARKED|NOTIFIED`, and the caller
+    /// must wake its context (returns `true`). An awake worker needs nothing:
+    /// it looks at its inbox before it parks, and the caller's `SeqCst` fence
+    /// after publishing pairs with the one in [`try_park`](Self::try_park).
+    pub(crate) fn notify(&self, i: usize) -> bool {
+        matches!(self.notify_parked(i), Some(Request::Wake(_)))
+    }
+
     /// True unless worker `i` is plainly parked: its source should dispatch.
     #[inline]
     pub(crate) fn should_run(&self, i: usize) -> bool {
@@ -282,6 +291,18 @@ mod tests {
         assert!(!s.should_run(1));
         assert_eq!(s.request(Some(0), 1), Request::Wake(1));
         assert!(s.should_run(1));
+    }
+
+    #[test]
+    fn a_directed_notify_wakes_only_a_parked_worker() {
+        let s = Sleep::new(2);
+        assert!(!s.notify(1), "an awake worker needs no wake-up");
+        assert!(s.try_park(1));
+        assert!(s.notify(1));
+        assert!(!s.notify(1), "a second notify coalesces");
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert_eq!(s.waking.load(SeqCst), 0);
+        assert_eq!(s.sleepers.load(SeqCst), 0);
     }
 
     #[test]

@@ -77,6 +77,26 @@ pub(crate) fn push_local(pool: &PoolShared, job: Job) -> Result<(), Job> {
     })
 }
 
+/// If the calling thread is worker `i` of `pool`, makes sure it is not
+/// parked (it just queued pinned work for itself) and returns `true`.
+pub(crate) fn unpark_if_current(pool: &PoolShared, i: usize) -> bool {
+    with_current(|core| match core {
+        Some(core) if core.index == i && std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
+            core.unpark_self();
+            true
+        }
+        _ => false,
+    })
+}
+
+/// The index of the worker running on this thread, if it belongs to `pool`.
+pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
+    with_current(|core| match core {
+        Some(core) if std::ptr::eq(Arc::as_ptr(&core.shared), pool) => Some(core.index),
+        _ => None,
+    })
+}
+
 /// The body of thread `gdex-worker-{index}`.
 pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque::Worker<Job>) {
     let context = shared.remotes[index].context.clone();
@@ -110,11 +130,21 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             counters.context_iterations.bump();
         }
         source.destroy();
-        // Shutdown step 3: drop what is left, here, on the worker's thread.
-        // A future's destructor may schedule more (a dropped Task cancels its
-        // task): that lands on this deque and is dropped too.
-        while let Some(job) = core.local.pop() {
-            drop(job);
+        // Shutdown step 3: drop what is left, here, on the worker's thread:
+        // its pinned inbox (fibers unwind here, on their own thread) and its
+        // deque. A future's destructor may schedule more (a dropped Task
+        // cancels its task): that lands here too and is dropped in turn.
+        let inbox = &shared.remotes[index].inbox;
+        loop {
+            if let Some(job) = core.local.pop() {
+                drop(job);
+                continue;
+            }
+            match inbox.steal() {
+                Steal::Success(job) => drop(job),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
         }
         CURRENT.with(|c| c.set(std::ptr::null()));
     });
@@ -160,17 +190,21 @@ impl Core {
     #[inline]
     fn push(&self, job: Job) {
         self.local.push(job);
-        let sleep = &self.shared.sleep;
-        if sleep.is_parked(self.index) {
-            // Pushed from another source's callback while this worker was
-            // parked (a timer or GIO completion woke a task): un-park, so the
-            // next iteration dispatches our source. No syscall: we are the
-            // thread that would poll.
-            if sleep.wake_up(self.index).received {
-                self.counters().wake_requests_received.bump();
-            }
+        if self.shared.sleep.is_parked(self.index) {
+            self.unpark_self();
         } else if self.local.len() > 1 {
             self.request_help();
+        }
+    }
+
+    /// Work was queued for this worker by its own thread outside its run
+    /// slice (from another source's callback: a timer or a GIO completion
+    /// woke a task) while it was parked: un-park, so the next iteration
+    /// dispatches our source. No syscall: we are the thread that would poll.
+    fn unpark_self(&self) {
+        let sleep = &self.shared.sleep;
+        if sleep.is_parked(self.index) && sleep.wake_up(self.index).received {
+            self.counters().wake_requests_received.bump();
         }
     }
 
@@ -199,6 +233,8 @@ impl Core {
         if self.shared.closed.load(Ordering::Acquire) {
             return;
         }
+        // A slice dispatched by a nested loop inside a fiber runs plain tasks.
+        let _outside = crate::fiber::outside_fiber();
         let sleep = &self.shared.sleep;
         let counters = self.counters();
         // Leave the parked state if we were asleep. A busy worker keeps a
@@ -235,8 +271,19 @@ impl Core {
         }
     }
 
-    /// P3-P5: own deque, then the injector, then the peers.
+    /// Pinned work first (nobody else can run it), then P3-P5: own deque,
+    /// the injector, the peers.
     fn find_job(&self, slice_start: bool) -> Option<Job> {
+        let inbox = &self.shared.remotes[self.index].inbox;
+        if !inbox.is_empty() {
+            loop {
+                match inbox.steal() {
+                    Steal::Success(job) => return Some(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
         // Fairness: once per slice, the injector goes first, so outside work
         // is not starved by a deque that never empties.
         if slice_start && !self.shared.injector.is_empty() {
@@ -310,6 +357,7 @@ impl Core {
     /// The re-check after announcing a park: is any job visible anywhere?
     fn sees_work(&self) -> bool {
         !self.local.is_empty()
+            || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
             || self
                 .shared

@@ -189,6 +189,7 @@ impl ContextShared {
         SourceRef::clear_ready(source);
         self.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
+        let _outside = crate::fiber::outside_fiber();
         for _ in 0..DISPATCH_BATCH {
             match self.queue.steal() {
                 Steal::Success(job) => job.run(),

@@ -170,10 +170,14 @@ impl Scheduler {
     /// or able to acquire it); the future is polled and dropped on that
     /// thread only.
     ///
+    /// On a thread pool, `spawn_local` may be called from one of its workers
+    /// (inside a pool task): the future is pinned to that worker for its
+    /// whole life, in the worker's inbox that peers never steal from.
+    ///
     /// # Panics
-    /// On any other thread, with a message saying which thread owns the
-    /// context; and on a thread pool scheduler, whose workers take only
-    /// `Send` futures.
+    /// On a thread that does not own the context, with a message saying which
+    /// thread does; on a pool, from a thread that is not one of its workers
+    /// (use [`spawn_pinned`](Scheduler::spawn_pinned) there).
     ///
     /// ```
     /// use std::rc::Rc;
@@ -202,13 +206,127 @@ impl Scheduler {
                 runnable.schedule();
                 Task::new(task)
             }
-            Kind::Pool(_) => panic!(
-                "gdex: Scheduler::spawn_local was called on a thread pool scheduler; pool workers \
-                 steal tasks from each other, so they only take Send futures. Spawn a Send \
-                 future with spawn(), or a !Send one on the main scheduler or a context \
-                 scheduler."
-            ),
+            Kind::Pool(pool) => {
+                let Some(worker) = crate::pool::current_index(pool) else {
+                    panic!(
+                        "gdex: Scheduler::spawn_local on a thread pool from thread {:?}, which is \
+                         not one of its workers. A !Send future must be built on the thread that \
+                         runs it: use spawn_pinned(|| async {{ ... }}) to build it on a worker, \
+                         or spawn() for a Send future.",
+                        std::thread::current().name().unwrap_or("<unnamed>")
+                    )
+                };
+                let future = ThreadBound::new(future);
+                let pool = pool.clone();
+                // SAFETY: the future is already on its worker's thread, and
+                // the schedule function only ever queues it on that worker's
+                // inbox, which no other thread pops; ThreadBound refuses any
+                // other thread.
+                let (runnable, task) = unsafe {
+                    async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
+                        pool.schedule_pinned(worker, Job::Task(r))
+                    })
+                };
+                runnable.schedule();
+                Task::new(task)
+            }
         }
+    }
+
+    /// Spawns a `!Send` future built on the thread that will run it (F2,
+    /// P2): `make` (which is `Send`) runs there and the future it returns
+    /// never leaves that thread. On a pool that is one worker, chosen
+    /// round-robin, whose inbox no peer steals from; on a context scheduler,
+    /// the context's thread. This is how `!Send` glib-rs and GIO objects are
+    /// used inside pool work.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    /// let task = pool.scheduler().spawn_pinned(|| async {
+    ///     let local = Rc::new(std::thread::current().name().unwrap().to_owned());
+    ///     gdex::yield_now().await;
+    ///     (*local).clone()
+    /// });
+    /// assert!(gdex::block_on(task).unwrap().starts_with("gdex-worker-"));
+    /// ```
+    pub fn spawn_pinned<M, F>(&self, make: M) -> Task<F::Output>
+    where
+        M: FnOnce() -> F + Send + 'static,
+        F: Future + 'static,
+        F::Output: Send + 'static,
+    {
+        // SAFETY: a Deferred holds only `make` (Send) until its first poll,
+        // and builds the !Send future on the thread that polls it.
+        unsafe { self.spawn_pinned_unchecked(Deferred::Make(Some(make))) }
+    }
+
+    /// Spawns `f` as a fiber (F1) with the scheduler's default stack size;
+    /// see [`fiber::Builder`](crate::fiber::Builder) for options.
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    /// let fiber = pool.scheduler().spawn_fiber(|| {
+    ///     let t = std::time::Duration::from_millis(1);
+    ///     gdex::fiber::wait(glib::timeout_future(t)).unwrap();
+    ///     "waited"
+    /// });
+    /// assert_eq!(gdex::block_on(fiber).unwrap(), "waited");
+    /// ```
+    pub fn spawn_fiber<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        crate::fiber::Builder::new().spawn(self, f)
+    }
+
+    /// The default stack size for fibers spawned here.
+    pub(crate) fn fiber_stack_size(&self) -> usize {
+        match &self.kind {
+            Kind::Pool(pool) => pool.fiber_stack_size(),
+            Kind::Context(_) => crate::fiber::DEFAULT_STACK_SIZE,
+        }
+    }
+
+    /// Spawns a future that must stay on one thread once it has been polled.
+    ///
+    /// # Safety
+    /// Moving `future` to another thread before its first poll, and dropping
+    /// it there if it is never polled, must be sound (what it holds until
+    /// then must be `Send`).
+    pub(crate) unsafe fn spawn_pinned_unchecked<F>(&self, future: F) -> Task<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: Send + 'static,
+    {
+        let future = CatchUnwind::new(ThreadBound::new(future));
+        let (runnable, task) = match &self.kind {
+            Kind::Context(shared) => {
+                let shared = shared.clone();
+                // SAFETY: a context scheduler runs its queue on the thread
+                // that iterates the context; ThreadBound refuses to poll or
+                // drop the future on any thread but the first that polled it.
+                unsafe { async_task::spawn_unchecked(future, move |r| shared.push(Job::Task(r))) }
+            }
+            Kind::Pool(pool) => {
+                if pool.is_closed() {
+                    return Task::failed(Error::Closed);
+                }
+                let worker = pool.pick_worker();
+                let pool = pool.clone();
+                // SAFETY: the schedule function only queues the task on one
+                // worker's inbox, popped by that worker alone (and drained by
+                // it at exit, or leaked); ThreadBound checks it too.
+                unsafe {
+                    async_task::spawn_unchecked(future, move |r| {
+                        pool.schedule_pinned(worker, Job::Task(r))
+                    })
+                }
+            }
+        };
+        runnable.schedule();
+        Task::new(task)
     }
 
     /// Pushes a work item: the cheapest way to run a closure on this
@@ -271,6 +389,101 @@ impl std::fmt::Debug for Scheduler {
                 .debug_struct("Scheduler::Pool")
                 .field("workers", &p.workers())
                 .finish(),
+        }
+    }
+}
+
+/// A future built on first poll by a `Send` closure: how a `!Send` future is
+/// made on the thread that will run it.
+enum Deferred<M, F> {
+    Make(Option<M>),
+    Running(F),
+}
+
+impl<M, F> Future for Deferred<M, F>
+where
+    M: FnOnce() -> F,
+    F: Future,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        // SAFETY: we never move the `Running` future out of its place; the
+        // only move is of `M` out of `Make`, which is not structurally pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        if let Deferred::Make(make) = this {
+            let make = make
+                .take()
+                .expect("a gdex pinned task was polled after a panic");
+            *this = Deferred::Running(make());
+        }
+        match this {
+            // SAFETY: `this` is pinned and the future stays in place until
+            // `Deferred` drops.
+            Deferred::Running(future) => unsafe { std::pin::Pin::new_unchecked(future) }.poll(cx),
+            Deferred::Make(_) => unreachable!(),
+        }
+    }
+}
+
+/// Pins a future to the first thread that polls it: a poll on another
+/// thread panics, and a drop on another thread leaks the future instead of
+/// running `!Send` destructors there.
+struct ThreadBound<F> {
+    owner: Option<std::thread::ThreadId>,
+    inner: std::mem::ManuallyDrop<F>,
+}
+
+impl<F> ThreadBound<F> {
+    fn new(inner: F) -> Self {
+        ThreadBound {
+            owner: None,
+            inner: std::mem::ManuallyDrop::new(inner),
+        }
+    }
+}
+
+impl<F: Future> Future for ThreadBound<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned (never moved out; only
+        // dropped in place), `owner` is not.
+        let this = unsafe { self.get_unchecked_mut() };
+        let me = std::thread::current().id();
+        match this.owner {
+            None => this.owner = Some(me),
+            Some(owner) => assert!(
+                owner == me,
+                "gdex: a pinned task or fiber was resumed on thread {:?}, but it lives on another \
+                 thread; the context it was spawned on must always be iterated by the same thread",
+                std::thread::current().name().unwrap_or("<unnamed>")
+            ),
+        }
+        // SAFETY: see above.
+        unsafe { std::pin::Pin::new_unchecked(&mut *this.inner) }.poll(cx)
+    }
+}
+
+impl<F> Drop for ThreadBound<F> {
+    fn drop(&mut self) {
+        match self.owner {
+            Some(owner) if owner != std::thread::current().id() => {
+                glib::g_critical!(
+                    "gdex",
+                    "a pinned task or fiber was dropped on another thread than its own; it is \
+                     leaked instead"
+                );
+            }
+            // SAFETY: dropped once, here, on its own thread (or never polled,
+            // when all it holds is Send).
+            _ => unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) },
         }
     }
 }

@@ -18,7 +18,13 @@ pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
             if let Err(mpsc::RecvTimeoutError::Timeout) =
                 finished.recv_timeout(Duration::from_secs(secs))
             {
-                eprintln!("watchdog: test `{name}` still running after {secs} s; aborting");
+                // Straight to fd 2: the test harness captures eprintln!, and
+                // the capture is lost when we abort.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watchdog: test `{name}` still running after {secs} s; aborting"
+                );
                 std::process::abort();
             }
         })
@@ -63,4 +69,15 @@ pub fn wait_until(mut cond: impl FnMut() -> bool) {
     while !cond() {
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Runs `body` with the default main context as this thread's thread-default
+/// context (under [`main_context_lock`]), so that `gdex::block_on` here
+/// iterates the main context, as it does on an app's main thread. Test
+/// threads are not the process's main thread.
+pub fn on_main<R>(body: impl FnOnce() -> R) -> R {
+    let _lock = main_context_lock();
+    glib::MainContext::default()
+        .with_thread_default(body)
+        .expect("the default main context is free")
 }

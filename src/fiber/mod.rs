@@ -1,0 +1,394 @@
+//! Fibers: stackful coroutines pinned to the thread that starts them (F1-F6).
+//!
+//! A fiber runs a plain closure on a stack of its own, so code that waits on
+//! futures can be written straight-line, without `async`: [`wait`] suspends
+//! the fiber (and only the fiber) until the future is ready. As in libdex, a
+//! fiber is a future of its result ([`Fiber<T>`]), awaitable from any
+//! scheduler, another fiber or a plain thread.
+//!
+//! # How a fiber runs
+//!
+//! A fiber *is* a gdex task whose future resumes a
+//! [`corosensei`] coroutine on each poll: the coroutine runs until the fiber
+//! returns or calls [`wait`] on a future that is not ready, which registers
+//! the task's waker with that future and switches back to the poller. When
+//! the future wakes the task, the next poll switches into the fiber again,
+//! which polls the future once more. So a fiber needs no machinery of its
+//! own: it shares the task core's single allocation, waker, panic capture
+//! and `Task` handle.
+//!
+//! The task is *pinned* (F2): on a pool it goes to one worker's inbox, which
+//! no other worker reads; on a context scheduler it runs on the context's
+//! thread. Its stack comes from a per-thread pool of guard-paged stacks
+//! (module `stack`).
+//!
+//! # Cancellation (F4)
+//!
+//! Dropping a [`Fiber`] handle does not drop the coroutine (that would unwind
+//! it from the outside, mid-wait). It marks the fiber cancelled and wakes it:
+//! the pending [`wait`] returns [`Error::Cancelled`], so does every later
+//! `wait` on a future that is not already ready, and the fiber leaves through
+//! its own return. Its result is discarded. [`Fiber::detach`] opts out.
+
+pub(crate) mod stack;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+use futures::task::AtomicWaker;
+
+use crate::error::Error;
+use crate::scheduler::Scheduler;
+use crate::task::Task;
+
+pub use stack::stacks_mapped;
+
+/// The default fiber stack: 128 KiB, as libdex (deep GTK and Pango stacks
+/// need it), plus a guard page.
+pub const DEFAULT_STACK_SIZE: usize = 128 * 1024;
+
+/// The smallest fiber stack gdex accepts.
+pub const MIN_STACK_SIZE: usize = 16 * 1024;
+
+pub(crate) fn check_stack_size(bytes: usize) {
+    assert!(
+        bytes >= MIN_STACK_SIZE,
+        "gdex: a fiber stack of {bytes} bytes is too small; use at least {MIN_STACK_SIZE} bytes \
+         (the default is {DEFAULT_STACK_SIZE})"
+    );
+}
+
+/// What the fiber's handle and the fiber share.
+struct Shared {
+    cancelled: AtomicBool,
+    /// The waker of the fiber's task while it is suspended in `wait`, so
+    /// that a cancellation can wake it whatever it waits on.
+    waker: AtomicWaker,
+}
+
+/// Per-fiber state the running fiber reaches through [`CURRENT`].
+struct FiberCtx {
+    /// The coroutine's yielder; set by the fiber's first instructions.
+    yielder: Cell<*const Yielder<(), ()>>,
+    /// The `Context` of the poll that resumed the fiber; valid only while
+    /// that poll runs.
+    cx: Cell<*mut Context<'static>>,
+    shared: Arc<Shared>,
+    guard: Cell<(usize, usize)>,
+}
+
+thread_local! {
+    /// The fiber running on this thread, if any: set by its task's poll for
+    /// the duration of the switch into it.
+    static CURRENT: Cell<*const FiberCtx> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Hides the running fiber (if any) until the returned guard drops: used
+/// where a nested main loop inside a fiber runs other tasks, so that their
+/// `wait` calls do not mistake themselves for the fiber.
+pub(crate) fn outside_fiber() -> impl Drop {
+    struct Restore(*const FiberCtx);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    Restore(CURRENT.with(|c| c.replace(std::ptr::null())))
+}
+
+/// True when called from inside a fiber.
+pub fn in_fiber() -> bool {
+    CURRENT.with(|c| !c.get().is_null())
+}
+
+/// Waits for `future` inside a fiber, suspending only the fiber (F3): its
+/// thread goes on running other tasks and fibers, and the fiber resumes on
+/// the same thread when the future wakes it.
+///
+/// Returns the future's output, or:
+/// - [`Error::NotOnFiber`] at once when not called from a fiber (it never
+///   blocks the thread);
+/// - [`Error::Cancelled`] if the fiber was cancelled (every handle dropped)
+///   while waiting, or is cancelled and the future is not ready at once
+///   (F4). The future is dropped.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let s = pool.scheduler();
+/// let s2 = s.clone();
+/// let fiber = s.spawn_fiber(move || {
+///     let task = s2.spawn(async { 20 });
+///     let twenty = gdex::fiber::wait(task).unwrap().unwrap();
+///     twenty + 1
+/// });
+/// assert_eq!(gdex::block_on(fiber).unwrap(), 21);
+/// assert!(matches!(gdex::fiber::wait(async { 1 }), Err(gdex::Error::NotOnFiber)));
+/// ```
+pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
+    if !in_fiber() {
+        return Err(Error::NotOnFiber);
+    }
+    let mut future = pin!(future);
+    loop {
+        // SAFETY: CURRENT is non-null (checked above, and every resume of
+        // this fiber sets it again to the same `FiberCtx`), and points into
+        // the fiber's task, which outlives the fiber's execution.
+        let ctx = unsafe { &*CURRENT.with(Cell::get) };
+        // SAFETY: `cx` was set by the poll that resumed us and stays valid
+        // until we suspend.
+        let cx = unsafe { &mut *ctx.cx.get() };
+        if let Poll::Ready(value) = future.as_mut().poll(cx) {
+            return Ok(value);
+        }
+        if ctx.shared.cancelled.load(Ordering::Acquire) {
+            return Err(Error::Cancelled);
+        }
+        ctx.shared.waker.register(cx.waker());
+        // A cancellation between the check above and the registration would
+        // have found no waker to wake: look again.
+        if ctx.shared.cancelled.load(Ordering::SeqCst) {
+            return Err(Error::Cancelled);
+        }
+        // SAFETY: the yielder lives on this fiber's stack for the fiber's
+        // whole run, and we are running on that fiber.
+        unsafe { &*ctx.yielder.get() }.suspend(());
+    }
+}
+
+/// Lets the fiber's scheduler run other work, then resumes the fiber (F6).
+/// Returns [`Error::Cancelled`] once the fiber is cancelled, and
+/// [`Error::NotOnFiber`] outside a fiber.
+pub fn yield_now() -> Result<(), Error> {
+    wait(crate::yield_now())
+}
+
+/// Options for spawning a fiber.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let fiber = gdex::fiber::Builder::new()
+///     .stack_size(64 * 1024)
+///     .spawn(&pool.scheduler(), || "small stack");
+/// assert_eq!(gdex::block_on(fiber).unwrap(), "small stack");
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// Default options: the scheduler's fiber stack size.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// The fiber's stack size in bytes (a guard page is added below).
+    ///
+    /// # Panics
+    /// If `bytes` is below [`MIN_STACK_SIZE`].
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        check_stack_size(bytes);
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns `f` as a fiber on `scheduler`. On a pool it is placed on one
+    /// worker (round-robin) and never leaves it (F2).
+    pub fn spawn<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            cancelled: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+        });
+        let stack_size = self
+            .stack_size
+            .unwrap_or_else(|| scheduler.fiber_stack_size());
+        let future = FiberFuture {
+            state: State::Start(f),
+            ctx: FiberCtx {
+                yielder: Cell::new(std::ptr::null()),
+                cx: Cell::new(std::ptr::null_mut()),
+                shared: shared.clone(),
+                guard: Cell::new((0, 0)),
+            },
+            stack_size,
+        };
+        // SAFETY: until its first poll a FiberFuture holds only `f` (Send),
+        // an `Arc` of Send + Sync data and plain integers, so moving it to
+        // the thread that polls it is sound; from the first poll on it is
+        // pinned to that thread by `spawn_pinned_unchecked`.
+        let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
+        Fiber {
+            task: Some(task),
+            shared,
+        }
+    }
+}
+
+/// A handle to a running fiber; a future of its result (F1).
+///
+/// Dropping it cancels the fiber (F4, see the module docs);
+/// [`detach`](Fiber::detach) lets it run to completion. A panic inside the
+/// fiber reaches the waiter as [`Error::Panicked`].
+#[must_use = "dropping a Fiber cancels it; call .detach() to let it run"]
+pub struct Fiber<T> {
+    task: Option<Task<T>>,
+    shared: Arc<Shared>,
+}
+
+impl<T> Fiber<T> {
+    /// Lets the fiber run to completion with nobody holding it (libdex's
+    /// `dex_future_disown`).
+    pub fn detach(mut self) {
+        if let Some(task) = self.task.take() {
+            task.detach();
+        }
+    }
+
+    /// True once the fiber has returned (or panicked).
+    pub fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(Task::is_finished)
+    }
+}
+
+impl<T> Future for Fiber<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.task.as_mut() {
+            Some(task) => Pin::new(task).poll(cx),
+            None => Poll::Ready(Err(Error::Cancelled)),
+        }
+    }
+}
+
+impl<T> Drop for Fiber<T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            if !task.is_finished() {
+                self.shared.cancelled.store(true, Ordering::SeqCst);
+                self.shared.waker.wake();
+            }
+            // The fiber ends through its own return; its result is dropped.
+            task.detach();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Fiber<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fiber")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+enum State<F, T> {
+    Start(F),
+    Running(Coroutine<(), (), T, stack::FiberStack>),
+    Done,
+}
+
+/// The future of a fiber's task: each poll switches into the coroutine.
+struct FiberFuture<F, T> {
+    state: State<F, T>,
+    ctx: FiberCtx,
+    stack_size: usize,
+}
+
+impl<F, T> Future for FiberFuture<F, T>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        // SAFETY: nothing in FiberFuture relies on its address between polls
+        // (CURRENT and the `cx` cell are only used during this poll), so we
+        // may treat it as Unpin.
+        let this = unsafe { self.get_unchecked_mut() };
+        if let State::Start(_) = this.state {
+            let State::Start(f) = std::mem::replace(&mut this.state, State::Done) else {
+                unreachable!()
+            };
+            let stack = stack::acquire(this.stack_size).unwrap_or_else(|e| {
+                panic!(
+                    "gdex: cannot map a {} byte fiber stack: {e}",
+                    this.stack_size
+                )
+            });
+            this.ctx.guard.set(stack.guard());
+            let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
+                // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
+                let ctx = unsafe { &*CURRENT.with(Cell::get) };
+                ctx.yielder.set(yielder);
+                f()
+            });
+            this.state = State::Running(coroutine);
+        }
+        let State::Running(coroutine) = &mut this.state else {
+            panic!("a gdex fiber was polled after it finished");
+        };
+        this.ctx
+            .cx
+            .set((cx as *mut Context<'_>).cast::<Context<'static>>());
+        let result = {
+            let _guard = stack::enter(this.ctx.guard.get());
+            let _current = SetCurrent::new(&this.ctx);
+            coroutine.resume(())
+        };
+        match result {
+            CoroutineResult::Yield(()) => Poll::Pending,
+            CoroutineResult::Return(value) => {
+                if let State::Running(coroutine) = std::mem::replace(&mut this.state, State::Done) {
+                    stack::release(coroutine.into_stack());
+                }
+                Poll::Ready(value)
+            }
+        }
+    }
+}
+
+impl<F, T> Drop for FiberFuture<F, T> {
+    fn drop(&mut self) {
+        if let State::Running(mut coroutine) = std::mem::replace(&mut self.state, State::Done) {
+            if !coroutine.done() {
+                // Dropped while suspended (its pool shut down): unwind the
+                // fiber's frames here, on its own thread, with the fiber
+                // visible so that overflow is still reported as such. A
+                // `wait` in a destructor meanwhile must not suspend: it sees
+                // the fiber cancelled.
+                self.ctx.shared.cancelled.store(true, Ordering::SeqCst);
+                let _guard = stack::enter(self.ctx.guard.get());
+                let _current = SetCurrent::new(&self.ctx);
+                coroutine.force_unwind();
+            }
+            stack::release(coroutine.into_stack());
+        }
+    }
+}
+
+/// Sets CURRENT for one switch into a fiber and restores it after, even if
+/// the fiber panics.
+struct SetCurrent(*const FiberCtx);
+
+impl SetCurrent {
+    fn new(ctx: &FiberCtx) -> SetCurrent {
+        SetCurrent(CURRENT.with(|c| c.replace(ctx)))
+    }
+}
+
+impl Drop for SetCurrent {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
+}

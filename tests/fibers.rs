@@ -1,0 +1,403 @@
+//! Fibers (F1-F6) and pinned `!Send` tasks, on real pools and contexts.
+
+mod common;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use gdex::fiber;
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Keeps every worker of `pool` busy with stealable tasks until `stop`.
+fn load(pool: &gdex::ThreadPool, stop: &Arc<AtomicBool>) {
+    for _ in 0..4 * pool.workers() {
+        let stop = stop.clone();
+        pool.scheduler()
+            .spawn(async move {
+                while !stop.load(Ordering::Acquire) {
+                    spin(Duration::from_micros(20));
+                    gdex::yield_now().await;
+                }
+            })
+            .detach();
+    }
+}
+
+/// F2: a fiber on a loaded 4-worker pool resumes on its own thread after
+/// each of 1,000 waits (on futures woken from other workers and threads).
+#[test]
+fn a_fiber_never_leaves_its_thread() {
+    common::watchdog("a_fiber_never_leaves_its_thread", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        load(&pool, &stop);
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let fiber = s.spawn_fiber(move || {
+            let home = std::thread::current().id();
+            let mut moved = 0;
+            for i in 0..1000 {
+                match i % 3 {
+                    // A task that may run on any worker.
+                    0 => assert_eq!(fiber::wait(s2.spawn(async move { i })).unwrap().unwrap(), i),
+                    // A wake-up from a plain thread.
+                    1 => {
+                        let (tx, rx) = oneshot::channel();
+                        std::thread::spawn(move || tx.send(i).unwrap());
+                        assert_eq!(fiber::wait(rx).unwrap().unwrap(), i);
+                    }
+                    _ => fiber::yield_now().unwrap(),
+                }
+                if std::thread::current().id() != home {
+                    moved += 1;
+                }
+            }
+            moved
+        });
+        let moved = gdex::block_on(fiber).unwrap();
+        stop.store(true, Ordering::Release);
+        assert_eq!(
+            moved, 0,
+            "the fiber resumed on another thread {moved} times"
+        );
+    });
+}
+
+/// F2 for pinned `!Send` tasks: built on a worker, never moved.
+#[test]
+fn a_pinned_task_never_leaves_its_thread() {
+    common::watchdog("a_pinned_task_never_leaves_its_thread", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        load(&pool, &stop);
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let task = pool.spawn_pinned(move || async move {
+            // !Send state held across awaits.
+            let home = Rc::new(std::thread::current().id());
+            let mut moved = 0;
+            for i in 0..1000 {
+                if i % 2 == 0 {
+                    s2.spawn(async {}).await.unwrap();
+                } else {
+                    gdex::yield_now().await;
+                }
+                if std::thread::current().id() != *home {
+                    moved += 1;
+                }
+            }
+            moved
+        });
+        let moved = gdex::block_on(task).unwrap();
+        stop.store(true, Ordering::Release);
+        assert_eq!(moved, 0);
+    });
+}
+
+/// `spawn_local` inside a pool task pins the `!Send` future to that worker.
+#[test]
+fn spawn_local_on_a_worker_pins_to_it() {
+    common::watchdog("spawn_local_on_a_worker_pins_to_it", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        let outer = pool.scheduler().spawn(async {
+            let here = std::thread::current().id();
+            let inner = gdex::spawn_local(async move {
+                let rc = Rc::new(0);
+                for _ in 0..100 {
+                    gdex::yield_now().await;
+                }
+                (std::thread::current().id(), *rc)
+            });
+            (here, inner.await.unwrap().0)
+        });
+        let (outer_thread, inner_thread) = gdex::block_on(outer).unwrap();
+        assert_eq!(outer_thread, inner_thread);
+    });
+}
+
+/// F3 on a 1-worker pool: a fiber waits for a task that must run on the
+/// same (only) worker: the wait suspends the fiber, not the worker.
+#[test]
+fn a_fiber_waits_for_a_task_on_its_own_worker() {
+    common::watchdog("a_fiber_waits_for_a_task_on_its_own_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let fiber = s.spawn_fiber(move || {
+            let task = s2.spawn(async {
+                glib::timeout_future(Duration::from_millis(2)).await;
+                std::thread::current().id()
+            });
+            let ran_on = fiber::wait(task).unwrap().unwrap();
+            (ran_on, std::thread::current().id())
+        });
+        let (task_thread, fiber_thread) = gdex::block_on(fiber).unwrap();
+        assert_eq!(task_thread, fiber_thread);
+    });
+}
+
+/// F3: 10,000 fibers on a 1-worker pool, each waiting on a promise resolved
+/// from another thread, all finish.
+#[test]
+fn ten_thousand_fibers_waiting_on_promises_finish() {
+    common::watchdog("ten_thousand_fibers", 120, || {
+        let n = common::stress(10_000);
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let (senders, fibers): (Vec<_>, Vec<_>) = (0..n)
+            .map(|i| {
+                let (tx, rx) = oneshot::channel::<usize>();
+                let fiber = s.spawn_fiber(move || fiber::wait(rx).unwrap().unwrap() + i);
+                (tx, fiber)
+            })
+            .unzip();
+        let resolver = std::thread::spawn(move || {
+            for (i, tx) in senders.into_iter().enumerate() {
+                tx.send(i).unwrap();
+            }
+        });
+        let total: usize = fibers.into_iter().map(|f| gdex::block_on(f).unwrap()).sum();
+        resolver.join().unwrap();
+        assert_eq!(total, n * (n - 1));
+    });
+}
+
+/// F1: spawning 10,000 fibers one after another reuses stacks from the
+/// per-thread pool: only a handful are mapped.
+#[test]
+fn sequential_fibers_reuse_their_stacks() {
+    common::watchdog("sequential_fibers_reuse_their_stacks", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        // Warm up each worker's stack pool.
+        for i in 0..4 {
+            gdex::block_on(s.spawn_fiber(move || i)).unwrap();
+        }
+        let before = fiber::stacks_mapped();
+        for i in 0..10_000 {
+            assert_eq!(gdex::block_on(s.spawn_fiber(move || i)).unwrap(), i);
+        }
+        let mapped = fiber::stacks_mapped() - before;
+        assert!(
+            mapped <= 4,
+            "{mapped} new stacks mapped for 10,000 sequential fibers"
+        );
+    });
+}
+
+/// F3: outside a fiber, `wait` returns NotOnFiber at once, without polling
+/// forever or blocking the thread.
+#[test]
+fn wait_outside_a_fiber_is_an_error_at_once() {
+    let t = Instant::now();
+    assert!(matches!(
+        fiber::wait(std::future::pending::<()>()),
+        Err(gdex::Error::NotOnFiber)
+    ));
+    assert!(matches!(fiber::yield_now(), Err(gdex::Error::NotOnFiber)));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Inside a plain pool task too.
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let r = gdex::block_on(
+        pool.scheduler()
+            .spawn(async { fiber::wait(async { 1 }).is_err() }),
+    );
+    assert!(r.unwrap());
+}
+
+/// F4: dropping the handle of a fiber blocked in `wait` makes that wait
+/// return Cancelled, a second wait on a pending future returns Cancelled
+/// too, and the code after them runs: the fiber leaves through its return.
+#[test]
+fn dropping_a_fiber_cancels_its_waits_and_it_returns() {
+    common::watchdog("dropping_a_fiber_cancels_its_waits", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (waiting_tx, waiting_rx) = std::sync::mpsc::channel();
+        let (_never_tx, never_rx) = oneshot::channel::<()>();
+        let log2 = log.clone();
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            waiting_tx.send(()).unwrap();
+            let first = fiber::wait(never_rx);
+            log2.lock().unwrap().push(format!("first: {first:?}"));
+            let second = fiber::wait(std::future::pending::<()>());
+            log2.lock().unwrap().push(format!("second: {second:?}"));
+            // A ready future still gives its value.
+            let ready = fiber::wait(async { 5 });
+            log2.lock().unwrap().push(format!("ready: {ready:?}"));
+            log2.lock().unwrap().push("returned".into());
+        });
+        waiting_rx.recv().unwrap();
+        drop(fiber);
+        common::wait_until(|| log.lock().unwrap().len() == 4);
+        let log = log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            [
+                "first: Err(Cancelled)",
+                "second: Err(Cancelled)",
+                "ready: Ok(5)",
+                "returned"
+            ]
+        );
+    });
+}
+
+/// F4: a detached fiber is not cancelled; it runs to completion.
+#[test]
+fn a_detached_fiber_runs_to_completion() {
+    common::watchdog("a_detached_fiber_runs_to_completion", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let done2 = done.clone();
+        pool.scheduler()
+            .spawn_fiber(move || {
+                for _ in 0..3 {
+                    fiber::wait(glib::timeout_future(Duration::from_millis(2))).unwrap();
+                    done2.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+            .detach();
+        common::wait_until(|| done.load(Ordering::Acquire) == 3);
+    });
+}
+
+/// S6 for fibers: a panic reaches the waiter with its message, and the
+/// worker goes on running fibers.
+#[test]
+fn a_fiber_panic_reaches_the_waiter() {
+    common::watchdog("a_fiber_panic_reaches_the_waiter", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let bad = s.spawn_fiber(|| {
+            fiber::yield_now().unwrap();
+            panic!("fiber boom {}", 7);
+        });
+        match gdex::block_on(bad) {
+            Err(gdex::Error::Panicked(msg)) => assert_eq!(msg, "fiber boom 7"),
+            other => panic!("expected a panic, got {other:?}"),
+        }
+        assert_eq!(gdex::block_on(s.spawn_fiber(|| 3)).unwrap(), 3);
+    });
+}
+
+/// F1, S2: fibers on the main scheduler and on a context scheduler run on
+/// the context's thread, and are awaitable from a pool task.
+#[test]
+fn fibers_on_context_schedulers() {
+    common::watchdog("fibers_on_context_schedulers", 60, || {
+        common::on_main(|| {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let main_thread = std::thread::current().id();
+            let on_main = gdex::Scheduler::main().spawn_fiber(|| {
+                fiber::wait(glib::timeout_future(Duration::from_millis(1))).unwrap();
+                std::thread::current().id()
+            });
+            // Awaited by a pool task, while block_on runs the main context.
+            let waiter = pool
+                .scheduler()
+                .spawn(async move { on_main.await.unwrap() });
+            assert_eq!(gdex::block_on(waiter).unwrap(), main_thread);
+
+            let context = glib::MainContext::new();
+            let s = gdex::Scheduler::for_context(&context);
+            let f = s.spawn_fiber(|| {
+                fiber::yield_now().unwrap();
+                std::thread::current().id()
+            });
+            let runner = std::thread::spawn(move || {
+                (context.block_on(f).unwrap(), std::thread::current().id())
+            });
+            let (ran_on, runner_thread) = runner.join().unwrap();
+            assert_eq!(ran_on, runner_thread);
+        })
+    });
+}
+
+/// F1: the stack size can be set per fiber and on the pool builder.
+#[test]
+fn stack_sizes_are_configurable() {
+    common::watchdog("stack_sizes_are_configurable", 60, || {
+        // About 200 KiB of locals: more than the 128 KiB default holds.
+        fn deep(n: usize) -> usize {
+            let buf = std::hint::black_box([n as u8; 1024]);
+            if n == 0 {
+                0
+            } else {
+                n + deep(n - 1) + buf[0] as usize - (n as u8) as usize
+            }
+        }
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .fiber_stack_size(2 * 1024 * 1024)
+            .build()
+            .unwrap();
+        let f = pool.scheduler().spawn_fiber(|| deep(200));
+        assert_eq!(gdex::block_on(f).unwrap(), 200 * 201 / 2);
+        let small = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let f = fiber::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(&small.scheduler(), || deep(200));
+        assert_eq!(gdex::block_on(f).unwrap(), 200 * 201 / 2);
+    });
+}
+
+const OVERFLOW_CHILD: &str = "GDEX_TEST_FIBER_OVERFLOW_CHILD";
+
+/// The child's body for the overflow test: unbounded recursion in a fiber
+/// with a 64 KiB stack.
+#[test]
+fn child_overflows_a_fiber_stack() {
+    if std::env::var_os(OVERFLOW_CHILD).is_none() {
+        return;
+    }
+    fn recurse(n: u64) -> u64 {
+        let buf = std::hint::black_box([n; 64]);
+        if buf[3] == u64::MAX {
+            return 0;
+        }
+        recurse(n + 1) + buf[3]
+    }
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let f = fiber::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(&pool.scheduler(), || recurse(0));
+    let _ = gdex::block_on(f);
+    println!("the child survived a stack overflow");
+}
+
+/// F5: running off a fiber stack hits the guard page and the process stops
+/// with a message naming a fiber stack overflow.
+#[test]
+fn a_fiber_stack_overflow_stops_the_process_with_a_message() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_overflows_a_fiber_stack",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OVERFLOW_CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "the child exited normally:\n{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("survived"));
+    assert!(
+        stderr.contains("gdex fiber overflowed its stack"),
+        "no overflow message on stderr:\n{stderr}"
+    );
+}
