@@ -401,3 +401,44 @@ fn a_fiber_stack_overflow_stops_the_process_with_a_message() {
         "no overflow message on stderr:\n{stderr}"
     );
 }
+
+/// F6, P3: a fiber that yields forever on a 1-worker pool does not starve
+/// the 100 tasks queued behind it, nor they it.
+#[test]
+fn a_yielding_fiber_does_not_starve_tasks() {
+    common::watchdog("a_yielding_fiber_does_not_starve_tasks", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let yields = Arc::new(AtomicUsize::new(0));
+        let (stop2, yields2) = (stop.clone(), yields.clone());
+        let yielder = s.spawn_fiber(move || {
+            while !stop2.load(Ordering::Acquire) {
+                fiber::yield_now().unwrap();
+                yields2.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        common::wait_until(|| yields.load(Ordering::Relaxed) > 10);
+        // Spawned from inside the worker: they sit on its own deque, which
+        // would never be looked at if pinned work always went first.
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (s2, ran2) = (s.clone(), ran.clone());
+        let spawner = s.spawn(async move {
+            let tasks: Vec<_> = (0..100)
+                .map(|_| {
+                    let ran = ran2.clone();
+                    s2.spawn(async move {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        gdex::block_on(spawner).unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 100);
+        stop.store(true, Ordering::Release);
+        gdex::block_on(yielder).unwrap();
+    });
+}

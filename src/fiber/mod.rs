@@ -66,8 +66,14 @@ pub(crate) fn check_stack_size(bytes: usize) {
 /// What the fiber's handle and the fiber share.
 struct Shared {
     cancelled: AtomicBool,
-    /// The waker of the fiber's task while it is suspended in `wait`, so
-    /// that a cancellation can wake it whatever it waits on.
+    /// False once the handle is gone (dropped or detached): nobody can
+    /// cancel the fiber any more.
+    handle_alive: AtomicBool,
+    /// The waker of the fiber's task, registered by its first suspension
+    /// while the handle is alive, so that a cancellation can wake the fiber
+    /// whatever it waits on. (The task's waker never changes, so once is
+    /// enough.) Taken when the handle goes: it would otherwise keep the task
+    /// alive through itself.
     waker: AtomicWaker,
 }
 
@@ -80,6 +86,8 @@ struct FiberCtx {
     cx: Cell<*mut Context<'static>>,
     shared: Arc<Shared>,
     guard: Cell<(usize, usize)>,
+    /// The task's waker is registered in `shared.waker`.
+    registered: Cell<bool>,
 }
 
 thread_local! {
@@ -145,12 +153,18 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         if let Poll::Ready(value) = future.as_mut().poll(cx) {
             return Ok(value);
         }
-        if ctx.shared.cancelled.load(Ordering::Acquire) {
-            return Err(Error::Cancelled);
+        if !ctx.registered.get() {
+            ctx.registered.set(true);
+            if ctx.shared.handle_alive.load(Ordering::SeqCst) {
+                ctx.shared.waker.register(cx.waker());
+                if !ctx.shared.handle_alive.load(Ordering::SeqCst) {
+                    // The handle went meanwhile and found nothing to take.
+                    drop(ctx.shared.waker.take());
+                }
+            }
         }
-        ctx.shared.waker.register(cx.waker());
-        // A cancellation between the check above and the registration would
-        // have found no waker to wake: look again.
+        // Checked after the registration: a cancellation before it found no
+        // waker to wake.
         if ctx.shared.cancelled.load(Ordering::SeqCst) {
             return Err(Error::Cancelled);
         }
@@ -206,6 +220,7 @@ impl Builder {
     {
         let shared = Arc::new(Shared {
             cancelled: AtomicBool::new(false),
+            handle_alive: AtomicBool::new(true),
             waker: AtomicWaker::new(),
         });
         let stack_size = self
@@ -218,6 +233,7 @@ impl Builder {
                 cx: Cell::new(std::ptr::null_mut()),
                 shared: shared.clone(),
                 guard: Cell::new((0, 0)),
+                registered: Cell::new(false),
             },
             stack_size,
         };
@@ -249,6 +265,8 @@ impl<T> Fiber<T> {
     /// `dex_future_disown`).
     pub fn detach(mut self) {
         if let Some(task) = self.task.take() {
+            self.shared.handle_alive.store(false, Ordering::SeqCst);
+            drop(self.shared.waker.take());
             task.detach();
         }
     }
@@ -273,10 +291,13 @@ impl<T> Future for Fiber<T> {
 impl<T> Drop for Fiber<T> {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
+            self.shared.handle_alive.store(false, Ordering::SeqCst);
             if !task.is_finished() {
                 self.shared.cancelled.store(true, Ordering::SeqCst);
-                self.shared.waker.wake();
             }
+            // Wakes a suspended fiber (to see the cancellation), and in any
+            // case drops the registered waker.
+            self.shared.waker.wake();
             // The fiber ends through its own return; its result is dropped.
             task.detach();
         }

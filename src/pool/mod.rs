@@ -132,11 +132,11 @@ impl PoolShared {
     /// when the pool is freed, since dropping a fiber or a `!Send` future on
     /// another thread than its own would be unsound.
     pub(crate) fn schedule_pinned(&self, i: usize, job: Job) {
-        self.remotes[i].inbox.push(job);
-        if worker::unpark_if_current(self, i) {
-            // Pushed by worker `i` itself: it is awake, or now un-parked.
+        // Worker `i` itself takes the job on its thread-local queue.
+        let Err(job) = worker::push_pinned_local(self, i, job) else {
             return;
-        }
+        };
+        self.remotes[i].inbox.push(job);
         fence(Ordering::SeqCst);
         if self.sleep.notify(i) {
             self.unpark(i);

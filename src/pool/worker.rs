@@ -24,6 +24,11 @@ pub(crate) struct Core {
     shared: Arc<PoolShared>,
     index: usize,
     local: crossbeam_deque::Worker<Job>,
+    /// Pinned jobs queued by this worker's own thread (a fiber woken by a
+    /// task it ran); the shared inbox takes those from other threads.
+    pinned: std::cell::RefCell<std::collections::VecDeque<Job>>,
+    /// Whether pinned work goes first on the next search.
+    pinned_turn: Cell<bool>,
 }
 
 thread_local! {
@@ -77,15 +82,18 @@ pub(crate) fn push_local(pool: &PoolShared, job: Job) -> Result<(), Job> {
     })
 }
 
-/// If the calling thread is worker `i` of `pool`, makes sure it is not
-/// parked (it just queued pinned work for itself) and returns `true`.
-pub(crate) fn unpark_if_current(pool: &PoolShared, i: usize) -> bool {
+/// If the calling thread is worker `i` of `pool`, queues `job` on its
+/// thread-local pinned queue (no atomics), makes sure the worker is not
+/// parked, and returns `Ok`. Gives the job back otherwise.
+#[inline]
+pub(crate) fn push_pinned_local(pool: &PoolShared, i: usize, job: Job) -> Result<(), Job> {
     with_current(|core| match core {
         Some(core) if core.index == i && std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
+            core.pinned.borrow_mut().push_back(job);
             core.unpark_self();
-            true
+            Ok(())
         }
-        _ => false,
+        _ => Err(job),
     })
 }
 
@@ -110,6 +118,8 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             shared: shared.clone(),
             index,
             local,
+            pinned: Default::default(),
+            pinned_turn: Cell::new(false),
         };
         CURRENT.with(|c| c.set(&core));
         let name = c"[gdex-worker]";
@@ -137,6 +147,11 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         let inbox = &shared.remotes[index].inbox;
         loop {
             if let Some(job) = core.local.pop() {
+                drop(job);
+                continue;
+            }
+            let pinned = core.pinned.borrow_mut().pop_front();
+            if let Some(job) = pinned {
                 drop(job);
                 continue;
             }
@@ -271,9 +286,25 @@ impl Core {
         }
     }
 
-    /// Pinned work first (nobody else can run it), then P3-P5: own deque,
-    /// the injector, the peers.
+    /// Pinned work (fibers, pinned tasks) and stealable work take turns, so
+    /// a fiber that yields forever cannot starve the deque, nor the reverse
+    /// (P3, F6). Stealable work is P3-P5: own deque, injector, peers.
     fn find_job(&self, slice_start: bool) -> Option<Job> {
+        let pinned_first = !self.pinned_turn.get();
+        self.pinned_turn.set(pinned_first);
+        let job = if pinned_first {
+            self.find_pinned().or_else(|| self.find_queued(slice_start))
+        } else {
+            self.find_queued(slice_start).or_else(|| self.find_pinned())
+        };
+        job.or_else(|| self.steal())
+    }
+
+    fn find_pinned(&self) -> Option<Job> {
+        let pinned = self.pinned.borrow_mut().pop_front();
+        if pinned.is_some() {
+            return pinned;
+        }
         let inbox = &self.shared.remotes[self.index].inbox;
         if !inbox.is_empty() {
             loop {
@@ -284,6 +315,11 @@ impl Core {
                 }
             }
         }
+        None
+    }
+
+    /// Own deque and the injector.
+    fn find_queued(&self, slice_start: bool) -> Option<Job> {
         // Fairness: once per slice, the injector goes first, so outside work
         // is not starved by a deque that never empties.
         if slice_start && !self.shared.injector.is_empty() {
@@ -294,13 +330,13 @@ impl Core {
         if let Some(job) = self.local.pop() {
             return Some(job);
         }
-        if let Some(job) = self.pull_injector() {
-            return Some(job);
-        }
-        self.steal()
+        self.pull_injector()
     }
 
     fn pull_injector(&self) -> Option<Job> {
+        if self.shared.injector.is_empty() {
+            return None;
+        }
         loop {
             match self.shared.injector.steal_batch_and_pop(&self.local) {
                 Steal::Success(job) => {
@@ -357,6 +393,7 @@ impl Core {
     /// The re-check after announcing a park: is any job visible anywhere?
     fn sees_work(&self) -> bool {
         !self.local.is_empty()
+            || !self.pinned.borrow().is_empty()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
             || self

@@ -433,14 +433,25 @@ where
 /// thread panics, and a drop on another thread leaks the future instead of
 /// running `!Send` destructors there.
 struct ThreadBound<F> {
-    owner: Option<std::thread::ThreadId>,
+    /// The owning thread's [`thread_token`]; 0 until the first poll.
+    owner: usize,
     inner: std::mem::ManuallyDrop<F>,
+}
+
+/// A cheap identity of the calling thread: the address of a thread-local,
+/// unique among live threads. (`thread::current().id()` clones an `Arc`.)
+#[inline]
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
 }
 
 impl<F> ThreadBound<F> {
     fn new(inner: F) -> Self {
         ThreadBound {
-            owner: None,
+            owner: 0,
             inner: std::mem::ManuallyDrop::new(inner),
         }
     }
@@ -456,10 +467,10 @@ impl<F: Future> Future for ThreadBound<F> {
         // SAFETY: `inner` is structurally pinned (never moved out; only
         // dropped in place), `owner` is not.
         let this = unsafe { self.get_unchecked_mut() };
-        let me = std::thread::current().id();
+        let me = thread_token();
         match this.owner {
-            None => this.owner = Some(me),
-            Some(owner) => assert!(
+            0 => this.owner = me,
+            owner => assert!(
                 owner == me,
                 "gdex: a pinned task or fiber was resumed on thread {:?}, but it lives on another \
                  thread; the context it was spawned on must always be iterated by the same thread",
@@ -474,7 +485,7 @@ impl<F: Future> Future for ThreadBound<F> {
 impl<F> Drop for ThreadBound<F> {
     fn drop(&mut self) {
         match self.owner {
-            Some(owner) if owner != std::thread::current().id() => {
+            owner if owner != 0 && owner != thread_token() => {
                 glib::g_critical!(
                     "gdex",
                     "a pinned task or fiber was dropped on another thread than its own; it is \
