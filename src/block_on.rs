@@ -123,3 +123,76 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
         context.iteration(true);
     }
 }
+
+struct ThreadWaker {
+    woken: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
+    }
+}
+
+/// Blocks the calling thread until `future` completes (B4), iterating no
+/// context: for plain threads that have no main loop (a thread of your own,
+/// a C library's callback thread). A GLib thread that runs a context wants
+/// [`block_on`] instead.
+///
+/// # Panics
+/// Where blocking would stall work that the future may itself need: on a
+/// pool worker, inside a task of a context scheduler (the main loop), and
+/// inside a fiber (use [`fiber::wait`](crate::fiber::wait)).
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let task = pool.scheduler().spawn(async { 6 * 7 });
+/// let answer = std::thread::spawn(move || gdex::wait_for(task)).join().unwrap();
+/// assert_eq!(answer.unwrap(), 42);
+/// ```
+pub fn wait_for<F: Future>(future: F) -> F::Output {
+    let here = std::thread::current();
+    let name = here.name().unwrap_or("<unnamed>");
+    if crate::fiber::in_fiber() {
+        panic!(
+            "gdex::wait_for called inside a fiber on thread {name:?}: it would block every task \
+             of the fiber's thread. Use gdex::fiber::wait, which suspends only the fiber."
+        );
+    }
+    if crate::pool::current_pool().is_some() {
+        panic!(
+            "gdex::wait_for called on pool worker {name:?}: blocking a worker stalls every task \
+             queued behind it and can deadlock the pool. Await the future instead."
+        );
+    }
+    if crate::scheduler::dispatching() {
+        panic!(
+            "gdex::wait_for called inside a task of a context scheduler on thread {name:?}: it \
+             would block that context's loop, which the future may need. Await the future, or \
+             use gdex::block_on, which keeps the loop running."
+        );
+    }
+    let state = Arc::new(ThreadWaker {
+        woken: AtomicBool::new(true),
+        thread: here.clone(),
+    });
+    let waker = Waker::from(state.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if state.woken.swap(false, Ordering::AcqRel) {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            continue;
+        }
+        std::thread::park();
+    }
+}

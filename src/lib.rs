@@ -13,7 +13,13 @@
 //! - a scheduler for **any context** ([`Scheduler::for_context`]);
 //! - [`Task<T>`], a future of `Result<T, Error>` awaitable from any scheduler
 //!   or thread; dropping it cancels the task, [`Task::detach`] lets it run;
-//! - [`block_on`], which iterates the thread's context while it waits.
+//! - [`block_on`], which iterates the thread's context while it waits, and
+//!   [`wait_for`] for plain threads;
+//! - **fibers** ([`Scheduler::spawn_fiber`], module [`fiber`]): stackful
+//!   coroutines pinned to their thread, which wait on futures with
+//!   [`fiber::wait`] in straight-line code;
+//! - **pinned `!Send` tasks** on pool workers ([`Scheduler::spawn_pinned`]),
+//!   so `!Send` glib-rs and GIO objects can be used in pool work.
 //!
 //! ```
 //! use std::time::Duration;
@@ -46,7 +52,7 @@ mod task;
 
 use std::future::Future;
 
-pub use block_on::block_on;
+pub use block_on::{block_on, wait_for};
 pub use error::Error;
 pub use fiber::Fiber;
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};

@@ -208,3 +208,41 @@ fn many_pending_tasks_are_dropped_once_each() {
         assert_eq!(drops.load(Ordering::Relaxed), n);
     });
 }
+
+/// B4: `wait_for` blocks a plain thread until a pool task is done, and
+/// refuses where blocking would stall what the future may need.
+#[test]
+fn wait_for_blocks_a_plain_thread_and_refuses_on_schedulers() {
+    common::watchdog("wait_for", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let task = s.spawn(async {
+            glib::timeout_future(Duration::from_millis(5)).await;
+            9
+        });
+        let got = std::thread::spawn(move || gdex::wait_for(task))
+            .join()
+            .unwrap();
+        assert_eq!(got.unwrap(), 9);
+        // On a worker: a panic that says why.
+        let refused = s.spawn(async { gdex::wait_for(async { 1 }) });
+        match gdex::wait_for(refused) {
+            Err(gdex::Error::Panicked(msg)) => assert!(msg.contains("pool worker"), "{msg}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // In a fiber: likewise.
+        let refused = s.spawn_fiber(|| gdex::wait_for(async { 1 }));
+        match gdex::wait_for(refused) {
+            Err(gdex::Error::Panicked(msg)) => assert!(msg.contains("fiber::wait"), "{msg}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // In a context scheduler's task.
+        let context = glib::MainContext::new();
+        let refused =
+            gdex::Scheduler::for_context(&context).spawn(async { gdex::wait_for(async { 1 }) });
+        match context.block_on(refused) {
+            Err(gdex::Error::Panicked(msg)) => assert!(msg.contains("context scheduler"), "{msg}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    });
+}

@@ -56,6 +56,11 @@ pub(crate) fn enter_context(shared: &ContextShared) -> impl Drop {
     Restore(DISPATCHING.with(|d| d.replace(shared)))
 }
 
+/// True while a context scheduler's source dispatches on this thread.
+pub(crate) fn dispatching() -> bool {
+    DISPATCHING.with(|d| !d.get().is_null())
+}
+
 impl Scheduler {
     pub(crate) fn from_pool(pool: Arc<PoolShared>) -> Scheduler {
         Scheduler {
