@@ -442,3 +442,34 @@ fn a_yielding_fiber_does_not_starve_tasks() {
         gdex::block_on(yielder).unwrap();
     });
 }
+
+/// P2 with `!Send` GIO futures: `gio::File::load_contents_future` (a `!Send`
+/// future) inside a fiber and inside a pinned task on the pool.
+#[test]
+fn gio_futures_in_fibers_and_pinned_tasks() {
+    use gio::prelude::*;
+    common::watchdog("gio_futures_in_fibers_and_pinned_tasks", 60, || {
+        let dir = std::env::temp_dir().join(format!("gdex-fiber-gio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data.txt");
+        std::fs::write(&path, b"fiber data").unwrap();
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+
+        let p = path.clone();
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            let file = gio::File::for_path(&p);
+            let (bytes, _etag) = fiber::wait(file.load_contents_future()).unwrap().unwrap();
+            bytes.to_vec()
+        });
+        assert_eq!(gdex::block_on(fiber).unwrap(), b"fiber data");
+
+        let p = path.clone();
+        let pinned = pool.spawn_pinned(move || async move {
+            let file = gio::File::for_path(&p);
+            let (bytes, _etag) = file.load_contents_future().await.unwrap();
+            bytes.to_vec()
+        });
+        assert_eq!(gdex::block_on(pinned).unwrap(), b"fiber data");
+        std::fs::remove_dir_all(&dir).ok();
+    });
+}
