@@ -19,6 +19,9 @@ use crate::task::Job;
 /// timers and other sources (P8).
 pub(crate) const SLICE: usize = 32;
 
+/// How long a worker that ran out of work watches for more before it parks.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// The state only the worker's thread touches.
 pub(crate) struct Core {
     shared: Arc<PoolShared>,
@@ -260,12 +263,23 @@ impl Core {
             counters.wake_requests_received.bump();
         }
         let mut ran = 0;
+        // Spins since the last job: each time the worker runs dry it watches
+        // for work once; a few fruitless spins in a row and it parks.
+        let mut spins = 0;
         while ran < SLICE {
             if let Some(job) = self.find_job(ran == 0) {
                 counters.tasks_run.bump();
                 job.run();
                 ran += 1;
+                spins = 0;
                 continue;
+            }
+            if spins < 2 {
+                spins += 1;
+                if self.spin_for_work() {
+                    continue;
+                }
+                spins = 2;
             }
             if !sleep.try_park(self.index) {
                 // We hold a request: consume it and search once more.
@@ -386,6 +400,32 @@ impl Core {
             }
             if !retry {
                 return None;
+            }
+        }
+    }
+
+    /// Before parking, watch the queues for a few microseconds: work that
+    /// arrives meanwhile (the other half of a ping-pong, the next item of a
+    /// stream) is taken without a wake-up syscall on either side, and
+    /// without the latency of waking a sleeping thread. Yields the CPU while
+    /// it watches, so it never delays the thread that would produce the work.
+    fn spin_for_work(&self) -> bool {
+        let start = std::time::Instant::now();
+        let mut round = 0u32;
+        loop {
+            if self.sees_work() {
+                return true;
+            }
+            if start.elapsed() >= SPIN {
+                return false;
+            }
+            round += 1;
+            if round % 16 == 0 {
+                std::thread::yield_now();
+            } else {
+                for _ in 0..8 {
+                    std::hint::spin_loop();
+                }
             }
         }
     }
