@@ -420,7 +420,7 @@ impl Core {
                 return false;
             }
             round += 1;
-            if round % 16 == 0 {
+            if round.is_multiple_of(16) {
                 std::thread::yield_now();
             } else {
                 for _ in 0..8 {
