@@ -44,15 +44,18 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod block_on;
+pub mod blocking;
 mod error;
 pub mod fiber;
 mod pool;
 mod scheduler;
 mod task;
+pub mod thread;
 
 use std::future::Future;
 
 pub use block_on::{block_on, wait_for};
+pub use blocking::LaneStats;
 pub use error::Error;
 pub use fiber::Fiber;
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};
@@ -75,6 +78,21 @@ where
     DEFAULT
         .get_or_init(|| ThreadPool::default().scheduler())
         .spawn(future)
+}
+
+/// Runs `f`, which may block, on the default pool's elastic blocking lane
+/// (B2); see [`ThreadPool::spawn_blocking`].
+///
+/// ```
+/// let task = gdex::spawn_blocking(|| std::fs::read_dir("/").map(|d| d.count()).unwrap_or(0));
+/// assert!(gdex::block_on(task).unwrap() > 0);
+/// ```
+pub fn spawn_blocking<F, T>(f: F) -> Task<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    ThreadPool::default().spawn_blocking(f)
 }
 
 /// Spawns a `!Send` future on the calling thread's scheduler

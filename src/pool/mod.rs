@@ -38,13 +38,14 @@ use std::thread::JoinHandle;
 use crossbeam_deque::{Injector, Steal, Stealer};
 use crossbeam_utils::CachePadded;
 
+use crate::blocking::{Lane, LaneStats};
 use crate::error::Error;
 use crate::scheduler::Scheduler;
 use crate::task::Job;
 use metrics::{Counter, PoolMetrics, WorkerCounters};
 use sleep::{Request, Sleep};
 
-pub(crate) use worker::{current_index, current_pool};
+pub(crate) use worker::{current_index, current_pool, enter_blocking};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;
@@ -56,6 +57,8 @@ pub(crate) struct Remote {
     /// Jobs that only this worker may run: fibers and pinned `!Send` tasks.
     /// Any thread pushes; only the worker pops. Never stolen.
     inbox: Injector<Job>,
+    /// Inside `gdex::blocking::blocking`: the stall watchdog leaves it be.
+    in_blocking: AtomicBool,
 }
 
 pub(crate) struct PoolShared {
@@ -74,6 +77,10 @@ pub(crate) struct PoolShared {
     next_pinned: std::sync::atomic::AtomicUsize,
     /// Default stack size of fibers spawned on this pool.
     fiber_stack_size: usize,
+    /// P9: tasks stay on the worker they were placed on; no stealing.
+    thread_per_core: bool,
+    /// The elastic blocking lane (B2).
+    blocking: Arc<Lane>,
 }
 
 impl PoolShared {
@@ -89,8 +96,13 @@ impl PoolShared {
     /// on the injector otherwise.
     #[inline]
     pub(crate) fn schedule(&self, job: Job) {
-        if let Err(job) = worker::push_local(self, job) {
-            self.inject(job);
+        if let Err(job) = worker::push_local_if(self, None, job) {
+            if self.thread_per_core {
+                // P9: outside work is spread over the workers.
+                self.push_inbox(self.pick_worker(), job);
+            } else {
+                self.inject(job);
+            }
         }
     }
 
@@ -125,6 +137,24 @@ impl PoolShared {
         self.fiber_stack_size
     }
 
+    pub(crate) fn thread_per_core(&self) -> bool {
+        self.thread_per_core
+    }
+
+    /// The worker a new task calls home in thread-per-core mode (P9): the
+    /// spawning worker, or the next one round-robin from outside the pool.
+    pub(crate) fn home_for_spawn(&self) -> usize {
+        worker::current_index(self).unwrap_or_else(|| self.pick_worker())
+    }
+
+    /// P9: queues a job of a task whose home is worker `i`: on its deque if
+    /// we are that worker, else in its inbox, with a directed wake-up.
+    pub(crate) fn schedule_home(&self, i: usize, job: Job) {
+        if let Err(job) = worker::push_local_if(self, Some(i), job) {
+            self.push_inbox(i, job);
+        }
+    }
+
     /// Queues a job that only worker `i` may run, and wakes that worker if
     /// it sleeps (a directed wake-up, P6).
     ///
@@ -136,6 +166,12 @@ impl PoolShared {
         let Err(job) = worker::push_pinned_local(self, i, job) else {
             return;
         };
+        self.push_inbox(i, job);
+    }
+
+    /// Queues a job on worker `i`'s inbox from another thread, and wakes `i`
+    /// if it sleeps.
+    fn push_inbox(&self, i: usize, job: Job) {
         self.remotes[i].inbox.push(job);
         fence(Ordering::SeqCst);
         if self.sleep.notify(i) {
@@ -166,6 +202,9 @@ impl PoolShared {
         for remote in self.remotes.iter() {
             remote.context.wakeup();
         }
+        // Running blocking jobs finish on their own; queued ones are dropped.
+        self.blocking
+            .close(crate::blocking::CloseMode::CancelQueued);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let me = std::thread::current().id();
         for thread in threads {
@@ -304,6 +343,31 @@ impl ThreadPool {
         self.scheduler().spawn_pinned(make)
     }
 
+    /// Runs `f` on this pool's elastic blocking lane (B2): a thread is added
+    /// when every lane thread is busy (up to
+    /// [`max_blocking_threads`](ThreadPoolBuilder::max_blocking_threads)),
+    /// and threads idle for
+    /// [`blocking_keep_alive`](ThreadPoolBuilder::blocking_keep_alive) exit.
+    /// The task resolves to `f`'s result; dropping it before `f` starts
+    /// cancels it.
+    pub fn spawn_blocking<F, T>(&self, f: F) -> crate::Task<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.handle.shared.blocking.spawn(f)
+    }
+
+    /// The blocking lane's threads and queue, now.
+    pub fn blocking_stats(&self) -> LaneStats {
+        self.handle.shared.blocking.stats()
+    }
+
+    /// True if the pool runs in thread-per-core mode (P9).
+    pub fn is_thread_per_core(&self) -> bool {
+        self.handle.shared.thread_per_core
+    }
+
     /// The per-worker counters, read now.
     pub fn metrics(&self) -> PoolMetrics {
         self.handle.shared.metrics()
@@ -343,6 +407,9 @@ pub struct ThreadPoolBuilder {
     workers: Option<usize>,
     stack_size: Option<usize>,
     fiber_stack_size: Option<usize>,
+    thread_per_core: Option<bool>,
+    max_blocking_threads: Option<usize>,
+    blocking_keep_alive: Option<std::time::Duration>,
 }
 
 impl ThreadPoolBuilder {
@@ -378,6 +445,35 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// Thread-per-core mode (P9), overriding `GDEX_THREAD_PER_CORE`: every
+    /// task stays on the worker it was placed on (the spawning worker, or
+    /// round-robin for spawns from outside), and workers never steal. Best
+    /// for many small independent tasks that benefit from cache locality.
+    pub fn thread_per_core(mut self, on: bool) -> Self {
+        self.thread_per_core = Some(on);
+        self
+    }
+
+    /// The most threads the blocking lane may run at once (default 512).
+    ///
+    /// # Panics
+    /// If `n` is 0.
+    pub fn max_blocking_threads(mut self, n: usize) -> Self {
+        assert!(
+            n > 0,
+            "gdex: max_blocking_threads(0): the blocking lane needs a thread"
+        );
+        self.max_blocking_threads = Some(n);
+        self
+    }
+
+    /// How long a blocking-lane thread waits for a job before it exits
+    /// (default 10 s).
+    pub fn blocking_keep_alive(mut self, keep_alive: std::time::Duration) -> Self {
+        self.blocking_keep_alive = Some(keep_alive);
+        self
+    }
+
     /// Starts the pool's threads.
     ///
     /// Fails with [`Error::Failed`] if the OS refuses to create a thread; the
@@ -397,6 +493,7 @@ impl ThreadPoolBuilder {
                         context: glib::MainContext::new(),
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),
+                        in_blocking: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -409,6 +506,15 @@ impl ThreadPoolBuilder {
             fiber_stack_size: self
                 .fiber_stack_size
                 .unwrap_or(crate::fiber::DEFAULT_STACK_SIZE),
+            thread_per_core: self.thread_per_core.unwrap_or_else(default_thread_per_core),
+            blocking: Lane::new(
+                "gdex-blocking",
+                self.max_blocking_threads.unwrap_or(512),
+                Some(
+                    self.blocking_keep_alive
+                        .unwrap_or(std::time::Duration::from_secs(10)),
+                ),
+            ),
         });
         let pool = ThreadPool {
             handle: Arc::new(PoolHandle {
@@ -462,6 +568,32 @@ fn default_workers() -> usize {
                         );
                         cpus
                     }
+                }
+            }
+        }
+    })
+}
+
+/// P9: `GDEX_THREAD_PER_CORE=1` (or `true`/`yes`/`on`) turns thread-per-core
+/// mode on; `0`/`false`/`no`/`off` or unset leaves it off; anything else is
+/// reported once with `g_warning` and ignored.
+fn default_thread_per_core() -> bool {
+    static DEFAULT: OnceLock<bool> = OnceLock::new();
+    *DEFAULT.get_or_init(|| match std::env::var_os("GDEX_THREAD_PER_CORE") {
+        None => false,
+        Some(raw) => {
+            let text = raw.to_string_lossy();
+            match text.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" | "" => false,
+                _ => {
+                    glib::g_warning!(
+                        "gdex",
+                        "GDEX_THREAD_PER_CORE={:?} is not a usable switch (use 1 or 0); \
+                         thread-per-core mode stays off",
+                        text
+                    );
+                    false
                 }
             }
         }

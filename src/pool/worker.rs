@@ -73,15 +73,46 @@ pub(crate) fn current_pool() -> Option<Arc<PoolShared>> {
 }
 
 /// Pushes `job` on the calling worker's deque if the caller is a worker of
-/// `pool`; gives the job back otherwise.
+/// `pool` (and, with `only`, that very worker); gives the job back
+/// otherwise.
 #[inline]
-pub(crate) fn push_local(pool: &PoolShared, job: Job) -> Result<(), Job> {
+pub(crate) fn push_local_if(pool: &PoolShared, only: Option<usize>, job: Job) -> Result<(), Job> {
     with_current(|core| match core {
-        Some(core) if std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
+        Some(core)
+            if std::ptr::eq(Arc::as_ptr(&core.shared), pool)
+                && only.is_none_or(|i| i == core.index) =>
+        {
             core.push(job);
             Ok(())
         }
         _ => Err(job),
+    })
+}
+
+/// Declares that the calling thread is about to block. On a pool worker,
+/// the jobs on its deque are handed to its peers first (to the injector, or
+/// in thread-per-core mode to the other workers' inboxes), and peers are
+/// woken to take them. The returned guard ends the declaration.
+pub(crate) fn enter_blocking() -> impl Drop {
+    struct Done(Option<Arc<PoolShared>>, usize);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            if let Some(pool) = &self.0 {
+                pool.remotes[self.1]
+                    .in_blocking
+                    .store(false, Ordering::Release);
+            }
+        }
+    }
+    with_current(|core| match core {
+        Some(core) => {
+            core.shared.remotes[core.index]
+                .in_blocking
+                .store(true, Ordering::Release);
+            core.offload();
+            Done(Some(core.shared.clone()), core.index)
+        }
+        None => Done(None, 0),
     })
 }
 
@@ -210,8 +241,25 @@ impl Core {
         self.local.push(job);
         if self.shared.sleep.is_parked(self.index) {
             self.unpark_self();
-        } else if self.local.len() > 1 {
+        } else if self.local.len() > 1 && !self.shared.thread_per_core {
             self.request_help();
+        }
+    }
+
+    /// Hands every job on this worker's deque to its peers before the worker
+    /// blocks.
+    fn offload(&self) {
+        let n = self.shared.workers();
+        let mut moved = 0;
+        while let Some(job) = self.local.pop() {
+            if self.shared.thread_per_core && n > 1 {
+                // Round-robin over the other workers' inboxes.
+                let to = (self.index + 1 + moved % (n - 1)) % n;
+                self.shared.push_inbox(to, job);
+            } else {
+                self.shared.inject(job);
+            }
+            moved += 1;
         }
     }
 
@@ -372,7 +420,7 @@ impl Core {
     fn steal(&self) -> Option<Job> {
         let stealers = &self.shared.stealers;
         let n = stealers.len();
-        if n < 2 {
+        if n < 2 || self.shared.thread_per_core {
             return None;
         }
         let counters = self.counters();

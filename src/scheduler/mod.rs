@@ -160,10 +160,16 @@ impl Scheduler {
                 if pool.is_closed() {
                     return Task::failed(Error::Closed);
                 }
-                let pool = pool.clone();
-                let (runnable, task) = async_task::spawn(CatchUnwind::new(future), move |r| {
-                    pool.schedule(Job::Task(r))
-                });
+                let future = CatchUnwind::new(future);
+                let (runnable, task) = if pool.thread_per_core() {
+                    // P9: the task keeps the worker it was placed on.
+                    let home = pool.home_for_spawn();
+                    let pool = pool.clone();
+                    async_task::spawn(future, move |r| pool.schedule_home(home, Job::Task(r)))
+                } else {
+                    let pool = pool.clone();
+                    async_task::spawn(future, move |r| pool.schedule(Job::Task(r)))
+                };
                 runnable.schedule();
                 Task::new(task)
             }

@@ -1,0 +1,346 @@
+//! Blocking work: the elastic blocking lane behind `spawn_blocking` (B2),
+//! the fixed-size [`BlockingPool`] (B3), and [`blocking`], the escape hatch
+//! for a pool task that must block in place.
+//!
+//! Both pools are one mechanism, a [`Lane`]: a FIFO of task `Runnable`s, a
+//! mutex and a condition variable, and threads that run jobs to completion.
+//! The elastic lane starts threads when every one is busy (up to a cap) and
+//! retires them after an idle keep-alive; a fixed pool starts its threads up
+//! front and keeps them until it is closed. Blocking jobs never run on pool
+//! workers, so they never stall tasks.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::task::{CatchUnwind, Job, Task};
+
+/// How a [`BlockingPool`] closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Run every job already queued, then stop.
+    Drain,
+    /// Drop the jobs still queued (their tasks resolve to
+    /// [`Error::Cancelled`]); jobs already running finish.
+    CancelQueued,
+}
+
+struct LaneState {
+    queue: VecDeque<Job>,
+    /// Threads alive.
+    threads: usize,
+    /// Threads waiting for a job.
+    idle: usize,
+    /// Wake-ups sent to idle threads and not yet taken.
+    notified: usize,
+    /// The most threads alive at once.
+    peak: usize,
+    closed: Option<CloseMode>,
+    /// Waiting for every thread to exit (close futures).
+    on_exit: Vec<Waker>,
+}
+
+pub(crate) struct Lane {
+    name: String,
+    max_threads: usize,
+    /// `None`: threads never retire (a fixed pool).
+    keep_alive: Option<Duration>,
+    state: Mutex<LaneState>,
+    cond: Condvar,
+}
+
+impl Lane {
+    pub(crate) fn new(name: &str, max_threads: usize, keep_alive: Option<Duration>) -> Arc<Lane> {
+        Arc::new(Lane {
+            name: name.to_owned(),
+            max_threads,
+            keep_alive,
+            state: Mutex::new(LaneState {
+                queue: VecDeque::new(),
+                threads: 0,
+                idle: 0,
+                notified: 0,
+                peak: 0,
+                closed: None,
+                on_exit: Vec::new(),
+            }),
+            cond: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns a task running `f` on this lane; `Closed` if the lane is.
+    pub(crate) fn spawn<F, T>(self: &Arc<Self>, f: F) -> Task<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.lock().closed.is_some() {
+            return Task::failed(Error::Closed);
+        }
+        let lane = self.clone();
+        let future = CatchUnwind::new(async move { f() });
+        let (runnable, task) = async_task::spawn(future, move |r| lane.submit(Job::Task(r)));
+        runnable.schedule();
+        Task::new(task)
+    }
+
+    /// Queues a job; an idle thread takes it, or a new thread starts.
+    fn submit(self: &Arc<Self>, job: Job) {
+        let mut state = self.lock();
+        if state.closed.is_some() {
+            // Closed between the check in `spawn` and now: the task resolves
+            // to Cancelled when its Runnable drops (after the lock is gone).
+            drop(state);
+            drop(job);
+            return;
+        }
+        state.queue.push_back(job);
+        if state.idle > state.notified {
+            state.notified += 1;
+            self.cond.notify_one();
+        } else if state.threads < self.max_threads {
+            self.start_thread(&mut state);
+        }
+    }
+
+    fn start_thread(self: &Arc<Self>, state: &mut LaneState) {
+        let lane = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(self.name.clone())
+            .spawn(move || lane.run());
+        match spawned {
+            Ok(_) => {
+                state.threads += 1;
+                state.peak = state.peak.max(state.threads);
+            }
+            Err(e) => {
+                // The queued job waits for a running thread instead.
+                glib::g_warning!("gdex", "cannot start a {} thread: {}", self.name, e);
+            }
+        }
+    }
+
+    /// A lane thread: run jobs until closed, or idle past the keep-alive.
+    fn run(self: Arc<Self>) {
+        let mut state = self.lock();
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                drop(state);
+                job.run();
+                state = self.lock();
+                continue;
+            }
+            if state.closed.is_some() {
+                break;
+            }
+            state.idle += 1;
+            let timed_out = match self.keep_alive {
+                Some(keep_alive) => {
+                    let (s, result) = self
+                        .cond
+                        .wait_timeout(state, keep_alive)
+                        .unwrap_or_else(|e| e.into_inner());
+                    state = s;
+                    result.timed_out()
+                }
+                None => {
+                    state = self.cond.wait(state).unwrap_or_else(|e| e.into_inner());
+                    false
+                }
+            };
+            state.idle -= 1;
+            if state.notified > 0 {
+                state.notified -= 1;
+            } else if timed_out && state.queue.is_empty() {
+                // Idle for the whole keep-alive: retire.
+                break;
+            }
+        }
+        state.threads -= 1;
+        if state.threads == 0 {
+            for waker in state.on_exit.drain(..) {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Stops accepting jobs; with `CancelQueued`, drops the queued ones.
+    pub(crate) fn close(&self, mode: CloseMode) {
+        let dropped = {
+            let mut state = self.lock();
+            if state.closed.is_none() {
+                state.closed = Some(mode);
+            }
+            self.cond.notify_all();
+            match mode {
+                CloseMode::CancelQueued => std::mem::take(&mut state.queue),
+                CloseMode::Drain => VecDeque::new(),
+            }
+        };
+        // Dropped outside the lock: a future's destructor may spawn.
+        drop(dropped);
+    }
+
+    pub(crate) fn stats(&self) -> LaneStats {
+        let state = self.lock();
+        LaneStats {
+            threads: state.threads,
+            idle: state.idle,
+            peak_threads: state.peak,
+            queued: state.queue.len(),
+        }
+    }
+}
+
+/// A snapshot of a blocking lane or pool: [`crate::ThreadPool::blocking_stats`],
+/// [`BlockingPool::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LaneStats {
+    /// Threads alive now.
+    pub threads: usize,
+    /// Of those, threads waiting for a job.
+    pub idle: usize,
+    /// The most threads alive at once so far.
+    pub peak_threads: usize,
+    /// Jobs waiting for a thread.
+    pub queued: usize,
+}
+
+/// A fixed-size pool of threads for blocking jobs (B3), libdex's
+/// `DexThreadPool`: `n` threads started up front, `submit` queues a job and
+/// gives a [`Task`], `close` stops it.
+///
+/// Dropping the pool closes it with [`CloseMode::Drain`] without waiting.
+///
+/// ```
+/// use gdex::blocking::{BlockingPool, CloseMode};
+/// let pool = BlockingPool::new(2);
+/// let job = pool.submit(|| std::fs::metadata("/").is_ok());
+/// assert!(gdex::block_on(job).unwrap());
+/// gdex::block_on(pool.close(CloseMode::Drain));
+/// assert!(matches!(gdex::block_on(pool.submit(|| 1)), Err(gdex::Error::Closed)));
+/// ```
+pub struct BlockingPool {
+    lane: Arc<Lane>,
+}
+
+impl BlockingPool {
+    /// Starts `threads` threads named `gdex-blocking-pool`.
+    ///
+    /// # Panics
+    /// If `threads` is 0.
+    pub fn new(threads: usize) -> BlockingPool {
+        assert!(
+            threads > 0,
+            "gdex: BlockingPool::new(0): a pool needs at least one thread"
+        );
+        let lane = Lane::new("gdex-blocking-pool", threads, None);
+        {
+            let mut state = lane.lock();
+            for _ in 0..threads {
+                lane.start_thread(&mut state);
+            }
+        }
+        BlockingPool { lane }
+    }
+
+    /// Queues `f`; the task resolves to its result, [`Error::Panicked`] if it
+    /// panicked, [`Error::Cancelled`] if the pool was closed with
+    /// [`CloseMode::CancelQueued`] before it ran, or [`Error::Closed`] if the
+    /// pool was already closed.
+    pub fn submit<F, T>(&self, f: F) -> Task<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.lane.spawn(f)
+    }
+
+    /// Closes the pool; the returned future completes when every thread of
+    /// the pool has exited. Closing again changes nothing.
+    pub fn close(&self, mode: CloseMode) -> Closed {
+        self.lane.close(mode);
+        Closed {
+            lane: self.lane.clone(),
+        }
+    }
+
+    /// The pool's threads and queue, now.
+    pub fn stats(&self) -> LaneStats {
+        self.lane.stats()
+    }
+}
+
+impl Drop for BlockingPool {
+    fn drop(&mut self) {
+        self.lane.close(CloseMode::Drain);
+    }
+}
+
+impl std::fmt::Debug for BlockingPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingPool")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The future of [`BlockingPool::close`]: completes when the pool's threads
+/// have all exited.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Closed {
+    lane: Arc<Lane>,
+}
+
+impl Future for Closed {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lane.lock();
+        if state.threads == 0 {
+            Poll::Ready(())
+        } else {
+            state.on_exit.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+impl std::fmt::Debug for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closed").finish_non_exhaustive()
+    }
+}
+
+/// Runs `f`, which may block, right here; called from a pool task, it first
+/// hands the rest of the worker's queue to its peers, so that no queued task
+/// waits behind the blocking call (issue: `block_in_place`). Elsewhere it
+/// just runs `f`.
+///
+/// Fibers and pinned tasks queued on the worker cannot move: they wait.
+/// Prefer [`crate::spawn_blocking`] when the work can go to another thread.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+/// let task = pool.scheduler().spawn(async {
+///     gdex::blocking::blocking(|| std::thread::sleep(std::time::Duration::from_millis(5)));
+///     "done"
+/// });
+/// assert_eq!(gdex::block_on(task).unwrap(), "done");
+/// ```
+pub fn blocking<F, R>(f: F) -> R
+where
+    F: FnOnce() -> R,
+{
+    let _blocking = crate::pool::enter_blocking();
+    f()
+}

@@ -1,0 +1,230 @@
+//! Blocking work (B1-B4), the `blocking` escape hatch, and thread-per-core
+//! mode (P9).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gdex::blocking::{BlockingPool, CloseMode};
+
+/// B1: a dedicated thread's result, by `join()` and by `.await` from a
+/// main-scheduler task; the thread has the given name; a panic reaches the
+/// joiner.
+#[test]
+fn thread_spawn_join_and_await() {
+    common::watchdog("thread_spawn_join_and_await", 60, || {
+        let h = gdex::thread::spawn("gdex-test-join", || {
+            std::thread::current().name().unwrap().to_owned()
+        });
+        assert_eq!(h.thread().and_then(|t| t.name()), Some("gdex-test-join"));
+        assert_eq!(h.join().unwrap(), "gdex-test-join");
+
+        let panics = gdex::thread::spawn("gdex-test-panic", || panic!("thread boom"));
+        assert!(matches!(panics.join(), Err(gdex::Error::Panicked(m)) if m == "thread boom"));
+
+        common::on_main(|| {
+            let on_main = gdex::Scheduler::main().spawn_local(async {
+                let h = gdex::thread::spawn("gdex-test-await", || {
+                    std::thread::sleep(Duration::from_millis(10));
+                    std::thread::current().name().unwrap().to_owned()
+                });
+                h.await
+            });
+            assert_eq!(gdex::block_on(on_main).unwrap().unwrap(), "gdex-test-await");
+        });
+    });
+}
+
+/// B2: the blocking lane grows while every thread is busy, and its threads
+/// retire after the keep-alive.
+#[test]
+fn the_blocking_lane_grows_and_retires() {
+    common::watchdog("the_blocking_lane_grows_and_retires", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .blocking_keep_alive(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let jobs: Vec<_> = (0..64)
+            .map(|i| {
+                pool.spawn_blocking(move || {
+                    std::thread::sleep(Duration::from_millis(50));
+                    i
+                })
+            })
+            .collect();
+        for (i, job) in jobs.into_iter().enumerate() {
+            assert_eq!(gdex::block_on(job).unwrap(), i);
+        }
+        let took = started.elapsed();
+        let stats = pool.blocking_stats();
+        // The lane grew: the sleeps overlapped instead of queueing.
+        assert!(stats.peak_threads >= 16, "{stats:?}");
+        assert!(
+            took < Duration::from_millis(64 * 50 / 2),
+            "64 sleeps took {took:?}"
+        );
+        // Idle past the keep-alive: every thread exits.
+        common::wait_until(|| pool.blocking_stats().threads == 0);
+        // And the lane still works afterwards.
+        assert_eq!(gdex::block_on(pool.spawn_blocking(|| 5)).unwrap(), 5);
+        assert_eq!(gdex::block_on(gdex::spawn_blocking(|| 6)).unwrap(), 6);
+    });
+}
+
+/// B3: a fixed pool closed with Drain runs every queued job; with
+/// CancelQueued the queued ones reject with Cancelled; submit after close
+/// gives Closed; the close future completes when the threads are gone.
+#[test]
+fn blocking_pool_close_drain_and_cancel() {
+    common::watchdog("blocking_pool_close", 60, || {
+        for mode in [CloseMode::Drain, CloseMode::CancelQueued] {
+            let pool = BlockingPool::new(1);
+            assert_eq!(pool.stats().threads, 1);
+            let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+            let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+            let first = pool.submit(move || {
+                started_tx.send(()).unwrap();
+                gate_rx.recv().unwrap();
+                "first"
+            });
+            started_rx.recv().unwrap();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let queued: Vec<_> = (0..10)
+                .map(|_| {
+                    let ran = ran.clone();
+                    pool.submit(move || ran.fetch_add(1, Ordering::SeqCst))
+                })
+                .collect();
+            let closed = pool.close(mode);
+            assert!(matches!(
+                gdex::block_on(pool.submit(|| 0)),
+                Err(gdex::Error::Closed)
+            ));
+            gate_tx.send(()).unwrap();
+            assert_eq!(gdex::block_on(first).unwrap(), "first");
+            gdex::block_on(closed);
+            assert_eq!(pool.stats().threads, 0);
+            for t in queued {
+                match (mode, gdex::block_on(t)) {
+                    (CloseMode::Drain, Ok(_)) => {}
+                    (CloseMode::CancelQueued, Err(gdex::Error::Cancelled)) => {}
+                    (mode, other) => panic!("{mode:?}: unexpected {other:?}"),
+                }
+            }
+            let expected = if mode == CloseMode::Drain { 10 } else { 0 };
+            assert_eq!(ran.load(Ordering::SeqCst), expected, "{mode:?}");
+        }
+    });
+}
+
+/// The `blocking` escape hatch: a pool task that blocks for 500 ms does not
+/// delay 100 short tasks queued behind it on its worker. In thread-per-core
+/// mode nothing is stolen, so without the hand-off they would wait the whole
+/// 500 ms.
+#[test]
+fn blocking_in_place_hands_the_queue_to_peers() {
+    common::watchdog("blocking_in_place", 60, || {
+        for thread_per_core in [true, false] {
+            let pool = gdex::ThreadPool::builder()
+                .workers(2)
+                .thread_per_core(thread_per_core)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            let done = Arc::new(AtomicUsize::new(0));
+            let s2 = s.clone();
+            let done2 = done.clone();
+            let blocker = s.spawn(async move {
+                let me = std::thread::current().id();
+                // Queued behind this task, on this worker's deque.
+                let tasks: Vec<_> = (0..100)
+                    .map(|_| {
+                        let done = done2.clone();
+                        s2.spawn(async move {
+                            done.fetch_add(1, Ordering::SeqCst);
+                        })
+                    })
+                    .collect();
+                let seen_during = gdex::blocking::blocking(|| {
+                    let t = Instant::now();
+                    while done2.load(Ordering::SeqCst) < 100
+                        && t.elapsed() < Duration::from_millis(500)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    done2.load(Ordering::SeqCst)
+                });
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                (seen_during, me)
+            });
+            let (seen_during, _) = gdex::block_on(blocker).unwrap();
+            assert_eq!(
+                seen_during, 100,
+                "thread_per_core={thread_per_core}: the queued tasks waited behind the blocking call"
+            );
+        }
+    });
+}
+
+/// P9: in thread-per-core mode, tasks spawned on a worker run on that worker
+/// (nothing is stolen), and spawns from outside land on every worker.
+#[test]
+fn thread_per_core_keeps_tasks_home() {
+    common::watchdog("thread_per_core_keeps_tasks_home", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .thread_per_core(true)
+            .build()
+            .unwrap();
+        assert!(pool.is_thread_per_core());
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let homes = s.spawn(async move {
+            let me = std::thread::current().name().unwrap().to_owned();
+            let tasks: Vec<_> = (0..1000)
+                .map(|i| {
+                    s2.spawn(async move {
+                        // Spin a little so an idle peer would want to steal.
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_micros(20) {}
+                        if i % 10 == 0 {
+                            gdex::yield_now().await;
+                        }
+                        std::thread::current().name().unwrap().to_owned()
+                    })
+                })
+                .collect();
+            let mut names = Vec::new();
+            for t in tasks {
+                names.push(t.await.unwrap());
+            }
+            (me, names)
+        });
+        let (home, names) = gdex::block_on(homes).unwrap();
+        assert!(
+            names.iter().all(|n| *n == home),
+            "a task left its home worker {home}"
+        );
+        let m = pool.metrics();
+        assert!(m.workers.iter().all(|w| w.steals == 0), "{m:?}");
+
+        let outside: Vec<_> = (0..100)
+            .map(|_| s.spawn(async { std::thread::current().name().unwrap().to_owned() }))
+            .collect();
+        let seen = Mutex::new(std::collections::HashSet::new());
+        for t in outside {
+            seen.lock().unwrap().insert(gdex::block_on(t).unwrap());
+        }
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            2,
+            "outside spawns go to every worker"
+        );
+    });
+}
