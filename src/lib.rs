@@ -49,6 +49,7 @@ mod error;
 pub mod fiber;
 mod pool;
 mod scheduler;
+mod stall;
 mod task;
 pub mod thread;
 

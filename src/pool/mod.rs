@@ -81,6 +81,8 @@ pub(crate) struct PoolShared {
     thread_per_core: bool,
     /// The elastic blocking lane (B2).
     blocking: Arc<Lane>,
+    /// How long one poll may take before the stall watchdog reports it.
+    stall_threshold: std::time::Duration,
 }
 
 impl PoolShared {
@@ -139,6 +141,43 @@ impl PoolShared {
 
     pub(crate) fn thread_per_core(&self) -> bool {
         self.thread_per_core
+    }
+
+    pub(crate) fn stall_threshold(&self) -> std::time::Duration {
+        self.stall_threshold
+    }
+
+    /// Worker `i` declared it blocks (`gdex::blocking::blocking`).
+    pub(crate) fn in_blocking(&self, i: usize) -> bool {
+        self.remotes[i].in_blocking.load(Ordering::Acquire)
+    }
+
+    /// Worker `i` is stuck in one poll (B5): its deque must not be held
+    /// hostage. Peers are woken to steal it; in thread-per-core mode, where
+    /// peers do not steal, its jobs are moved to their inboxes.
+    pub(crate) fn help_stuck_worker(&self, i: usize) {
+        let n = self.workers();
+        if n < 2 || self.stealers[i].is_empty() {
+            return;
+        }
+        if self.thread_per_core {
+            let mut k = 0;
+            loop {
+                match self.stealers[i].steal() {
+                    Steal::Success(job) => {
+                        self.push_inbox((i + 1 + k % (n - 1)) % n, job);
+                        k += 1;
+                    }
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        } else {
+            fence(Ordering::SeqCst);
+            if let Request::Wake(j) = self.sleep.request(Some(i), (i + 1) % n) {
+                self.unpark(j);
+            }
+        }
     }
 
     /// The worker a new task calls home in thread-per-core mode (P9): the
@@ -408,6 +447,7 @@ pub struct ThreadPoolBuilder {
     stack_size: Option<usize>,
     fiber_stack_size: Option<usize>,
     thread_per_core: Option<bool>,
+    stall_threshold: Option<std::time::Duration>,
     max_blocking_threads: Option<usize>,
     blocking_keep_alive: Option<std::time::Duration>,
 }
@@ -451,6 +491,14 @@ impl ThreadPoolBuilder {
     /// for many small independent tasks that benefit from cache locality.
     pub fn thread_per_core(mut self, on: bool) -> Self {
         self.thread_per_core = Some(on);
+        self
+    }
+
+    /// How long one poll of a task may run on a worker before the stall
+    /// watchdog reports it (B5); overrides `GDEX_STALL_MS` (default 100 ms).
+    /// Zero turns the watchdog off for this pool.
+    pub fn stall_threshold(mut self, threshold: std::time::Duration) -> Self {
+        self.stall_threshold = Some(threshold);
         self
     }
 
@@ -507,6 +555,9 @@ impl ThreadPoolBuilder {
                 .fiber_stack_size
                 .unwrap_or(crate::fiber::DEFAULT_STACK_SIZE),
             thread_per_core: self.thread_per_core.unwrap_or_else(default_thread_per_core),
+            stall_threshold: self
+                .stall_threshold
+                .unwrap_or_else(crate::stall::default_threshold),
             blocking: Lane::new(
                 "gdex-blocking",
                 self.max_blocking_threads.unwrap_or(512),

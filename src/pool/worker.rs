@@ -32,6 +32,8 @@ pub(crate) struct Core {
     pinned: std::cell::RefCell<std::collections::VecDeque<Job>>,
     /// Whether pinned work goes first on the next search.
     pinned_turn: Cell<bool>,
+    /// What the stall watchdog watches of this worker.
+    runner: Arc<crate::stall::Runner>,
 }
 
 thread_local! {
@@ -154,8 +156,14 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             local,
             pinned: Default::default(),
             pinned_turn: Cell::new(false),
+            runner: crate::stall::Runner::new(
+                format!("gdex-worker-{index}"),
+                shared.stall_threshold(),
+                Some((Arc::downgrade(&shared), index)),
+            ),
         };
         CURRENT.with(|c| c.set(&core));
+        let _runner = crate::stall::enter(&core.runner);
         let name = c"[gdex-worker]";
         let source = SourceRef::attach(
             &context,
@@ -301,6 +309,14 @@ impl Core {
         }
         // A slice dispatched by a nested loop inside a fiber runs plain tasks.
         let _outside = crate::fiber::outside_fiber();
+        self.runner.busy();
+        struct Idle<'a>(&'a crate::stall::Runner);
+        impl Drop for Idle<'_> {
+            fn drop(&mut self) {
+                self.0.idle();
+            }
+        }
+        let _idle = Idle(&self.runner);
         let sleep = &self.shared.sleep;
         let counters = self.counters();
         // Leave the parked state if we were asleep. A busy worker keeps a
@@ -317,7 +333,9 @@ impl Core {
         while ran < SLICE {
             if let Some(job) = self.find_job(ran == 0) {
                 counters.tasks_run.bump();
+                self.runner.enter_job();
                 job.run();
+                self.runner.leave_job();
                 ran += 1;
                 spins = 0;
                 continue;

@@ -41,6 +41,8 @@ pub(crate) struct ContextShared {
     /// `!Send` tasks are alive.
     local_owner: Mutex<LocalOwner>,
     is_main: bool,
+    /// What the stall watchdog watches of this scheduler.
+    runner: Arc<crate::stall::Runner>,
 }
 
 /// Schedulers by context address. A live entry keeps nothing alive: the
@@ -107,6 +109,15 @@ impl ContextShared {
                 wakeups: AtomicU64::new(0),
                 local_owner: Mutex::new(LocalOwner::default()),
                 is_main,
+                runner: crate::stall::Runner::new(
+                    if is_main {
+                        "the main scheduler".to_owned()
+                    } else {
+                        "a gdex context scheduler".to_owned()
+                    },
+                    crate::stall::default_threshold(),
+                    None,
+                ),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -185,17 +196,33 @@ impl ContextShared {
         owner.live > 0 && owner.thread == Some(thread::current().id())
     }
 
+    /// Runs up to a batch of jobs; `None` if the queue ran empty.
+    fn run_jobs(&self) -> Option<()> {
+        for _ in 0..DISPATCH_BATCH {
+            match self.queue.steal() {
+                Steal::Success(job) => {
+                    self.runner.enter_job();
+                    job.run();
+                    self.runner.leave_job();
+                }
+                Steal::Empty => return None,
+                Steal::Retry => continue,
+            }
+        }
+        Some(())
+    }
+
     fn run_batch(&self, source: *mut glib_sys::GSource) {
         SourceRef::clear_ready(source);
         self.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
         let _outside = crate::fiber::outside_fiber();
-        for _ in 0..DISPATCH_BATCH {
-            match self.queue.steal() {
-                Steal::Success(job) => job.run(),
-                Steal::Empty => return,
-                Steal::Retry => continue,
-            }
+        let _runner = crate::stall::enter(&self.runner);
+        self.runner.busy();
+        let result = self.run_jobs();
+        self.runner.idle();
+        if result.is_none() {
+            return;
         }
         // Batch used up with work left: come back after the other sources.
         if !self.queue.is_empty() && !self.notified.swap(true, Ordering::AcqRel) {

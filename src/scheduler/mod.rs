@@ -176,6 +176,22 @@ impl Scheduler {
         }
     }
 
+    /// Spawns a `Send` future with a name (X4): the stall watchdog names it
+    /// when one of its polls blocks its scheduler.
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    /// let task = pool.scheduler().spawn_named("thumbnailer", async { 3 });
+    /// assert_eq!(gdex::block_on(task).unwrap(), 3);
+    /// ```
+    pub fn spawn_named<F>(&self, name: &str, future: F) -> Task<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.spawn(crate::stall::Named::new(name.into(), future))
+    }
+
     /// Spawns a `!Send` future on a context scheduler (S1). It may only be
     /// called on the thread that owns the context (the one running its loop,
     /// or able to acquire it); the future is polled and dropped on that

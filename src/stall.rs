@@ -1,0 +1,338 @@
+//! The stall watchdog (B5, X4): notices a pool worker or a context
+//! scheduler (the main loop) stuck in one poll longer than a threshold,
+//! reports it once with `g_warning` naming the task and the scheduler, and
+//! gets the stuck worker's queued tasks taken by its peers.
+//!
+//! Cost on the hot path: every runner (a worker, or a context scheduler
+//! while it dispatches) bumps a sequence number it alone writes, before and
+//! after each job: odd means "inside a job". One monitor thread,
+//! `gdex-watchdog`, samples the sequences a few times per threshold; a
+//! sequence that stays odd and unchanged for the threshold is a stall. The
+//! monitor sleeps for good while every runner is idle, and the first runner
+//! to start working again wakes it, so an idle program pays nothing.
+//!
+//! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
+//! publishes its name on its runner while it is polled.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::pool::PoolShared;
+
+/// One thing that runs jobs and can get stuck in one: a pool worker, or a
+/// context scheduler.
+pub(crate) struct Runner {
+    /// Odd while a job runs. Written only by the runner's thread.
+    seq: AtomicU64,
+    /// True while the runner works through a slice of jobs.
+    active: AtomicBool,
+    /// The name of the named task being polled, if any.
+    name: Mutex<Option<Arc<str>>>,
+    /// "gdex-worker-1", "the main scheduler", ...
+    label: String,
+    threshold: Duration,
+    /// For a worker: its pool and index, to wake peers for its queue.
+    worker: Option<(Weak<PoolShared>, usize)>,
+    /// The monitor's bookkeeping (only the monitor touches it).
+    track: Mutex<Track>,
+}
+
+#[derive(Default)]
+struct Track {
+    seq: u64,
+    since: Option<Instant>,
+    reported: bool,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        label: String,
+        threshold: Duration,
+        worker: Option<(Weak<PoolShared>, usize)>,
+    ) -> Arc<Runner> {
+        let runner = Arc::new(Runner {
+            seq: AtomicU64::new(0),
+            active: AtomicBool::new(false),
+            name: Mutex::new(None),
+            label,
+            threshold,
+            worker,
+            track: Mutex::new(Track::default()),
+        });
+        if !threshold.is_zero() {
+            monitor().register(&runner);
+        }
+        runner
+    }
+
+    /// A job starts on this runner's thread.
+    #[inline]
+    pub(crate) fn enter_job(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s | 1, Ordering::Relaxed);
+    }
+
+    /// The job has returned.
+    #[inline]
+    pub(crate) fn leave_job(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store((s | 1) + 1, Ordering::Relaxed);
+    }
+
+    /// The runner starts a slice of jobs: make sure the monitor watches.
+    /// Pairs with the monitor's `park`: either it sees us active, or we see
+    /// it parked and wake it.
+    #[inline]
+    pub(crate) fn busy(&self) {
+        if !self.threshold.is_zero() {
+            self.active.store(true, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            monitor().wake();
+        }
+    }
+
+    /// The slice is over.
+    #[inline]
+    pub(crate) fn idle(&self) {
+        if !self.threshold.is_zero() {
+            self.active.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    /// The runner whose job is being polled on this thread.
+    static CURRENT: Cell<*const Runner> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Makes `runner` this thread's current runner until the guard drops.
+pub(crate) fn enter(runner: &Runner) -> impl Drop {
+    struct Restore(*const Runner);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    Restore(CURRENT.with(|c| c.replace(runner)))
+}
+
+/// The threshold a runner gets unless told otherwise: `GDEX_STALL_MS`
+/// (0 turns the watchdog off), else 100 ms. An unusable value is reported
+/// once.
+pub(crate) fn default_threshold() -> Duration {
+    static DEFAULT: OnceLock<Duration> = OnceLock::new();
+    *DEFAULT.get_or_init(|| match std::env::var_os("GDEX_STALL_MS") {
+        None => Duration::from_millis(100),
+        Some(raw) => {
+            let text = raw.to_string_lossy();
+            match text.trim().parse::<u64>() {
+                Ok(ms) => Duration::from_millis(ms),
+                Err(_) => {
+                    glib::g_warning!(
+                        "gdex",
+                        "GDEX_STALL_MS={:?} is not a number of milliseconds (0 turns the stall \
+                         watchdog off); using 100",
+                        text
+                    );
+                    Duration::from_millis(100)
+                }
+            }
+        }
+    })
+}
+
+/// A future that publishes its task's name on the runner polling it.
+pub(crate) struct Named<F> {
+    name: Arc<str>,
+    future: F,
+}
+
+impl<F> Named<F> {
+    pub(crate) fn new(name: Arc<str>, future: F) -> Self {
+        Named { name, future }
+    }
+}
+
+impl<F: Future> Future for Named<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `future` is structurally pinned (never moved out), `name`
+        // is not.
+        let this = unsafe { self.get_unchecked_mut() };
+        let runner = CURRENT.with(Cell::get);
+        // SAFETY: CURRENT points at a runner that outlives the poll running
+        // on this thread (set by the worker loop or a context dispatch).
+        let runner = unsafe { runner.as_ref() };
+        if let Some(r) = runner {
+            *r.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(this.name.clone());
+        }
+        struct Clear<'a>(Option<&'a Runner>);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                if let Some(r) = self.0 {
+                    *r.name.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+            }
+        }
+        let _clear = Clear(runner);
+        // SAFETY: see above.
+        unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx)
+    }
+}
+
+struct Monitor {
+    runners: Mutex<Vec<Weak<Runner>>>,
+    /// The monitor thread sleeps until woken (every runner was idle).
+    parked: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
+}
+
+fn monitor() -> &'static Monitor {
+    static MONITOR: OnceLock<Monitor> = OnceLock::new();
+    MONITOR.get_or_init(|| Monitor {
+        runners: Mutex::new(Vec::new()),
+        parked: AtomicBool::new(false),
+        thread: OnceLock::new(),
+    })
+}
+
+impl Monitor {
+    fn register(&'static self, runner: &Arc<Runner>) {
+        self.runners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(runner));
+        self.thread.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("gdex-watchdog".into())
+                .spawn(move || self.run())
+                .expect("start the gdex stall watchdog")
+                .thread()
+                .clone()
+        });
+        self.wake();
+    }
+
+    #[inline]
+    fn wake(&self) {
+        if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::SeqCst) {
+            if let Some(thread) = self.thread.get() {
+                thread.unpark();
+            }
+        }
+    }
+
+    fn run(&self) {
+        loop {
+            let runners: Vec<Arc<Runner>> = {
+                let mut list = self.runners.lock().unwrap_or_else(|e| e.into_inner());
+                list.retain(|w| w.strong_count() > 0);
+                list.iter().filter_map(Weak::upgrade).collect()
+            };
+            let Some(min) = runners.iter().map(|r| r.threshold).min() else {
+                self.parked.store(true, Ordering::SeqCst);
+                self.park();
+                continue;
+            };
+            std::thread::sleep(
+                (min / 4).clamp(Duration::from_millis(5), Duration::from_millis(250)),
+            );
+            let mut busy = false;
+            let now = Instant::now();
+            for runner in &runners {
+                busy |= self.check(runner, now);
+            }
+            if !busy {
+                self.parked.store(true, Ordering::SeqCst);
+                if runners.iter().any(|r| r.active.load(Ordering::SeqCst)) {
+                    // A runner started meanwhile and may have missed the flag.
+                    self.parked.store(false, Ordering::SeqCst);
+                    continue;
+                }
+                drop(runners);
+                self.park();
+            }
+        }
+    }
+
+    /// Looks at one runner; true if it is working.
+    fn check(&self, runner: &Runner, now: Instant) -> bool {
+        let seq = runner.seq.load(Ordering::Relaxed);
+        let mut track = runner.track.lock().unwrap_or_else(|e| e.into_inner());
+        if seq & 1 == 0 {
+            *track = Track {
+                seq,
+                ..Track::default()
+            };
+            return runner.active.load(Ordering::Relaxed);
+        }
+        if track.seq != seq || track.since.is_none() {
+            *track = Track {
+                seq,
+                since: Some(now),
+                reported: false,
+            };
+            return true;
+        }
+        let stuck_for = now.duration_since(track.since.unwrap_or(now));
+        if stuck_for < runner.threshold {
+            return true;
+        }
+        let pool = runner
+            .worker
+            .as_ref()
+            .and_then(|(p, i)| Some((p.upgrade()?, *i)));
+        if let Some((pool, i)) = &pool {
+            if pool.in_blocking(*i) {
+                // Declared with gdex::blocking::blocking: not a stall.
+                return true;
+            }
+            // Whatever sits on the stuck worker's deque goes to a peer.
+            pool.help_stuck_worker(*i);
+        }
+        if !track.reported {
+            track.reported = true;
+            let name = runner
+                .name
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let task = match name {
+                Some(name) => format!("task \"{name}\""),
+                None => "an unnamed task (name tasks with Scheduler::spawn_named to see them here)"
+                    .to_owned(),
+            };
+            glib::g_warning!(
+                "gdex",
+                "{} has been stuck in one poll of {} for {} ms. A task must not block its \
+                 scheduler: move blocking work to gdex::spawn_blocking, or wrap it in \
+                 gdex::blocking::blocking.{}",
+                runner.label,
+                task,
+                stuck_for.as_millis(),
+                if pool.is_some() {
+                    " Its queued tasks go to its peers meanwhile."
+                } else {
+                    ""
+                }
+            );
+        }
+        true
+    }
+
+    /// Sleeps until a runner starts working again (`parked` is set).
+    fn park(&self) {
+        loop {
+            std::thread::park();
+            if !self.parked.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
