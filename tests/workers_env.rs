@@ -20,26 +20,40 @@ fn child_default_pool() {
         assert_eq!(gdex::block_on(t).unwrap(), 4);
     }
     println!("WORKERS={} {}", a.workers(), b.workers());
+    println!("TPC={}", a.is_thread_per_core());
+    if std::env::var_os("GDEX_TEST_SPIN").is_some() {
+        // A poll that blocks its worker for 300 ms: the watchdog's business.
+        let t = a.scheduler().spawn_named("env-spinner", async {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(300) {}
+        });
+        gdex::block_on(t).unwrap();
+    }
 }
 
 fn run_child(value: &str) -> (String, String) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_default_pool",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env("GDEX_WORKERS", value)
-        .env_remove("G_DEBUG")
-        .output()
-        .unwrap();
+    run_child_with(&[("GDEX_WORKERS", value)])
+}
+
+fn run_child_with(vars: &[(&str, &str)]) -> (String, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_default_pool",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD, "1")
+    .env_remove("G_DEBUG");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "child with GDEX_WORKERS={value} failed:\n{stdout}\n{stderr}"
+        "child with {vars:?} failed:\n{stdout}\n{stderr}"
     );
     (stdout, stderr)
 }
@@ -84,4 +98,37 @@ fn a_usable_value_sets_the_size_silently() {
     let (stdout, stderr) = run_child("3");
     assert_eq!(workers_line(&stdout), "WORKERS=3 3");
     assert!(!stderr.contains("GDEX_WORKERS"), "{stderr}");
+}
+
+/// P9: `GDEX_THREAD_PER_CORE=1` turns thread-per-core mode on; an unusable
+/// value is reported once and leaves it off.
+#[test]
+fn thread_per_core_from_the_environment() {
+    let (stdout, stderr) = run_child_with(&[("GDEX_THREAD_PER_CORE", "1")]);
+    assert!(stdout.contains("TPC=true"), "{stdout}");
+    assert!(!stderr.contains("GDEX_THREAD_PER_CORE"), "{stderr}");
+    let (stdout, stderr) = run_child_with(&[("GDEX_THREAD_PER_CORE", "maybe")]);
+    assert!(stdout.contains("TPC=false"), "{stdout}");
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.contains("GDEX_THREAD_PER_CORE"))
+        .count();
+    assert_eq!(warnings, 1, "{stderr}");
+}
+
+/// B5: the watchdog reports a 300 ms poll by default, and `GDEX_STALL_MS=0`
+/// turns it off.
+#[test]
+fn stall_watchdog_from_the_environment() {
+    let (_, stderr) = run_child_with(&[("GDEX_TEST_SPIN", "1")]);
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("env-spinner")).count(),
+        1,
+        "one report by default:\n{stderr}"
+    );
+    let (_, stderr) = run_child_with(&[("GDEX_TEST_SPIN", "1"), ("GDEX_STALL_MS", "0")]);
+    assert!(
+        !stderr.contains("env-spinner"),
+        "GDEX_STALL_MS=0 is quiet:\n{stderr}"
+    );
 }
