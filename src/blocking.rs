@@ -2,7 +2,7 @@
 //! the fixed-size [`BlockingPool`] (B3), and [`blocking`], the escape hatch
 //! for a pool task that must block in place.
 //!
-//! Both pools are one mechanism, a [`Lane`]: a FIFO of task `Runnable`s, a
+//! Both pools are one mechanism, a `Lane`: a FIFO of task `Runnable`s, a
 //! mutex and a condition variable, and threads that run jobs to completion.
 //! The elastic lane starts threads when every one is busy (up to a cap) and
 //! retires them after an idle keep-alive; a fixed pool starts its threads up
