@@ -45,6 +45,7 @@
 
 mod block_on;
 pub mod blocking;
+mod clock;
 mod error;
 pub mod fiber;
 mod pool;

@@ -248,14 +248,24 @@ impl Monitor {
             for runner in &runners {
                 busy |= self.check(runner, now);
             }
+
+            drop(runners);
             if !busy {
                 self.parked.store(true, Ordering::SeqCst);
-                if runners.iter().any(|r| r.active.load(Ordering::SeqCst)) {
-                    // A runner started meanwhile and may have missed the flag.
+                // Every runner registered by now, not just this tick's
+                // snapshot: one registered since may already be working,
+                // having seen the flag still down.
+                let any_active = self
+                    .runners
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .any(|r| r.active.load(Ordering::SeqCst));
+                if any_active {
                     self.parked.store(false, Ordering::SeqCst);
                     continue;
                 }
-                drop(runners);
                 self.park();
             }
         }

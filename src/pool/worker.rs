@@ -19,6 +19,11 @@ use crate::task::Job;
 /// timers and other sources (P8).
 pub(crate) const SLICE: usize = 32;
 
+/// How long a busy worker runs jobs before it lets its context dispatch due
+/// timers and sources, even if fewer than [`SLICE`] jobs ran (P8): timeouts
+/// are late by about this much at most under load.
+const SLICE_TIME: std::time::Duration = std::time::Duration::from_micros(100);
+
 /// How long a worker that ran out of work watches for more before it parks.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
@@ -32,6 +37,17 @@ pub(crate) struct Core {
     pinned: std::cell::RefCell<std::collections::VecDeque<Job>>,
     /// Whether pinned work goes first on the next search.
     pinned_turn: Cell<bool>,
+    /// Inside `run_slice`: pushes come from the tasks it runs.
+    in_slice: Cell<bool>,
+    /// The first job this worker's own thread queued outside a slice since
+    /// the last one: a task woken by its context's other sources (a timer
+    /// fired, a GIO call completed). It runs first in the next slice, so a
+    /// timer's task is not late by a whole deque. One slot only, so it holds
+    /// back no parallelism (the rest go to the stealable deque), and no
+    /// starvation: a task cannot wake itself into it.
+    woken: std::cell::RefCell<Option<Job>>,
+    /// `SLICE_TIME` in clock ticks.
+    slice_ticks: u64,
     /// What the stall watchdog watches of this worker.
     runner: Arc<crate::stall::Runner>,
 }
@@ -156,6 +172,9 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             local,
             pinned: Default::default(),
             pinned_turn: Cell::new(false),
+            in_slice: Cell::new(false),
+            woken: Default::default(),
+            slice_ticks: crate::clock::ticks(SLICE_TIME),
             runner: crate::stall::Runner::new(
                 format!("gdex-worker-{index}"),
                 shared.stall_threshold(),
@@ -194,6 +213,11 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             }
             let pinned = core.pinned.borrow_mut().pop_front();
             if let Some(job) = pinned {
+                drop(job);
+                continue;
+            }
+            let woken = core.woken.borrow_mut().take();
+            if let Some(job) = woken {
                 drop(job);
                 continue;
             }
@@ -246,6 +270,23 @@ impl Core {
     /// help (P6).
     #[inline]
     fn push(&self, job: Job) {
+        let job = if self.in_slice.get() {
+            job
+        } else {
+            let mut slot = self.woken.borrow_mut();
+            match slot.take() {
+                None => {
+                    *slot = Some(job);
+                    drop(slot);
+                    self.unpark_self();
+                    return;
+                }
+                Some(first) => {
+                    *slot = Some(first);
+                    job
+                }
+            }
+        };
         self.local.push(job);
         if self.shared.sleep.is_parked(self.index) {
             self.unpark_self();
@@ -259,6 +300,10 @@ impl Core {
     fn offload(&self) {
         let n = self.shared.workers();
         let mut moved = 0;
+        let woken = self.woken.borrow_mut().take();
+        if let Some(job) = woken {
+            self.local.push(job);
+        }
         while let Some(job) = self.local.pop() {
             if self.shared.thread_per_core && n > 1 {
                 // Round-robin over the other workers' inboxes.
@@ -317,6 +362,15 @@ impl Core {
             }
         }
         let _idle = Idle(&self.runner);
+        self.in_slice.set(true);
+        struct OutOfSlice<'a>(&'a Cell<bool>);
+        impl Drop for OutOfSlice<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _out = OutOfSlice(&self.in_slice);
+        let deadline = crate::clock::now().wrapping_add(self.slice_ticks);
         let sleep = &self.shared.sleep;
         let counters = self.counters();
         // Leave the parked state if we were asleep. A busy worker keeps a
@@ -338,6 +392,11 @@ impl Core {
                 self.runner.leave_job();
                 ran += 1;
                 spins = 0;
+                // P8 by time as well as by count: every other job, see if the
+                // slice's time is up (the clock read is cheap, not free).
+                if ran % 2 == 0 && crate::clock::now() >= deadline {
+                    break;
+                }
                 continue;
             }
             if spins < 2 {
@@ -370,6 +429,10 @@ impl Core {
     /// a fiber that yields forever cannot starve the deque, nor the reverse
     /// (P3, F6). Stealable work is P3-P5: own deque, injector, peers.
     fn find_job(&self, slice_start: bool) -> Option<Job> {
+        let woken = self.woken.borrow_mut().take();
+        if woken.is_some() {
+            return woken;
+        }
         let pinned_first = !self.pinned_turn.get();
         self.pinned_turn.set(pinned_first);
         let job = if pinned_first {
@@ -500,6 +563,7 @@ impl Core {
     fn sees_work(&self) -> bool {
         !self.local.is_empty()
             || !self.pinned.borrow().is_empty()
+            || self.woken.borrow().is_some()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
             || self

@@ -5,28 +5,26 @@
 //! per spawn and 2 µs per switch on a 2-core machine. A regression check:
 //! read the per-element times criterion prints.
 //!
-//! `cargo bench --bench fibers` (add `-- --quick` for a short run).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use futures::task::AtomicWaker;
 
 const SPAWNS: usize = 100_000;
 const SWITCHES: usize = 100_000;
 
-fn workers() -> usize {
-    std::env::var("GDEX_BENCH_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2)
+use crate::runtimes::workers;
+
+pub fn fibers(c: &mut Criterion) {
+    fiber_spawn(c);
+    fiber_switch(c);
 }
 
 fn fiber_spawn(c: &mut Criterion) {
@@ -132,13 +130,3 @@ fn fiber_switch(c: &mut Criterion) {
     });
     g.finish();
 }
-
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(10);
-    targets = fiber_spawn, fiber_switch
-}
-criterion_main!(benches);

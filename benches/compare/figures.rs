@@ -1,0 +1,293 @@
+//! The workloads that are not times per iteration (BENCH.md): timer
+//! lateness under load, idle CPU, memory per pending task, and the longest
+//! frame gap of a busy main loop. Each measures gdex and the peers that can
+//! run it, in one run. Idle CPU and memory are measured in child processes
+//! (this binary, re-run with `GDEX_BENCH_CHILD` set) so that nothing else
+//! counts.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::runtimes::{workers, All, Runtime};
+
+/// One measured figure: a row of the final table.
+pub struct Figure {
+    pub workload: &'static str,
+    pub unit: &'static str,
+    /// (runtime, value as text, value for ratios)
+    pub values: Vec<(&'static str, String, f64)>,
+}
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+fn percentiles(mut v: Vec<Duration>) -> (f64, f64, f64, f64) {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |p: f64| us(v[((v.len() - 1) as f64 * p).round() as usize]);
+    (us(v[0]), at(0.5), at(0.99), us(*v.last().unwrap()))
+}
+
+/// Background load: 2×N tasks that spin 100 µs and yield, until `stop`.
+fn load<R: Runtime>(rt: &R, tasks: usize, stop: &Arc<AtomicBool>) {
+    for _ in 0..tasks {
+        let stop = stop.clone();
+        rt.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                spin(Duration::from_micros(100));
+                gdex::yield_now().await;
+            }
+        });
+    }
+}
+
+fn lateness<R: Runtime, S, F>(rt: &R, tasks: usize, run_for: Duration, sleep: S) -> Vec<Duration>
+where
+    S: Fn(Duration) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    load(rt, tasks, &stop);
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let mut late = Vec::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < run_for {
+            let t = Instant::now();
+            sleep(Duration::from_millis(10)).await;
+            late.push(t.elapsed().saturating_sub(Duration::from_millis(10)));
+        }
+        tx.send(late).unwrap();
+    });
+    let late = rx.recv().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    late
+}
+
+pub fn timer_lateness(all: &All) -> Vec<Figure> {
+    let tasks = 2 * workers();
+    let run_for = Duration::from_secs(1);
+    let mut rows: Vec<(&'static str, Vec<Duration>)> = vec![
+        (
+            "gdex",
+            lateness(&all.gdex, tasks, run_for, glib::timeout_future),
+        ),
+        (
+            "tokio",
+            lateness(&all.tokio, tasks, run_for, tokio::time::sleep),
+        ),
+        (
+            "glib-main",
+            lateness(&all.glib_main, tasks, run_for, glib::timeout_future),
+        ),
+    ];
+    let mut p50 = Figure {
+        workload: "timer_lateness p50",
+        unit: "µs",
+        values: vec![],
+    };
+    let mut p99 = Figure {
+        workload: "timer_lateness p99",
+        unit: "µs",
+        values: vec![],
+    };
+    for (name, late) in rows.drain(..) {
+        let (min, median, pct99, max) = percentiles(late);
+        p50.values.push((name, format!("{median:.0}"), median));
+        p99.values.push((
+            name,
+            format!("{pct99:.0} (min {min:.0}, max {max:.0})"),
+            pct99,
+        ));
+    }
+    vec![p50, p99]
+}
+
+/// Child process bodies, selected by `GDEX_BENCH_CHILD=<what>:<runtime>`.
+pub fn child(what: &str) {
+    let (what, rt) = what.split_once(':').expect("GDEX_BENCH_CHILD=what:runtime");
+    match what {
+        "idle" => idle_child(rt),
+        "memory" => memory_child(rt),
+        _ => panic!("unknown child {what}"),
+    }
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn burst<R: Runtime>(rt: &R) {
+    let handles: Vec<_> = (0..10_000).map(|_| rt.spawn_join(async {})).collect();
+    rt.block_on(async move {
+        for h in handles {
+            h.await;
+        }
+    });
+}
+
+fn idle_child(rt: &str) {
+    let all = All::new();
+    match rt {
+        "gdex" => burst(&all.gdex),
+        "tokio" => burst(&all.tokio),
+        "smol" => burst(&all.smol),
+        "glib-main" => burst(&all.glib_main),
+        _ => panic!("unknown runtime {rt}"),
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let before = cpu_time();
+    std::thread::sleep(Duration::from_secs(2));
+    println!("VALUE={}", (cpu_time() - before).as_secs_f64() * 1e3);
+}
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize
+}
+
+const PENDING: usize = 1_000_000;
+
+fn pending_tasks<R: Runtime>(rt: &R) -> f64 {
+    let polled = Arc::new(AtomicUsize::new(0));
+    let before = rss_bytes();
+    for _ in 0..PENDING {
+        let polled = polled.clone();
+        rt.spawn(async move {
+            polled.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await
+        });
+    }
+    while polled.load(Ordering::Relaxed) < PENDING {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (rss_bytes() - before) as f64 / PENDING as f64
+}
+
+fn memory_child(rt: &str) {
+    let all = All::new();
+    std::thread::sleep(Duration::from_millis(50));
+    let per_task = match rt {
+        "gdex" => pending_tasks(&all.gdex),
+        "tokio" => pending_tasks(&all.tokio),
+        "smol" => pending_tasks(&all.smol),
+        "glib-main" => pending_tasks(&all.glib_main),
+        _ => panic!("unknown runtime {rt}"),
+    };
+    println!("VALUE={per_task}");
+}
+
+fn run_child(what: &str) -> f64 {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("GDEX_BENCH_CHILD", what)
+        .output()
+        .expect("run a bench child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("VALUE="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "child {what} printed no value:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+pub fn idle_and_memory() -> Vec<Figure> {
+    let runtimes = ["gdex", "tokio", "smol", "glib-main"];
+    let mut idle = Figure {
+        workload: "idle_cpu",
+        unit: "ms per 2 s",
+        values: vec![],
+    };
+    let mut memory = Figure {
+        workload: "memory_per_task",
+        unit: "bytes",
+        values: vec![],
+    };
+    for rt in runtimes {
+        let ms = run_child(&format!("idle:{rt}"));
+        idle.values.push((rt, format!("{ms:.2}"), ms));
+        let bytes = run_child(&format!("memory:{rt}"));
+        memory.values.push((rt, format!("{bytes:.0}"), bytes));
+    }
+    vec![idle, memory]
+}
+
+const FRAME_TASKS: usize = 100_000;
+
+/// The longest gap between ticks of a redraw-priority source (16 ms) on the
+/// default main context while `FRAME_TASKS` small tasks run there.
+fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
+    let context = glib::MainContext::default();
+    let _owner = context.acquire().unwrap();
+    let ticks = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t2 = ticks.clone();
+    let source = glib::timeout_source_new(
+        Duration::from_millis(16),
+        None,
+        glib::Priority::from(120), // GDK_PRIORITY_REDRAW
+        move || {
+            t2.lock().unwrap().push(Instant::now());
+            glib::ControlFlow::Continue
+        },
+    );
+    source.attach(Some(&context));
+    let done = Arc::new(AtomicUsize::new(0));
+    for _ in 0..FRAME_TASKS {
+        let done = done.clone();
+        spawn(Box::new(move || {
+            spin(Duration::from_micros(2));
+            done.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    let start = Instant::now();
+    while done.load(Ordering::Relaxed) < FRAME_TASKS {
+        context.iteration(true);
+    }
+    let end = Instant::now();
+    source.destroy();
+    let mut last = start;
+    let mut worst = Duration::ZERO;
+    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
+        worst = worst.max(t.duration_since(last));
+        last = *t;
+    }
+    worst
+}
+
+pub fn main_frame_gap() -> Figure {
+    let gdex = frame_gap(|f| gdex::Scheduler::main().push(f));
+    let glib = frame_gap(|f| {
+        drop(glib::MainContext::default().spawn_local(async move { f() }));
+    });
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Figure {
+        workload: "main_frame_gap",
+        unit: "ms",
+        values: vec![
+            ("gdex", format!("{:.1}", ms(gdex)), ms(gdex)),
+            ("glib-main", format!("{:.1}", ms(glib)), ms(glib)),
+        ],
+    }
+}

@@ -1,0 +1,57 @@
+//! gdex side by side with its peers: tokio's multi-thread runtime, smol's
+//! async-executor, glib-rs's main-context executor and `glib::ThreadPool`,
+//! on the workloads of the project's BENCH.md, all with the same number of
+//! worker threads (`GDEX_BENCH_WORKERS`, default 2). It is a regression
+//! check, not a showcase: read the ratios, not the absolute times.
+//!
+//! ```sh
+//! cargo bench --bench compare -- --quick   # everything, under 3 minutes
+//! cargo bench --bench compare              # the full run (benches/RESULTS.md)
+//! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
+//! ```
+//!
+//! It ends by printing one Markdown table: every workload, gdex's figure,
+//! each peer's, and gdex / best peer.
+
+mod fibers;
+mod figures;
+mod runtimes;
+mod table;
+mod workloads;
+
+use std::time::Duration;
+
+use criterion::Criterion;
+
+fn main() {
+    if let Ok(what) = std::env::var("GDEX_BENCH_CHILD") {
+        figures::child(&what);
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let filtered = args.iter().any(|a| !a.starts_with('-'));
+    let mut c = if quick {
+        Criterion::default()
+            .warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(500))
+            .sample_size(10)
+    } else {
+        Criterion::default()
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3))
+            .sample_size(20)
+    }
+    .configure_from_args();
+    let all = runtimes::All::new();
+    workloads::compare(&mut c, &all);
+    fibers::fibers(&mut c);
+    c.final_summary();
+    if filtered {
+        return;
+    }
+    let mut figures = figures::timer_lateness(&all);
+    figures.extend(figures::idle_and_memory());
+    figures.push(figures::main_frame_gap());
+    table::print(&figures);
+}
