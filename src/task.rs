@@ -138,8 +138,9 @@ pub struct Task<T> {
 
 enum Inner<T> {
     Live(async_task::FallibleTask<Outcome<T>>),
-    /// Never spawned: resolves to this error once.
-    Failed(Option<Error>),
+    /// Never spawned: resolves to this error once. (Boxed: a handle stays
+    /// two words.)
+    Failed(Option<Box<Error>>),
 }
 
 impl<T> Task<T> {
@@ -153,7 +154,7 @@ impl<T> Task<T> {
     /// `error` at once.
     pub(crate) fn failed(error: Error) -> Self {
         Task {
-            inner: Inner::Failed(Some(error)),
+            inner: Inner::Failed(Some(Box::new(error))),
         }
     }
 
@@ -216,7 +217,7 @@ impl<T> Future for Task<T> {
                 Poll::Ready(None) => Poll::Ready(Err(Error::Cancelled)),
                 Poll::Pending => Poll::Pending,
             },
-            Inner::Failed(error) => Poll::Ready(Err(error
+            Inner::Failed(error) => Poll::Ready(Err(*error
                 .take()
                 .expect("a gdex::Task was polled again after it completed"))),
         }
@@ -267,5 +268,14 @@ impl Future for YieldNow {
             cx.waker().wake_by_ref();
             Poll::Pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// S7: a handle is small (it is what a spawner keeps per task).
+    #[test]
+    fn a_task_handle_is_two_words() {
+        assert!(std::mem::size_of::<super::Task<u64>>() <= 2 * std::mem::size_of::<usize>());
     }
 }
