@@ -7,19 +7,61 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-struct ContextWaker {
-    woken: AtomicBool,
-    context: glib::MainContext,
+/// How a blocked thread sleeps, and so how its waker wakes it.
+enum Sleeper {
+    /// In its context's poll (`block_on`): woken by `g_main_context_wakeup`.
+    Context(glib::MainContext),
+    /// Parked (`wait_for`): woken by `Thread::unpark`.
+    Thread(std::thread::Thread),
 }
 
-impl Wake for ContextWaker {
+/// The waker of a thread blocked on one future: a flag, set once per
+/// wake-up, and the sleeper to wake.
+struct Signal {
+    woken: AtomicBool,
+    sleeper: Sleeper,
+}
+
+impl Wake for Signal {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.woken.swap(true, Ordering::AcqRel) {
-            self.context.wakeup();
+            match &self.sleeper {
+                Sleeper::Context(context) => context.wakeup(),
+                Sleeper::Thread(thread) => thread.unpark(),
+            }
+        }
+    }
+}
+
+/// Polls `future` on this thread whenever it is woken, and sleeps between
+/// wake-ups as `sleeper` says (iterating the context, or parked).
+fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
+    let signal = Arc::new(Signal {
+        woken: AtomicBool::new(true),
+        sleeper,
+    });
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if signal.woken.swap(false, Ordering::AcqRel) {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            // Woken during the poll: poll again before sleeping.
+            if signal.woken.load(Ordering::Acquire) {
+                continue;
+            }
+        }
+        match &signal.sleeper {
+            Sleeper::Context(context) => {
+                context.iteration(true);
+            }
+            Sleeper::Thread(_) => std::thread::park(),
         }
     }
 }
@@ -103,42 +145,7 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
     // Called inside a fiber, this is a nested loop: what it polls is not the
     // fiber.
     let _outside = crate::fiber::outside_fiber();
-    let state = Arc::new(ContextWaker {
-        woken: AtomicBool::new(true),
-        context: context.clone(),
-    });
-    let waker = Waker::from(state.clone());
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if state.woken.swap(false, Ordering::AcqRel) {
-            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-                return output;
-            }
-            // Woken during the poll: poll again before sleeping.
-            if state.woken.load(Ordering::Acquire) {
-                continue;
-            }
-        }
-        context.iteration(true);
-    }
-}
-
-struct ThreadWaker {
-    woken: AtomicBool,
-    thread: std::thread::Thread,
-}
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !self.woken.swap(true, Ordering::AcqRel) {
-            self.thread.unpark();
-        }
-    }
+    run_until_ready(Sleeper::Context(context.clone()), future)
 }
 
 /// Blocks the calling thread until `future` completes (B4), iterating no
@@ -179,20 +186,5 @@ pub fn wait_for<F: Future>(future: F) -> F::Output {
              use gdex::block_on, which keeps the loop running."
         );
     }
-    let state = Arc::new(ThreadWaker {
-        woken: AtomicBool::new(true),
-        thread: here.clone(),
-    });
-    let waker = Waker::from(state.clone());
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if state.woken.swap(false, Ordering::AcqRel) {
-            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-                return output;
-            }
-            continue;
-        }
-        std::thread::park();
-    }
+    run_until_ready(Sleeper::Thread(here), future)
 }

@@ -53,6 +53,7 @@ mod scheduler;
 mod stall;
 mod task;
 pub mod thread;
+mod util;
 
 use std::future::Future;
 

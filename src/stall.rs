@@ -112,13 +112,7 @@ thread_local! {
 
 /// Makes `runner` this thread's current runner until the guard drops.
 pub(crate) fn enter(runner: &Runner) -> impl Drop {
-    struct Restore(*const Runner);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CURRENT.with(|c| c.set(self.0));
-        }
-    }
-    Restore(CURRENT.with(|c| c.replace(runner)))
+    crate::util::scoped(&CURRENT, runner as *const Runner)
 }
 
 /// The threshold a runner gets unless told otherwise: `GDEX_STALL_MS`

@@ -100,13 +100,7 @@ thread_local! {
 /// where a nested main loop inside a fiber runs other tasks, so that their
 /// `wait` calls do not mistake themselves for the fiber.
 pub(crate) fn outside_fiber() -> impl Drop {
-    struct Restore(*const FiberCtx);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CURRENT.with(|c| c.set(self.0));
-        }
-    }
-    Restore(CURRENT.with(|c| c.replace(std::ptr::null())))
+    crate::util::scoped(&CURRENT, std::ptr::null())
 }
 
 /// True when called from inside a fiber.
@@ -364,7 +358,7 @@ where
             .set((cx as *mut Context<'_>).cast::<Context<'static>>());
         let result = {
             let _guard = stack::enter(this.ctx.guard.get());
-            let _current = SetCurrent::new(&this.ctx);
+            let _current = crate::util::scoped(&CURRENT, &this.ctx as *const FiberCtx);
             coroutine.resume(())
         };
         match result {
@@ -390,26 +384,10 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 // the fiber cancelled.
                 self.ctx.shared.cancelled.store(true, Ordering::SeqCst);
                 let _guard = stack::enter(self.ctx.guard.get());
-                let _current = SetCurrent::new(&self.ctx);
+                let _current = crate::util::scoped(&CURRENT, &self.ctx as *const FiberCtx);
                 coroutine.force_unwind();
             }
             stack::release(coroutine.into_stack());
         }
-    }
-}
-
-/// Sets CURRENT for one switch into a fiber and restores it after, even if
-/// the fiber panics.
-struct SetCurrent(*const FiberCtx);
-
-impl SetCurrent {
-    fn new(ctx: &FiberCtx) -> SetCurrent {
-        SetCurrent(CURRENT.with(|c| c.replace(ctx)))
-    }
-}
-
-impl Drop for SetCurrent {
-    fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.0));
     }
 }

@@ -161,13 +161,7 @@ pub(crate) fn release(stack: FiberStack) {
 /// Marks `guard` as the running fiber's guard page until the returned value
 /// is dropped.
 pub(crate) fn enter(guard: (usize, usize)) -> impl Drop {
-    struct Restore((usize, usize));
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GUARD.with(|g| g.set(self.0));
-        }
-    }
-    Restore(GUARD.with(|g| g.replace(guard)))
+    crate::util::scoped(&GUARD, guard)
 }
 
 /// Overflow is reported on the alternate signal stack, since the fiber's

@@ -27,6 +27,17 @@ const SLICE_TIME: std::time::Duration = std::time::Duration::from_micros(100);
 /// How long a worker that ran out of work watches for more before it parks.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// Whether a deque that just grew to `len` jobs should ask a peer for help
+/// (P6): when it first holds more than the job its owner runs next, and
+/// again each time it doubles. Requests in between would find the same
+/// answer: a peer that parks later re-checks every deque before it sleeps,
+/// so only peers already asleep need asking, and the first request reached
+/// one of them.
+#[inline]
+fn wants_help(len: usize) -> bool {
+    len >= 2 && len.is_power_of_two()
+}
+
 /// The state only the worker's thread touches.
 pub(crate) struct Core {
     shared: Arc<PoolShared>,
@@ -290,7 +301,7 @@ impl Core {
         self.local.push(job);
         if self.shared.sleep.is_parked(self.index) {
             self.unpark_self();
-        } else if self.local.len() > 1 && !self.shared.thread_per_core {
+        } else if !self.shared.thread_per_core && wants_help(self.local.len()) {
             self.request_help();
         }
     }

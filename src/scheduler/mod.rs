@@ -47,13 +47,7 @@ thread_local! {
 /// Marks `shared` as the scheduler dispatching on this thread until the guard
 /// drops (restoring the outer one for nested loops).
 pub(crate) fn enter_context(shared: &ContextShared) -> impl Drop {
-    struct Restore(*const ContextShared);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            DISPATCHING.with(|d| d.set(self.0));
-        }
-    }
-    Restore(DISPATCHING.with(|d| d.replace(shared)))
+    crate::util::scoped(&DISPATCHING, shared as *const ContextShared)
 }
 
 /// True while a context scheduler's source dispatches on this thread.

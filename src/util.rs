@@ -1,0 +1,26 @@
+//! Small helpers shared by the modules.
+
+use std::cell::Cell;
+use std::thread::LocalKey;
+
+/// Sets a thread-local `Cell` for a scope: the previous value comes back when
+/// the guard drops, also on unwind, so scopes nest (a nested main loop, a
+/// fiber resumed inside another's).
+pub(crate) fn scoped<T: Copy + 'static>(key: &'static LocalKey<Cell<T>>, value: T) -> Scoped<T> {
+    Scoped {
+        key,
+        previous: key.with(|cell| cell.replace(value)),
+    }
+}
+
+/// The guard of [`scoped`].
+pub(crate) struct Scoped<T: Copy + 'static> {
+    key: &'static LocalKey<Cell<T>>,
+    previous: T,
+}
+
+impl<T: Copy + 'static> Drop for Scoped<T> {
+    fn drop(&mut self) {
+        self.key.with(|cell| cell.set(self.previous));
+    }
+}
