@@ -8,6 +8,7 @@
 //! cargo bench --bench compare -- --quick   # everything, under 3 minutes
 //! cargo bench --bench compare              # the full run (benches/RESULTS.md)
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
+//! cargo bench --bench compare -- figures   # only the non-timing figures
 //! ```
 //!
 //! It ends by printing one Markdown table: every workload, gdex's figure,
@@ -30,7 +31,8 @@ fn main() {
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let filtered = args.iter().any(|a| !a.starts_with('-'));
+    let figures_only = args.iter().any(|a| a == "figures");
+    let filtered = args.iter().any(|a| !a.starts_with('-')) && !figures_only;
     let mut c = if quick {
         Criterion::default()
             .warm_up_time(Duration::from_millis(200))
