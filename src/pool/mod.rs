@@ -1,4 +1,4 @@
-//! The work-stealing thread pool (P1-P8).
+//! The work-stealing thread pool (P1-P9).
 //!
 //! Each worker is an OS thread named `gdex-worker-N` that owns a
 //! `GMainContext`: the context is thread-default and acquired for the
@@ -13,19 +13,26 @@
 //! the injector, then steals a batch from its peers, starting at a
 //! pseudo-random victim and going round-robin, then parks in its context's
 //! poll. Who wakes whom is decided in [`sleep`], which holds no GLib type.
+//! Each worker also has an inbox that only it pops, for fibers and pinned
+//! tasks (and, in thread-per-core mode, for every task whose home it is).
 //!
 //! # Shutdown
 //!
 //! 1. `closed` is set; from then on a spawn returns a task that resolves to
 //!    [`Error::Closed`](crate::Error::Closed).
 //! 2. Every worker's context is woken; each worker leaves its loop after the
-//!    current dispatch.
-//! 3. Each worker drops the jobs left in its deque, on its own thread, then
-//!    exits. Their tasks resolve to [`Error::Cancelled`](crate::Error::Cancelled).
+//!    current dispatch. The blocking lane drops its queued jobs; running ones
+//!    finish on their own.
+//! 3. Each worker drops the jobs left in its deque and inbox, on its own
+//!    thread (fibers unwind there), then exits. Their tasks resolve to
+//!    [`Error::Cancelled`](crate::Error::Cancelled).
 //! 4. The caller joins every worker thread (except its own, if a worker shuts
 //!    its own pool down) and drops what is left in the injector.
 //! 5. A job injected after step 1 is dropped by its pusher, which checks
 //!    `closed` after pushing: either it sees the flag, or step 4 sees the job.
+//!    A pinned job queued after its worker exited can only be dropped on that
+//!    thread, which is gone: it is leaked, with a warning, when the pool is
+//!    freed.
 
 pub(crate) mod metrics;
 pub(crate) mod sleep;

@@ -1,8 +1,9 @@
 //! One worker thread: its context, its deque, and the run slice its
 //! `GSource` dispatches.
 //!
-//! Everything here runs on the worker's own thread except [`push_local`]'s
-//! check, which any thread may make (and which declines on foreign threads).
+//! Everything here runs on the worker's own thread, except the checks of
+//! `push_local_if`, `push_pinned_local` and `current_index`, which any
+//! thread may make (they decline on threads that are not the worker).
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -280,8 +281,9 @@ impl Core {
     }
 
     /// A job spawned or woken on this worker goes to the back of its deque
-    /// (P3). If the deque holds more than the next job, a peer is asked to
-    /// help (P6).
+    /// (P3), and a peer is asked to help when the deque doubles (P6, see
+    /// [`wants_help`]). The first job woken by the worker's other sources
+    /// outside a slice takes the `woken` slot instead.
     #[inline]
     fn push(&self, job: Job) {
         let job = if self.in_slice.get() {
