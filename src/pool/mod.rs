@@ -34,6 +34,8 @@
 //!    thread, which is gone: it is leaked, with a warning, when the pool is
 //!    freed.
 
+#[cfg(all(test, gdex_loom))]
+mod loom_sleep;
 pub(crate) mod metrics;
 pub(crate) mod sleep;
 mod worker;

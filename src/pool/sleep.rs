@@ -49,6 +49,11 @@
 //! `PARKED` worker and wakes it, or the parker finds the work and cancels its
 //! park with [`Sleep::wake_up`]. No wake-up is lost.
 
+// Under `--cfg gdex_loom` the protocol runs on loom's atomics, so that the
+// models in `loom_sleep.rs` explore the interleavings of it.
+#[cfg(gdex_loom)]
+use loom::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering::SeqCst};
+#[cfg(not(gdex_loom))]
 use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering::SeqCst};
 
 use crossbeam_utils::CachePadded;
@@ -258,7 +263,7 @@ impl Sleep {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(gdex_loom)))]
 mod tests {
     use super::*;
 
