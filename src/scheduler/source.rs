@@ -137,10 +137,13 @@ unsafe fn hooks<'a>(source: *mut ffi::GSource) -> Option<&'a dyn Hooks> {
     unsafe { (*(source as *mut HookSource)).hooks.as_deref() }
 }
 
-fn ready_guarded(source: *mut ffi::GSource) -> bool {
+/// Calls `f` with the source's hooks (if any) and never unwinds: a panic is
+/// reported with `g_critical` and answered with `true` (ready / keep the
+/// source), so the loop goes on.
+fn with_hooks(source: *mut ffi::GSource, f: impl FnOnce(Option<&dyn Hooks>) -> bool) -> bool {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: GLib only calls back with our own live source.
-        unsafe { hooks(source) }.is_some_and(|h| h.ready())
+        f(unsafe { hooks(source) })
     }))
     .unwrap_or_else(|payload| {
         glib::g_critical!(
@@ -150,6 +153,10 @@ fn ready_guarded(source: *mut ffi::GSource) -> bool {
         );
         true
     })
+}
+
+fn ready_guarded(source: *mut ffi::GSource) -> bool {
+    with_hooks(source, |h| h.is_some_and(|h| h.ready()))
 }
 
 unsafe extern "C" fn prepare(source: *mut ffi::GSource, timeout: *mut i32) -> ffi::gboolean {
@@ -168,21 +175,7 @@ unsafe extern "C" fn dispatch(
     _callback: ffi::GSourceFunc,
     _data: ffi::gpointer,
 ) -> ffi::gboolean {
-    catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: GLib only calls back with our own live source.
-        match unsafe { hooks(source) } {
-            Some(h) => h.dispatch(source),
-            None => false,
-        }
-    }))
-    .unwrap_or_else(|payload| {
-        glib::g_critical!(
-            "gdex",
-            "a gdex source panicked: {}",
-            panic_message(&*payload)
-        );
-        true
-    }) as ffi::gboolean
+    with_hooks(source, |h| h.is_some_and(|h| h.dispatch(source))) as ffi::gboolean
 }
 
 unsafe extern "C" fn finalize(source: *mut ffi::GSource) {
