@@ -1,5 +1,6 @@
 //! A short tour of gdex: the main scheduler, the pool, awaiting across
-//! schedulers, a GLib timeout inside a pool task, and the pool's metrics.
+//! schedulers, a GLib timeout inside a pool task, a fiber, blocking work,
+//! cancellation, and the pool's metrics.
 //!
 //! Run it with `cargo run --example tour`.
 
@@ -73,14 +74,34 @@ fn main() {
                 from_pool.await.expect("the pool task")
             );
 
-            // 4. Cancellation: dropping a Task drops its future.
+            // 4. A fiber: straight-line code that waits without blocking its worker.
+            let s2 = pool_scheduler.clone();
+            let fiber = pool_scheduler.spawn_fiber(move || {
+                let a = gdex::fiber::wait(s2.spawn(async { 20 })).unwrap().unwrap();
+                gdex::fiber::wait(glib::timeout_future(Duration::from_millis(5))).unwrap();
+                a + 22
+            });
+            println!(
+                "[{label}] a fiber waited on a task and a timer: {}",
+                fiber.await.expect("the fiber")
+            );
+
+            // 5. Blocking work goes to the blocking lane, never to a worker.
+            let blocking =
+                gdex::spawn_blocking(|| std::fs::read_dir("/").map(|d| d.count()).unwrap_or(0));
+            println!(
+                "[{label}] spawn_blocking listed {} entries in /",
+                blocking.await.expect("the blocking job")
+            );
+
+            // 6. Cancellation: dropping a Task drops its future.
             let forever = pool_scheduler.spawn(std::future::pending::<()>());
             println!(
                 "[{label}] cancel() of a pending task returned {:?}",
                 forever.cancel().await
             );
 
-            // 5. The pool's counters.
+            // 7. The pool's counters.
             for w in metrics_pool.metrics().workers {
                 println!(
                     "  gdex-worker-{}: ran {} jobs, {} steals / {} attempts, {} injector pulls, \
