@@ -275,3 +275,48 @@ fn spawn_local_on_a_pool_panics() {
         + &err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("Send"), "message: {msg}");
 }
+
+/// X3, frames first: while the main scheduler works through a flood of
+/// tasks, a source at GTK's redraw priority keeps ticking (the main
+/// scheduler dispatches below it, in slices of at most 4 ms). At
+/// `G_PRIORITY_DEFAULT` the always-ready scheduler would starve it until
+/// the queue ran dry.
+#[test]
+fn redraw_priority_sources_run_while_main_tasks_flood() {
+    common::watchdog("frames_first", 60, || {
+        common::on_main(|| {
+            let context = glib::MainContext::default();
+            let pending = Arc::new(AtomicUsize::new(500));
+            let ticks_during_flood = Arc::new(AtomicUsize::new(0));
+            let (p2, t2) = (pending.clone(), ticks_during_flood.clone());
+            let redraw = glib::timeout_source_new(
+                Duration::from_millis(16),
+                None,
+                glib::Priority::from(120), // GDK_PRIORITY_REDRAW
+                move || {
+                    if p2.load(Ordering::SeqCst) > 0 {
+                        t2.fetch_add(1, Ordering::SeqCst);
+                    }
+                    glib::ControlFlow::Continue
+                },
+            );
+            redraw.attach(Some(&context));
+            let main = gdex::Scheduler::main();
+            for _ in 0..500 {
+                let pending = pending.clone();
+                main.push(move || {
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < Duration::from_millis(1) {}
+                    pending.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            common::pump_until(&context, || pending.load(Ordering::SeqCst) == 0);
+            redraw.destroy();
+            let ticks = ticks_during_flood.load(Ordering::SeqCst);
+            assert!(
+                ticks >= 5,
+                "the redraw source ticked {ticks} times during 0.5 s of main tasks"
+            );
+        })
+    });
+}

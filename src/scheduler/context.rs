@@ -6,6 +6,8 @@
 //! costs one atomic swap and no syscall (coalesced). The source runs on the
 //! thread that iterates the context, a bounded batch per dispatch, so the
 //! context's other sources (GTK's frame clock, input, timers) get their turn.
+//! A dispatch ends after 128 jobs or 4 ms, whichever comes first; the main
+//! scheduler also runs below GTK's redraw priority (X3, frames first).
 //!
 //! `!Send` futures (`spawn_local`) are accepted only from the thread that owns
 //! the context. That thread becomes the scheduler's *local owner* while any of
@@ -27,6 +29,16 @@ use crate::task::Job;
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
 pub(crate) const DISPATCH_BATCH: usize = 128;
+
+/// How long one dispatch may run jobs before handing the loop back (X3): a
+/// quarter of a 60 Hz frame.
+const DISPATCH_TIME: std::time::Duration = std::time::Duration::from_millis(4);
+
+/// The main scheduler's priority (X3, frames first): below GTK's layout
+/// (`G_PRIORITY_HIGH_IDLE + 10`) and redraw (`G_PRIORITY_HIGH_IDLE + 20`),
+/// so a flood of main-thread tasks never delays a frame, and below input
+/// and I/O (`G_PRIORITY_DEFAULT`); above default idle sources.
+pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 
 pub(crate) struct ContextShared {
     context: glib::MainContext,
@@ -96,7 +108,11 @@ impl ContextShared {
                 }),
                 false,
                 name,
-                glib::ffi::G_PRIORITY_DEFAULT,
+                if is_main {
+                    MAIN_PRIORITY
+                } else {
+                    glib::ffi::G_PRIORITY_DEFAULT
+                },
                 // A nested main loop (gdex::block_on inside a task, a modal
                 // dialog's loop) must still run this scheduler's other tasks.
                 true,
@@ -198,12 +214,16 @@ impl ContextShared {
 
     /// Runs up to a batch of jobs; `None` if the queue ran empty.
     fn run_jobs(&self) -> Option<()> {
+        let deadline = crate::clock::now().wrapping_add(crate::clock::ticks(DISPATCH_TIME));
         for _ in 0..DISPATCH_BATCH {
             match self.queue.steal() {
                 Steal::Success(job) => {
                     self.runner.enter_job();
                     job.run();
                     self.runner.leave_job();
+                    if crate::clock::now() >= deadline {
+                        return Some(());
+                    }
                 }
                 Steal::Empty => return None,
                 Steal::Retry => continue,
