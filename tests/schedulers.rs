@@ -320,3 +320,56 @@ fn redraw_priority_sources_run_while_main_tasks_flood() {
         })
     });
 }
+
+/// S1: a `!Send` task runs only on its owner thread. Another thread that
+/// iterates the context meanwhile leaves it queued (it used to poll it there,
+/// and async-task aborted the process); the owner runs it when it iterates
+/// again.
+#[test]
+fn local_tasks_wait_for_their_owner_thread() {
+    common::watchdog("local_tasks_wait_for_their_owner_thread", 60, || {
+        use std::sync::mpsc::channel;
+        let context = glib::MainContext::new();
+        let (tx_wake, rx_wake) = futures::channel::oneshot::channel::<()>();
+        let ran_on = Arc::new(std::sync::Mutex::new(None));
+        let (to_owner, owner_rx) = channel::<()>();
+        let (to_main, main_rx) = channel::<()>();
+        let (ctx, ran) = (context.clone(), ran_on.clone());
+        let owner = std::thread::spawn(move || {
+            {
+                let _own = ctx.acquire().unwrap();
+                let not_send = Rc::new(());
+                let ran = ran.clone();
+                gdex::Scheduler::for_context(&ctx)
+                    .spawn_local(async move {
+                        let _keep = not_send;
+                        let _ = rx_wake.await;
+                        *ran.lock().unwrap() = Some(std::thread::current().id());
+                    })
+                    .detach();
+                common::pump(&ctx);
+            }
+            to_main.send(()).unwrap();
+            owner_rx.recv().unwrap();
+            let _own = ctx.acquire().unwrap();
+            common::pump_until(&ctx, || ran.lock().unwrap().is_some());
+            std::thread::current().id()
+        });
+        main_rx.recv().unwrap();
+        {
+            // Another thread iterates the context while the task is woken.
+            let _own = context.acquire().unwrap();
+            tx_wake.send(()).unwrap();
+            for _ in 0..10 {
+                context.iteration(false);
+            }
+            assert!(
+                ran_on.lock().unwrap().is_none(),
+                "a !Send task ran on another thread"
+            );
+        }
+        to_owner.send(()).unwrap();
+        let owner_id = owner.join().unwrap();
+        assert_eq!(*ran_on.lock().unwrap(), Some(owner_id));
+    });
+}

@@ -44,6 +44,9 @@ pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
     queue: Injector<Job>,
+    /// Jobs of `!Send` tasks: run only by their owner thread (`local_owner`),
+    /// whoever else iterates the context.
+    local_queue: Injector<Job>,
     /// Set while a wake-up of the source is pending (coalescing flag).
     notified: AtomicBool,
     /// How many times the source was actually marked ready (each a context
@@ -121,6 +124,7 @@ impl ContextShared {
                 context: context.clone(),
                 source,
                 queue: Injector::new(),
+                local_queue: Injector::new(),
                 notified: AtomicBool::new(false),
                 wakeups: AtomicU64::new(0),
                 local_owner: Mutex::new(LocalOwner::default()),
@@ -152,6 +156,18 @@ impl ContextShared {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.queue.push(job);
+        self.notify();
+    }
+
+    /// Queues a job of a `!Send` task, for the local owner thread only.
+    #[inline]
+    pub(crate) fn push_local(&self, job: Job) {
+        self.local_queue.push(job);
+        self.notify();
+    }
+
+    #[inline]
+    fn notify(&self) {
         // AcqRel pairs with the swap in `run_batch`: either that swap sees
         // our `true` (and the drain after it sees our job), or we see its
         // `false` and mark the source ready again.
@@ -212,21 +228,49 @@ impl ContextShared {
         owner.live > 0 && owner.thread == Some(thread::current().id())
     }
 
-    /// Runs up to a batch of jobs; `None` if the queue ran empty.
-    fn run_jobs(&self) -> Option<()> {
+    /// The calling thread owns this scheduler's `!Send` tasks.
+    fn runs_local_jobs(&self) -> bool {
+        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
+        owner.thread == Some(thread::current().id())
+    }
+
+    /// Runs up to a batch of jobs, taking turns between the two queues on
+    /// the local owner's thread; `None` if everything it may run ran out.
+    fn run_jobs(&self, local_too: bool) -> Option<()> {
         let deadline = crate::clock::now().wrapping_add(crate::clock::ticks(DISPATCH_TIME));
-        for _ in 0..DISPATCH_BATCH {
-            match self.queue.steal() {
-                Steal::Success(job) => {
-                    self.runner.enter_job();
-                    job.run();
-                    self.runner.leave_job();
-                    if crate::clock::now() >= deadline {
-                        return Some(());
+        let mut local_turn = false;
+        let mut ran = 0;
+        while ran < DISPATCH_BATCH {
+            local_turn = local_too && !local_turn;
+            let first = if local_turn {
+                &self.local_queue
+            } else {
+                &self.queue
+            };
+            let job = match first.steal() {
+                Steal::Success(job) => Some(job),
+                Steal::Retry => continue,
+                Steal::Empty if local_too => {
+                    let other = if local_turn {
+                        &self.queue
+                    } else {
+                        &self.local_queue
+                    };
+                    match other.steal() {
+                        Steal::Success(job) => Some(job),
+                        Steal::Retry => continue,
+                        Steal::Empty => None,
                     }
                 }
-                Steal::Empty => return None,
-                Steal::Retry => continue,
+                Steal::Empty => None,
+            };
+            let job = job?;
+            self.runner.enter_job();
+            job.run();
+            self.runner.leave_job();
+            ran += 1;
+            if crate::clock::now() >= deadline {
+                break;
             }
         }
         Some(())
@@ -239,14 +283,17 @@ impl ContextShared {
         let _outside = crate::fiber::outside_fiber();
         let _runner = crate::stall::enter(&self.runner);
         self.runner.busy();
-        let result = self.run_jobs();
+        let local_too = !self.local_queue.is_empty() && self.runs_local_jobs();
+        self.run_jobs(local_too);
         self.runner.idle();
-        if result.is_none() {
-            return;
-        }
-        // Batch used up with work left: come back after the other sources.
-        if !self.queue.is_empty() && !self.notified.swap(true, Ordering::AcqRel) {
+        // Work left: come back after the other sources.
+        let more = !self.queue.is_empty() || (local_too && !self.local_queue.is_empty());
+        if more && !self.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
+        } else if !local_too && !self.local_queue.is_empty() {
+            // `!Send` jobs wait for their own thread, which is not iterating
+            // the context now: look again a little later rather than spin.
+            SourceRef::set_ready_in(source, std::time::Duration::from_millis(10));
         }
     }
 }
@@ -321,13 +368,20 @@ mod tests {
             1,
             "1000 pushes, one wake-up"
         );
-        // One dispatch: one batch, then the source re-arms itself once.
+        // One dispatch: one bounded batch (128 jobs, fewer if they took
+        // 4 ms, as under valgrind), then the source re-arms itself once.
         context.iteration(false);
-        assert_eq!(ran.load(Ordering::Relaxed), DISPATCH_BATCH);
+        let first = ran.load(Ordering::Relaxed);
+        assert!((1..=DISPATCH_BATCH).contains(&first), "{first}");
         assert_eq!(shared.wakeups.load(Ordering::Relaxed), 2);
-        while context.iteration(false) {}
+        // Each later dispatch that leaves work re-arms once more: one
+        // wake-up per dispatch, never one per job.
+        let mut dispatches = 1;
+        while context.iteration(false) {
+            dispatches += 1;
+        }
         assert_eq!(ran.load(Ordering::Relaxed), 1000);
-        let batches = 1000usize.div_ceil(DISPATCH_BATCH);
-        assert_eq!(shared.wakeups.load(Ordering::Relaxed) as usize, batches);
+        assert!(dispatches >= 1000usize.div_ceil(DISPATCH_BATCH));
+        assert_eq!(shared.wakeups.load(Ordering::Relaxed) as usize, dispatches);
     }
 }

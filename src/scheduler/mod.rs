@@ -216,14 +216,19 @@ impl Scheduler {
             Kind::Context(shared) => {
                 let guard = shared.enter_local("Scheduler::spawn_local");
                 let queue = shared.clone();
-                let future = async move {
+                let future = ThreadBound::new(async move {
                     let _live = guard;
                     future.await
+                });
+                // SAFETY: the future is built on this thread, the local
+                // owner; its jobs go to the local queue, which only the
+                // owner's thread runs, and ThreadBound refuses (and leaks
+                // rather than drops on) any other thread.
+                let (runnable, task) = unsafe {
+                    async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
+                        queue.push_local(Job::Task(r))
+                    })
                 };
-                let (runnable, task) =
-                    async_task::spawn_local(CatchUnwind::new(future), move |r| {
-                        queue.push(Job::Task(r))
-                    });
                 runnable.schedule();
                 Task::new(task)
             }
