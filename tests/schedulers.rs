@@ -168,15 +168,18 @@ fn block_on_iterates_the_main_context() {
             let main = gdex::Scheduler::main();
             let bg_ran = Arc::new(AtomicUsize::new(0));
             let bg = bg_ran.clone();
+            let (done_tx, done_rx) = futures::channel::oneshot::channel::<()>();
             main.spawn_local(async move {
                 for _ in 0..3 {
                     glib::timeout_future(Duration::from_millis(1)).await;
                     t2.set(t2.get() + 1);
                 }
+                done_tx.send(()).unwrap();
             })
             .detach();
-            // Waits on a timeout while the main task above ticks.
-            gdex::block_on(glib::timeout_future(Duration::from_millis(30)));
+            // Waits on something only the main task above completes, with
+            // timers of its own: block_on must run the main context.
+            gdex::block_on(done_rx).unwrap();
             assert_eq!(ticks.get(), 3);
             // Spawned now, finished by a later block_on on the same context.
             main.spawn(async move {
