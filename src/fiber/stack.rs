@@ -55,6 +55,9 @@ pub(crate) struct FiberStack {
     map: usize,
     /// Length of the mapping, guard page included.
     len: usize,
+    /// Tells valgrind this is a stack (a no-op elsewhere), so that switching
+    /// onto it is not taken for stack-pointer garbage.
+    _valgrind: corosensei::stack::valgrind::ValgrindStackRegistration,
 }
 
 impl FiberStack {
@@ -81,6 +84,7 @@ impl FiberStack {
         let stack = FiberStack {
             map: map as usize,
             len,
+            _valgrind: corosensei::stack::valgrind::ValgrindStackRegistration::new(map.cast(), len),
         };
         // SAFETY: the first page of the mapping we just made.
         if unsafe { libc::mprotect(map, page, libc::PROT_NONE) } != 0 {
