@@ -231,10 +231,10 @@ impl Builder {
             },
             stack_size,
         };
-        // SAFETY: until its first poll a FiberFuture holds only `f` (Send),
-        // an `Arc` of Send + Sync data and plain integers, so moving it to
-        // the thread that polls it is sound; from the first poll on it is
-        // pinned to that thread by `spawn_pinned_unchecked`.
+        // Until its first poll a FiberFuture holds only `f` (Send), an `Arc`
+        // of Send + Sync data and plain integers; from the first poll on,
+        // `spawn_pinned_unchecked` keeps it on that thread.
+        // SAFETY: so moving it to the thread that first polls it is sound.
         let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
         Fiber {
             task: Some(task),

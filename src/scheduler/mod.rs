@@ -89,10 +89,10 @@ impl Scheduler {
         }
         let dispatching = DISPATCHING.with(|d| d.get());
         if !dispatching.is_null() {
-            // SAFETY: DISPATCHING is only non-null while a dispatch of that
-            // scheduler, which holds a strong reference to it, is running on
-            // this thread; so the pointer is a live `Arc` allocation, and
-            // taking one more strong count for our handle is sound.
+            // DISPATCHING is only non-null while a dispatch of that scheduler,
+            // which holds a strong reference to it, runs on this thread.
+            // SAFETY: so the pointer is a live `Arc` allocation, and taking
+            // one more strong count for our handle is sound.
             let shared = unsafe {
                 Arc::increment_strong_count(dispatching);
                 Arc::from_raw(dispatching)
@@ -220,10 +220,10 @@ impl Scheduler {
                     let _live = guard;
                     future.await
                 });
-                // SAFETY: the future is built on this thread, the local
-                // owner; its jobs go to the local queue, which only the
-                // owner's thread runs, and ThreadBound refuses (and leaks
-                // rather than drops on) any other thread.
+                // The future is built on this thread, the local owner; its
+                // jobs go to the local queue, which only the owner runs.
+                // SAFETY: and ThreadBound refuses (and leaks rather than
+                // drops on) any other thread.
                 let (runnable, task) = unsafe {
                     async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
                         queue.push_local(Job::Task(r))
@@ -244,10 +244,10 @@ impl Scheduler {
                 };
                 let future = ThreadBound::new(future);
                 let pool = pool.clone();
-                // SAFETY: the future is already on its worker's thread, and
-                // the schedule function only ever queues it on that worker's
-                // inbox, which no other thread pops; ThreadBound refuses any
-                // other thread.
+                // The future is already on its worker's thread, and the
+                // schedule function only queues it on that worker's inbox.
+                // SAFETY: no other thread pops that inbox, and ThreadBound
+                // refuses any other thread.
                 let (runnable, task) = unsafe {
                     async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
                         pool.schedule_pinned(worker, Job::Task(r))

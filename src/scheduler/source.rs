@@ -66,10 +66,10 @@ impl SourceRef {
     ) -> SourceRef {
         let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
         let size = std::mem::size_of::<HookSource>() as u32;
-        // SAFETY: `g_source_new` allocates at least `size` zeroed bytes whose
-        // prefix is a `GSource`; `funcs` is a `'static` table GLib only reads.
-        // The `hooks` field is written before the source is attached, so no
-        // callback can see it uninitialised.
+        // `g_source_new` allocates at least `size` zeroed bytes whose prefix
+        // is a `GSource`; `funcs` is a `'static` table GLib only reads.
+        // SAFETY: and `hooks` is written before the source is attached, so
+        // no callback can see it uninitialised.
         unsafe {
             let raw = ffi::g_source_new(funcs as *const _ as *mut _, size);
             std::ptr::addr_of_mut!((*(raw as *mut HookSource)).hooks).write(Some(hooks));
