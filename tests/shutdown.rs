@@ -27,8 +27,12 @@ fn thread_names() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The tests of this file look at every thread of the process: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     common::watchdog("shutdown_under_load", 120, || {
         let workers = 4;
         let pool = gdex::ThreadPool::builder()
@@ -107,5 +111,68 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
             Err(gdex::Error::Closed)
         ));
         eprintln!("shutdown with {queued} queued tasks took {took:?}");
+    });
+}
+
+/// Fibers blocked in `wait` when their pool shuts down are cancelled (F4):
+/// each wait returns Cancelled, the fiber leaves through its own return, and
+/// its state is dropped once, on its own worker thread.
+#[test]
+fn shutdown_cancels_blocked_fibers_on_their_threads() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("shutdown_cancels_blocked_fibers", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let n = 20;
+        let drops = Arc::new(AtomicUsize::new(0));
+        let returned = Arc::new(AtomicUsize::new(0));
+        let dropped_on = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(AtomicUsize::new(0));
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..n {
+            let (tx, rx) = futures::channel::oneshot::channel::<()>();
+            senders.push(tx);
+            let guard = Counted(drops.clone());
+            let (returned, dropped_on, started) =
+                (returned.clone(), dropped_on.clone(), started.clone());
+            let fiber = s.spawn_fiber(move || {
+                struct Where(Arc<std::sync::Mutex<Vec<String>>>);
+                impl Drop for Where {
+                    fn drop(&mut self) {
+                        let name = std::thread::current().name().unwrap_or("?").to_owned();
+                        self.0.lock().unwrap().push(name);
+                    }
+                }
+                let _guard = guard;
+                let _where = Where(dropped_on);
+                started.fetch_add(1, Ordering::SeqCst);
+                let first = gdex::fiber::wait(rx);
+                assert!(matches!(first, Err(gdex::Error::Cancelled)), "{first:?}");
+                returned.fetch_add(1, Ordering::SeqCst);
+            });
+            // Half detached, half with their handle kept past the shutdown.
+            if i % 2 == 0 {
+                fiber.detach();
+            } else {
+                handles.push(fiber);
+            }
+        }
+        common::wait_until(|| started.load(Ordering::SeqCst) == n);
+        pool.shutdown();
+        assert_eq!(returned.load(Ordering::SeqCst), n, "every fiber returned");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            n,
+            "every fiber's state dropped once"
+        );
+        let places = dropped_on.lock().unwrap().clone();
+        assert!(
+            places.iter().all(|p| p.starts_with("gdex-worker-")),
+            "{places:?}"
+        );
+        drop(senders);
+        drop(handles);
+        assert_eq!(drops.load(Ordering::SeqCst), n);
     });
 }

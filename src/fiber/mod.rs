@@ -29,6 +29,10 @@
 //! the pending [`wait`] returns [`Error::Cancelled`], so does every later
 //! `wait` on a future that is not already ready, and the fiber leaves through
 //! its own return. Its result is discarded. [`Fiber::detach`] opts out.
+//!
+//! When its pool shuts down, a fiber is cancelled the same way, detached or
+//! not, and its worker runs it to its return before exiting, so that its
+//! state is dropped on its own thread.
 
 pub(crate) mod stack;
 
@@ -63,18 +67,24 @@ pub(crate) fn check_stack_size(bytes: usize) {
     );
 }
 
-/// What the fiber's handle and the fiber share.
-struct Shared {
+/// What the fiber's handle, its worker and the fiber share.
+pub(crate) struct Shared {
     cancelled: AtomicBool,
-    /// False once the handle is gone (dropped or detached): nobody can
-    /// cancel the fiber any more.
-    handle_alive: AtomicBool,
-    /// The waker of the fiber's task, registered by its first suspension
-    /// while the handle is alive, so that a cancellation can wake the fiber
-    /// whatever it waits on. (The task's waker never changes, so once is
-    /// enough.) Taken when the handle goes: it would otherwise keep the task
-    /// alive through itself.
+    /// The waker of the fiber's task, registered by its first suspension,
+    /// so that a cancellation (its handle dropped, or its pool shutting
+    /// down) can wake the fiber whatever it waits on. The task's waker never
+    /// changes, so once is enough. The fiber's future takes it back when it
+    /// drops, which ends the reference cycle task -> future -> this -> task.
     waker: AtomicWaker,
+}
+
+impl Shared {
+    /// Cancels the fiber (F4) and wakes it if it waits: its pending `wait`
+    /// returns `Cancelled`, and it goes on to its own return.
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
 }
 
 /// Per-fiber state the running fiber reaches through [`CURRENT`].
@@ -149,13 +159,7 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         }
         if !ctx.registered.get() {
             ctx.registered.set(true);
-            if ctx.shared.handle_alive.load(Ordering::SeqCst) {
-                ctx.shared.waker.register(cx.waker());
-                if !ctx.shared.handle_alive.load(Ordering::SeqCst) {
-                    // The handle went meanwhile and found nothing to take.
-                    drop(ctx.shared.waker.take());
-                }
-            }
+            ctx.shared.waker.register(cx.waker());
         }
         // Checked after the registration: a cancellation before it found no
         // waker to wake.
@@ -214,7 +218,6 @@ impl Builder {
     {
         let shared = Arc::new(Shared {
             cancelled: AtomicBool::new(false),
-            handle_alive: AtomicBool::new(true),
             waker: AtomicWaker::new(),
         });
         let stack_size = self
@@ -259,8 +262,6 @@ impl<T> Fiber<T> {
     /// `dex_future_disown`).
     pub fn detach(mut self) {
         if let Some(task) = self.task.take() {
-            self.shared.handle_alive.store(false, Ordering::SeqCst);
-            drop(self.shared.waker.take());
             task.detach();
         }
     }
@@ -285,13 +286,9 @@ impl<T> Future for Fiber<T> {
 impl<T> Drop for Fiber<T> {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
-            self.shared.handle_alive.store(false, Ordering::SeqCst);
             if !task.is_finished() {
-                self.shared.cancelled.store(true, Ordering::SeqCst);
+                self.shared.cancel();
             }
-            // Wakes a suspended fiber (to see the cancellation), and in any
-            // case drops the registered waker.
-            self.shared.waker.wake();
             // The fiber ends through its own return; its result is dropped.
             task.detach();
         }
@@ -342,6 +339,8 @@ where
                 )
             });
             this.ctx.guard.set(stack.guard());
+            // Its worker cancels it if the pool shuts down first.
+            crate::pool::register_fiber(Arc::downgrade(&this.ctx.shared));
             let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
                 // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
                 let ctx = unsafe { &*CURRENT.with(Cell::get) };
@@ -375,6 +374,7 @@ where
 
 impl<F, T> Drop for FiberFuture<F, T> {
     fn drop(&mut self) {
+        drop(self.ctx.shared.waker.take());
         if let State::Running(mut coroutine) = std::mem::replace(&mut self.state, State::Done) {
             if !coroutine.done() {
                 // Dropped while suspended (its pool shut down): unwind the

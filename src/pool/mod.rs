@@ -23,16 +23,18 @@
 //! 2. Every worker's context is woken; each worker leaves its loop after the
 //!    current dispatch. The blocking lane drops its queued jobs; running ones
 //!    finish on their own.
-//! 3. Each worker drops the jobs left in its deque and inbox, on its own
-//!    thread (fibers unwind there), then exits. Their tasks resolve to
-//!    [`Error::Cancelled`](crate::Error::Cancelled).
+//! 3. Each worker cancels its fibers that are still alive (F4: their waits
+//!    return `Cancelled`) and runs them until they have returned, for up to
+//!    500 ms; then it drops the jobs left in its deque and inbox, on its own
+//!    thread (a fiber that did not return unwinds there), and exits. Their
+//!    tasks resolve to [`Error::Cancelled`](crate::Error::Cancelled).
 //! 4. The caller joins every worker thread (except its own, if a worker shuts
 //!    its own pool down) and drops what is left in the injector.
 //! 5. A job injected after step 1 is dropped by its pusher, which checks
 //!    `closed` after pushing: either it sees the flag, or step 4 sees the job.
-//!    A pinned job queued after its worker exited can only be dropped on that
-//!    thread, which is gone: it is leaked, with a warning, when the pool is
-//!    freed.
+//!    A pinned task (not a fiber) woken after its worker exited can only be
+//!    dropped on that thread, which is gone: it is leaked, with a warning,
+//!    when the pool is freed.
 
 #[cfg(all(test, gdex_loom))]
 mod loom_sleep;
@@ -54,7 +56,7 @@ use crate::task::Job;
 use metrics::{Counter, PoolMetrics, WorkerCounters};
 use sleep::{Request, Sleep};
 
-pub(crate) use worker::{current_index, current_pool, enter_blocking};
+pub(crate) use worker::{current_index, current_pool, enter_blocking, register_fiber};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;

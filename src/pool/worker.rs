@@ -25,6 +25,10 @@ pub(crate) const SLICE: usize = 32;
 /// are late by about this much at most under load.
 const SLICE_TIME: std::time::Duration = std::time::Duration::from_micros(100);
 
+/// How long a worker that shuts down waits for its cancelled fibers to
+/// return before it drops (unwinds) the rest.
+const FIBER_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How long a worker that ran out of work watches for more before it parks.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
@@ -64,6 +68,8 @@ pub(crate) struct Core {
     clock_mask: Cell<usize>,
     /// What the stall watchdog watches of this worker.
     runner: Arc<crate::stall::Runner>,
+    /// The fibers started on this worker, to cancel at shutdown.
+    fibers: std::cell::RefCell<Vec<std::sync::Weak<crate::fiber::Shared>>>,
 }
 
 thread_local! {
@@ -163,6 +169,22 @@ pub(crate) fn push_pinned_local(pool: &PoolShared, i: usize, job: Job) -> Result
     })
 }
 
+/// Records a fiber that started on the calling worker, so that the worker
+/// cancels it if the pool shuts down while it waits. Elsewhere (a context
+/// scheduler's thread) nothing is recorded.
+pub(crate) fn register_fiber(fiber: std::sync::Weak<crate::fiber::Shared>) {
+    with_current(|core| {
+        if let Some(core) = core {
+            let mut fibers = core.fibers.borrow_mut();
+            if fibers.len() == fibers.capacity() {
+                // Forget the finished ones before growing.
+                fibers.retain(|f| f.strong_count() > 0);
+            }
+            fibers.push(fiber);
+        }
+    });
+}
+
 /// The index of the worker running on this thread, if it belongs to `pool`.
 pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
     with_current(|core| match core {
@@ -195,6 +217,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 shared.stall_threshold(),
                 Some((Arc::downgrade(&shared), index)),
             ),
+            fibers: Default::default(),
         };
         CURRENT.with(|c| c.set(&core));
         let _runner = crate::stall::enter(&core.runner);
@@ -216,6 +239,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             counters.context_iterations.bump();
         }
         source.destroy();
+        core.finish_fibers();
         // Shutdown step 3: drop what is left, here, on the worker's thread:
         // its pinned inbox (fibers unwind here, on their own thread) and its
         // deque. A future's destructor may schedule more (a dropped Task
@@ -309,6 +333,35 @@ impl Core {
         } else if !self.shared.thread_per_core && wants_help(self.local.len()) {
             self.request_help();
         }
+    }
+
+    /// Shutdown, on the worker's thread: every fiber of this worker still
+    /// alive is cancelled (F4) and run until it has left through its own
+    /// return, for up to [`FIBER_EXIT`]; its future is dropped here, on its
+    /// own thread. Pinned tasks woken meanwhile run too. What is still
+    /// queued after that is dropped by the caller (a fiber then unwinds).
+    fn finish_fibers(&self) {
+        let fibers: Vec<_> = self.fibers.borrow_mut().drain(..).collect();
+        let live: Vec<_> = fibers.iter().filter_map(std::sync::Weak::upgrade).collect();
+        if live.is_empty() {
+            return;
+        }
+        for fiber in &live {
+            fiber.cancel();
+        }
+        drop((live, fibers));
+        // A cancelled fiber's waits return at once, so one pass over the
+        // pinned work normally finishes them all; the deadline bounds a
+        // fiber that loops on its own.
+        let deadline = std::time::Instant::now() + FIBER_EXIT;
+        self.in_slice.set(true);
+        while std::time::Instant::now() < deadline {
+            match self.find_pinned() {
+                Some(job) => job.run(),
+                None => break,
+            }
+        }
+        self.in_slice.set(false);
     }
 
     /// Hands every job on this worker's deque to its peers before the worker
