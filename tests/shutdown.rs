@@ -49,7 +49,11 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
             let (gate_rx, held_tx) = (gate_rx.clone(), held_tx.clone());
             s.push(move || {
                 held_tx.send(()).unwrap();
-                let _ = gate_rx.lock().unwrap().recv();
+                // Declared blocking: the worker first hands its queue (the
+                // other holders, if it took a batch) to its peers.
+                gdex::blocking::blocking(|| {
+                    let _ = gate_rx.lock().unwrap().recv();
+                });
             });
         }
         for _ in 0..workers {
