@@ -10,12 +10,7 @@ use std::time::{Duration, Instant};
 use futures::channel::oneshot;
 use gdex::fiber;
 
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+use common::spin;
 
 /// Keeps every worker of `pool` busy with stealable tasks until `stop`.
 fn load(pool: &gdex::ThreadPool, stop: &Arc<AtomicBool>) {

@@ -10,12 +10,7 @@ use std::time::{Duration, Instant};
 use futures::channel::oneshot;
 use gio::prelude::*;
 
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+use common::spin;
 
 /// P3: a task re-waking itself forever (a `yield_now` loop) goes to the back
 /// of the deque, so the 100 tasks queued behind it on a 1-worker pool run.

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn warnings() -> &'static Mutex<Vec<String>> {
     static WARNINGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
@@ -31,12 +31,7 @@ fn warnings_naming(text: &str) -> Vec<String> {
         .collect()
 }
 
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+use common::spin;
 
 /// A task that spins 300 ms produces exactly one warning, naming it and its
 /// worker; a task queued behind it on the same worker is taken by the peer

@@ -9,14 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-/// Counts drops of the future that holds it.
-struct Counted(Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use common::Counted;
 
 fn still_works(pool: &gdex::ThreadPool) {
     let tasks: Vec<_> = (0..100)

@@ -187,15 +187,9 @@ fn many_pending_tasks_are_dropped_once_each() {
         let n = common::stress(100_000);
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let drops = Arc::new(AtomicUsize::new(0));
-        struct CountDrop(Arc<AtomicUsize>);
-        impl Drop for CountDrop {
-            fn drop(&mut self) {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
         let tasks: Vec<_> = (0..n)
             .map(|_| {
-                let guard = CountDrop(drops.clone());
+                let guard = common::Counted(drops.clone());
                 pool.scheduler().spawn(async move {
                     let _guard = guard;
                     std::future::pending::<()>().await

@@ -58,6 +58,8 @@ pub(crate) struct ContextShared {
     is_main: bool,
     /// What the stall watchdog watches of this scheduler.
     runner: Arc<crate::stall::Runner>,
+    /// `DISPATCH_TIME` in clock ticks.
+    dispatch_ticks: u64,
 }
 
 /// Schedulers by context address. A live entry keeps nothing alive: the
@@ -138,6 +140,7 @@ impl ContextShared {
                     crate::stall::default_threshold(),
                     None,
                 ),
+                dispatch_ticks: crate::clock::ticks(DISPATCH_TIME),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -237,7 +240,7 @@ impl ContextShared {
     /// Runs up to a batch of jobs, taking turns between the two queues on
     /// the local owner's thread; `None` if everything it may run ran out.
     fn run_jobs(&self, local_too: bool) -> Option<()> {
-        let deadline = crate::clock::now().wrapping_add(crate::clock::ticks(DISPATCH_TIME));
+        let deadline = crate::clock::now().wrapping_add(self.dispatch_ticks);
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {

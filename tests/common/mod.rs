@@ -2,9 +2,10 @@
 //! and a lock for tests that use the process-wide default main context.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Runs `body`; if it has not returned after `secs` seconds, prints which test
 /// hung and aborts the process, so a scheduler bug fails the run instead of
@@ -80,4 +81,21 @@ pub fn on_main<R>(body: impl FnOnce() -> R) -> R {
     glib::MainContext::default()
         .with_thread_default(body)
         .expect("the default main context is free")
+}
+
+/// Busy-waits for `d`: a task that occupies its worker.
+pub fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Counts the drops of whatever holds it (a future, a fiber's state).
+pub struct Counted(pub Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
