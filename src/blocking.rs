@@ -87,7 +87,8 @@ impl Lane {
         }
         let lane = self.clone();
         let future = CatchUnwind::new(async move { f() });
-        let (runnable, task) = async_task::spawn(future, move |r| lane.submit(Job::Task(r)));
+        let (runnable, task) =
+            crate::task::builder().spawn(move |_| future, move |r| lane.submit(Job::Task(r)));
         runnable.schedule();
         Task::new(task)
     }

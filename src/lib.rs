@@ -64,7 +64,7 @@ pub use fiber::Fiber;
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::Scheduler;
-pub use task::{yield_now, Task, YieldNow};
+pub use task::{current_cancellable, yield_now, Task, YieldNow};
 
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///

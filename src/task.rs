@@ -19,17 +19,151 @@
 //! (S6). A panic nobody will read (the task was detached, or its handle was
 //! dropped after it finished) is reported with `g_critical`.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::task::{Context, Poll};
 
+use gio::prelude::*;
+use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
+
 use crate::error::{panic_message, Error};
+
+/// A task's `Runnable`, with the task's [`TaskMeta`] in its block.
+pub(crate) type Runnable = async_task::Runnable<TaskMeta>;
+
+/// Per-task data kept in the task's block (async-task's metadata): the
+/// task's `gio::Cancellable` (X1), made the first time someone asks for it.
+pub(crate) struct TaskMeta {
+    /// Null while nobody has asked and the task is live; [`CANCELLED`] when
+    /// the task was cancelled before anyone asked; otherwise a strong
+    /// reference to the task's `GCancellable`, kept until the block is freed.
+    cancellable: AtomicPtr<gio::ffi::GCancellable>,
+}
+
+/// The mark for "cancelled before a cancellable was made" (never a real
+/// pointer: GObjects are aligned).
+const CANCELLED: *mut gio::ffi::GCancellable = ptr::dangling_mut::<u8>() as *mut _;
+
+impl TaskMeta {
+    pub(crate) const fn new() -> Self {
+        TaskMeta {
+            cancellable: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The task's cancellable, made now if nobody asked before (already
+    /// cancelled if the task has been).
+    pub(crate) fn cancellable(&self) -> gio::Cancellable {
+        let mut current = self.cancellable.load(Ordering::Acquire);
+        loop {
+            if !current.is_null() && current != CANCELLED {
+                // SAFETY: a real pointer here is a strong reference this
+                // block owns until it is dropped, and we borrow the block.
+                return unsafe { from_glib_none(current) };
+            }
+            let made = gio::Cancellable::new();
+            if current == CANCELLED {
+                made.cancel();
+            }
+            // A strong reference for the block; `Drop` releases it.
+            let raw: *mut gio::ffi::GCancellable = made.clone().into_glib_ptr();
+            match self.cancellable.compare_exchange(
+                current,
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return made,
+                Err(now) => {
+                    // SAFETY: `raw` was not published; take the reference back.
+                    drop(unsafe { gio::Cancellable::from_glib_full(raw) });
+                    current = now;
+                }
+            }
+        }
+    }
+
+    /// For a task being cancelled: marks a cancellable nobody has asked for
+    /// yet to be born cancelled, or gives the one that exists, for the
+    /// canceller to cancel once the task is closed (so that the task's
+    /// future is never polled with its cancellable cancelled: S5 drops it at
+    /// its suspension point instead).
+    pub(crate) fn to_cancel(&self) -> Option<gio::Cancellable> {
+        let mut current = self.cancellable.load(Ordering::Acquire);
+        loop {
+            if current == CANCELLED {
+                return None;
+            }
+            if !current.is_null() {
+                // SAFETY: a strong reference owned by the block we borrow.
+                return Some(unsafe { from_glib_none(current) });
+            }
+            match self.cancellable.compare_exchange(
+                current,
+                CANCELLED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return None,
+                Err(now) => current = now,
+            }
+        }
+    }
+}
+
+impl Drop for TaskMeta {
+    fn drop(&mut self) {
+        let current = *self.cancellable.get_mut();
+        if !current.is_null() && current != CANCELLED {
+            // SAFETY: the block's own strong reference, released once.
+            unsafe { glib::gobject_ffi::g_object_unref(current.cast()) };
+        }
+    }
+}
+
+thread_local! {
+    /// The metadata of the task this thread is running, or null.
+    static CURRENT: Cell<*const TaskMeta> = const { Cell::new(ptr::null()) };
+}
+
+/// The `gio::Cancellable` of the gdex task (or fiber, or blocking job) that
+/// is running on this thread: it is cancelled when the task is cancelled
+/// (its handle dropped, [`Task::cancel`], a [`TaskGroup`](crate::TaskGroup)
+/// cancelled, the object of [`spawn_bound`](crate::spawn_bound) disposed),
+/// so GIO calls made with it stop too (X1). `None` outside a gdex task.
+///
+/// It is made on first use; a task that never asks pays nothing for it.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let task = pool.scheduler().spawn(async {
+///     let cancellable = gdex::current_cancellable().expect("inside a task");
+///     cancellable.is_cancelled()
+/// });
+/// assert_eq!(gdex::block_on(task).unwrap(), false);
+/// assert!(gdex::current_cancellable().is_none());
+/// ```
+pub fn current_cancellable() -> Option<gio::Cancellable> {
+    let meta = CURRENT.with(Cell::get);
+    // SAFETY: CURRENT is set only while `Job::run` runs the task whose block
+    // holds this metadata, and reset before the block can go away.
+    unsafe { meta.as_ref() }.map(TaskMeta::cancellable)
+}
+
+/// A builder for a gdex task's block: async-task with a [`TaskMeta`].
+#[inline]
+pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
+    async_task::Builder::new().metadata(TaskMeta::new())
+}
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item
 /// pushed with [`Scheduler::push`](crate::Scheduler::push) (S3).
 pub(crate) enum Job {
-    Task(async_task::Runnable),
+    Task(Runnable),
     Work(Box<dyn FnOnce() + Send>),
 }
 
@@ -41,9 +175,12 @@ impl Job {
     pub(crate) fn run(self) {
         match self {
             Job::Task(runnable) => {
+                let previous = CURRENT.replace(runnable.metadata());
                 // The poll itself cannot unwind (CatchUnwind below), but a
                 // future's destructor can, when a cancelled task is dropped.
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| runnable.run())) {
+                let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
+                CURRENT.set(previous);
+                if let Err(payload) = result {
                     glib::g_critical!(
                         "gdex",
                         "a task panicked while being dropped: {}",
@@ -80,8 +217,15 @@ impl Drop for PanicReport {
     }
 }
 
+/// Why a task has no value: what its block stores instead.
+pub(crate) enum Failure {
+    Panicked(PanicReport),
+    /// Refused or stopped by gdex (a closed scheduler, a disposed object).
+    Error(Error),
+}
+
 /// What a task's block stores as output.
-pub(crate) type Outcome<T> = Result<T, PanicReport>;
+pub(crate) type Outcome<T> = Result<T, Failure>;
 
 /// Polls the inner future inside `catch_unwind`, turning a panic into the
 /// task's output.
@@ -107,9 +251,9 @@ impl<F: Future> Future for CatchUnwind<F> {
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(PanicReport {
+            Err(payload) => Poll::Ready(Err(Failure::Panicked(PanicReport {
                 message: Some(panic_message(&*payload)),
-            })),
+            }))),
         }
     }
 }
@@ -133,73 +277,118 @@ impl<F: Future> Future for CatchUnwind<F> {
 /// ```
 #[must_use = "dropping a Task cancels it; call .detach() to let it run"]
 pub struct Task<T> {
-    inner: Inner<T>,
+    /// `None` only once `detach` or `cancel` has taken it.
+    task: Option<async_task::FallibleTask<Outcome<T>, TaskMeta>>,
+    /// The task's metadata, in the block `task` keeps alive.
+    meta: NonNull<TaskMeta>,
 }
 
-enum Inner<T> {
-    Live(async_task::FallibleTask<Outcome<T>>),
-    /// Never spawned: resolves to this error once. (Boxed: a handle stays
-    /// two words.)
-    Failed(Option<Box<Error>>),
-}
+// SAFETY: `meta` points into the block that `task` keeps alive and is only
+// read through `&TaskMeta`, which is Sync; otherwise a Task is what
+// async-task's FallibleTask is, with the same bounds.
+unsafe impl<T: Send> Send for Task<T> {}
+// SAFETY: as above; no `&self` method touches the output.
+unsafe impl<T> Sync for Task<T> {}
 
 impl<T> Task<T> {
-    pub(crate) fn new(task: async_task::Task<Outcome<T>>) -> Self {
+    pub(crate) fn new(task: async_task::Task<Outcome<T>, TaskMeta>) -> Self {
+        let meta = NonNull::from(task.metadata());
         Task {
-            inner: Inner::Live(task.fallible()),
+            task: Some(task.fallible()),
+            meta,
         }
     }
 
     /// A task that was refused (its scheduler is closed): awaiting it gives
     /// `error` at once.
     pub(crate) fn failed(error: Error) -> Self {
-        Task {
-            inner: Inner::Failed(Some(Box::new(error))),
-        }
+        let future = async move { Err(Failure::Error(error)) };
+        // SAFETY: the future (which holds only an Error, Send) is polled to
+        // its end right here, on this thread, and never scheduled again: the
+        // schedule function is never called for a finished task.
+        let (runnable, task) = unsafe { builder().spawn_unchecked(move |_| future, |_| {}) };
+        runnable.run();
+        Task::new(task)
+    }
+
+    fn meta(&self) -> &TaskMeta {
+        // SAFETY: `task` keeps the block holding the metadata alive for as
+        // long as `self` exists (it is only taken by methods consuming self).
+        unsafe { self.meta.as_ref() }
     }
 
     /// Lets the task run to completion with nobody holding it (libdex's
     /// *disown*). Its output is dropped; a panic is reported with
     /// `g_critical`.
-    pub fn detach(self) {
-        match self.inner {
-            Inner::Live(task) => task.detach(),
-            Inner::Failed(_) => {}
+    pub fn detach(mut self) {
+        if let Some(task) = self.task.take() {
+            task.detach();
         }
     }
 
     /// Cancels the task and waits until it has stopped (X1): when this
     /// resolves, the task's future has been dropped, or it had finished.
-    /// Gives the output if the task finished before the cancellation took
-    /// hold, `None` otherwise (also when it had panicked).
+    /// The task's [`current_cancellable`] is cancelled too (right after the
+    /// task is closed, so the future is never polled again), so GIO calls
+    /// it has in flight end with `G_IO_ERROR_CANCELLED`. Gives the output if the
+    /// task finished before the cancellation took hold, `None` otherwise
+    /// (also when it had panicked).
     ///
     /// ```
     /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
     /// let task = pool.scheduler().spawn(std::future::pending::<()>());
     /// assert_eq!(gdex::block_on(task.cancel()), None);
     /// ```
-    pub async fn cancel(self) -> Option<T> {
-        match self.inner {
-            Inner::Live(task) => match task.cancel().await {
-                Some(Ok(value)) => Some(value),
-                Some(Err(report)) => {
-                    // The panic is the canceller's to know about, not a
-                    // report for the log.
-                    drop(report.take());
-                    None
-                }
-                None => None,
-            },
-            Inner::Failed(_) => None,
+    pub async fn cancel(mut self) -> Option<T> {
+        let task = self.task.take()?;
+        let mut gio_cancel = if task.is_finished() {
+            None
+        } else {
+            self.meta().to_cancel()
+        };
+        let mut cancel = std::pin::pin!(task.cancel());
+        // The first poll closes the task; its GIO calls are cancelled after
+        // that, so the future never runs on with a cancelled cancellable.
+        let output = std::future::poll_fn(|cx| {
+            let poll = cancel.as_mut().poll(cx);
+            if let Some(cancellable) = gio_cancel.take() {
+                cancellable.cancel();
+            }
+            poll
+        })
+        .await;
+        match output {
+            Some(Ok(value)) => Some(value),
+            Some(Err(Failure::Panicked(report))) => {
+                // The panic is the canceller's to know about, not a
+                // report for the log.
+                drop(report.take());
+                None
+            }
+            Some(Err(Failure::Error(_))) | None => None,
         }
     }
 
     /// True once the task has finished or was cancelled; awaiting it will not
     /// wait.
     pub fn is_finished(&self) -> bool {
-        match &self.inner {
-            Inner::Live(task) => task.is_finished(),
-            Inner::Failed(_) => true,
+        self.task.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            if task.is_finished() {
+                return;
+            }
+            let gio_cancel = self.meta().to_cancel();
+            // S5: close the task first, so it is never polled again...
+            drop(task);
+            // ...then X1: its GIO calls in flight stop too.
+            if let Some(cancellable) = gio_cancel {
+                cancellable.cancel();
+            }
         }
     }
 }
@@ -208,18 +397,20 @@ impl<T> Future for Task<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // `Task` is `Unpin`: both variants are.
+        // `Task` is `Unpin`: both fields are.
         let this = self.get_mut();
-        match &mut this.inner {
-            Inner::Live(task) => match Pin::new(task).poll(cx) {
-                Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value)),
-                Poll::Ready(Some(Err(report))) => Poll::Ready(Err(Error::Panicked(report.take()))),
-                Poll::Ready(None) => Poll::Ready(Err(Error::Cancelled)),
-                Poll::Pending => Poll::Pending,
-            },
-            Inner::Failed(error) => Poll::Ready(Err(*error
-                .take()
-                .expect("a gdex::Task was polled again after it completed"))),
+        let task = this
+            .task
+            .as_mut()
+            .expect("a gdex::Task was polled after detach or cancel");
+        match Pin::new(task).poll(cx) {
+            Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value)),
+            Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
+                Poll::Ready(Err(Error::Panicked(report.take())))
+            }
+            Poll::Ready(Some(Err(Failure::Error(error)))) => Poll::Ready(Err(error)),
+            Poll::Ready(None) => Poll::Ready(Err(Error::Cancelled)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
 use crate::pool::PoolShared;
-use crate::task::{CatchUnwind, Job, Task};
+use crate::task::{self, CatchUnwind, Job, Outcome, Task};
 use context::ContextShared;
 
 /// Where tasks and work items run: a `GMainContext` or a [`ThreadPool`](crate::ThreadPool).
@@ -142,32 +142,41 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        match &self.kind {
+        self.spawn_outcome(CatchUnwind::new(future))
+    }
+
+    /// [`spawn`](Scheduler::spawn) for a future already wrapped so that its
+    /// output is a task outcome.
+    pub(crate) fn spawn_outcome<W, T>(&self, future: W) -> Task<T>
+    where
+        W: Future<Output = Outcome<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();
-                let (runnable, task) =
-                    async_task::spawn(CatchUnwind::new(future), move |r| shared.push(Job::Task(r)));
-                runnable.schedule();
-                Task::new(task)
+                task::builder().spawn(move |_| future, move |r| shared.push(Job::Task(r)))
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
                     return Task::failed(Error::Closed);
                 }
-                let future = CatchUnwind::new(future);
-                let (runnable, task) = if pool.thread_per_core() {
+                if pool.thread_per_core() {
                     // P9: the task keeps the worker it was placed on.
                     let home = pool.home_for_spawn();
                     let pool = pool.clone();
-                    async_task::spawn(future, move |r| pool.schedule_home(home, Job::Task(r)))
+                    task::builder().spawn(
+                        move |_| future,
+                        move |r| pool.schedule_home(home, Job::Task(r)),
+                    )
                 } else {
                     let pool = pool.clone();
-                    async_task::spawn(future, move |r| pool.schedule(Job::Task(r)))
-                };
-                runnable.schedule();
-                Task::new(task)
+                    task::builder().spawn(move |_| future, move |r| pool.schedule(Job::Task(r)))
+                }
             }
-        }
+        };
+        runnable.schedule();
+        Task::new(task)
     }
 
     /// Spawns a `Send` future with a name (X4): the stall watchdog names it
@@ -212,9 +221,20 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: 'static,
     {
+        self.spawn_local_outcome("Scheduler::spawn_local", CatchUnwind::new(future))
+    }
+
+    /// [`spawn_local`](Scheduler::spawn_local) for a future already wrapped
+    /// so that its output is a task outcome; `what` names the caller in the
+    /// misuse panic.
+    pub(crate) fn spawn_local_outcome<W, T>(&self, what: &str, future: W) -> Task<T>
+    where
+        W: Future<Output = Outcome<T>> + 'static,
+        T: 'static,
+    {
         match &self.kind {
             Kind::Context(shared) => {
-                let guard = shared.enter_local("Scheduler::spawn_local");
+                let guard = shared.enter_local(what);
                 let queue = shared.clone();
                 let future = ThreadBound::new(async move {
                     let _live = guard;
@@ -225,9 +245,8 @@ impl Scheduler {
                 // SAFETY: and ThreadBound refuses (and leaks rather than
                 // drops on) any other thread.
                 let (runnable, task) = unsafe {
-                    async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
-                        queue.push_local(Job::Task(r))
-                    })
+                    task::builder()
+                        .spawn_unchecked(move |_| future, move |r| queue.push_local(Job::Task(r)))
                 };
                 runnable.schedule();
                 Task::new(task)
@@ -235,7 +254,7 @@ impl Scheduler {
             Kind::Pool(pool) => {
                 let Some(worker) = crate::pool::current_index(pool) else {
                     panic!(
-                        "gdex: Scheduler::spawn_local on a thread pool from thread {:?}, which is \
+                        "gdex: {what} on a thread pool from thread {:?}, which is \
                          not one of its workers. A !Send future must be built on the thread that \
                          runs it: use spawn_pinned(|| async {{ ... }}) to build it on a worker, \
                          or spawn() for a Send future.",
@@ -249,9 +268,10 @@ impl Scheduler {
                 // SAFETY: no other thread pops that inbox, and ThreadBound
                 // refuses any other thread.
                 let (runnable, task) = unsafe {
-                    async_task::spawn_unchecked(CatchUnwind::new(future), move |r| {
-                        pool.schedule_pinned(worker, Job::Task(r))
-                    })
+                    task::builder().spawn_unchecked(
+                        move |_| future,
+                        move |r| pool.schedule_pinned(worker, Job::Task(r)),
+                    )
                 };
                 runnable.schedule();
                 Task::new(task)
@@ -333,7 +353,10 @@ impl Scheduler {
                 // SAFETY: a context scheduler runs its queue on the thread
                 // that iterates the context; ThreadBound refuses to poll or
                 // drop the future on any thread but the first that polled it.
-                unsafe { async_task::spawn_unchecked(future, move |r| shared.push(Job::Task(r))) }
+                unsafe {
+                    task::builder()
+                        .spawn_unchecked(move |_| future, move |r| shared.push(Job::Task(r)))
+                }
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
@@ -345,9 +368,10 @@ impl Scheduler {
                 // worker's inbox, popped by that worker alone (and drained by
                 // it at exit, or leaked); ThreadBound checks it too.
                 unsafe {
-                    async_task::spawn_unchecked(future, move |r| {
-                        pool.schedule_pinned(worker, Job::Task(r))
-                    })
+                    task::builder().spawn_unchecked(
+                        move |_| future,
+                        move |r| pool.schedule_pinned(worker, Job::Task(r)),
+                    )
                 }
             }
         };
