@@ -29,14 +29,36 @@ pub enum Error {
     Closed,
     /// A fiber-only call was made outside a fiber.
     NotOnFiber,
-    /// A GLib or GIO error.
+    /// A promise (or a channel's other side) was dropped before it gave a
+    /// value.
+    Dropped,
+    /// A GLib or GIO error, carried unchanged.
     Failed(glib::Error),
 }
 
 impl Error {
-    /// True for [`Error::Cancelled`].
+    /// True for [`Error::Cancelled`], and for a GIO error
+    /// `G_IO_ERROR_CANCELLED` (a GIO call stopped by its cancellable).
     pub fn is_cancelled(&self) -> bool {
-        matches!(self, Error::Cancelled)
+        match self {
+            Error::Cancelled => true,
+            Error::Failed(err) => err.matches(gio::IOErrorEnum::Cancelled),
+            _ => false,
+        }
+    }
+
+    /// The code of this error in gdex's GLib error domain; `None` for
+    /// [`Error::Failed`], which keeps its own domain.
+    pub fn code(&self) -> Option<ErrorCode> {
+        Some(match self {
+            Error::Cancelled => ErrorCode::Cancelled,
+            Error::Panicked(_) => ErrorCode::Panicked,
+            Error::TimedOut => ErrorCode::TimedOut,
+            Error::Closed => ErrorCode::Closed,
+            Error::NotOnFiber => ErrorCode::NotOnFiber,
+            Error::Dropped => ErrorCode::Dropped,
+            Error::Failed(_) => return None,
+        })
     }
 
     /// True for [`Error::Panicked`].
@@ -49,10 +71,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Cancelled => f.write_str("the task was cancelled"),
-            Error::Panicked(msg) => write!(f, "the task panicked: {msg}"),
+            Error::Panicked(msg) => write!(f, "{PANICKED}{msg}"),
             Error::TimedOut => f.write_str("the operation timed out"),
             Error::Closed => f.write_str("the scheduler or queue is closed"),
             Error::NotOnFiber => f.write_str("this call is only valid inside a fiber"),
+            Error::Dropped => {
+                f.write_str("the promise or sender was dropped before it gave a value")
+            }
             Error::Failed(err) => write!(f, "{err}"),
         }
     }
@@ -67,9 +92,91 @@ impl std::error::Error for Error {
     }
 }
 
+/// A `glib::Error` back to the gdex error it came from (same domain and
+/// code), or [`Error::Failed`] carrying it unchanged.
 impl From<glib::Error> for Error {
     fn from(err: glib::Error) -> Self {
-        Error::Failed(err)
+        match err.kind::<ErrorCode>() {
+            Some(ErrorCode::Cancelled) => Error::Cancelled,
+            Some(ErrorCode::Panicked) => Error::Panicked(
+                err.message()
+                    .strip_prefix(PANICKED)
+                    .unwrap_or(err.message())
+                    .to_owned(),
+            ),
+            Some(ErrorCode::TimedOut) => Error::TimedOut,
+            Some(ErrorCode::Closed) => Error::Closed,
+            Some(ErrorCode::NotOnFiber) => Error::NotOnFiber,
+            Some(ErrorCode::Dropped) => Error::Dropped,
+            None => Error::Failed(err),
+        }
+    }
+}
+
+const PANICKED: &str = "the task panicked: ";
+
+/// A gdex error as a `glib::Error`, for GObject code that hands errors to C
+/// callers: gdex's own errors in the `gdex-error-quark` domain
+/// ([`ErrorCode`]), a GLib or GIO error unchanged.
+///
+/// ```
+/// let err: glib::Error = gdex::Error::TimedOut.into();
+/// assert!(err.matches(gdex::ErrorCode::TimedOut));
+/// assert_eq!(err.domain().as_str(), "gdex-error-quark");
+/// assert!(matches!(gdex::Error::from(err), gdex::Error::TimedOut));
+/// ```
+impl From<Error> for glib::Error {
+    fn from(err: Error) -> Self {
+        match err.code() {
+            Some(code) => glib::Error::new(code, &err.to_string()),
+            None => match err {
+                Error::Failed(err) => err,
+                _ => unreachable!("every other variant has a code"),
+            },
+        }
+    }
+}
+
+/// The codes of gdex's GLib error domain, `gdex-error-quark`: how a gdex
+/// [`Error`] looks to C callers as a `GError`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// [`Error::Cancelled`].
+    Cancelled = 1,
+    /// [`Error::Panicked`]; the message holds the panic's.
+    Panicked = 2,
+    /// [`Error::TimedOut`].
+    TimedOut = 3,
+    /// [`Error::Closed`].
+    Closed = 4,
+    /// [`Error::NotOnFiber`].
+    NotOnFiber = 5,
+    /// [`Error::Dropped`].
+    Dropped = 6,
+}
+
+impl glib::error::ErrorDomain for ErrorCode {
+    fn domain() -> glib::Quark {
+        static QUARK: std::sync::OnceLock<glib::Quark> = std::sync::OnceLock::new();
+        *QUARK.get_or_init(|| glib::Quark::from_str("gdex-error-quark"))
+    }
+
+    fn code(self) -> i32 {
+        self as i32
+    }
+
+    fn from(code: i32) -> Option<Self> {
+        Some(match code {
+            1 => ErrorCode::Cancelled,
+            2 => ErrorCode::Panicked,
+            3 => ErrorCode::TimedOut,
+            4 => ErrorCode::Closed,
+            5 => ErrorCode::NotOnFiber,
+            6 => ErrorCode::Dropped,
+            _ => return None,
+        })
     }
 }
 
@@ -81,5 +188,46 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every gdex error goes to a GError in the gdex domain and back.
+    #[test]
+    fn errors_round_trip_through_glib_error() {
+        for err in [
+            Error::Cancelled,
+            Error::Panicked("boom".into()),
+            Error::TimedOut,
+            Error::Closed,
+            Error::NotOnFiber,
+            Error::Dropped,
+        ] {
+            let code = err.code().unwrap();
+            let before = err.to_string();
+            let g: glib::Error = err.into();
+            assert!(g.matches(code));
+            assert_eq!(g.domain().as_str(), "gdex-error-quark");
+            assert_eq!(g.message(), before);
+            let back = Error::from(g);
+            assert_eq!(back.code(), Some(code));
+            assert_eq!(back.to_string(), before);
+        }
+    }
+
+    /// A GIO error is carried through unchanged, both ways.
+    #[test]
+    fn gio_errors_pass_through_unchanged() {
+        let gio_err = glib::Error::new(gio::IOErrorEnum::NotFound, "no such file");
+        let err = Error::from(gio_err.clone());
+        assert!(matches!(&err, Error::Failed(e) if e == &gio_err));
+        assert!(err.code().is_none());
+        let again: glib::Error = err.into();
+        assert_eq!(again, gio_err);
+        let cancelled = Error::from(glib::Error::new(gio::IOErrorEnum::Cancelled, "x"));
+        assert!(cancelled.is_cancelled());
     }
 }

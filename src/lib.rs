@@ -45,26 +45,40 @@
 
 mod block_on;
 pub mod blocking;
+mod bound;
 mod clock;
 mod error;
 pub mod fiber;
 mod pool;
 mod scheduler;
 mod stall;
+mod sync;
 mod task;
 pub mod thread;
+mod time;
 mod util;
 
 use std::future::Future;
 
 pub use block_on::{block_on, wait_for};
 pub use blocking::LaneStats;
-pub use error::Error;
+pub use bound::spawn_bound;
+pub use error::{Error, ErrorCode};
 pub use fiber::Fiber;
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::Scheduler;
+pub use sync::cancellable::{Cancellable, Cancelled, Delayed, Release};
+pub use sync::channel::{
+    channel, Receiver, RecvAllFuture, RecvFuture, SendError, SendFuture, Sender, TrySendError,
+};
+pub use sync::group::TaskGroup;
+pub use sync::promise::{Promise, PromiseFuture};
+pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
+pub use sync::sets::{all, all_race, any, first};
+pub use sync::signal::{unix_signal, UnixSignal};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
+pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///

@@ -154,6 +154,16 @@ pub fn current_cancellable() -> Option<gio::Cancellable> {
     unsafe { meta.as_ref() }.map(TaskMeta::cancellable)
 }
 
+/// Cancels the running task's cancellable (for a task that stops itself
+/// because it was cancelled from elsewhere: a disposed object).
+pub(crate) fn cancel_current_cancellable() {
+    let meta = CURRENT.with(Cell::get);
+    // SAFETY: as in `current_cancellable`.
+    if let Some(cancellable) = unsafe { meta.as_ref() }.and_then(TaskMeta::to_cancel) {
+        cancellable.cancel();
+    }
+}
+
 /// A builder for a gdex task's block: async-task with a [`TaskMeta`].
 #[inline]
 pub(crate) fn builder() -> async_task::Builder<TaskMeta> {

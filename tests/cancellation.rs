@@ -105,3 +105,154 @@ fn dropping_a_task_cancels_its_cancellable() {
         drop(go_tx);
     });
 }
+
+/// Cancelling a `gdex::Cancellable` rejects its waiters and stops a GIO
+/// call made with its `gio::Cancellable` side.
+#[test]
+fn gdex_cancellable_rejects_waiters_and_stops_gio() {
+    watchdog("gdex_cancellable_rejects_waiters_and_stops_gio", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let cancellable = gdex::Cancellable::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| pool.scheduler().spawn(cancellable.future::<u32>()))
+            .collect();
+        let (read_end, _write_end) = silent_socket();
+        let gio_side: gio::Cancellable = cancellable.clone().into();
+        let (started_tx, started) = mpsc::channel();
+        let read = pool.scheduler().spawn_pinned(move || async move {
+            let socket = gio::Socket::from_fd(read_end).unwrap();
+            let connection = socket.connection_factory_create_connection();
+            let stream = connection.input_stream();
+            // (gio-rs's `_future` calls make their own cancellable: a
+            // callback-style call takes ours.)
+            let (tx, rx) = futures::channel::oneshot::channel();
+            stream.read_bytes_async(64, glib::Priority::DEFAULT, Some(&gio_side), move |r| {
+                let _ = tx.send(r.map(|b| b.len()));
+            });
+            started_tx.send(()).unwrap();
+            let result = rx.await.unwrap();
+            drop(connection);
+            result
+        });
+        started.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        for w in &waiters {
+            assert!(!w.is_finished(), "a waiter resolved before the cancel");
+        }
+        cancellable.cancel();
+        for w in waiters {
+            assert!(matches!(
+                gdex::block_on(w).unwrap(),
+                Err(gdex::Error::Cancelled)
+            ));
+        }
+        let err = gdex::block_on(read)
+            .unwrap()
+            .expect_err("the read cannot succeed");
+        assert!(err.matches(gio::IOErrorEnum::Cancelled), "{err:?}");
+    });
+}
+
+/// The reverse bridge: cancelling a `gio::Cancellable` (as C code would)
+/// rejects the waiters of the `gdex::Cancellable` made from it.
+#[test]
+fn gio_cancellable_cancels_gdex_waiters() {
+    watchdog("gio_cancellable_cancels_gdex_waiters", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let from_c = gio::Cancellable::new();
+        let ours = gdex::Cancellable::from(from_c.clone());
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(dropped.clone());
+        let work = {
+            let ours = ours.clone();
+            pool.scheduler().spawn(async move {
+                let _guard = guard;
+                ours.run(std::future::pending::<()>()).await
+            })
+        };
+        let waiter = pool.scheduler().spawn(ours.future::<()>());
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!work.is_finished() && !waiter.is_finished());
+        assert!(!ours.is_cancelled());
+        from_c.cancel();
+        assert!(ours.is_cancelled());
+        assert!(matches!(
+            gdex::block_on(waiter).unwrap(),
+            Err(gdex::Error::Cancelled)
+        ));
+        assert!(matches!(
+            gdex::block_on(work).unwrap(),
+            Err(gdex::Error::Cancelled)
+        ));
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        // A cancellable cancelled before anyone waits rejects at once.
+        assert!(gdex::block_on(ours.future::<()>())
+            .unwrap_err()
+            .is_cancelled());
+    });
+}
+
+/// X2: dropping the last strong reference of a GObject cancels the task
+/// bound to it: its future is dropped and its handle gives Cancelled. A
+/// task that finishes first unhooks itself: the object lives on unharmed.
+#[test]
+fn disposing_an_object_cancels_its_bound_task() {
+    watchdog("disposing_an_object_cancels_its_bound_task", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        // On the pool, with a Send + Sync object.
+        let object = gio::Cancellable::new();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(dropped.clone());
+        let (tx, rx) = mpsc::channel();
+        let task = pool.scheduler().spawn_bound(&object, async move {
+            let _guard = guard;
+            tx.send(gdex::current_cancellable().unwrap()).unwrap();
+            std::future::pending::<()>().await
+        });
+        let task_cancellable = rx.recv().unwrap();
+        assert_eq!(dropped.load(Ordering::SeqCst), 0);
+        drop(object);
+        assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the bound future was not dropped"
+        );
+        assert!(
+            task_cancellable.is_cancelled(),
+            "X1: its GIO calls stop too"
+        );
+
+        // On the main thread, with a plain (thread-bound) GObject.
+        common::on_main(|| {
+            let object = glib::Object::new::<glib::Object>();
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let guard = Counted(dropped.clone());
+            let weak = object.downgrade();
+            let task = gdex::spawn_bound(&object, async move {
+                let _guard = guard;
+                gdex::sleep(Duration::from_secs(60)).await;
+                weak.upgrade().is_some()
+            });
+            gdex::block_on(gdex::sleep(Duration::from_millis(5)));
+            assert!(!task.is_finished());
+            drop(object);
+            assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+            assert_eq!(dropped.load(Ordering::SeqCst), 1);
+
+            // Finishing first unhooks the weak notification.
+            let object = glib::Object::new::<glib::Object>();
+            for _ in 0..100 {
+                let t = gdex::spawn_bound(&object, async { 1 });
+                assert_eq!(gdex::block_on(t).unwrap(), 1);
+            }
+            let watched = Arc::new(AtomicUsize::new(0));
+            let w = watched.clone();
+            object.add_weak_ref_notify(move || {
+                w.fetch_add(1, Ordering::SeqCst);
+            });
+            drop(object);
+            assert_eq!(watched.load(Ordering::SeqCst), 1);
+        });
+    });
+}

@@ -81,12 +81,29 @@ impl SourceRef {
         }
     }
 
+    /// Takes over one reference to a source made elsewhere (any kind).
+    ///
+    /// # Safety
+    /// `raw` must be a live `GSource` whose reference the caller owns and
+    /// hands over. Only the thread-safe methods (`destroy`, drop) may be
+    /// used on a source that is not a gdex hook source.
+    pub(crate) unsafe fn from_raw(raw: *mut ffi::GSource) -> SourceRef {
+        SourceRef { raw }
+    }
+
     /// Makes a ready-time source dispatch on its context's next iteration,
     /// waking the context if it sleeps. Thread-safe.
     #[inline]
     pub(crate) fn set_ready(&self) {
         // SAFETY: `raw` is alive (we own a reference); the call is thread-safe.
         unsafe { ffi::g_source_set_ready_time(self.raw, 0) }
+    }
+
+    /// Makes a ready-time source dispatch once the monotonic clock
+    /// (`g_get_monotonic_time`, µs) reaches `time`. Thread-safe.
+    pub(crate) fn set_ready_time(&self, time: i64) {
+        // SAFETY: `raw` is alive (we own a reference); the call is thread-safe.
+        unsafe { ffi::g_source_set_ready_time(self.raw, time) }
     }
 
     /// Called from `dispatch`: the source is not ready again until

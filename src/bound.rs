@@ -1,0 +1,169 @@
+//! X2: tasks bound to a GObject, cancelled when it is disposed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use glib::prelude::*;
+
+use crate::sync::Flag;
+use crate::task::{CatchUnwind, Failure, Outcome};
+use crate::{Error, Scheduler, Task};
+
+/// A task's future, stopped when its object is disposed.
+struct Bound<F, O: ObjectType> {
+    future: CatchUnwind<F>,
+    /// Raised by the object's weak-ref notification.
+    disposed: Arc<Flag>,
+    /// Only to unhook the notification when the task ends first. (Its type
+    /// is the caller's: upgrading it where the task ends must be allowed,
+    /// which for a `Send` task means `O: Send + Sync`.)
+    object: glib::WeakRef<O>,
+}
+
+impl<F, O: ObjectType> Bound<F, O> {
+    fn new(object: &O, future: F) -> Bound<F, O> {
+        let disposed = Arc::new(Flag::default());
+        // GLib's side holds one strong count of the flag, given back in
+        // `on_dispose` or, if the task ends first, in `Drop`.
+        let data = Arc::into_raw(disposed.clone());
+        // SAFETY: `object` is alive (we borrow it); `on_dispose` matches
+        // the data it is given.
+        unsafe {
+            glib::gobject_ffi::g_object_weak_ref(
+                object.as_ptr() as *mut glib::gobject_ffi::GObject,
+                Some(on_dispose),
+                data as glib::ffi::gpointer,
+            );
+        }
+        Bound {
+            future: CatchUnwind::new(future),
+            disposed,
+            object: object.downgrade(),
+        }
+    }
+}
+
+unsafe extern "C" fn on_dispose(
+    data: glib::ffi::gpointer,
+    _object: *mut glib::gobject_ffi::GObject,
+) {
+    // SAFETY: the strong count handed to GLib in `Bound::new`; GLib calls a
+    // weak notification at most once, and `Drop` unhooks it otherwise.
+    let disposed = unsafe { Arc::from_raw(data as *const Flag) };
+    disposed.raise();
+}
+
+impl<F: Future, O: ObjectType> Future for Bound<F, O> {
+    type Output = Outcome<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `future` is structurally pinned (never moved out of
+        // self); `disposed` and `object` are not pinned. Drop only reads
+        // `disposed` and `object`.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.disposed.poll_raised(cx) {
+            // Stop like a cancelled task: its GIO calls too (X1). The
+            // future is dropped by async-task right after this.
+            crate::task::cancel_current_cancellable();
+            return Poll::Ready(Err(Failure::Error(Error::Cancelled)));
+        }
+        // SAFETY: see above.
+        unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx)
+    }
+}
+
+impl<F, O: ObjectType> Drop for Bound<F, O> {
+    fn drop(&mut self) {
+        if self.disposed.set.load(std::sync::atomic::Ordering::Acquire) {
+            return; // the notification has run and taken its count
+        }
+        // While we hold a strong reference the object cannot be disposed by
+        // its last unref, so the notification cannot run meanwhile. (An
+        // explicit g_object_run_dispose on another thread right now would
+        // be the one race; GLib gives no way to close it.)
+        if let Some(object) = self.object.upgrade() {
+            let data = Arc::as_ptr(&self.disposed);
+            // SAFETY: the notification registered in `new` is still hooked
+            // (not raised), so unhooking it succeeds and GLib's count of
+            // the flag comes back to us.
+            unsafe {
+                glib::gobject_ffi::g_object_weak_unref(
+                    object.as_ptr() as *mut glib::gobject_ffi::GObject,
+                    Some(on_dispose),
+                    data as glib::ffi::gpointer,
+                );
+                drop(Arc::from_raw(data));
+            }
+        }
+        // Otherwise the object is being disposed: the notification will run
+        // and take its count.
+    }
+}
+
+impl Scheduler {
+    /// Spawns a `Send` future bound to `object` (X2): the task holds only a
+    /// weak reference to it (so the object's type must be `Send + Sync`; for
+    /// widgets and other thread-bound objects use
+    /// [`spawn_local_bound`](Scheduler::spawn_local_bound) or
+    /// [`gdex::spawn_bound`](crate::spawn_bound) on their thread), and is
+    /// cancelled (its future dropped, its
+    /// [`current_cancellable`](crate::current_cancellable) cancelled) when
+    /// the object is disposed, for example when a widget is destroyed or
+    /// the last strong reference goes. Awaiting the task then gives
+    /// [`Error::Cancelled`].
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    /// let object = gio::Cancellable::new(); // any Send + Sync GObject
+    /// let task = pool.scheduler().spawn_bound(&object, std::future::pending::<()>());
+    /// drop(object);
+    /// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+    /// ```
+    pub fn spawn_bound<O, F>(&self, object: &O, future: F) -> Task<F::Output>
+    where
+        O: IsA<glib::Object> + Send + Sync,
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.spawn_outcome(Bound::new(object, future))
+    }
+
+    /// [`spawn_bound`](Scheduler::spawn_bound) for a `!Send` future, with
+    /// the rules of [`spawn_local`](Scheduler::spawn_local).
+    pub fn spawn_local_bound<O, F>(&self, object: &O, future: F) -> Task<F::Output>
+    where
+        O: IsA<glib::Object>,
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_local_outcome("Scheduler::spawn_local_bound", Bound::new(object, future))
+    }
+}
+
+/// Spawns a `!Send` future bound to `object` (X2) on the calling thread's
+/// scheduler (as [`spawn_local`](crate::spawn_local) does): the task holds
+/// only a weak reference, and is cancelled when the object is disposed. The
+/// way to tie work to a widget or window on the main thread.
+///
+/// ```
+/// let object = glib::Object::new::<glib::Object>();
+/// let weak = object.downgrade();
+/// let task = gdex::spawn_bound(&object, async move {
+///     gdex::sleep(std::time::Duration::from_secs(60)).await;
+///     weak.upgrade().is_some()
+/// });
+/// drop(object); // disposed: the task stops
+/// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+/// ```
+pub fn spawn_bound<O, F>(object: &O, future: F) -> Task<F::Output>
+where
+    O: IsA<glib::Object>,
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    Scheduler::thread_default()
+        .unwrap_or_else(Scheduler::main)
+        .spawn_local_outcome("gdex::spawn_bound", Bound::new(object, future))
+}

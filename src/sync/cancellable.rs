@@ -1,0 +1,236 @@
+//! [`Cancellable`] (one object with `gio::Cancellable`) and [`Delayed`].
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use gio::prelude::*;
+
+use super::Flag;
+use crate::Error;
+
+/// A cancellation flag whose future only rejects (libdex's
+/// `DexCancellable`), and which *is* a `gio::Cancellable`: converting either
+/// way shares the one object, so cancelling the GIO side rejects gdex
+/// waiters, and cancelling the gdex side stops GIO calls made with it.
+///
+/// ```
+/// use gio::prelude::*;
+/// let cancellable = gdex::Cancellable::new();
+/// let gio_side: gio::Cancellable = cancellable.clone().into();
+/// let waiter = cancellable.future::<()>();
+/// gio_side.cancel();
+/// assert!(matches!(gdex::block_on(waiter), Err(gdex::Error::Cancelled)));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Cancellable {
+    gio: gio::Cancellable,
+}
+
+impl Cancellable {
+    /// A new, uncancelled cancellable.
+    pub fn new() -> Self {
+        Cancellable {
+            gio: gio::Cancellable::new(),
+        }
+    }
+
+    /// Cancels it: waiters reject with [`Error::Cancelled`], GIO calls made
+    /// with it end with `G_IO_ERROR_CANCELLED`. Cancelling twice does
+    /// nothing more.
+    pub fn cancel(&self) {
+        self.gio.cancel();
+    }
+
+    /// True once cancelled (from either side).
+    pub fn is_cancelled(&self) -> bool {
+        self.gio.is_cancelled()
+    }
+
+    /// The `gio::Cancellable` it is, for GIO calls.
+    pub fn as_gio(&self) -> &gio::Cancellable {
+        &self.gio
+    }
+
+    /// A future that never resolves and rejects with [`Error::Cancelled`]
+    /// once this is cancelled. Its value type is whatever the futures it
+    /// races with need, so it fits in [`first`](crate::first).
+    pub fn future<T>(&self) -> Cancelled<T> {
+        Cancelled {
+            gio: self.gio.clone(),
+            shared: Arc::default(),
+            handler: None,
+            _value: PhantomData,
+        }
+    }
+
+    /// Runs `future` until it completes or this is cancelled; if cancelled
+    /// first, `future` is dropped (cancelling its work) and the result is
+    /// [`Error::Cancelled`].
+    ///
+    /// ```
+    /// let cancellable = gdex::Cancellable::new();
+    /// cancellable.cancel();
+    /// let r = gdex::block_on(cancellable.run(std::future::pending::<()>()));
+    /// assert!(matches!(r, Err(gdex::Error::Cancelled)));
+    /// ```
+    pub async fn run<F: Future>(&self, future: F) -> Result<F::Output, Error> {
+        use futures::future::{select, Either};
+        let future = std::pin::pin!(future);
+        let cancelled = self.future::<()>();
+        match select(future, cancelled).await {
+            Either::Left((value, _)) => Ok(value),
+            Either::Right(_) => Err(Error::Cancelled),
+        }
+    }
+}
+
+impl From<gio::Cancellable> for Cancellable {
+    fn from(gio: gio::Cancellable) -> Self {
+        Cancellable { gio }
+    }
+}
+
+impl From<Cancellable> for gio::Cancellable {
+    fn from(c: Cancellable) -> Self {
+        c.gio
+    }
+}
+
+impl AsRef<gio::Cancellable> for Cancellable {
+    fn as_ref(&self) -> &gio::Cancellable {
+        &self.gio
+    }
+}
+
+/// The future of [`Cancellable::future`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Cancelled<T> {
+    gio: gio::Cancellable,
+    shared: Arc<Flag>,
+    handler: Option<gio::CancelledHandlerId>,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T> Future for Cancelled<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.handler.is_none() && !this.shared.set.load(Ordering::Acquire) {
+            let shared = this.shared.clone();
+            // Runs at once if already cancelled (and then returns None).
+            this.handler = this.gio.connect_cancelled(move |_| shared.raise());
+        }
+        if this.shared.poll_raised(cx) {
+            Poll::Ready(Err(Error::Cancelled))
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl<T> Drop for Cancelled<T> {
+    fn drop(&mut self) {
+        if let Some(id) = self.handler.take() {
+            self.gio.disconnect_cancelled(id);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Cancelled<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancelled").finish_non_exhaustive()
+    }
+}
+
+/// Holds a future's result until released (libdex's `DexDelayed`): the
+/// wrapped future runs as soon as this is polled, but its output is given
+/// only once [`Release::release`] is called (or the `Release` is dropped,
+/// so that nothing is held forever). Dropping the `Delayed` drops the
+/// wrapped future.
+///
+/// ```
+/// let (delayed, release) = gdex::Delayed::new(async { 5 });
+/// let waiter = gdex::spawn(delayed);
+/// std::thread::sleep(std::time::Duration::from_millis(5));
+/// assert!(!waiter.is_finished());
+/// release.release();
+/// assert_eq!(gdex::block_on(waiter).unwrap(), 5);
+/// ```
+#[must_use = "futures do nothing unless awaited"]
+pub struct Delayed<F: Future> {
+    future: Option<F>,
+    output: Option<F::Output>,
+    gate: Arc<Flag>,
+}
+
+/// Releases a [`Delayed`]. Dropping it releases too.
+#[derive(Debug)]
+pub struct Release {
+    gate: Arc<Flag>,
+}
+
+impl<F: Future> Delayed<F> {
+    /// Wraps `future`; its output is held until `Release` says so.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(future: F) -> (Delayed<F>, Release) {
+        let gate = Arc::new(Flag::default());
+        (
+            Delayed {
+                future: Some(future),
+                output: None,
+                gate: gate.clone(),
+            },
+            Release { gate },
+        )
+    }
+}
+
+impl Release {
+    /// Lets the held (or future) output through.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.gate.raise();
+    }
+}
+
+impl<F: Future> Future for Delayed<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `future` is structurally pinned: never moved, only
+        // dropped in place through `Pin::set`. `output` and `gate` are not
+        // pinned, and Delayed has no Drop impl.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above.
+        let mut future = unsafe { Pin::new_unchecked(&mut this.future) };
+        if let Some(inner) = future.as_mut().as_pin_mut() {
+            if let Poll::Ready(value) = inner.poll(cx) {
+                this.output = Some(value);
+                future.set(None);
+            }
+        }
+        if this.output.is_some() && this.gate.poll_raised(cx) {
+            return Poll::Ready(this.output.take().expect("checked above"));
+        }
+        Poll::Pending
+    }
+}
+
+impl<F: Future> std::fmt::Debug for Delayed<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delayed")
+            .field("has_output", &self.output.is_some())
+            .field("released", &self.gate.set.load(Ordering::Relaxed))
+            .finish()
+    }
+}

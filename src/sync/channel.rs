@@ -1,0 +1,428 @@
+//! [`channel`]: a bounded, multi-producer multi-consumer channel whose
+//! futures are cancel-safe.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use super::wait_queue::WaitQueue;
+use crate::Error;
+
+/// Makes a channel that holds up to `capacity` items (libdex's
+/// `DexChannel`). Both ends can be cloned and sent to other threads.
+///
+/// Cancel safety, which libdex's receive lacks: a [`recv`](Receiver::recv)
+/// future that is dropped never takes an item, and an item is only
+/// accepted when [`send`](Sender::send) resolves. Waiters are served in
+/// arrival order; a wake-up given to a future that goes away is passed on.
+///
+/// Closing: [`Sender::close`] (or dropping every sender) lets receivers
+/// drain what is queued, then they get [`Error::Closed`];
+/// [`Receiver::close`] (or dropping every receiver) refuses further sends,
+/// which give their item back.
+///
+/// # Panics
+/// If `capacity` is 0 (use 1 for a hand-over channel).
+///
+/// ```
+/// let (tx, rx) = gdex::channel(2);
+/// let producer = gdex::spawn(async move {
+///     for i in 0..5 {
+///         tx.send(i).await.unwrap();
+///     }
+/// });
+/// let mut got = Vec::new();
+/// while let Ok(i) = gdex::block_on(rx.recv()) {
+///     got.push(i);
+/// }
+/// assert_eq!(got, [0, 1, 2, 3, 4]);
+/// gdex::block_on(producer).unwrap();
+/// ```
+pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    assert!(
+        capacity > 0,
+        "gdex::channel(0): a channel needs room for at least one item; use capacity 1 or more"
+    );
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            capacity,
+            senders: 1,
+            receivers: 1,
+            send_closed: false,
+            recv_closed: false,
+            send_wait: WaitQueue::default(),
+            recv_wait: WaitQueue::default(),
+        }),
+    });
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
+}
+
+struct Shared<T> {
+    state: Mutex<State<T>>,
+}
+
+struct State<T> {
+    queue: VecDeque<T>,
+    capacity: usize,
+    senders: usize,
+    receivers: usize,
+    send_closed: bool,
+    recv_closed: bool,
+    /// Senders waiting for room.
+    send_wait: WaitQueue,
+    /// Receivers waiting for an item.
+    recv_wait: WaitQueue,
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T> State<T> {
+    fn close_send(&mut self) {
+        self.send_closed = true;
+        self.recv_wait.notify_all();
+        self.send_wait.notify_all();
+    }
+
+    fn close_recv(&mut self) -> Vec<T> {
+        self.recv_closed = true;
+        self.recv_wait.notify_all();
+        self.send_wait.notify_all();
+        self.queue.drain(..).collect()
+    }
+}
+
+/// A send refused because the channel is closed; holds the item.
+#[derive(PartialEq, Eq)]
+pub struct SendError<T>(pub T);
+
+impl<T> SendError<T> {
+    /// The item that was not sent.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SendError(..)")
+    }
+}
+
+impl<T> std::fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the channel is closed; the item was not sent")
+    }
+}
+
+impl<T> std::error::Error for SendError<T> {}
+
+impl<T> From<SendError<T>> for Error {
+    fn from(_: SendError<T>) -> Self {
+        Error::Closed
+    }
+}
+
+/// The sending end of a [`channel`].
+pub struct Sender<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Sends `item`, waiting while the channel is full. Resolves once the
+    /// item is in the channel; fails with the item if the channel is closed.
+    /// Dropping the future before it resolves drops the item unsent.
+    pub fn send(&self, item: T) -> SendFuture<'_, T> {
+        SendFuture {
+            shared: &self.shared,
+            item: Some(item),
+            key: None,
+        }
+    }
+
+    /// Sends `item` if there is room now.
+    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        let mut state = self.shared.lock();
+        if state.send_closed || state.recv_closed {
+            return Err(TrySendError::Closed(item));
+        }
+        if state.queue.len() >= state.capacity {
+            return Err(TrySendError::Full(item));
+        }
+        state.queue.push_back(item);
+        state.recv_wait.notify_one();
+        Ok(())
+    }
+
+    /// Closes the sending side for every sender: receivers get what is
+    /// queued, then [`Error::Closed`].
+    pub fn close(&self) {
+        self.shared.lock().close_send();
+    }
+
+    /// Items queued now.
+    pub fn len(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// True if no item is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        Sender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.senders -= 1;
+        if state.senders == 0 {
+            state.close_send();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+/// Why [`Sender::try_send`] did not send.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TrySendError<T> {
+    /// No room now; here is the item back.
+    Full(T),
+    /// The channel is closed; here is the item back.
+    Closed(T),
+}
+
+/// The receiving end of a [`channel`].
+pub struct Receiver<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Receiver<T> {
+    /// Receives the next item, waiting while the channel is empty. Fails
+    /// with [`Error::Closed`] once the channel is closed and drained.
+    pub fn recv(&self) -> RecvFuture<'_, T> {
+        RecvFuture {
+            shared: &self.shared,
+            key: None,
+            all: false,
+        }
+    }
+
+    /// Waits for at least one item, then takes every queued item
+    /// (libdex's `dex_channel_receive_all`).
+    pub fn recv_all(&self) -> RecvAllFuture<'_, T> {
+        RecvAllFuture(RecvFuture {
+            shared: &self.shared,
+            key: None,
+            all: true,
+        })
+    }
+
+    /// An item if one is queued now.
+    pub fn try_recv(&self) -> Option<T> {
+        let mut state = self.shared.lock();
+        let item = state.queue.pop_front()?;
+        state.send_wait.notify_one();
+        Some(item)
+    }
+
+    /// Closes the receiving side for every receiver: sends fail and give
+    /// their item back. Returns the items that were queued and will now
+    /// never be received, so none is dropped unseen.
+    pub fn close(&self) -> Vec<T> {
+        self.shared.lock().close_recv()
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        self.shared.lock().receivers += 1;
+        Receiver {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.receivers -= 1;
+        if state.receivers == 0 {
+            let left = state.close_recv();
+            drop(state);
+            drop(left);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver").finish_non_exhaustive()
+    }
+}
+
+/// The future of [`Sender::send`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct SendFuture<'a, T> {
+    shared: &'a Shared<T>,
+    item: Option<T>,
+    key: Option<usize>,
+}
+
+impl<T> Unpin for SendFuture<'_, T> {}
+
+impl<T> Future for SendFuture<'_, T> {
+    type Output = Result<(), SendError<T>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut state = this.shared.lock();
+        let item = this
+            .item
+            .take()
+            .expect("a gdex channel Send future was polled after it completed");
+        if state.send_closed || state.recv_closed {
+            state.send_wait.remove(&mut this.key);
+            return Poll::Ready(Err(SendError(item)));
+        }
+        if state.queue.len() < state.capacity {
+            state.send_wait.remove(&mut this.key);
+            state.queue.push_back(item);
+            state.recv_wait.notify_one();
+            // Room left: the next sender in line need not wait for a recv.
+            if state.queue.len() < state.capacity {
+                state.send_wait.notify_one();
+            }
+            return Poll::Ready(Ok(()));
+        }
+        this.item = Some(item);
+        state.send_wait.park(&mut this.key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for SendFuture<'_, T> {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            let mut state = self.shared.lock();
+            if state.send_wait.remove(&mut self.key) {
+                state.send_wait.notify_one();
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for SendFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Send")
+            .field("queued", &self.key.is_some())
+            .finish()
+    }
+}
+
+/// The future of [`Receiver::recv`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct RecvFuture<'a, T> {
+    shared: &'a Shared<T>,
+    key: Option<usize>,
+    all: bool,
+}
+
+impl<T> RecvFuture<'_, T> {
+    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<VecDeque<T>, Error>> {
+        let mut state = self.shared.lock();
+        if !state.queue.is_empty() && !state.recv_closed {
+            state.recv_wait.remove(&mut self.key);
+            let taken = if self.all {
+                std::mem::take(&mut state.queue)
+            } else {
+                let mut one = VecDeque::with_capacity(1);
+                one.extend(state.queue.pop_front());
+                one
+            };
+            for _ in 0..taken.len() {
+                if !state.send_wait.notify_one() {
+                    break;
+                }
+            }
+            // Items left: the next receiver in line need not wait for a send.
+            if !state.queue.is_empty() {
+                state.recv_wait.notify_one();
+            }
+            return Poll::Ready(Ok(taken));
+        }
+        if state.send_closed || state.recv_closed {
+            state.recv_wait.remove(&mut self.key);
+            return Poll::Ready(Err(Error::Closed));
+        }
+        state.recv_wait.park(&mut self.key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl<T> Future for RecvFuture<'_, T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut()
+            .poll_take(cx)
+            .map_ok(|mut one| one.pop_front().expect("one item taken"))
+    }
+}
+
+impl<T> Drop for RecvFuture<'_, T> {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            let mut state = self.shared.lock();
+            if state.recv_wait.remove(&mut self.key) {
+                // Woken for an item we will never take: wake the next one.
+                state.recv_wait.notify_one();
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for RecvFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recv")
+            .field("queued", &self.key.is_some())
+            .finish()
+    }
+}
+
+/// The future of [`Receiver::recv_all`].
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct RecvAllFuture<'a, T>(RecvFuture<'a, T>);
+
+impl<T> Future for RecvAllFuture<'_, T> {
+    type Output = Result<Vec<T>, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_take(cx).map_ok(Vec::from)
+    }
+}

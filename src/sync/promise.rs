@@ -1,0 +1,183 @@
+//! [`Promise`]: a value given once, from any thread, to any number of
+//! waiters.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
+
+use super::wait_queue::WaitQueue;
+use crate::Error;
+
+/// The resolving side of a promise (libdex's `DexPromise`): resolve or
+/// reject it once, from any thread. Dropping it unresolved rejects its
+/// waiters with [`Error::Dropped`], so nobody waits forever.
+///
+/// Its [`PromiseFuture`] can be cloned (when `T: Clone`) and awaited from
+/// any scheduler, fiber or thread; each waiter gets the value (the last one
+/// gets it moved, the others a clone).
+///
+/// ```
+/// let (promise, future) = gdex::Promise::new();
+/// let second = future.clone();
+/// std::thread::spawn(move || promise.resolve(7));
+/// assert_eq!(gdex::block_on(future).unwrap(), 7);
+/// assert_eq!(gdex::block_on(second).unwrap(), 7);
+/// ```
+pub struct Promise<T> {
+    inner: Arc<Inner<T>>,
+}
+
+struct Inner<T> {
+    state: Mutex<State<T>>,
+    /// Live `PromiseFuture`s.
+    futures: AtomicUsize,
+    /// Set by the first `PromiseFuture::clone`, which requires `T: Clone`:
+    /// with several waiters, all but the last get a copy.
+    cloner: OnceLock<fn(&T) -> T>,
+}
+
+enum State<T> {
+    Pending(WaitQueue),
+    Done(Result<T, Error>),
+    Taken,
+}
+
+impl<T> Inner<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn complete(&self, result: Result<T, Error>) {
+        let mut state = self.lock();
+        if let State::Pending(queue) = &mut *state {
+            queue.notify_all();
+            *state = State::Done(result);
+        }
+    }
+}
+
+impl<T> Promise<T> {
+    /// A pending promise and the future of its value.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> (Promise<T>, PromiseFuture<T>) {
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State::Pending(WaitQueue::default())),
+            futures: AtomicUsize::new(1),
+            cloner: OnceLock::new(),
+        });
+        (
+            Promise {
+                inner: inner.clone(),
+            },
+            PromiseFuture { inner, key: None },
+        )
+    }
+
+    /// Resolves the promise: every waiter gets `value`.
+    pub fn resolve(self, value: T) {
+        self.inner.complete(Ok(value));
+    }
+
+    /// Rejects the promise: every waiter gets `error`.
+    pub fn reject(self, error: Error) {
+        self.inner.complete(Err(error));
+    }
+
+    /// True once every [`PromiseFuture`] has been dropped: nobody waits for
+    /// the value any more, so the work that makes it can stop (libdex
+    /// cancels a discarded promise's cancellable).
+    pub fn is_abandoned(&self) -> bool {
+        self.inner.futures.load(Ordering::Acquire) == 0
+    }
+}
+
+impl<T> Drop for Promise<T> {
+    fn drop(&mut self) {
+        // A no-op once resolved or rejected.
+        self.inner.complete(Err(Error::Dropped));
+    }
+}
+
+impl<T> std::fmt::Debug for Promise<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Promise")
+            .field("abandoned", &self.is_abandoned())
+            .finish()
+    }
+}
+
+/// The future of a [`Promise`]'s value: `Ok(value)`, the rejection, or
+/// [`Error::Dropped`] if the promise was dropped unresolved.
+#[must_use = "futures do nothing unless awaited"]
+pub struct PromiseFuture<T> {
+    inner: Arc<Inner<T>>,
+    key: Option<usize>,
+}
+
+impl<T> Unpin for PromiseFuture<T> {}
+
+impl<T: Clone> Clone for PromiseFuture<T> {
+    fn clone(&self) -> Self {
+        self.inner.cloner.get_or_init(|| T::clone);
+        self.inner.futures.fetch_add(1, Ordering::AcqRel);
+        PromiseFuture {
+            inner: self.inner.clone(),
+            key: None,
+        }
+    }
+}
+
+impl<T> Future for PromiseFuture<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut state = this.inner.lock();
+        match &mut *state {
+            State::Pending(queue) => {
+                queue.park(&mut this.key, cx.waker());
+                Poll::Pending
+            }
+            State::Done(result) => {
+                this.key = None; // the queue is gone with Pending
+                let last = this.inner.futures.load(Ordering::Acquire) == 1;
+                if last {
+                    let State::Done(result) = std::mem::replace(&mut *state, State::Taken) else {
+                        unreachable!()
+                    };
+                    Poll::Ready(result)
+                } else {
+                    let copy = this
+                        .inner
+                        .cloner
+                        .get()
+                        .expect("several PromiseFutures exist only through Clone");
+                    Poll::Ready(match result {
+                        Ok(value) => Ok(copy(value)),
+                        Err(error) => Err(error.clone()),
+                    })
+                }
+            }
+            State::Taken => panic!("a gdex::PromiseFuture was polled after it gave its value"),
+        }
+    }
+}
+
+impl<T> Drop for PromiseFuture<T> {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        if let State::Pending(queue) = &mut *state {
+            // Waiters are all woken together: nothing to pass on.
+            queue.remove(&mut self.key);
+        }
+        self.inner.futures.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<T> std::fmt::Debug for PromiseFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromiseFuture").finish_non_exhaustive()
+    }
+}

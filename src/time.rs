@@ -1,0 +1,259 @@
+//! Time: [`sleep`], [`timeout`], [`with_timeout`], [`with_deadline`].
+//!
+//! A timer is one ready-time `GSource` attached, on first poll, to the
+//! context of the scheduler polling it: a pool worker's own context, the
+//! main context, a context scheduler's context, or the thread-default
+//! context. So it works in pool tasks, main tasks and fibers alike, and
+//! wakes its task wherever that task has moved since. A future polled
+//! where no context runs (a plain thread) gets its timer from a small
+//! `gdex-timers` thread. Times are kept in microseconds on GLib's monotonic
+//! clock.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::scheduler::source::{Hooks, SourceRef};
+use crate::sync::Flag;
+use crate::{Error, Scheduler};
+
+/// A one-shot timer on a GLib context.
+struct Timer {
+    /// Microseconds on GLib's monotonic clock.
+    deadline: i64,
+    fired: Arc<Flag>,
+    source: Option<SourceRef>,
+}
+
+impl Hooks for Arc<Flag> {
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        self.raise();
+        false
+    }
+}
+
+impl Timer {
+    fn after(duration: Duration) -> Timer {
+        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX / 2);
+        Timer {
+            deadline: glib::monotonic_time().saturating_add(micros),
+            fired: Arc::default(),
+            source: None,
+        }
+    }
+
+    fn at(deadline: Instant) -> Timer {
+        Timer::after(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    fn poll_fired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.source.is_none() {
+            if glib::monotonic_time() >= self.deadline {
+                return Poll::Ready(());
+            }
+            let source = SourceRef::attach(
+                &timer_context(),
+                Box::new(self.fired.clone()),
+                false,
+                c"gdex timer",
+                glib::ffi::G_PRIORITY_DEFAULT,
+                false,
+            );
+            source.set_ready_time(self.deadline);
+            self.source = Some(source);
+        }
+        if self.fired.poll_raised(cx) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some(source) = &self.source {
+            source.destroy();
+        }
+    }
+}
+
+/// The context a timer polled here attaches to.
+fn timer_context() -> glib::MainContext {
+    if let Some(context) = glib::MainContext::thread_default() {
+        return context; // a pool worker's, or one the thread pushed
+    }
+    if let Some(context) = Scheduler::thread_default().and_then(|s| s.context()) {
+        return context; // the main context on its owner, a context scheduler's
+    }
+    static TIMERS: OnceLock<glib::MainContext> = OnceLock::new();
+    TIMERS
+        .get_or_init(|| {
+            let context = glib::MainContext::new();
+            let thread_context = context.clone();
+            std::thread::Builder::new()
+                .name("gdex-timers".into())
+                .spawn(move || {
+                    let main_loop = glib::MainLoop::new(Some(&thread_context), false);
+                    thread_context
+                        .with_thread_default(|| main_loop.run())
+                        .expect("a fresh context is free to push");
+                })
+                .expect("gdex: cannot start the gdex-timers thread");
+            context
+        })
+        .clone()
+}
+
+/// Resolves after `duration`.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let task = pool.scheduler().spawn(async {
+///     let start = std::time::Instant::now();
+///     gdex::sleep(std::time::Duration::from_millis(5)).await;
+///     start.elapsed()
+/// });
+/// assert!(gdex::block_on(task).unwrap() >= std::time::Duration::from_millis(5));
+/// ```
+pub fn sleep(duration: Duration) -> Sleep {
+    Sleep {
+        timer: Timer::after(duration),
+    }
+}
+
+/// The future of [`sleep`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep {
+    timer: Timer,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.get_mut().timer.poll_fired(cx)
+    }
+}
+
+impl std::fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline_us", &self.timer.deadline)
+            .finish()
+    }
+}
+
+/// A future that only rejects: with [`Error::TimedOut`] once `duration` has
+/// passed (libdex's `dex_timeout_new_*`). Its value type is whatever the
+/// futures it races with need, so it fits in [`first`](crate::first).
+///
+/// ```
+/// let t = gdex::timeout::<u32>(std::time::Duration::from_millis(1));
+/// assert!(matches!(gdex::block_on(t), Err(gdex::Error::TimedOut)));
+/// ```
+pub fn timeout<T>(duration: Duration) -> Timeout<T> {
+    Timeout {
+        timer: Timer::after(duration),
+        _value: PhantomData,
+    }
+}
+
+/// The future of [`timeout`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Timeout<T> {
+    timer: Timer,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T> Future for Timeout<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut()
+            .timer
+            .poll_fired(cx)
+            .map(|()| Err(Error::TimedOut))
+    }
+}
+
+impl<T> std::fmt::Debug for Timeout<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeout")
+            .field("deadline_us", &self.timer.deadline)
+            .finish()
+    }
+}
+
+/// Gives `future`'s output if it arrives within `duration`; otherwise drops
+/// `future` (cancelling it) and rejects with [`Error::TimedOut`].
+///
+/// ```
+/// use std::time::Duration;
+/// let slow = gdex::sleep(Duration::from_secs(60));
+/// let r = gdex::block_on(gdex::with_timeout(Duration::from_millis(5), slow));
+/// assert!(matches!(r, Err(gdex::Error::TimedOut)));
+/// let quick = async { 3 };
+/// assert_eq!(gdex::block_on(gdex::with_timeout(Duration::from_secs(5), quick)).unwrap(), 3);
+/// ```
+pub fn with_timeout<F: Future>(duration: Duration, future: F) -> WithTimeout<F> {
+    WithTimeout {
+        future: Some(future),
+        timer: Timer::after(duration),
+    }
+}
+
+/// [`with_timeout`] with a deadline instead of a duration.
+pub fn with_deadline<F: Future>(deadline: Instant, future: F) -> WithTimeout<F> {
+    WithTimeout {
+        future: Some(future),
+        timer: Timer::at(deadline),
+    }
+}
+
+/// The future of [`with_timeout`] and [`with_deadline`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct WithTimeout<F> {
+    /// `None` once dropped at the deadline.
+    future: Option<F>,
+    timer: Timer,
+}
+
+impl<F: Future> Future for WithTimeout<F> {
+    type Output = Result<F::Output, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `future` is structurally pinned (never moved out; only
+        // dropped in place through `Pin::set`), `timer` is not pinned, and
+        // WithTimeout has no Drop impl that could move `future`.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: see above; `future` stays where it is.
+        let mut future = unsafe { Pin::new_unchecked(&mut this.future) };
+        let Some(inner) = future.as_mut().as_pin_mut() else {
+            return Poll::Ready(Err(Error::TimedOut));
+        };
+        if let Poll::Ready(value) = inner.poll(cx) {
+            return Poll::Ready(Ok(value));
+        }
+        match this.timer.poll_fired(cx) {
+            Poll::Ready(()) => {
+                // Cancel the work now, not when the wrapper goes.
+                future.set(None);
+                Poll::Ready(Err(Error::TimedOut))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for WithTimeout<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WithTimeout")
+            .field("deadline_us", &self.timer.deadline)
+            .field("dropped", &self.future.is_none())
+            .finish()
+    }
+}
