@@ -148,6 +148,7 @@ impl Scheduler {
 /// way to tie work to a widget or window on the main thread.
 ///
 /// ```
+/// use glib::prelude::*;
 /// let object = glib::Object::new::<glib::Object>();
 /// let weak = object.downgrade();
 /// let task = gdex::spawn_bound(&object, async move {

@@ -139,6 +139,7 @@ thread_local! {
 /// It is made on first use; a task that never asks pays nothing for it.
 ///
 /// ```
+/// use gio::prelude::*;
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// let task = pool.scheduler().spawn(async {
 ///     let cancellable = gdex::current_cancellable().expect("inside a task");

@@ -258,29 +258,22 @@ impl Limiter {
     /// [`Error::Closed`] if the limiter is closed (or draining) first.
     /// Dropping the returned future gives its slot (or its place in the
     /// queue) back.
-    pub fn run<'a, F: Future + 'a>(
-        &'a self,
-        future: F,
-    ) -> impl Future<Output = Result<F::Output, Error>> + 'a {
-        async move {
-            self.check_open()?;
-            let _permit = self.semaphore.acquire().await?;
-            Ok(future.await)
-        }
+    pub async fn run<F: Future>(&self, future: F) -> Result<F::Output, Error> {
+        self.check_open()?;
+        let _permit = self.semaphore.acquire().await?;
+        Ok(future.await)
     }
 
     /// Runs `future` on the default [`ThreadPool`](crate::ThreadPool) once
     /// a slot is free; the slot is held until the pool task has finished.
-    pub fn run_on_pool<F>(&self, future: F) -> impl Future<Output = Result<F::Output, Error>> + '_
+    pub async fn run_on_pool<F>(&self, future: F) -> Result<F::Output, Error>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        async move {
-            self.check_open()?;
-            let _permit = self.semaphore.acquire().await?;
-            crate::spawn(future).await
-        }
+        self.check_open()?;
+        let _permit = self.semaphore.acquire().await?;
+        crate::spawn(future).await
     }
 
     /// Closes the limiter now: queued futures and later ones fail with

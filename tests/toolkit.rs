@@ -1,0 +1,740 @@
+//! The future toolkit (issue 5, DESIGN "Future toolkit"): promises, future
+//! sets, timers, delayed results, unix signals, channels, semaphores,
+//! limiters and task groups, on real schedulers and threads.
+
+mod common;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use common::{on_main, stress, wait_until, watchdog, Counted};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+fn pool(workers: usize) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .build()
+        .unwrap()
+}
+
+/// A pool task that never finishes and counts its drop: a loser whose
+/// cancellation a set must cause.
+fn loser(
+    s: &gdex::Scheduler,
+    drops: &Arc<AtomicUsize>,
+) -> BoxFuture<'static, Result<u32, gdex::Error>> {
+    let guard = Counted(drops.clone());
+    let task = s.spawn(async move {
+        let _guard = guard;
+        std::future::pending::<u32>().await
+    });
+    task.boxed()
+}
+
+fn ok_after(s: &gdex::Scheduler, ms: u64, v: u32) -> BoxFuture<'static, Result<u32, gdex::Error>> {
+    let task = s.spawn(async move {
+        gdex::sleep(Duration::from_millis(ms)).await;
+        v
+    });
+    task.boxed()
+}
+
+fn err_after(
+    s: &gdex::Scheduler,
+    ms: u64,
+    e: gdex::Error,
+) -> BoxFuture<'static, Result<u32, gdex::Error>> {
+    let task = s.spawn(async move {
+        gdex::sleep(Duration::from_millis(ms)).await;
+    });
+    async move {
+        task.await?;
+        Err(e)
+    }
+    .boxed()
+}
+
+/// `all`: every value in order; a rejection anywhere rejects with the first
+/// (in order) — decided from every member, not the last to finish.
+#[test]
+fn all_resolves_in_order_and_rejects_if_any_rejected() {
+    watchdog(
+        "all_resolves_in_order_and_rejects_if_any_rejected",
+        30,
+        || {
+            let p = pool(2);
+            let s = p.scheduler();
+            let out = gdex::block_on(gdex::all([
+                ok_after(&s, 5, 1),
+                ok_after(&s, 1, 2),
+                ok_after(&s, 3, 3),
+            ]));
+            assert_eq!(out.unwrap(), [1, 2, 3]);
+            // The rejection finishes first, a success last: still rejected
+            // (libdex would resolve here).
+            let out = gdex::block_on(gdex::all([
+                ok_after(&s, 1, 1),
+                err_after(&s, 1, gdex::Error::Closed),
+                ok_after(&s, 20, 3),
+            ]));
+            assert!(matches!(out, Err(gdex::Error::Closed)));
+            let none: Vec<BoxFuture<'static, Result<u32, gdex::Error>>> = Vec::new();
+            assert!(gdex::block_on(gdex::all(none)).unwrap().is_empty());
+        },
+    );
+}
+
+/// `all_race`: rejects at the first rejection and cancels the rest.
+#[test]
+fn all_race_rejects_at_once_and_cancels_the_losers() {
+    watchdog(
+        "all_race_rejects_at_once_and_cancels_the_losers",
+        30,
+        || {
+            let p = pool(2);
+            let s = p.scheduler();
+            let out = gdex::block_on(gdex::all_race([ok_after(&s, 2, 1), ok_after(&s, 1, 2)]));
+            assert_eq!(out.unwrap(), [1, 2]);
+            let drops = Arc::new(AtomicUsize::new(0));
+            let out = gdex::block_on(gdex::all_race([
+                loser(&s, &drops),
+                err_after(&s, 2, gdex::Error::TimedOut),
+                loser(&s, &drops),
+            ]));
+            assert!(matches!(out, Err(gdex::Error::TimedOut)));
+            wait_until(|| drops.load(Ordering::SeqCst) == 2);
+        },
+    );
+}
+
+/// `any`: the first success wins and the rest are cancelled; only when
+/// every member fails does it reject.
+#[test]
+fn any_takes_the_first_success_and_rejects_when_all_fail() {
+    watchdog(
+        "any_takes_the_first_success_and_rejects_when_all_fail",
+        30,
+        || {
+            let p = pool(2);
+            let s = p.scheduler();
+            let drops = Arc::new(AtomicUsize::new(0));
+            let out = gdex::block_on(gdex::any([
+                err_after(&s, 1, gdex::Error::Closed),
+                loser(&s, &drops),
+                ok_after(&s, 3, 7),
+                loser(&s, &drops),
+            ]));
+            assert_eq!(out.unwrap(), 7);
+            wait_until(|| drops.load(Ordering::SeqCst) == 2);
+            let out = gdex::block_on(gdex::any([
+                err_after(&s, 1, gdex::Error::Closed),
+                err_after(&s, 5, gdex::Error::TimedOut),
+            ]));
+            assert!(
+                matches!(out, Err(gdex::Error::TimedOut)),
+                "the last rejection: {out:?}"
+            );
+            let empty = std::panic::catch_unwind(|| {
+                let none: Vec<BoxFuture<'static, Result<u32, gdex::Error>>> = Vec::new();
+                gdex::block_on(gdex::any(none))
+            })
+            .unwrap_err();
+            assert!(common_message(&empty).contains("at least one future"));
+        },
+    );
+}
+
+/// `first`: whichever completes first, success or failure; the rest are
+/// cancelled.
+#[test]
+fn first_takes_whichever_completes_first() {
+    watchdog("first_takes_whichever_completes_first", 30, || {
+        let p = pool(2);
+        let s = p.scheduler();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let out = gdex::block_on(gdex::first([
+            loser(&s, &drops),
+            ok_after(&s, 1, 9),
+            loser(&s, &drops),
+        ]));
+        assert_eq!(out.unwrap(), 9);
+        wait_until(|| drops.load(Ordering::SeqCst) == 2);
+        let out = gdex::block_on(gdex::first([
+            loser(&s, &drops),
+            err_after(&s, 1, gdex::Error::Closed),
+            ok_after(&s, 200, 1),
+        ]));
+        assert!(matches!(out, Err(gdex::Error::Closed)));
+        wait_until(|| drops.load(Ordering::SeqCst) == 3);
+    });
+}
+
+fn common_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// A promise resolved from a plain thread reaches waiters on the pool, the
+/// main scheduler and a plain thread; rejection and a dropped promise
+/// reject them all.
+#[test]
+fn promises_resolve_reject_and_reject_when_dropped() {
+    watchdog(
+        "promises_resolve_reject_and_reject_when_dropped",
+        30,
+        || {
+            on_main(|| {
+                let p = pool(2);
+                let (promise, future) = gdex::Promise::<String>::new();
+                let on_pool = p.scheduler().spawn(future.clone());
+                let on_main = gdex::Scheduler::main().spawn_local(future.clone());
+                let on_thread = std::thread::spawn(move || gdex::wait_for(future));
+                assert!(!promise.is_abandoned());
+                std::thread::spawn(move || promise.resolve("done".into()));
+                assert_eq!(gdex::block_on(on_pool).unwrap().unwrap(), "done");
+                assert_eq!(gdex::block_on(on_main).unwrap().unwrap(), "done");
+                assert_eq!(on_thread.join().unwrap().unwrap(), "done");
+
+                let (promise, future) = gdex::Promise::<u32>::new();
+                let second = future.clone();
+                promise.reject(gdex::Error::TimedOut);
+                assert!(matches!(gdex::block_on(future), Err(gdex::Error::TimedOut)));
+                assert!(matches!(gdex::block_on(second), Err(gdex::Error::TimedOut)));
+
+                let (promise, future) = gdex::Promise::<Vec<u8>>::new(); // not Clone needed
+                let waiter = p.scheduler().spawn(future);
+                std::thread::sleep(Duration::from_millis(5));
+                drop(promise);
+                let err = gdex::block_on(waiter).unwrap().unwrap_err();
+                assert!(matches!(err, gdex::Error::Dropped), "{err:?}");
+                assert!(err.to_string().contains("dropped"));
+
+                let (promise, future) = gdex::Promise::<u32>::new();
+                drop(future);
+                assert!(promise.is_abandoned());
+            })
+        },
+    );
+}
+
+/// Timers work inside a pool task, a main task and a fiber, and
+/// `with_timeout` on a pending future rejects with TimedOut and drops the
+/// future right then.
+#[test]
+fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
+    watchdog("timeouts_on_every_scheduler", 30, || {
+        let p = pool(2);
+        let d = Duration::from_millis(20);
+        let on_pool = p.scheduler().spawn(async move {
+            let start = Instant::now();
+            let r = gdex::timeout::<()>(d).await;
+            (r, start.elapsed())
+        });
+        let (r, elapsed) = gdex::block_on(on_pool).unwrap();
+        assert!(
+            matches!(r, Err(gdex::Error::TimedOut)) && elapsed >= d,
+            "{elapsed:?}"
+        );
+
+        let in_fiber = p.scheduler().spawn_fiber(move || {
+            let start = Instant::now();
+            gdex::fiber::wait(gdex::sleep(d)).unwrap();
+            let r = gdex::fiber::wait(gdex::with_timeout(d, std::future::pending::<()>())).unwrap();
+            (r, start.elapsed())
+        });
+        let (r, elapsed) = gdex::block_on(in_fiber).unwrap();
+        assert!(
+            matches!(r, Err(gdex::Error::TimedOut)) && elapsed >= 2 * d,
+            "{elapsed:?}"
+        );
+
+        on_main(|| {
+            let on_main = gdex::Scheduler::main().spawn_local(async move {
+                let start = Instant::now();
+                let r = gdex::timeout::<u8>(d).await;
+                assert!(matches!(r, Err(gdex::Error::TimedOut)));
+                start.elapsed()
+            });
+            assert!(gdex::block_on(on_main).unwrap() >= d);
+        });
+
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(dropped.clone());
+        let pending = async move {
+            let _guard = guard;
+            std::future::pending::<u32>().await
+        };
+        let check = dropped.clone();
+        let task = p.scheduler().spawn(async move {
+            let mut wrapped = pin!(gdex::with_timeout(d, pending));
+            let r = wrapped.as_mut().await;
+            // Dropped at the deadline, before the wrapper goes.
+            (r, check.load(Ordering::SeqCst))
+        });
+        let (r, dropped_then) = gdex::block_on(task).unwrap();
+        assert!(matches!(r, Err(gdex::Error::TimedOut)));
+        assert_eq!(dropped_then, 1);
+
+        let deadline = Instant::now() + d;
+        let r = gdex::block_on(gdex::with_deadline(deadline, async { 5 }));
+        assert_eq!(r.unwrap(), 5);
+        let r = gdex::block_on(gdex::with_deadline(deadline, gdex::sleep(10 * d)));
+        assert!(matches!(r, Err(gdex::Error::TimedOut)) && Instant::now() >= deadline);
+    });
+}
+
+/// Delayed holds the output until released; dropping it drops the future.
+#[test]
+fn delayed_holds_until_released() {
+    watchdog("delayed_holds_until_released", 30, || {
+        let p = pool(1);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let (delayed, release) = gdex::Delayed::new(async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            "held"
+        });
+        let task = p.scheduler().spawn(delayed);
+        wait_until(|| ran.load(Ordering::SeqCst) == 1);
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(!task.is_finished(), "released without release()");
+        release.release();
+        assert_eq!(gdex::block_on(task).unwrap(), "held");
+
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(dropped.clone());
+        let (delayed, _release) = gdex::Delayed::new(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await
+        });
+        drop(delayed);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A Unix signal raised by the process resolves its future through the
+/// main context; an unwatchable signal is refused with the list.
+#[test]
+fn unix_signal_arrives_through_the_main_context() {
+    watchdog("unix_signal_arrives_through_the_main_context", 30, || {
+        on_main(|| {
+            let signal = gdex::unix_signal(libc::SIGUSR1);
+            // SAFETY: raise(3) has no preconditions; GLib now handles SIGUSR1.
+            assert_eq!(unsafe { libc::raise(libc::SIGUSR1) }, 0);
+            gdex::block_on(signal);
+        });
+        let refused = std::panic::catch_unwind(|| gdex::unix_signal(libc::SIGKILL)).unwrap_err();
+        let message = common_message(&refused);
+        assert!(
+            message.contains("SIGUSR1") && message.contains("only watch"),
+            "{message}"
+        );
+    });
+}
+
+/// A small xorshift generator: reproducible randomness without a crate.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Cancel safety: a channel of capacity 1 with 4 producers and 4 consumers
+/// moves 100,000 items, none lost or duplicated, while consumers' `recv`
+/// futures are dropped at random (sometimes right after being woken for an
+/// item), and two consumers walk away for good after such a drop.
+#[test]
+fn channel_moves_every_item_once_while_receives_are_dropped() {
+    watchdog("channel_moves_every_item_once", 120, || {
+        let p = pool(4);
+        let items = stress(100_000).max(8);
+        let per_producer = items / 4;
+        let items = per_producer * 4;
+        let (tx, rx) = gdex::channel::<usize>(1);
+        let seen: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..items).map(|_| AtomicUsize::new(0)).collect());
+        let dropped_recvs = Arc::new(AtomicUsize::new(0));
+        let producers: Vec<_> = (0..4)
+            .map(|k| {
+                let tx = tx.clone();
+                p.scheduler().spawn(async move {
+                    for i in k * per_producer..(k + 1) * per_producer {
+                        tx.send(i).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let consumers: Vec<_> = (0..4)
+            .map(|k| {
+                let rx = rx.clone();
+                let seen = seen.clone();
+                let dropped_recvs = dropped_recvs.clone();
+                p.scheduler().spawn(async move {
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (k as u64 + 1));
+                    // Consumers 2 and 3 quit at the first receive they
+                    // drop, at a random point: if that receive had been
+                    // woken for an item, the others must be woken instead,
+                    // or everyone stalls (the channel is full, the
+                    // producers wait).
+                    let quitter = k >= 2;
+                    let quit_after = rng.next() as usize % (per_producer / 2 + 1);
+                    let mut got = 0usize;
+                    loop {
+                        let race = if quitter {
+                            got >= quit_after
+                        } else {
+                            rng.next().is_multiple_of(2)
+                        };
+                        let item = if race {
+                            // Race the receive against one yield, the
+                            // yield polled first: on its second poll it
+                            // wins, and the receive (parked, perhaps woken
+                            // meanwhile) is dropped unpolled.
+                            let recv = rx.recv();
+                            match futures::future::select(pin!(gdex::yield_now()), pin!(recv)).await
+                            {
+                                futures::future::Either::Right((item, _)) => item,
+                                futures::future::Either::Left(_) => {
+                                    dropped_recvs.fetch_add(1, Ordering::Relaxed);
+                                    if quitter {
+                                        return got;
+                                    }
+                                    continue;
+                                }
+                            }
+                        } else {
+                            rx.recv().await
+                        };
+                        match item {
+                            Ok(i) => {
+                                seen[i].fetch_add(1, Ordering::Relaxed);
+                                got += 1;
+                            }
+                            Err(gdex::Error::Closed) => return got,
+                            Err(e) => panic!("recv failed: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(rx);
+        for producer in producers {
+            gdex::block_on(producer).unwrap();
+        }
+        let received: usize = consumers
+            .into_iter()
+            .map(|c| gdex::block_on(c).unwrap())
+            .sum();
+        assert_eq!(received, items);
+        for (i, n) in seen.iter().enumerate() {
+            assert_eq!(
+                n.load(Ordering::Relaxed),
+                1,
+                "item {i} received {n:?} times"
+            );
+        }
+        assert!(
+            dropped_recvs.load(Ordering::Relaxed) > 0,
+            "no receive was ever dropped"
+        );
+    });
+}
+
+/// Closing either side: receivers drain and then get Closed; a closed
+/// receive side refuses sends with the item back and returns what was
+/// queued; recv_all takes everything queued.
+#[test]
+fn channel_close_either_side_and_recv_all() {
+    watchdog("channel_close_either_side_and_recv_all", 30, || {
+        let (tx, rx) = gdex::channel(4);
+        for i in 0..3 {
+            gdex::block_on(tx.send(i)).unwrap();
+        }
+        assert_eq!(gdex::block_on(rx.recv_all()).unwrap(), [0, 1, 2]);
+        gdex::block_on(tx.send(3)).unwrap();
+        tx.close();
+        assert!(matches!(
+            gdex::block_on(tx.send(4)),
+            Err(gdex::SendError(4))
+        ));
+        assert_eq!(gdex::block_on(rx.recv()).unwrap(), 3);
+        assert!(matches!(
+            gdex::block_on(rx.recv()),
+            Err(gdex::Error::Closed)
+        ));
+
+        let (tx, rx) = gdex::channel(2);
+        gdex::block_on(tx.send("a")).unwrap();
+        assert_eq!(rx.close(), ["a"]);
+        assert_eq!(gdex::block_on(tx.send("b")).unwrap_err().into_inner(), "b");
+
+        // A sender blocked on a full channel is refused when the last
+        // receiver goes.
+        let p = pool(1);
+        let (tx, rx) = gdex::channel(1);
+        tx.try_send(1).unwrap();
+        assert_eq!(tx.try_send(2), Err(gdex::TrySendError::Full(2)));
+        let blocked = p
+            .scheduler()
+            .spawn(async move { tx.send(2).await.map_err(|e| e.into_inner()) });
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!blocked.is_finished());
+        drop(rx);
+        assert_eq!(gdex::block_on(blocked).unwrap(), Err(2));
+    });
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let waker = futures::task::noop_waker();
+    std::pin::Pin::new(f).poll(&mut Context::from_waker(&waker))
+}
+
+/// Cancel safety of the semaphore: a dropped acquire leaves the queue, and
+/// a permit handed to an acquire that is dropped before it looks goes on
+/// to the next waiter (libdex's semaphore swallows it).
+#[test]
+fn semaphore_waits_are_cancel_safe() {
+    let sem = gdex::Semaphore::new(1);
+    let held = sem.try_acquire().unwrap();
+    let mut a = Box::pin(sem.acquire());
+    let mut b = Box::pin(sem.acquire());
+    let mut c = Box::pin(sem.acquire());
+    assert!(poll_once(&mut a).is_pending());
+    assert!(poll_once(&mut b).is_pending());
+    assert!(poll_once(&mut c).is_pending());
+    drop(b); // a plain dropped wait: leaves the queue
+    drop(held); // the permit goes to `a`...
+    drop(a); // ...which never looks: it must reach `c`
+    let Poll::Ready(Ok(permit)) = poll_once(&mut c) else {
+        panic!("the permit was swallowed")
+    };
+    assert_eq!(sem.available_permits(), 0);
+    drop(permit);
+    assert_eq!(sem.available_permits(), 1);
+    sem.close();
+    assert!(matches!(
+        poll_once(&mut Box::pin(sem.acquire())),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+}
+
+/// A limiter of 3 never has more than 3 of its 100 jobs running; all run.
+#[test]
+fn limiter_of_three_bounds_concurrency() {
+    watchdog("limiter_of_three_bounds_concurrency", 60, || {
+        let p = pool(4);
+        let limiter = gdex::Limiter::new(3);
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let jobs: Vec<_> = (0..100)
+            .map(|i| {
+                let limiter = limiter.clone();
+                let (running, peak, done) = (running.clone(), peak.clone(), done.clone());
+                p.scheduler().spawn(async move {
+                    limiter
+                        .run(async move {
+                            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(now, Ordering::SeqCst);
+                            if i % 2 == 0 {
+                                gdex::sleep(Duration::from_millis(1)).await;
+                            } else {
+                                common::spin(Duration::from_micros(200));
+                            }
+                            running.fetch_sub(1, Ordering::SeqCst);
+                            done.fetch_add(1, Ordering::SeqCst);
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for job in jobs {
+            gdex::block_on(job).unwrap().unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 100);
+        let peak = peak.load(Ordering::SeqCst);
+        assert!(peak <= 3, "{peak} jobs ran at once under a limit of 3");
+        assert!(peak >= 2, "the limiter serialised everything (peak {peak})");
+
+        // run_on_pool, then close_after_drain: queued jobs finish, new
+        // ones are refused.
+        let limiter = gdex::Limiter::new(1);
+        let (tx, rx) = mpsc::channel();
+        let queued: Vec<_> = (0..3)
+            .map(|i| {
+                let limiter = limiter.clone();
+                let tx = tx.clone();
+                p.scheduler().spawn(async move {
+                    limiter
+                        .run_on_pool(async move {
+                            gdex::sleep(Duration::from_millis(2)).await;
+                            tx.send(i).unwrap();
+                        })
+                        .await
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1));
+        gdex::block_on(limiter.close_after_drain());
+        assert!(matches!(
+            gdex::block_on(limiter.run(async {})),
+            Err(gdex::Error::Closed)
+        ));
+        let mut finished: Vec<i32> = rx.try_iter().collect();
+        finished.sort();
+        for q in queued {
+            // Jobs spawned before the close ran; a spawn that reached the
+            // limiter only after it would be refused.
+            let _ = gdex::block_on(q).unwrap();
+        }
+        assert!(!finished.is_empty());
+    });
+}
+
+/// A task group's close gives every result in order; dropping a group
+/// cancels every member; cancel() returns once they have stopped.
+#[test]
+fn task_group_close_collects_and_drop_cancels() {
+    watchdog("task_group_close_collects_and_drop_cancels", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::on(p.scheduler());
+        for i in 0..20u32 {
+            group
+                .spawn(async move {
+                    if i == 7 {
+                        panic!("member 7");
+                    }
+                    gdex::sleep(Duration::from_millis(u64::from(i % 3))).await;
+                    i
+                })
+                .unwrap();
+        }
+        let results = gdex::block_on(group.close());
+        assert_eq!(results.len(), 20);
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(v) => assert_eq!(v, i as u32),
+                Err(gdex::Error::Panicked(m)) => assert!(i == 7 && m == "member 7"),
+                Err(e) => panic!("member {i}: {e}"),
+            }
+        }
+        assert!(matches!(group.spawn(async { 0 }), Err(gdex::Error::Closed)));
+
+        let drops = Arc::new(AtomicUsize::new(0));
+        let group = gdex::TaskGroup::on(p.scheduler());
+        for _ in 0..10 {
+            let guard = Counted(drops.clone());
+            group
+                .spawn(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await
+                })
+                .unwrap();
+        }
+        assert_eq!(group.len(), 10);
+        drop(group);
+        wait_until(|| drops.load(Ordering::SeqCst) == 10);
+
+        let drops = Arc::new(AtomicUsize::new(0));
+        let group = gdex::TaskGroup::on(p.scheduler());
+        for _ in 0..10 {
+            let guard = Counted(drops.clone());
+            group
+                .spawn(async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await
+                })
+                .unwrap();
+        }
+        gdex::block_on(group.cancel());
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            10,
+            "cancel() returned before the drops"
+        );
+    });
+}
+
+/// A waker that counts its wakes.
+struct CountWaker(AtomicUsize);
+impl std::task::Wake for CountWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The channel's hand-on, step by step: a receive woken for an item and
+/// dropped before it looks wakes the next receiver, which gets the item;
+/// the same for a sender woken for room.
+#[test]
+fn a_dropped_woken_receive_wakes_the_next_receiver() {
+    let (tx, rx) = gdex::channel::<u32>(1);
+    let (wa, wb) = (
+        Arc::new(CountWaker(AtomicUsize::new(0))),
+        Arc::new(CountWaker(AtomicUsize::new(0))),
+    );
+    let (wake_a, wake_b) = (
+        std::task::Waker::from(wa.clone()),
+        std::task::Waker::from(wb.clone()),
+    );
+    let mut a = Box::pin(rx.recv());
+    let mut b = Box::pin(rx.recv());
+    assert!(a
+        .as_mut()
+        .poll(&mut Context::from_waker(&wake_a))
+        .is_pending());
+    assert!(b
+        .as_mut()
+        .poll(&mut Context::from_waker(&wake_b))
+        .is_pending());
+    tx.try_send(1).unwrap();
+    assert_eq!(
+        (wa.0.load(Ordering::SeqCst), wb.0.load(Ordering::SeqCst)),
+        (1, 0)
+    );
+    drop(a);
+    assert_eq!(
+        wb.0.load(Ordering::SeqCst),
+        1,
+        "the wake-up died with the dropped receive"
+    );
+    assert!(matches!(
+        b.as_mut().poll(&mut Context::from_waker(&wake_b)),
+        Poll::Ready(Ok(1))
+    ));
+
+    // Senders: the channel is full, two senders wait; a receive makes
+    // room and wakes the first, which is dropped: the second is woken.
+    tx.try_send(2).unwrap();
+    let mut s1 = Box::pin(tx.send(3));
+    let mut s2 = Box::pin(tx.send(4));
+    assert!(s1
+        .as_mut()
+        .poll(&mut Context::from_waker(&wake_a))
+        .is_pending());
+    assert!(s2
+        .as_mut()
+        .poll(&mut Context::from_waker(&wake_b))
+        .is_pending());
+    assert_eq!(rx.try_recv(), Some(2));
+    drop(s1); // its item (3) is dropped unsent, as documented
+    assert_eq!(wb.0.load(Ordering::SeqCst), 2);
+    assert!(matches!(
+        s2.as_mut().poll(&mut Context::from_waker(&wake_b)),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(4));
+}
