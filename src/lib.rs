@@ -45,6 +45,8 @@
 
 mod block_on;
 pub mod blocking;
+#[doc = include_str!("../docs/libdex.md")]
+pub mod libdex {}
 mod bound;
 mod clock;
 mod error;
