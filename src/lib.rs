@@ -19,7 +19,16 @@
 //!   coroutines pinned to their thread, which wait on futures with
 //!   [`fiber::wait`] in straight-line code;
 //! - **pinned `!Send` tasks** on pool workers ([`Scheduler::spawn_pinned`]),
-//!   so `!Send` glib-rs and GIO objects can be used in pool work.
+//!   so `!Send` glib-rs and GIO objects can be used in pool work;
+//! - libdex's **future toolkit**: [`Promise`], the sets [`all`],
+//!   [`all_race`], [`any`] and [`first`], timers ([`sleep`], [`timeout`],
+//!   [`with_timeout`]), [`Cancellable`] (one object with
+//!   `gio::Cancellable`), [`Delayed`], [`unix_signal`], a cancel-safe
+//!   [`channel`], [`Semaphore`], [`Limiter`] and [`TaskGroup`]; the
+//!   [`libdex`] page maps each libdex call to its gdex counterpart;
+//! - **stop means stopped**: every task has a `gio::Cancellable`
+//!   ([`current_cancellable`]) cancelled with it, and [`spawn_bound`] ties a
+//!   task to a GObject's life.
 //!
 //! ```
 //! use std::time::Duration;
@@ -51,6 +60,7 @@ mod bound;
 mod clock;
 mod error;
 pub mod fiber;
+mod panic;
 mod pool;
 mod scheduler;
 mod stall;
@@ -67,6 +77,7 @@ pub use blocking::LaneStats;
 pub use bound::spawn_bound;
 pub use error::{Error, ErrorCode};
 pub use fiber::Fiber;
+pub use panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use pool::metrics::{PoolMetrics, WorkerMetrics};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::Scheduler;

@@ -31,6 +31,7 @@ use gio::prelude::*;
 use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
 
 use crate::error::{panic_message, Error};
+use crate::panic::PanicSource;
 
 /// A task's `Runnable`, with the task's [`TaskMeta`] in its block.
 pub(crate) type Runnable = async_task::Runnable<TaskMeta>;
@@ -187,21 +188,17 @@ impl Job {
         match self {
             Job::Task(runnable) => {
                 let previous = CURRENT.replace(runnable.metadata());
-                // The poll itself cannot unwind (CatchUnwind below), but a
-                // future's destructor can, when a cancelled task is dropped.
+                // Neither the poll nor the drop of a gdex task's future
+                // unwinds (CatchUnwind below); this guards the rest.
                 let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
                 CURRENT.set(previous);
                 if let Err(payload) = result {
-                    glib::g_critical!(
-                        "gdex",
-                        "a task panicked while being dropped: {}",
-                        panic_message(&*payload)
-                    );
+                    crate::panic::report(PanicSource::Drop, panic_message(&*payload));
                 }
             }
             Job::Work(f) => {
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                    glib::g_critical!("gdex", "a work item panicked: {}", panic_message(&*payload));
+                    crate::panic::report(PanicSource::WorkItem, panic_message(&*payload));
                 }
             }
         }
@@ -223,7 +220,7 @@ impl PanicReport {
 impl Drop for PanicReport {
     fn drop(&mut self) {
         if let Some(message) = self.message.take() {
-            glib::g_critical!("gdex", "a task panicked and nobody awaited it: {}", message);
+            crate::panic::report(PanicSource::Task, message);
         }
     }
 }
@@ -239,14 +236,29 @@ pub(crate) enum Failure {
 pub(crate) type Outcome<T> = Result<T, Failure>;
 
 /// Polls the inner future inside `catch_unwind`, turning a panic into the
-/// task's output.
+/// task's output, and drops it inside `catch_unwind` too: async-task aborts
+/// the process if a future's destructor unwinds, and S6 says a panic never
+/// takes a worker down. A destructor's panic goes to the panic handler.
 pub(crate) struct CatchUnwind<F> {
-    future: F,
+    future: std::mem::ManuallyDrop<F>,
 }
 
 impl<F> CatchUnwind<F> {
     pub(crate) fn new(future: F) -> Self {
-        CatchUnwind { future }
+        CatchUnwind {
+            future: std::mem::ManuallyDrop::new(future),
+        }
+    }
+}
+
+impl<F> Drop for CatchUnwind<F> {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, here, in place (pinning allows
+        // dropping in place), and never used afterwards.
+        let drop_inner = || unsafe { std::mem::ManuallyDrop::drop(&mut self.future) };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_inner)) {
+            crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+        }
     }
 }
 
@@ -256,9 +268,9 @@ impl<F: Future> Future for CatchUnwind<F> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: `future` is structurally pinned: it is never moved out of
-        // `self`, and `CatchUnwind` has no `Drop` impl or `Unpin` impl of its
-        // own that could move it.
-        let future = unsafe { self.map_unchecked_mut(|this| &mut this.future) };
+        // `self` (the Drop impl drops it in place), and `CatchUnwind` has no
+        // `Unpin` impl of its own.
+        let future = unsafe { self.map_unchecked_mut(|this| &mut *this.future) };
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
             Ok(Poll::Pending) => Poll::Pending,
@@ -320,6 +332,14 @@ impl<T> Task<T> {
         let (runnable, task) = unsafe { builder().spawn_unchecked(move |_| future, |_| {}) };
         runnable.run();
         Task::new(task)
+    }
+
+    /// Cancels the task's `gio::Cancellable` without closing the task: for
+    /// a fiber cancelled the libdex way (F4), which runs on to its return.
+    pub(crate) fn cancel_cancellable(&self) {
+        if let Some(cancellable) = self.meta().to_cancel() {
+            cancellable.cancel();
+        }
     }
 
     fn meta(&self) -> &TaskMeta {

@@ -256,3 +256,32 @@ fn disposing_an_object_cancels_its_bound_task() {
         });
     });
 }
+
+/// X1 with F4: a fiber's cancellable is cancelled when its handle is
+/// dropped, so a synchronous GIO call it makes afterwards refuses at once,
+/// and the fiber still leaves through its own return.
+#[test]
+fn a_dropped_fiber_cancels_its_cancellable() {
+    watchdog("a_dropped_fiber_cancels_its_cancellable", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            let cancellable = gdex::current_cancellable().expect("a fiber is a task");
+            tx.send(cancellable.clone()).unwrap();
+            let waited = gdex::fiber::wait(std::future::pending::<()>());
+            assert!(matches!(waited, Err(gdex::Error::Cancelled)));
+            // A synchronous GIO call with the fiber's cancellable refuses.
+            let file = gio::File::for_path("/proc/self/status");
+            let read = file.load_contents(Some(&cancellable));
+            tx.send(cancellable).unwrap();
+            drop(tx);
+            read.map(|_| ())
+        });
+        let cancellable = rx.recv().unwrap();
+        assert!(!cancellable.is_cancelled());
+        drop(fiber);
+        let after = rx.recv().unwrap();
+        assert!(after.is_cancelled());
+        assert!(rx.recv().is_err(), "the fiber returned");
+    });
+}

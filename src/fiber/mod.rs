@@ -288,6 +288,8 @@ impl<T> Drop for Fiber<T> {
         if let Some(task) = self.task.take() {
             if !task.is_finished() {
                 self.shared.cancel();
+                // X1: GIO calls made with its cancellable stop too.
+                task.cancel_cancellable();
             }
             // The fiber ends through its own return; its result is dropped.
             task.detach();

@@ -172,11 +172,7 @@ fn with_hooks(source: *mut ffi::GSource, f: impl FnOnce(Option<&dyn Hooks>) -> b
         f(unsafe { hooks(source) })
     }))
     .unwrap_or_else(|payload| {
-        glib::g_critical!(
-            "gdex",
-            "a gdex source panicked: {}",
-            panic_message(&*payload)
-        );
+        crate::panic::report(crate::panic::PanicSource::Source, panic_message(&*payload));
         true
     })
 }
@@ -209,10 +205,6 @@ unsafe extern "C" fn finalize(source: *mut ffi::GSource) {
     // reference is gone; nothing reads `hooks` afterwards.
     let hooks = unsafe { (*(source as *mut HookSource)).hooks.take() };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(hooks))) {
-        glib::g_critical!(
-            "gdex",
-            "dropping a gdex source panicked: {}",
-            panic_message(&*payload)
-        );
+        crate::panic::report(crate::panic::PanicSource::Source, panic_message(&*payload));
     }
 }

@@ -1,0 +1,110 @@
+//! X5: the panic policy. What happens to a panic that has nobody to go to.
+//!
+//! A task's panic normally reaches whoever awaits the task, as
+//! [`Error::Panicked`](crate::Error::Panicked) (S6). Some panics have no
+//! such waiter: a detached task's, one whose handle was dropped after it
+//! finished, a work item's, one raised while a cancelled task's future was
+//! being dropped, one in a gdex `GSource` callback. Those go to the panic
+//! handler. The default handler logs them with `g_critical` (domain `gdex`)
+//! and the program keeps running; [`set_panic_handler`] lets an app show a
+//! dialog, log elsewhere, or quit cleanly.
+
+use std::sync::{Arc, RwLock};
+
+/// Where an unobserved panic came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PanicSource {
+    /// A task (or fiber) that panicked with nobody awaiting it: detached,
+    /// or its handle dropped after it finished.
+    Task,
+    /// A work item ([`Scheduler::push`](crate::Scheduler::push)).
+    WorkItem,
+    /// The destructor of a cancelled task's future.
+    Drop,
+    /// A gdex `GSource` callback (a scheduler's own machinery).
+    Source,
+}
+
+/// A panic that reached the panic handler.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PanicEvent {
+    /// What panicked.
+    pub source: PanicSource,
+    /// The panic message.
+    pub message: String,
+    /// The name of the thread it happened on (`gdex-worker-0`, `main`, …).
+    pub thread: Option<String>,
+}
+
+impl std::fmt::Display for PanicEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.source {
+            PanicSource::Task => "a task panicked and nobody awaited it",
+            PanicSource::WorkItem => "a work item panicked",
+            PanicSource::Drop => "a task panicked while being dropped",
+            PanicSource::Source => "a gdex source panicked",
+        };
+        write!(f, "{what}: {}", self.message)
+    }
+}
+
+type Handler = Arc<dyn Fn(&PanicEvent) + Send + Sync>;
+
+static HANDLER: RwLock<Option<Handler>> = RwLock::new(None);
+
+/// Sets the handler for panics that have no waiter (X5), replacing the
+/// default, which logs them with `g_critical` and goes on. The handler runs
+/// on the thread where the panic was caught (a pool worker, the main
+/// thread), right after it; a GTK app that wants a dialog sends the event
+/// to the main thread. A panic inside the handler is logged and ignored.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let log = seen.clone();
+/// gdex::set_panic_handler(move |event| log.lock().unwrap().push(event.message.clone()));
+///
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// pool.scheduler().push(|| panic!("lost in a work item"));
+/// pool.shutdown();
+/// assert_eq!(*seen.lock().unwrap(), ["lost in a work item"]);
+/// gdex::reset_panic_handler();
+/// ```
+pub fn set_panic_handler<F>(handler: F)
+where
+    F: Fn(&PanicEvent) + Send + Sync + 'static,
+{
+    *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(handler));
+}
+
+/// Goes back to the default handler (`g_critical`, keep running).
+pub fn reset_panic_handler() {
+    *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Hands an unobserved panic to the handler.
+pub(crate) fn report(source: PanicSource, message: String) {
+    let handler = HANDLER.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let event = PanicEvent {
+        source,
+        message,
+        thread: std::thread::current().name().map(str::to_owned),
+    };
+    match handler {
+        None => glib::g_critical!("gdex", "{}", event),
+        Some(handler) => {
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&event)));
+            if let Err(payload) = outcome {
+                glib::g_critical!(
+                    "gdex",
+                    "the gdex panic handler panicked ({}) while handling: {}",
+                    crate::error::panic_message(&*payload),
+                    event
+                );
+            }
+        }
+    }
+}

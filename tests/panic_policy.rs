@@ -1,0 +1,110 @@
+//! X5: panics that have no waiter go to the app's panic handler; the
+//! default logs them with g_critical and keeps running. (One test function:
+//! the handler is process-wide.)
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{wait_until, watchdog};
+
+struct PanicsOnDrop;
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a destructor that panics");
+    }
+}
+
+#[test]
+fn unobserved_panics_reach_the_panic_handler() {
+    watchdog("unobserved_panics_reach_the_panic_handler", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+
+        // The default: a g_critical in the gdex domain, and the pool goes on.
+        let criticals = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = criticals.clone();
+        let log_handler = glib::log_set_handler(
+            Some("gdex"),
+            glib::LogLevels::LEVEL_CRITICAL,
+            false,
+            false,
+            move |_, _, message| sink.lock().unwrap().push(message.to_owned()),
+        );
+        s.push(|| panic!("default policy"));
+        wait_until(|| !criticals.lock().unwrap().is_empty());
+        assert_eq!(
+            criticals.lock().unwrap()[0],
+            "a work item panicked: default policy"
+        );
+
+        let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+        let sink = events.clone();
+        gdex::set_panic_handler(move |event| {
+            if event.message == "handler, panic yourself" {
+                panic!("the handler's own panic");
+            }
+            sink.lock().unwrap().push(event.clone())
+        });
+
+        // An awaited panic goes to its waiter, not to the handler.
+        let awaited = s.spawn(async { panic!("awaited") });
+        assert!(matches!(gdex::block_on(awaited), Err(gdex::Error::Panicked(m)) if m == "awaited"));
+
+        // A detached task's panic, a work item's, a cancelled task's
+        // destructor's.
+        s.spawn(async { panic!("detached task") }).detach();
+        s.push(|| panic!("work item"));
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let doomed = s.spawn(async move {
+            let _bomb = PanicsOnDrop;
+            started_tx.send(()).unwrap();
+            std::future::pending::<()>().await
+        });
+        started.recv().unwrap();
+        assert_eq!(gdex::block_on(doomed.cancel()), None);
+        wait_until(|| events.lock().unwrap().len() == 3);
+        let mut seen: Vec<(gdex::PanicSource, String)> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| (e.source, e.message.clone()))
+            .collect();
+        seen.sort_by(|a, b| a.1.cmp(&b.1));
+        assert_eq!(
+            seen,
+            [
+                (
+                    gdex::PanicSource::Drop,
+                    "a destructor that panics".to_owned()
+                ),
+                (gdex::PanicSource::Task, "detached task".to_owned()),
+                (gdex::PanicSource::WorkItem, "work item".to_owned()),
+            ]
+        );
+        for event in events.lock().unwrap().iter() {
+            let thread = event.thread.as_deref().unwrap_or_default();
+            assert!(thread.starts_with("gdex-worker-"), "{thread}");
+        }
+
+        // A handler that panics is logged, and nothing else breaks.
+        criticals.lock().unwrap().clear();
+        s.push(|| panic!("handler, panic yourself"));
+        wait_until(|| !criticals.lock().unwrap().is_empty());
+        let logged = criticals.lock().unwrap()[0].clone();
+        assert!(
+            logged.contains("the gdex panic handler panicked")
+                && logged.contains("handler, panic yourself"),
+            "{logged}"
+        );
+        assert_eq!(gdex::block_on(s.spawn(async { 5 })).unwrap(), 5);
+
+        gdex::reset_panic_handler();
+        s.push(|| panic!("default again"));
+        wait_until(|| criticals.lock().unwrap().len() == 2);
+        assert_eq!(events.lock().unwrap().len(), 3);
+        glib::log_remove_handler(Some("gdex"), log_handler);
+        std::thread::sleep(Duration::from_millis(1));
+    });
+}
