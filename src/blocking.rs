@@ -121,6 +121,7 @@ impl Lane {
             Ok(_) => {
                 state.threads += 1;
                 state.peak = state.peak.max(state.threads);
+                glib::g_debug!("gdex", "{}: thread {} started", self.name, state.threads);
             }
             Err(e) => {
                 // The queued job waits for a running thread instead.
@@ -162,6 +163,7 @@ impl Lane {
                 state.notified -= 1;
             } else if timed_out && state.queue.is_empty() {
                 // Idle for the whole keep-alive: retire.
+                glib::g_debug!("gdex", "{}: an idle thread retires", self.name);
                 break;
             }
         }

@@ -249,6 +249,11 @@ impl PoolShared {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
+        glib::g_debug!(
+            "gdex",
+            "shutting down a pool of {} workers",
+            self.remotes.len()
+        );
         for remote in self.remotes.iter() {
             remote.context.wakeup();
         }
@@ -603,6 +608,12 @@ impl ThreadPoolBuilder {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(handle);
         }
+        glib::g_debug!(
+            "gdex",
+            "started a pool of {} workers (thread-per-core: {})",
+            pool.workers(),
+            pool.is_thread_per_core()
+        );
         Ok(pool)
     }
 }

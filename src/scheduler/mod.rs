@@ -415,6 +415,64 @@ impl Scheduler {
     }
 }
 
+/// Lets crates that take a `futures` spawner run their tasks on gdex: the
+/// task is spawned and detached. A pool that has been shut down answers
+/// `SpawnError::shutdown()`.
+///
+/// ```
+/// use futures::task::SpawnExt;
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let spawner = pool.scheduler();
+/// let handle = spawner.spawn_with_handle(async { 2 + 2 }).unwrap();
+/// assert_eq!(gdex::block_on(handle), 4);
+/// ```
+impl futures::task::Spawn for Scheduler {
+    fn spawn_obj(
+        &self,
+        future: futures::task::FutureObj<'static, ()>,
+    ) -> Result<(), futures::task::SpawnError> {
+        if let Kind::Pool(pool) = &self.kind {
+            if pool.is_closed() {
+                return Err(futures::task::SpawnError::shutdown());
+            }
+        }
+        self.spawn(future).detach();
+        Ok(())
+    }
+
+    fn status(&self) -> Result<(), futures::task::SpawnError> {
+        match &self.kind {
+            Kind::Pool(pool) if pool.is_closed() => Err(futures::task::SpawnError::shutdown()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `!Send` futures from a `futures` local spawner, with the rules of
+/// [`Scheduler::spawn_local`] (the owner thread of a context, or inside a
+/// pool task; elsewhere it panics and says why).
+///
+/// ```
+/// use futures::task::LocalSpawnExt;
+/// let main = gdex::Scheduler::main();
+/// let handle = main.spawn_local_with_handle(async { std::rc::Rc::new(1) }).unwrap();
+/// assert_eq!(*gdex::block_on(handle), 1);
+/// ```
+impl futures::task::LocalSpawn for Scheduler {
+    fn spawn_local_obj(
+        &self,
+        future: futures::task::LocalFutureObj<'static, ()>,
+    ) -> Result<(), futures::task::SpawnError> {
+        if let Kind::Pool(pool) = &self.kind {
+            if pool.is_closed() {
+                return Err(futures::task::SpawnError::shutdown());
+            }
+        }
+        self.spawn_local(future).detach();
+        Ok(())
+    }
+}
+
 impl PartialEq for Scheduler {
     fn eq(&self, other: &Self) -> bool {
         match (&self.kind, &other.kind) {
