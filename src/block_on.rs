@@ -145,6 +145,8 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
     // Called inside a fiber, this is a nested loop: what it polls is not the
     // fiber.
     let _outside = crate::fiber::outside_fiber();
+    #[cfg(feature = "tokio")]
+    let _tokio = crate::tokio_rt::enter();
     run_until_ready(Sleeper::Context(context.clone()), future)
 }
 
@@ -186,5 +188,7 @@ pub fn wait_for<F: Future>(future: F) -> F::Output {
              use gdex::block_on, which keeps the loop running."
         );
     }
+    #[cfg(feature = "tokio")]
+    let _tokio = crate::tokio_rt::enter();
     run_until_ready(Sleeper::Thread(here), future)
 }

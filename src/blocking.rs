@@ -132,6 +132,8 @@ impl Lane {
 
     /// A lane thread: run jobs until closed, or idle past the keep-alive.
     fn run(self: Arc<Self>) {
+        #[cfg(feature = "tokio")]
+        let _tokio = crate::tokio_rt::enter();
         let mut state = self.lock();
         loop {
             if let Some(job) = state.queue.pop_front() {

@@ -68,6 +68,8 @@ mod sync;
 mod task;
 pub mod thread;
 mod time;
+#[cfg(feature = "tokio")]
+mod tokio_rt;
 mod util;
 
 use std::future::Future;
@@ -91,6 +93,8 @@ pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
 pub use sync::sets::{all, all_race, any, first};
 pub use sync::signal::{unix_signal, UnixSignal};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
+#[cfg(feature = "tokio")]
+pub use tokio_rt::tokio_handle;
 pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].

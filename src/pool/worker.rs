@@ -202,6 +202,9 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         let _owner = context
             .acquire()
             .expect("a gdex worker's fresh context is acquired by its own thread");
+        // X6: tokio I/O and timers work in this worker's tasks.
+        #[cfg(feature = "tokio")]
+        let _tokio = crate::tokio_rt::enter();
         let core = Core {
             shared: shared.clone(),
             index,

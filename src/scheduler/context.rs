@@ -283,6 +283,8 @@ impl ContextShared {
         SourceRef::clear_ready(source);
         self.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
+        #[cfg(feature = "tokio")]
+        let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();
         let _runner = crate::stall::enter(&self.runner);
         self.runner.busy();
