@@ -93,9 +93,9 @@ pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
 pub use sync::sets::{all, all_race, any, first};
 pub use sync::signal::{unix_signal, UnixSignal};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
+pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 #[cfg(feature = "tokio")]
 pub use tokio_rt::tokio_handle;
-pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///
