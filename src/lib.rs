@@ -30,6 +30,62 @@
 //!   ([`current_cancellable`]) cancelled with it, and [`spawn_bound`] ties a
 //!   task to a GObject's life.
 //!
+//! - a **panic policy** ([`set_panic_handler`]), the **tokio** feature for
+//!   tokio-based crates inside gdex tasks, and `futures`' `Spawn` /
+//!   `LocalSpawn` on every [`Scheduler`].
+//!
+//! ## Three stories
+//!
+//! **1. Drive work from a GTK app's main loop.** Code on the main thread
+//! spawns `!Send` futures that touch widgets; they run from the default
+//! `GMainContext`, below GTK's redraw priority, with no second event loop.
+//! ([`block_on`] stands in here for `gtk::Application::run`: both iterate
+//! the main context.)
+//!
+//! ```
+//! use std::{cell::RefCell, rc::Rc, time::Duration};
+//!
+//! let label = Rc::new(RefCell::new(String::from("loading"))); // a widget, say: !Send
+//! let shown = label.clone();
+//! let task = gdex::spawn_local(async move {
+//!     gdex::sleep(Duration::from_millis(1)).await; // the main loop goes on meanwhile
+//!     *shown.borrow_mut() = "ready".into();
+//! });
+//! gdex::block_on(task).unwrap();
+//! assert_eq!(*label.borrow(), "ready");
+//! ```
+//!
+//! **2. Spawn pool work from GObject code.** A method hands CPU or GIO work
+//! to the pool and gets the result back on the main thread; the work is
+//! cancelled when the caller loses interest (the task is dropped) or the
+//! object goes away ([`spawn_bound`]).
+//!
+//! ```
+//! use glib::prelude::*;
+//!
+//! fn checksum_in_background(object: &glib::Object, data: Vec<u8>) -> gdex::Task<String> {
+//!     // Only a weak reference is held: disposing `object` cancels the task.
+//!     gdex::spawn_bound(object, async move {
+//!         let pool_work = gdex::spawn(async move {
+//!             glib::compute_checksum_for_data(glib::ChecksumType::Sha256, &data).unwrap()
+//!         });
+//!         pool_work.await.unwrap().to_string() // back on this thread
+//!     })
+//! }
+//!
+//! let object = glib::Object::new::<glib::Object>();
+//! let sum = gdex::block_on(checksum_in_background(&object, b"abc".to_vec())).unwrap();
+//! assert!(sum.starts_with("ba7816bf"));
+//!
+//! let doomed = checksum_in_background(&object, vec![0; 1 << 20]);
+//! drop(object); // the window closed, say
+//! assert!(gdex::block_on(doomed).is_err_and(|e| e.is_cancelled()));
+//! ```
+//!
+//! **3. Await any future from any scheduler.** A pool task, a fiber, a
+//! main-thread task or a plain thread can await a task that runs anywhere
+//! else; each resumes on its own scheduler.
+//!
 //! ```
 //! use std::time::Duration;
 //!
@@ -39,13 +95,20 @@
 //!     glib::timeout_future(Duration::from_millis(1)).await;
 //!     (1..=10u64).product::<u64>()
 //! });
-//! // A main-scheduler task awaits the pool task and resumes on the main thread.
-//! let on_main = gdex::Scheduler::main().spawn_local(async move { work.await.unwrap() });
-//! assert_eq!(gdex::block_on(on_main).unwrap(), 3_628_800);
+//! // A fiber waits for the pool task in straight-line code...
+//! let fiber = pool.scheduler().spawn_fiber(move || gdex::fiber::wait(work).unwrap().unwrap());
+//! // ...a main-scheduler task awaits the fiber and resumes on the main thread...
+//! let on_main = gdex::Scheduler::main().spawn_local(async move { fiber.await.unwrap() });
+//! // ...a plain thread waits for that one...
+//! let waiter = gdex::thread::spawn("waiter", move || gdex::wait_for(on_main).unwrap());
+//! // ...and the main thread runs its loop until the waiter is done.
+//! let answer = gdex::block_on(std::future::IntoFuture::into_future(waiter)).unwrap();
+//! assert_eq!(answer, 3_628_800);
 //! ```
 //!
-//! The contracts this crate keeps (P1-P8 for the pool, S1-S8 for schedulers
-//! and tasks) are numbered in the project's `DESIGN.md`; tests cite them.
+//! The contracts this crate keeps (P1-P9 for the pool, S1-S8 for schedulers
+//! and tasks, F1-F6 for fibers, B1-B5 for blocking, X1-X7 beyond libdex) are
+//! numbered in the project's `DESIGN.md`; tests cite them.
 //!
 //! [libdex]: https://gitlab.gnome.org/GNOME/libdex
 

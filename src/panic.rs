@@ -68,7 +68,9 @@ static HANDLER: RwLock<Option<Handler>> = RwLock::new(None);
 ///
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// pool.scheduler().push(|| panic!("lost in a work item"));
-/// pool.shutdown();
+/// while seen.lock().unwrap().is_empty() {
+///     std::thread::sleep(std::time::Duration::from_millis(1));
+/// }
 /// assert_eq!(*seen.lock().unwrap(), ["lost in a work item"]);
 /// gdex::reset_panic_handler();
 /// ```
