@@ -68,11 +68,7 @@ fn build_ui(app: &gtk::Application) {
         .default_width(420)
         .default_height(200)
         .build();
-    let column = gtk::Box::new(gtk::Orientation::Vertical, 12);
-    column.set_margin_top(16);
-    column.set_margin_bottom(16);
-    column.set_margin_start(16);
-    column.set_margin_end(16);
+    let column = padded_column();
     let spinner = gtk::Spinner::new();
     spinner.start();
     let bar = gtk::ProgressBar::new();
@@ -173,6 +169,16 @@ fn build_ui(app: &gtk::Application) {
     }
 }
 
+/// A vertical box with the app's spacing and margins.
+fn padded_column() -> gtk::Box {
+    let column = gtk::Box::new(gtk::Orientation::Vertical, 12);
+    column.set_margin_top(16);
+    column.set_margin_bottom(16);
+    column.set_margin_start(16);
+    column.set_margin_end(16);
+    column
+}
+
 fn start_run(ui: &Rc<Ui>) {
     if ui.run.borrow().is_some() {
         return;
@@ -248,11 +254,7 @@ fn show_dialog(ui: &Rc<Ui>, message: &str) {
         .modal(true)
         .default_width(320)
         .build();
-    let column = gtk::Box::new(gtk::Orientation::Vertical, 12);
-    column.set_margin_top(16);
-    column.set_margin_bottom(16);
-    column.set_margin_start(16);
-    column.set_margin_end(16);
+    let column = padded_column();
     let text = gtk::Label::new(Some(message));
     text.set_wrap(true);
     let ok = gtk::Button::with_label("OK");

@@ -604,6 +604,22 @@ fn limiter_of_three_bounds_concurrency() {
     });
 }
 
+/// A group of `n` members that never finish and count their drops.
+fn pending_group(s: &gdex::Scheduler, n: usize) -> (gdex::TaskGroup<()>, Arc<AtomicUsize>) {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let group = gdex::TaskGroup::on(s.clone());
+    for _ in 0..n {
+        let guard = Counted(drops.clone());
+        group
+            .spawn(async move {
+                let _guard = guard;
+                std::future::pending::<()>().await
+            })
+            .unwrap();
+    }
+    (group, drops)
+}
+
 /// A task group's close gives every result in order; dropping a group
 /// cancels every member; cancel() returns once they have stopped.
 #[test]
@@ -633,32 +649,12 @@ fn task_group_close_collects_and_drop_cancels() {
         }
         assert!(matches!(group.spawn(async { 0 }), Err(gdex::Error::Closed)));
 
-        let drops = Arc::new(AtomicUsize::new(0));
-        let group = gdex::TaskGroup::on(p.scheduler());
-        for _ in 0..10 {
-            let guard = Counted(drops.clone());
-            group
-                .spawn(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await
-                })
-                .unwrap();
-        }
+        let (group, drops) = pending_group(&p.scheduler(), 10);
         assert_eq!(group.len(), 10);
         drop(group);
         wait_until(|| drops.load(Ordering::SeqCst) == 10);
 
-        let drops = Arc::new(AtomicUsize::new(0));
-        let group = gdex::TaskGroup::on(p.scheduler());
-        for _ in 0..10 {
-            let guard = Counted(drops.clone());
-            group
-                .spawn(async move {
-                    let _guard = guard;
-                    std::future::pending::<()>().await
-                })
-                .unwrap();
-        }
+        let (group, drops) = pending_group(&p.scheduler(), 10);
         gdex::block_on(group.cancel());
         assert_eq!(
             drops.load(Ordering::SeqCst),

@@ -431,15 +431,12 @@ impl futures::task::Spawn for Scheduler {
         &self,
         future: futures::task::FutureObj<'static, ()>,
     ) -> Result<(), futures::task::SpawnError> {
-        if let Kind::Pool(pool) = &self.kind {
-            if pool.is_closed() {
-                return Err(futures::task::SpawnError::shutdown());
-            }
-        }
+        self.status()?;
         self.spawn(future).detach();
         Ok(())
     }
 
+    /// `shutdown()` for a pool that has been shut down.
     fn status(&self) -> Result<(), futures::task::SpawnError> {
         match &self.kind {
             Kind::Pool(pool) if pool.is_closed() => Err(futures::task::SpawnError::shutdown()),
@@ -463,11 +460,7 @@ impl futures::task::LocalSpawn for Scheduler {
         &self,
         future: futures::task::LocalFutureObj<'static, ()>,
     ) -> Result<(), futures::task::SpawnError> {
-        if let Kind::Pool(pool) = &self.kind {
-            if pool.is_closed() {
-                return Err(futures::task::SpawnError::shutdown());
-            }
-        }
+        futures::task::Spawn::status(self)?;
         self.spawn_local(future).detach();
         Ok(())
     }
