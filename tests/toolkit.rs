@@ -569,38 +569,53 @@ fn limiter_of_three_bounds_concurrency() {
         assert!(peak <= 3, "{peak} jobs ran at once under a limit of 3");
         assert!(peak >= 2, "the limiter serialised everything (peak {peak})");
 
-        // run_on_pool, then close_after_drain: queued jobs finish, new
-        // ones are refused.
+        // run_on_pool, then close_after_drain: the running job and the two
+        // queued behind it all finish before the drain resolves; runs asked
+        // for after it are refused, and close() refuses queued ones.
         let limiter = gdex::Limiter::new(1);
-        let (tx, rx) = mpsc::channel();
-        let queued: Vec<_> = (0..3)
-            .map(|i| {
-                let limiter = limiter.clone();
-                let tx = tx.clone();
-                p.scheduler().spawn(async move {
-                    limiter
-                        .run_on_pool(async move {
-                            gdex::sleep(Duration::from_millis(2)).await;
-                            tx.send(i).unwrap();
-                        })
-                        .await
-                })
+        let finished = Arc::new(AtomicUsize::new(0));
+        let mut jobs: Vec<_> = (0..3)
+            .map(|_| {
+                let finished = finished.clone();
+                Box::pin(limiter.run_on_pool(async move {
+                    gdex::sleep(Duration::from_millis(5)).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(1));
-        gdex::block_on(limiter.close_after_drain());
-        assert!(matches!(
-            gdex::block_on(limiter.run(async {})),
-            Err(gdex::Error::Closed)
-        ));
-        let mut finished: Vec<i32> = rx.try_iter().collect();
-        finished.sort();
-        for q in queued {
-            // Jobs spawned before the close ran; a spawn that reached the
-            // limiter only after it would be refused.
-            let _ = gdex::block_on(q).unwrap();
+        // One poll each: the first holds the slot, the others queue.
+        for job in &mut jobs {
+            assert!(poll_once(job).is_pending());
         }
-        assert!(!finished.is_empty());
+        let drain = limiter.close_after_drain();
+        assert!(matches!(
+            poll_once(&mut Box::pin(limiter.run(async {}))),
+            Poll::Ready(Err(gdex::Error::Closed))
+        ));
+        let at_drain = finished.clone();
+        let drained = async move {
+            drain.await;
+            at_drain.load(Ordering::SeqCst)
+        };
+        let (results, finished_when_drained) = gdex::block_on(futures::future::join(
+            futures::future::join_all(jobs),
+            drained,
+        ));
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(
+            finished_when_drained, 3,
+            "the drain resolved before the queue ran"
+        );
+
+        let limiter = gdex::Limiter::new(1);
+        let mut running = Box::pin(limiter.run(std::future::pending::<()>()));
+        let mut queued = Box::pin(limiter.run(async {}));
+        assert!(poll_once(&mut running).is_pending() && poll_once(&mut queued).is_pending());
+        limiter.close();
+        assert!(matches!(
+            poll_once(&mut queued),
+            Poll::Ready(Err(gdex::Error::Closed))
+        ));
     });
 }
 
