@@ -12,7 +12,8 @@ use std::task::Waker;
 
 enum Slot {
     Free,
-    Waiting(Waker),
+    /// Parked, with the ticket of its entry in `order`.
+    Waiting(Waker, u64),
     Notified,
 }
 
@@ -21,9 +22,13 @@ enum Slot {
 pub(crate) struct WaitQueue {
     slots: Vec<Slot>,
     free: Vec<usize>,
-    /// Keys in arrival order; may hold keys already notified or removed,
-    /// skipped when popped.
-    order: VecDeque<usize>,
+    /// (key, ticket) in arrival order. An entry is live only while its slot
+    /// is `Waiting` with the same ticket; others (the future was removed or
+    /// notified since) are skipped when popped, and swept out before they
+    /// can outnumber the live ones, so a queue whose waits keep being
+    /// dropped (timeouts on an idle channel) does not grow.
+    order: VecDeque<(usize, u64)>,
+    next_ticket: u64,
     /// Entries in `Waiting`.
     waiting: usize,
 }
@@ -33,36 +38,43 @@ impl WaitQueue {
     /// A future notified before that did not get what it waited for joins
     /// the back of the queue again.
     pub(crate) fn park(&mut self, key: &mut Option<usize>, waker: &Waker) {
+        let ticket = self.next_ticket;
         match *key {
             Some(k) => match &mut self.slots[k] {
-                Slot::Waiting(w) => {
+                Slot::Waiting(w, _) => {
                     if !w.will_wake(waker) {
                         w.clone_from(waker);
                     }
+                    return;
                 }
                 slot @ Slot::Notified => {
-                    *slot = Slot::Waiting(waker.clone());
-                    self.waiting += 1;
-                    self.order.push_back(k);
+                    *slot = Slot::Waiting(waker.clone(), ticket);
+                    self.order.push_back((k, ticket));
                 }
                 Slot::Free => unreachable!("a wait queue key outlived its slot"),
             },
             None => {
                 let k = match self.free.pop() {
                     Some(k) => {
-                        self.slots[k] = Slot::Waiting(waker.clone());
+                        self.slots[k] = Slot::Waiting(waker.clone(), ticket);
                         k
                     }
                     None => {
-                        self.slots.push(Slot::Waiting(waker.clone()));
+                        self.slots.push(Slot::Waiting(waker.clone(), ticket));
                         self.slots.len() - 1
                     }
                 };
-                self.waiting += 1;
-                self.order.push_back(k);
+                self.order.push_back((k, ticket));
                 *key = Some(k);
             }
         }
+        self.next_ticket += 1;
+        self.waiting += 1;
+    }
+
+    /// True if this `order` entry still stands for a parked future.
+    fn is_live(&self, (k, ticket): (usize, u64)) -> bool {
+        matches!(self.slots[k], Slot::Waiting(_, t) if t == ticket)
     }
 
     /// True if the future with this key has been notified since it parked.
@@ -78,8 +90,15 @@ impl WaitQueue {
         let was = std::mem::replace(&mut self.slots[k], Slot::Free);
         self.free.push(k);
         match was {
-            Slot::Waiting(_) => {
+            Slot::Waiting(..) => {
                 self.waiting -= 1;
+                // Its entry in `order` is dead now: sweep the dead ones out
+                // once they outnumber the live ones.
+                if self.order.len() > 2 * self.waiting + 32 {
+                    let slots = &self.slots;
+                    self.order
+                        .retain(|&(k, t)| matches!(slots[k], Slot::Waiting(_, live) if live == t));
+                }
                 false
             }
             Slot::Notified => true,
@@ -89,11 +108,12 @@ impl WaitQueue {
 
     /// Wakes the longest-waiting future. Returns false if none was waiting.
     pub(crate) fn notify_one(&mut self) -> bool {
-        while let Some(k) = self.order.pop_front() {
-            if let Slot::Waiting(_) = self.slots[k] {
-                let Slot::Waiting(waker) = std::mem::replace(&mut self.slots[k], Slot::Notified)
+        while let Some(entry) = self.order.pop_front() {
+            if self.is_live(entry) {
+                let Slot::Waiting(waker, _) =
+                    std::mem::replace(&mut self.slots[entry.0], Slot::Notified)
                 else {
-                    unreachable!()
+                    unreachable!("a live entry's slot is Waiting")
                 };
                 self.waiting -= 1;
                 waker.wake();
@@ -150,5 +170,32 @@ mod tests {
         assert!(!q.remove(&mut ka), "already removed");
         assert!(q.remove(&mut kb));
         assert!(!q.has_waiters() && !q.notify_one());
+    }
+
+    /// Waits that keep being dropped without a notification (a receive
+    /// with a timeout on an idle channel) do not make the queue grow, and
+    /// a reused key is notified once, in its new place.
+    #[test]
+    fn dropped_waits_do_not_accumulate() {
+        let a = Arc::new(Count(AtomicUsize::new(0)));
+        let w = Waker::from(a.clone());
+        let mut q = WaitQueue::default();
+        let mut steady = None;
+        q.park(&mut steady, &w);
+        for _ in 0..100_000 {
+            let mut k = None;
+            q.park(&mut k, &w);
+            assert!(!q.remove(&mut k));
+        }
+        assert!(
+            q.order.len() <= 2 * q.waiting + 33,
+            "{} entries",
+            q.order.len()
+        );
+        assert!(q.slots.len() <= 2);
+        assert!(q.notify_one());
+        assert!(q.is_notified(steady));
+        assert!(!q.notify_one(), "a dead entry was notified");
+        assert_eq!(a.0.load(Ordering::SeqCst), 1);
     }
 }
