@@ -14,10 +14,14 @@
 //! the current poll returns. A future is never dropped in the middle of a
 //! poll. [`Task::detach`] is libdex's *disown*.
 //!
-//! Panics never cross a scheduler: every poll runs inside `catch_unwind`, and
-//! a panic becomes the task's output, [`Error::Panicked`], for its waiter
-//! (S6). A panic nobody will read (the task was detached, or its handle was
-//! dropped after it finished) is reported with `g_critical`.
+//! Panics never cross a scheduler: every poll and the drop of every future
+//! run inside `catch_unwind`, and a poll's panic becomes the task's output,
+//! [`Error::Panicked`], for its waiter (S6). A panic nobody will read (the
+//! task was detached, or its handle was dropped after it finished; a
+//! destructor's) goes to the panic handler (X5; by default `g_critical`).
+//!
+//! Each block also carries the task's `gio::Cancellable` (X1), made on first
+//! use by [`current_cancellable`] and cancelled when the task is.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -181,8 +185,8 @@ pub(crate) enum Job {
 
 impl Job {
     /// Runs the job on the calling thread. Never unwinds: a task's panic is
-    /// already its output, and a work item's panic is reported with
-    /// `g_critical` (S6).
+    /// already its output, and a work item's panic goes to the panic handler
+    /// (S6, X5).
     #[inline]
     pub(crate) fn run(self) {
         match self {
@@ -205,8 +209,8 @@ impl Job {
     }
 }
 
-/// A panic caught in a task, on its way to the waiter. Reports itself with
-/// `g_critical` if nobody takes it.
+/// A panic caught in a task, on its way to the waiter. Goes to the panic
+/// handler if nobody takes it.
 pub(crate) struct PanicReport {
     message: Option<String>,
 }
@@ -349,8 +353,9 @@ impl<T> Task<T> {
     }
 
     /// Lets the task run to completion with nobody holding it (libdex's
-    /// *disown*). Its output is dropped; a panic is reported with
-    /// `g_critical`.
+    /// *disown*). Its output is dropped; a panic goes to the panic handler
+    /// ([`set_panic_handler`](crate::set_panic_handler); by default
+    /// `g_critical`).
     pub fn detach(mut self) {
         if let Some(task) = self.task.take() {
             task.detach();

@@ -380,8 +380,9 @@ impl Scheduler {
     }
 
     /// Pushes a work item: the cheapest way to run a closure on this
-    /// scheduler, with no handle and no future (S3). A panic in `f` is
-    /// reported with `g_critical` and the scheduler goes on.
+    /// scheduler, with no handle and no future (S3). A panic in `f` goes to
+    /// the panic handler (by default `g_critical`) and the scheduler goes
+    /// on.
     ///
     /// On a pool that has been shut down the item cannot run: it is dropped
     /// and the mistake reported with `g_critical`.
