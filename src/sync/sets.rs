@@ -65,12 +65,9 @@ where
     I: IntoIterator,
     I::Item: Future<Output = Result<T, E>>,
 {
-    let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    assert!(
-        !futures.is_empty(),
-        "gdex::any needs at least one future: an empty set can never resolve"
-    );
-    select_ok(futures).await.map(|(value, _losers)| value)
+    select_ok(pinned_nonempty(futures, "any"))
+        .await
+        .map(|(value, _losers)| value)
 }
 
 /// Resolves or rejects like the first future to complete, and drops the
@@ -90,10 +87,16 @@ where
     I: IntoIterator,
     I::Item: Future<Output = Result<T, E>>,
 {
+    select_all(pinned_nonempty(futures, "first")).await.0
+}
+
+/// The futures, boxed so that the `select` combinators can move them;
+/// panics, naming `set`, if there are none.
+fn pinned_nonempty<I: IntoIterator>(futures: I, set: &str) -> Vec<std::pin::Pin<Box<I::Item>>> {
     let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
     assert!(
         !futures.is_empty(),
-        "gdex::first needs at least one future: an empty set can never complete"
+        "gdex::{set} needs at least one future: an empty set can never complete"
     );
-    select_all(futures).await.0
+    futures
 }
