@@ -47,6 +47,14 @@ pub(crate) struct TaskMeta {
     /// the task was cancelled before anyone asked; otherwise a strong
     /// reference to the task's `GCancellable`, kept until the block is freed.
     cancellable: AtomicPtr<gio::ffi::GCancellable>,
+    /// For a stealable task of a pool: its pool, so that the task's
+    /// schedule function captures nothing. async-task makes a temporary
+    /// waker (two atomic operations on the task's state) around every call
+    /// of a schedule function that has captures: a task yielding on its
+    /// worker would pay it on every yield. (Pinned and thread-per-core
+    /// tasks, which also need a worker index, keep capturing closures: the
+    /// index here would make every block 16 bytes bigger.)
+    pub(crate) pool: Option<std::sync::Arc<crate::pool::PoolShared>>,
 }
 
 /// The mark for "cancelled before a cancellable was made" (never a real
@@ -57,6 +65,7 @@ impl TaskMeta {
     pub(crate) const fn new() -> Self {
         TaskMeta {
             cancellable: AtomicPtr::new(ptr::null_mut()),
+            pool: None,
         }
     }
 
@@ -174,6 +183,17 @@ pub(crate) fn cancel_current_cancellable() {
 #[inline]
 pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
     async_task::Builder::new().metadata(TaskMeta::new())
+}
+
+/// A builder for a stealable task of `pool`, whose schedule function is
+/// [`PoolShared::schedule_task`](crate::pool::PoolShared::schedule_task).
+#[inline]
+pub(crate) fn pool_builder(
+    pool: std::sync::Arc<crate::pool::PoolShared>,
+) -> async_task::Builder<TaskMeta> {
+    let mut meta = TaskMeta::new();
+    meta.pool = Some(pool);
+    async_task::Builder::new().metadata(meta)
 }
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item

@@ -108,6 +108,36 @@ impl PoolShared {
     /// Queues a job: on the calling worker's own deque if it is one of ours,
     /// on the injector otherwise.
     #[inline]
+    /// The schedule function of a task spawned by
+    /// [`pool_builder`](crate::task::pool_builder): a plain function (no
+    /// captures), which finds the pool in the task's metadata. Like
+    /// [`schedule`](Self::schedule) in work-stealing mode: the waking
+    /// worker's deque, or the injector.
+    pub(crate) fn schedule_task(runnable: crate::task::Runnable) {
+        let pool: *const PoolShared = match &runnable.metadata().pool {
+            Some(pool) => Arc::as_ptr(pool),
+            None => unreachable!("a pool task's metadata names its pool"),
+        };
+        // SAFETY: the runnable holds a reference to its task, whose metadata
+        // holds the pool, so the pool is alive when the call starts. If the
+        // job goes to this worker's deque, the worker's own `Arc` keeps the
+        // pool alive after the push (the task may then finish and go), and
+        // `push_local_if` only compares the pointer with the worker's pool.
+        let local = worker::push_local_if(unsafe { &*pool }, None, Job::Task(runnable));
+        let Err(job) = local else { return };
+        // Not on one of its workers: hold the pool ourselves before the job
+        // (and with it, perhaps, the last other reference) leaves.
+        let Job::Task(runnable) = &job else {
+            unreachable!("push_local_if gives back what it was given")
+        };
+        let pool = runnable
+            .metadata()
+            .pool
+            .clone()
+            .expect("a pool task's metadata names its pool");
+        pool.inject(job);
+    }
+
     pub(crate) fn schedule(&self, job: Job) {
         if let Err(job) = worker::push_local_if(self, None, job) {
             if self.thread_per_core {

@@ -170,8 +170,9 @@ impl Scheduler {
                         move |r| pool.schedule_home(home, Job::Task(r)),
                     )
                 } else {
-                    let pool = pool.clone();
-                    task::builder().spawn(move |_| future, move |r| pool.schedule(Job::Task(r)))
+                    // A capture-less schedule function: see TaskMeta::pool.
+                    task::pool_builder(pool.clone())
+                        .spawn(move |_| future, PoolShared::schedule_task)
                 }
             }
         };
