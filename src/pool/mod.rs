@@ -118,12 +118,14 @@ impl PoolShared {
             Some(pool) => Arc::as_ptr(pool),
             None => unreachable!("a pool task's metadata names its pool"),
         };
-        // SAFETY: the runnable holds a reference to its task, whose metadata
-        // holds the pool, so the pool is alive when the call starts. If the
-        // job goes to this worker's deque, the worker's own `Arc` keeps the
-        // pool alive after the push (the task may then finish and go), and
+        // The runnable holds a reference to its task, whose metadata holds
+        // the pool, so the pool is alive when the call starts. If the job
+        // goes to this worker's deque, the worker's own `Arc` keeps the pool
+        // alive after the push (the task may then finish and go), and
         // `push_local_if` only compares the pointer with the worker's pool.
-        let local = worker::push_local_if(unsafe { &*pool }, None, Job::Task(runnable));
+        // SAFETY: so `pool` stays valid for the whole call.
+        let pool = unsafe { &*pool };
+        let local = worker::push_local_if(pool, None, Job::Task(runnable));
         let Err(job) = local else { return };
         // Not on one of its workers: hold the pool ourselves before the job
         // (and with it, perhaps, the last other reference) leaves.
