@@ -445,3 +445,55 @@ fn gio_futures_in_fibers_and_pinned_tasks() {
         std::fs::remove_dir_all(&dir).ok();
     });
 }
+
+/// F4 (issue 12 point 1, issue 20 point 1): a fiber cancelled while it is
+/// suspended in `yield_now` is told so by that very yield, although a
+/// yield's future is ready on its next poll; so a loop
+/// `loop { work(); yield_now()?; }` never runs `work()` after the
+/// cancellation. (On cc53133 the yield returned `Ok` and `work()` ran once
+/// more.)
+#[test]
+fn a_yield_pending_when_the_fiber_is_cancelled_reports_it() {
+    common::watchdog("yield_pending_when_cancelled", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let result = Arc::new(Mutex::new(None));
+        let (held_tx, held) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let go = Arc::new(Mutex::new(Some((go, held_tx))));
+        let (r, out, s2) = (runs.clone(), result.clone(), s.clone());
+        let fiber = s.spawn_fiber(move || {
+            let work = || -> Result<(), gdex::Error> {
+                loop {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    // Once: a work item that holds the only worker, so that
+                    // the fiber sits suspended in its yield meanwhile.
+                    if let Some((go, held_tx)) = go.lock().unwrap().take() {
+                        s2.push(move || {
+                            held_tx.send(()).unwrap();
+                            let _ = go.recv();
+                        });
+                    }
+                    fiber::yield_now()?;
+                }
+            };
+            *out.lock().unwrap() = Some(work());
+        });
+        held.recv().unwrap();
+        let before = runs.load(Ordering::SeqCst);
+        drop(fiber);
+        go_tx.send(()).unwrap();
+        common::wait_until(|| result.lock().unwrap().is_some());
+        assert!(
+            matches!(*result.lock().unwrap(), Some(Err(gdex::Error::Cancelled))),
+            "{:?}",
+            result.lock().unwrap()
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            before,
+            "work() ran again after the fiber was cancelled"
+        );
+    });
+}

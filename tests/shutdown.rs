@@ -174,3 +174,57 @@ fn shutdown_cancels_blocked_fibers_on_their_threads() {
         assert_eq!(drops.load(Ordering::SeqCst), n);
     });
 }
+
+/// Issue 12 point 1: a fiber still queued when its pool's grace period ends
+/// is unwound by its drop; a `fiber::wait` in a destructor during that
+/// unwind has no live poll to use. It must return `Cancelled` without
+/// polling (on cc53133 it polled with the `Context` of the fiber's last
+/// poll, long freed: SIGSEGV, or an invalid read under memcheck).
+#[test]
+fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("wait_during_forced_unwind", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(std::time::Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let (_a, rx_a) = futures::channel::oneshot::channel::<()>();
+        let (_b, rx_b) = futures::channel::oneshot::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let started_b = started_tx.clone();
+        // The first fiber outlives the shutdown's grace period (500 ms)...
+        s.spawn_fiber(move || {
+            started_tx.send(()).unwrap();
+            let _ = gdex::fiber::wait(rx_a);
+            std::thread::sleep(std::time::Duration::from_millis(700));
+        })
+        .detach();
+        let outcome = Arc::new(std::sync::Mutex::new(None));
+        let seen = outcome.clone();
+        // ...so the second one, queued behind it, is dropped suspended.
+        s.spawn_fiber(move || {
+            struct Cleanup(Arc<std::sync::Mutex<Option<String>>>);
+            impl Drop for Cleanup {
+                fn drop(&mut self) {
+                    let (_keep, rx) = futures::channel::oneshot::channel::<()>();
+                    let r = gdex::fiber::wait(rx);
+                    *self.0.lock().unwrap() = Some(format!("{r:?}"));
+                }
+            }
+            let _c = Cleanup(seen);
+            started_b.send(()).unwrap();
+            let _ = gdex::fiber::wait(rx_b);
+        })
+        .detach();
+        started.recv().unwrap();
+        started.recv().unwrap();
+        pool.shutdown();
+        assert_eq!(
+            outcome.lock().unwrap().as_deref(),
+            Some("Err(Cancelled)"),
+            "the destructor's wait reports the cancellation"
+        );
+    });
+}

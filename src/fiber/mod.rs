@@ -126,7 +126,8 @@ pub fn in_fiber() -> bool {
 /// - [`Error::NotOnFiber`] at once when not called from a fiber (it never
 ///   blocks the thread);
 /// - [`Error::Cancelled`] if the fiber was cancelled (every handle dropped)
-///   while waiting, or is cancelled and the future is not ready at once
+///   while waiting (even if the future became ready meanwhile), or is
+///   cancelled and the future is not ready at once
 ///   (F4). The future is dropped.
 ///
 /// ```
@@ -146,14 +147,31 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         return Err(Error::NotOnFiber);
     }
     let mut future = pin!(future);
+    let mut resumed = false;
     loop {
         // SAFETY: CURRENT is non-null (checked above, and every resume of
         // this fiber sets it again to the same `FiberCtx`), and points into
         // the fiber's task, which outlives the fiber's execution.
         let ctx = unsafe { &*CURRENT.with(Cell::get) };
-        // SAFETY: `cx` was set by the poll that resumed us and stays valid
-        // until we suspend.
-        let cx = unsafe { &mut *ctx.cx.get() };
+        // F4: once the fiber is cancelled, a wait it was suspended in
+        // reports it, even if its future became ready meanwhile (a yield's
+        // always does): `loop { work(); yield_now()?; }` must not run
+        // `work()` again.
+        if resumed && ctx.shared.cancelled.load(Ordering::SeqCst) {
+            return Err(Error::Cancelled);
+        }
+        let cx = ctx.cx.get();
+        if cx.is_null() {
+            // No poll is resuming us: the fiber is being unwound by its
+            // drop (its pool shut down), and a destructor waits. There is
+            // no `Context` to poll with and nobody to resume us: the fiber
+            // is cancelled (issue 12 point 1: this used to poll with the
+            // last poll's `Context`, long gone).
+            return Err(Error::Cancelled);
+        }
+        // SAFETY: a non-null `cx` was set by the poll that resumed us and is
+        // reset to null before that poll returns, so it is live here.
+        let cx = unsafe { &mut *cx };
         if let Poll::Ready(value) = future.as_mut().poll(cx) {
             return Ok(value);
         }
@@ -169,6 +187,7 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
         // whole run, and we are running on that fiber.
         unsafe { &*ctx.yielder.get() }.suspend(());
+        resumed = true;
     }
 }
 
@@ -360,6 +379,9 @@ where
         let result = {
             let _guard = stack::enter(this.ctx.guard.get());
             let _current = crate::util::scoped(&CURRENT, &this.ctx as *const FiberCtx);
+            // `cx` lives only for this poll: null again once it returns
+            // (or unwinds), so that a wait outside a poll sees no context.
+            let _cx = ResetCx(&this.ctx.cx);
             coroutine.resume(())
         };
         match result {
@@ -374,6 +396,16 @@ where
     }
 }
 
+/// Resets a fiber's saved `Context` pointer to null when the poll that set
+/// it ends.
+struct ResetCx<'a>(&'a Cell<*mut Context<'static>>);
+
+impl Drop for ResetCx<'_> {
+    fn drop(&mut self) {
+        self.0.set(std::ptr::null_mut());
+    }
+}
+
 impl<F, T> Drop for FiberFuture<F, T> {
     fn drop(&mut self) {
         drop(self.ctx.shared.waker.take());
@@ -382,9 +414,11 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 // Dropped while suspended (its pool shut down): unwind the
                 // fiber's frames here, on its own thread, with the fiber
                 // visible so that overflow is still reported as such. A
-                // `wait` in a destructor meanwhile must not suspend: it sees
-                // the fiber cancelled.
+                // `wait` in a destructor meanwhile must neither suspend nor
+                // poll: it sees no live poll (`cx` is null outside one) and
+                // returns `Cancelled`.
                 self.ctx.shared.cancelled.store(true, Ordering::SeqCst);
+                self.ctx.cx.set(std::ptr::null_mut());
                 let _guard = stack::enter(self.ctx.guard.get());
                 let _current = crate::util::scoped(&CURRENT, &self.ctx as *const FiberCtx);
                 coroutine.force_unwind();
