@@ -22,6 +22,9 @@ pub enum PanicSource {
     WorkItem,
     /// The destructor of a cancelled task's future.
     Drop,
+    /// The destructor of a task's output that nobody took (the task was
+    /// detached, or its handle dropped after it finished).
+    Output,
     /// A gdex `GSource` callback (a scheduler's own machinery).
     Source,
 }
@@ -44,6 +47,7 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Task => "a task panicked and nobody awaited it",
             PanicSource::WorkItem => "a work item panicked",
             PanicSource::Drop => "a task panicked while being dropped",
+            PanicSource::Output => "a task's output panicked while being dropped",
             PanicSource::Source => "a gdex source panicked",
         };
         write!(f, "{what}: {}", self.message)
@@ -86,13 +90,24 @@ pub fn reset_panic_handler() {
     *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
-/// Hands an unobserved panic to the handler.
+/// Hands an unobserved panic, caught on this thread, to the handler.
 pub(crate) fn report(source: PanicSource, message: String) {
+    report_from(
+        source,
+        message,
+        std::thread::current().name().map(str::to_owned),
+    );
+}
+
+/// Hands an unobserved panic to the handler; `thread` is where it happened
+/// (which may not be the thread reporting it: a task's panic is reported
+/// when its report is dropped unread, wherever that is).
+pub(crate) fn report_from(source: PanicSource, message: String, thread: Option<String>) {
     let handler = HANDLER.read().unwrap_or_else(|e| e.into_inner()).clone();
     let event = PanicEvent {
         source,
         message,
-        thread: std::thread::current().name().map(str::to_owned),
+        thread,
     };
     match handler {
         None => glib::g_critical!("gdex", "{}", event),

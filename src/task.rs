@@ -230,12 +230,22 @@ impl Job {
 }
 
 /// A panic caught in a task, on its way to the waiter. Goes to the panic
-/// handler if nobody takes it.
+/// handler if nobody takes it, naming the thread the task panicked on (not
+/// the one that happens to drop the report: issue 12 point 9).
 pub(crate) struct PanicReport {
     message: Option<String>,
+    thread: Option<String>,
 }
 
 impl PanicReport {
+    /// A report of a panic caught now, on this thread.
+    fn caught(message: String) -> Self {
+        PanicReport {
+            message: Some(message),
+            thread: std::thread::current().name().map(str::to_owned),
+        }
+    }
+
     fn take(mut self) -> String {
         self.message.take().unwrap_or_default()
     }
@@ -244,7 +254,38 @@ impl PanicReport {
 impl Drop for PanicReport {
     fn drop(&mut self) {
         if let Some(message) = self.message.take() {
-            crate::panic::report(PanicSource::Task, message);
+            crate::panic::report_from(PanicSource::Task, message, self.thread.take());
+        }
+    }
+}
+
+/// A task's output, kept in its block until its waiter takes it. Its drop
+/// (when nobody takes it: the task was detached, or its handle dropped
+/// after it finished) is contained like every other panic of a task (S6,
+/// X5): async-task aborts the process if an output's destructor unwinds
+/// (issue 12 point 5).
+pub(crate) struct Output<T>(std::mem::ManuallyDrop<T>);
+
+impl<T> Output<T> {
+    fn new(value: T) -> Self {
+        Output(std::mem::ManuallyDrop::new(value))
+    }
+
+    /// The value, for its waiter, who drops it as any value of theirs.
+    fn into_inner(self) -> T {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (ManuallyDrop), so the value is
+        // taken out exactly once and never dropped here.
+        unsafe { std::mem::ManuallyDrop::take(&mut this.0) }
+    }
+}
+
+impl<T> Drop for Output<T> {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
+        let drop_value = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_value)) {
+            crate::panic::report(PanicSource::Output, panic_message(&*payload));
         }
     }
 }
@@ -257,7 +298,7 @@ pub(crate) enum Failure {
 }
 
 /// What a task's block stores as output.
-pub(crate) type Outcome<T> = Result<T, Failure>;
+pub(crate) type Outcome<T> = Result<Output<T>, Failure>;
 
 /// Polls the inner future inside `catch_unwind`, turning a panic into the
 /// task's output, and drops it inside `catch_unwind` too: async-task aborts
@@ -296,11 +337,11 @@ impl<F: Future> Future for CatchUnwind<F> {
         // `Unpin` impl of its own.
         let future = unsafe { self.map_unchecked_mut(|this| &mut *this.future) };
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(Output::new(value))),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(Failure::Panicked(PanicReport {
-                message: Some(panic_message(&*payload)),
-            }))),
+            Err(payload) => Poll::Ready(Err(Failure::Panicked(PanicReport::caught(
+                panic_message(&*payload),
+            )))),
         }
     }
 }
@@ -414,7 +455,7 @@ impl<T> Task<T> {
         })
         .await;
         match output {
-            Some(Ok(value)) => Some(value),
+            Some(Ok(value)) => Some(value.into_inner()),
             Some(Err(Failure::Panicked(report))) => {
                 // The panic is the canceller's to know about, not a
                 // report for the log.
@@ -460,7 +501,7 @@ impl<T> Future for Task<T> {
             .as_mut()
             .expect("a gdex::Task was polled after detach or cancel");
         match Pin::new(task).poll(cx) {
-            Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value)),
+            Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
             Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
                 Poll::Ready(Err(Error::Panicked(report.take())))
             }
