@@ -202,3 +202,34 @@ fn loom_directed_notify_while_parking() {
         world.check_no_lost_wakeup();
     });
 }
+
+/// Issue 12 point 2: two injectors race a worker that un-parks itself (a
+/// timer fired on its context) and parks again. A requester whose notify
+/// lost its race with the self-un-park must not look like "a sleeper on
+/// its way" to the other requester: that one would coalesce, the worker
+/// would re-park, and the second job would sit in the injector with every
+/// worker asleep. Preemption bound 4 (the bound at which cc53133 fails).
+#[test]
+fn loom_two_injectors_and_a_self_unparking_worker() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(4);
+    builder.check(|| {
+        let world = World::new(1);
+        // The worker starts parked, as an idle pool's worker is.
+        assert!(world.sleep.try_park(0));
+        let w = world.clone();
+        let worker = thread::spawn(move || {
+            // A timer fires: the poll returns (consuming any context
+            // wake-up that came before it), the worker leaves the parked
+            // state, runs what it finds and parks again.
+            w.woken[0].store(false, SeqCst);
+            w.run_worker(0);
+        });
+        let w = world.clone();
+        let other = thread::spawn(move || w.inject(0));
+        world.inject(0);
+        other.join().unwrap();
+        worker.join().unwrap();
+        world.check_no_lost_wakeup();
+    });
+}

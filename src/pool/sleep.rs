@@ -18,10 +18,26 @@
 //!
 //! Two counters summarise the words so that the common request costs one or
 //! two loads: `sleepers` counts `PARKED` workers, `waking` counts
-//! `PARKED|NOTIFIED` ones. Each counter is raised *before* the transition that
-//! makes it true and lowered after the transition that ends it, so it never
-//! reads below the true count; it may read above it for a moment, which only
-//! makes a requester look further.
+//! `PARKED|NOTIFIED` ones.
+//!
+//! `sleepers` is raised *before* the transition that makes it true and
+//! lowered after the one that ends it: it may read above the true count for a
+//! moment, which only makes a requester look further.
+//!
+//! `waking` is the one a requester trusts to *skip* work (it coalesces when
+//! it reads above zero), so it must never read above zero unless some worker
+//! really holds a request it has not yet acted on. It is therefore raised only
+//! *after* a successful `PARKED → PARKED|NOTIFIED`, and lowered by the worker
+//! after it left that state. Each decrement consumes the increment of the
+//! notify that woke it, so whenever `waking > 0`, some notified worker has
+//! not yet lowered it: that worker has yet to run its search and its park
+//! re-check, both ordered after the requester's read, and it will find the
+//! requester's job. The counter may read below the true count (or at `-1`,
+//! when a woken worker lowers it before its notifier raised it): a requester
+//! then scans, finds the worker `PARKED|NOTIFIED` and coalesces anyway.
+//! (Until issue 12, `waking` was raised before the CAS and lowered after a
+//! failed one; a requester reading that transient `1` coalesced with a
+//! worker that had un-parked itself and parked again: a lost wake-up.)
 //!
 //! # Requests
 //!
@@ -52,9 +68,9 @@
 // Under `--cfg gdex_loom` the protocol runs on loom's atomics, so that the
 // models in `loom_sleep.rs` explore the interleavings of it.
 #[cfg(gdex_loom)]
-use loom::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering::SeqCst};
+use loom::sync::atomic::{fence, AtomicIsize, AtomicU32, AtomicUsize, Ordering::SeqCst};
 #[cfg(not(gdex_loom))]
-use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{fence, AtomicIsize, AtomicU32, AtomicUsize, Ordering::SeqCst};
 
 use crossbeam_utils::CachePadded;
 
@@ -87,7 +103,8 @@ pub(crate) struct Woke {
 pub(crate) struct Sleep {
     states: Box<[CachePadded<AtomicU32>]>,
     sleepers: CachePadded<AtomicUsize>,
-    waking: CachePadded<AtomicUsize>,
+    /// Signed: see the module docs (it may dip to -1 for a moment).
+    waking: CachePadded<AtomicIsize>,
 }
 
 impl Sleep {
@@ -97,7 +114,7 @@ impl Sleep {
                 .map(|_| CachePadded::new(AtomicU32::new(0)))
                 .collect(),
             sleepers: CachePadded::new(AtomicUsize::new(0)),
-            waking: CachePadded::new(AtomicUsize::new(0)),
+            waking: CachePadded::new(AtomicIsize::new(0)),
         }
     }
 
@@ -181,14 +198,15 @@ impl Sleep {
         if s != PARKED {
             return None;
         }
-        self.waking.fetch_add(1, SeqCst);
         match state.compare_exchange(PARKED, PARKED | NOTIFIED, SeqCst, SeqCst) {
             Ok(_) => {
+                // Raised only now that a worker really holds the request
+                // (see the module docs: a failed CAS must leave no trace).
+                self.waking.fetch_add(1, SeqCst);
                 self.sleepers.fetch_sub(1, SeqCst);
                 Some(Request::Wake(i))
             }
             Err(actual) => {
-                self.waking.fetch_sub(1, SeqCst);
                 if actual == PARKED | NOTIFIED {
                     Some(Request::Coalesced)
                 } else {
