@@ -304,14 +304,77 @@ pub(crate) type Outcome<T> = Result<Output<T>, Failure>;
 /// task's output, and drops it inside `catch_unwind` too: async-task aborts
 /// the process if a future's destructor unwinds, and S6 says a panic never
 /// takes a worker down. A destructor's panic goes to the panic handler.
+///
+/// It also keeps the task's entry in the registry of idle tasks of the pool
+/// worker that polls it (S9, `pool::registry`): made at the first `Pending`
+/// on a worker, removed when the future finishes or is dropped.
 pub(crate) struct CatchUnwind<F> {
     future: std::mem::ManuallyDrop<F>,
+    idle: Idle,
 }
 
 impl<F> CatchUnwind<F> {
     pub(crate) fn new(future: F) -> Self {
         CatchUnwind {
             future: std::mem::ManuallyDrop::new(future),
+            idle: Idle {
+                registry: None,
+                key: 0,
+            },
+        }
+    }
+}
+
+/// A task's entry in a worker's registry of idle tasks (S9).
+struct Idle {
+    /// The registry holding the task's waker, if it holds it.
+    registry: Option<std::sync::Arc<crate::pool::registry::Registry>>,
+    /// The entry in `registry`; [`UNTRACKED`] with no registry if the task
+    /// went idle on a thread that is no pool worker (a main-scheduler task):
+    /// no registry will ever hold it, and it stops asking.
+    key: usize,
+}
+
+const UNTRACKED: usize = usize::MAX;
+
+impl Idle {
+    /// The task's poll returned `Pending`: make sure a registry that has not
+    /// been closed holds its waker.
+    #[inline]
+    fn pending(&mut self, waker: &std::task::Waker) {
+        match &self.registry {
+            Some(registry) if !registry.is_closed() => return,
+            None if self.key == UNTRACKED => return,
+            _ => {}
+        }
+        self.register(waker);
+    }
+
+    #[cold]
+    fn register(&mut self, waker: &std::task::Waker) {
+        // First idle, or the registry that held us was closed while we ran
+        // on another worker: record ourselves on this one.
+        self.registry = None;
+        let Some(registry) = crate::pool::current_registry() else {
+            self.key = UNTRACKED;
+            return;
+        };
+        match registry.insert(waker) {
+            Some(key) => {
+                self.registry = Some(registry);
+                self.key = key;
+            }
+            // This worker has closed its registry: it is dropping its queues.
+            // Be queued on it, to be dropped with them.
+            None => waker.wake_by_ref(),
+        }
+    }
+
+    /// The task finished or is dropped: forget its entry.
+    #[inline]
+    fn done(&mut self) {
+        if let Some(registry) = self.registry.take() {
+            registry.remove(self.key);
         }
     }
 }
@@ -324,6 +387,7 @@ impl<F> Drop for CatchUnwind<F> {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_inner)) {
             crate::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
+        self.idle.done();
     }
 }
 
@@ -334,14 +398,25 @@ impl<F: Future> Future for CatchUnwind<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: `future` is structurally pinned: it is never moved out of
         // `self` (the Drop impl drops it in place), and `CatchUnwind` has no
-        // `Unpin` impl of its own.
-        let future = unsafe { self.map_unchecked_mut(|this| &mut *this.future) };
+        // `Unpin` impl of its own. `idle` is not pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above.
+        let future = unsafe { Pin::new_unchecked(&mut *this.future) };
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(Output::new(value))),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(Failure::Panicked(PanicReport::caught(
-                panic_message(&*payload),
-            )))),
+            Ok(Poll::Pending) => {
+                this.idle.pending(cx.waker());
+                Poll::Pending
+            }
+            Ok(Poll::Ready(value)) => {
+                this.idle.done();
+                Poll::Ready(Ok(Output::new(value)))
+            }
+            Err(payload) => {
+                this.idle.done();
+                Poll::Ready(Err(Failure::Panicked(PanicReport::caught(panic_message(
+                    &*payload,
+                )))))
+            }
         }
     }
 }

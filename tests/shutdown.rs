@@ -228,3 +228,178 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
         );
     });
 }
+
+/// Records the thread its holder is dropped on.
+struct DroppedOn(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Drop for DroppedOn {
+    fn drop(&mut self) {
+        let name = std::thread::current().name().unwrap_or("?").to_owned();
+        self.0.lock().unwrap().push(name);
+    }
+}
+
+/// S9 (issue 12 point 3): after `shutdown()` every task of the pool has
+/// resolved to `Cancelled`, whatever it was waiting on: a GLib timeout on
+/// its worker's context, a `gdex::sleep`, a GIO call, a channel, nothing at
+/// all; pinned tasks and fibers too. Every future is dropped exactly once,
+/// a `!Send` one on its own worker thread; `cancel().await` returns. On
+/// cc53133 the idle tasks never resolved (a 2 s `with_timeout` gave
+/// `TimedOut`), and pinned ones woken after their worker exited leaked.
+#[test]
+fn shutdown_resolves_every_task_whatever_it_waits_on() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("shutdown_resolves_every_task", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(std::time::Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let long = std::time::Duration::from_secs(3600);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(AtomicUsize::new(0));
+        let pinned_drops = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks: Vec<(&str, gdex::Task<()>)> = Vec::new();
+        let mut senders = Vec::new();
+
+        macro_rules! idle {
+            ($what:expr, $fut:expr) => {{
+                let (guard, started) = (Counted(drops.clone()), started.clone());
+                let t = s.spawn(async move {
+                    let _guard = guard;
+                    started.fetch_add(1, Ordering::SeqCst);
+                    $fut.await;
+                });
+                tasks.push(($what, t));
+            }};
+        }
+        idle!("glib timeout", glib::timeout_future(long));
+        idle!("gdex::sleep", gdex::sleep(long));
+        idle!("pending forever", std::future::pending::<()>());
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        senders.push(tx);
+        idle!("channel", async {
+            let _ = rx.await;
+        });
+        // Pinned (!Send) tasks idle on a timer, on a channel that is only
+        // woken after the pool is gone, on a GIO call.
+        for i in 0..3 {
+            let (tx, rx) = futures::channel::oneshot::channel::<()>();
+            senders.push(tx);
+            let (guard, started) = (Counted(drops.clone()), started.clone());
+            let where_ = DroppedOn(pinned_drops.clone());
+            let t = s.spawn_pinned(move || async move {
+                let _guard = guard;
+                let _where = where_;
+                let not_send = std::rc::Rc::new(());
+                started.fetch_add(1, Ordering::SeqCst);
+                match i {
+                    0 => glib::timeout_future(long).await,
+                    1 => {
+                        let _ = rx.await;
+                    }
+                    _ => {
+                        use gio::prelude::*;
+                        let listener = gio::SocketListener::new();
+                        let loopback = gio::InetAddress::new_loopback(gio::SocketFamily::Ipv4);
+                        listener
+                            .add_address(
+                                &gio::InetSocketAddress::new(&loopback, 0),
+                                gio::SocketType::Stream,
+                                gio::SocketProtocol::Tcp,
+                                None::<&glib::Object>,
+                            )
+                            .expect("a loopback port");
+                        let _ = listener.accept_future().await;
+                    }
+                }
+                drop(not_send);
+            });
+            tasks.push(("pinned", t));
+        }
+        // A fiber waiting on a channel nobody sends on.
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        senders.push(tx);
+        let (guard, started2) = (Counted(drops.clone()), started.clone());
+        let fiber = s.spawn_fiber(move || {
+            let _guard = guard;
+            started2.fetch_add(1, Ordering::SeqCst);
+            let _ = gdex::fiber::wait(rx);
+        });
+        let n = tasks.len() + 1;
+        common::wait_until(|| started.load(Ordering::SeqCst) == n);
+
+        pool.shutdown();
+        for (what, task) in &tasks {
+            assert!(task.is_finished(), "{what}: not resolved by shutdown()");
+        }
+        assert_eq!(drops.load(Ordering::SeqCst), n, "every future dropped once");
+        let places = pinned_drops.lock().unwrap().clone();
+        assert_eq!(places.len(), 3);
+        assert!(
+            places.iter().all(|p| p.starts_with("gdex-worker-")),
+            "pinned futures dropped on {places:?}"
+        );
+        // Wake-ups after the workers are gone change nothing.
+        drop(senders);
+        let mut tasks = tasks.into_iter();
+        let (_, first) = tasks.next().unwrap();
+        let in_time = gdex::wait_for(gdex::with_timeout(std::time::Duration::from_secs(2), first));
+        assert!(
+            matches!(in_time, Ok(Err(gdex::Error::Cancelled))),
+            "{in_time:?}"
+        );
+        for (what, task) in tasks {
+            if what == "pinned" {
+                assert_eq!(gdex::wait_for(task.cancel()), None, "{what}");
+            } else {
+                let r = gdex::wait_for(task);
+                assert!(matches!(r, Err(gdex::Error::Cancelled)), "{what}: {r:?}");
+            }
+        }
+        // The fiber was cancelled by the shutdown and returned through its
+        // own return (F4): its handle has its result.
+        let r = gdex::wait_for(fiber);
+        assert!(matches!(r, Ok(())), "{r:?}");
+        assert_eq!(drops.load(Ordering::SeqCst), n, "and only once");
+    });
+}
+
+/// S9 with a worker that is busy in one long poll when the pool shuts down:
+/// tasks it had run go idle meanwhile on the other worker, and still
+/// resolve; a task that goes idle on a worker after the registry it was in
+/// was closed records itself where it runs.
+#[test]
+fn shutdown_resolves_tasks_that_moved_between_workers() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("shutdown_resolves_moved_tasks", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(std::time::Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let n = common::stress(200);
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let guard = Counted(drops.clone());
+            tasks.push(s.spawn(async move {
+                let _guard = guard;
+                // Hop between workers, idle on each worker's context.
+                for _ in 0..1000 {
+                    gdex::yield_now().await;
+                    glib::timeout_future(std::time::Duration::from_millis(1)).await;
+                }
+            }));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        pool.shutdown();
+        assert!(tasks.iter().all(|t| t.is_finished()));
+        assert_eq!(drops.load(Ordering::SeqCst), n);
+        for t in tasks {
+            assert!(matches!(gdex::wait_for(t), Err(gdex::Error::Cancelled)));
+        }
+    });
+}

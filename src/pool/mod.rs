@@ -25,20 +25,25 @@
 //!    finish on their own.
 //! 3. Each worker cancels its fibers that are still alive (F4: their waits
 //!    return `Cancelled`) and runs them until they have returned, for up to
-//!    500 ms; then it drops the jobs left in its deque and inbox, on its own
-//!    thread (a fiber that did not return unwinds there), and exits. Their
-//!    tasks resolve to [`Error::Cancelled`](crate::Error::Cancelled).
+//!    500 ms. Then it wakes every task that went idle on it (S9: the tasks
+//!    waiting on a GLib source, a channel, anything; see [`registry`]), which
+//!    queues them on this worker, and drops every job in its deque and
+//!    queues, on its own thread (a fiber that did not return unwinds there;
+//!    a `!Send` future is dropped on the thread it ran on). Their tasks
+//!    resolve to [`Error::Cancelled`](crate::Error::Cancelled), and every
+//!    future is dropped exactly once.
 //! 4. The caller joins every worker thread (except its own, if a worker shuts
 //!    its own pool down) and drops what is left in the injector.
 //! 5. A job injected after step 1 is dropped by its pusher, which checks
 //!    `closed` after pushing: either it sees the flag, or step 4 sees the job.
-//!    A pinned task (not a fiber) woken after its worker exited can only be
-//!    dropped on that thread, which is gone: it is leaked, with a warning,
-//!    when the pool is freed.
+//!    Likewise a job pushed to the inbox of a worker that has exited (a
+//!    task spawned or woken during the shutdown, never polled) is dropped by
+//!    its pusher.
 
 #[cfg(all(test, gdex_loom))]
 mod loom_sleep;
 pub(crate) mod metrics;
+pub(crate) mod registry;
 pub(crate) mod sleep;
 mod worker;
 
@@ -56,7 +61,9 @@ use crate::task::Job;
 use metrics::{Counter, PoolMetrics, WorkerCounters};
 use sleep::{Request, Sleep};
 
-pub(crate) use worker::{current_index, current_pool, enter_blocking, register_fiber};
+pub(crate) use worker::{
+    current_index, current_pool, current_registry, enter_blocking, register_fiber,
+};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;
@@ -70,6 +77,11 @@ pub(crate) struct Remote {
     inbox: Injector<Job>,
     /// Inside `gdex::blocking::blocking`: the stall watchdog leaves it be.
     in_blocking: AtomicBool,
+    /// The tasks that went idle on this worker (S9, see [`registry`]).
+    registry: Arc<registry::Registry>,
+    /// Set by the worker once it has drained its queues for the last time:
+    /// from then on, whoever pushes to its inbox drops what it finds there.
+    exited: AtomicBool,
 }
 
 pub(crate) struct PoolShared {
@@ -254,8 +266,21 @@ impl PoolShared {
     /// Queues a job on worker `i`'s inbox from another thread, and wakes `i`
     /// if it sleeps.
     fn push_inbox(&self, i: usize, job: Job) {
-        self.remotes[i].inbox.push(job);
+        let remote = &self.remotes[i];
+        remote.inbox.push(job);
         fence(Ordering::SeqCst);
+        if remote.exited.load(Ordering::SeqCst) {
+            // Shutdown: worker `i` has drained its inbox for the last time
+            // (it sets `exited` and then drains once more, so either it sees
+            // our job or we see the flag). Every task that had run on it
+            // was woken and dropped by then (S9), so what we find here never
+            // ran: a task spawned or woken while the pool shut down. Its
+            // future was never polled, so dropping it on this thread is
+            // sound (the contract of `spawn_pinned_unchecked`; ThreadBound
+            // checks it).
+            Self::drain(&remote.inbox);
+            return;
+        }
         if self.sleep.notify(i) {
             self.unpark(i);
         }
@@ -268,8 +293,13 @@ impl PoolShared {
     }
 
     fn drain_injector(&self) {
+        Self::drain(&self.injector);
+    }
+
+    /// Drops every job in `queue`, here.
+    fn drain(queue: &Injector<Job>) {
         loop {
-            match self.injector.steal() {
+            match queue.steal() {
                 Steal::Success(job) => drop(job),
                 Steal::Retry => continue,
                 Steal::Empty => break,
@@ -590,6 +620,8 @@ impl ThreadPoolBuilder {
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),
                         in_blocking: AtomicBool::new(false),
+                        registry: registry::Registry::new(),
+                        exited: AtomicBool::new(false),
                     })
                 })
                 .collect(),

@@ -185,6 +185,12 @@ pub(crate) fn register_fiber(fiber: std::sync::Weak<crate::fiber::Shared>) {
     });
 }
 
+/// The registry of idle tasks (S9) of the worker running on this thread, if
+/// any: where a task polled here records itself when it goes idle.
+pub(crate) fn current_registry() -> Option<Arc<super::registry::Registry>> {
+    with_current(|core| core.map(|c| c.shared.remotes[c.index].registry.clone()))
+}
+
 /// The index of the worker running on this thread, if it belongs to `pool`.
 pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
     with_current(|core| match core {
@@ -243,6 +249,13 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         }
         source.destroy();
         core.finish_fibers();
+        // Shutdown step 3, S9: every task that went idle on this worker is
+        // woken, which queues it here (a pinned one on this very thread),
+        // and dropped with the rest below: its handle resolves.
+        let remote = &shared.remotes[index];
+        for waker in remote.registry.close() {
+            waker.wake();
+        }
         // Shutdown step 3: drop what is left, here, on the worker's thread:
         // its pinned inbox (fibers unwind here, on their own thread) and its
         // deque. A future's destructor may schedule more (a dropped Task
@@ -269,6 +282,11 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 Steal::Empty => break,
             }
         }
+        // Shutdown step 5: from now on a pusher to our inbox drops what it
+        // pushed; a push that came before the flag is dropped here.
+        remote.exited.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        PoolShared::drain(inbox);
         CURRENT.with(|c| c.set(std::ptr::null()));
     });
     if let Err(e) = result {
@@ -460,6 +478,11 @@ impl Core {
         // for work once; a few fruitless spins in a row and it parks.
         let mut spins = 0;
         while ran < SLICE {
+            if self.shared.closed.load(Ordering::Relaxed) {
+                // Shutdown: no new job starts; the worker leaves its loop
+                // after this dispatch and drops what is queued.
+                return;
+            }
             if let Some(job) = self.find_job(ran == 0) {
                 counters.tasks_run.bump();
                 self.runner.enter_job();

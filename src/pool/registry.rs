@@ -1,0 +1,119 @@
+//! S9: each worker's book of the tasks that went idle on it, so that a
+//! shutdown resolves every task of the pool.
+//!
+//! A task that is queued when its pool shuts down is dropped with its queue.
+//! A task that is *idle* has no queue to be dropped with: its waker sits in a
+//! GLib source on a worker's context (a `glib::timeout_future`, a GIO call),
+//! in a channel, or nowhere at all (`std::future::pending`). Without a record
+//! of it, its `Task` would wait forever after the shutdown, and a pinned
+//! task or fiber woken after its worker exited could never be dropped on its
+//! own thread.
+//!
+//! So the first time a task's poll returns `Pending` on a worker, the task
+//! puts a clone of its waker in that worker's registry (one lock, once per
+//! task; a task that finishes in its first poll never comes here), and takes
+//! it out when it finishes or is dropped. At shutdown each worker, on its own
+//! thread, after its cancelled fibers have had their chance to return,
+//! *closes* its registry and wakes every task in it: each is queued on that
+//! worker (a pinned task or fiber in its thread-local queue) and dropped with
+//! the worker's queues right after, on its own thread. Their handles resolve
+//! to `Cancelled`. A task that goes idle again after the registry it is
+//! recorded in was closed (it was running on another worker at that moment)
+//! records itself in the registry of the worker running it, which has not
+//! closed yet (a worker closes its registry only once it runs no more tasks).
+//!
+//! (tokio keeps a list of every task it owns for the same reason; smol's
+//! executor keeps a slab of every task's waker. Recording only tasks that
+//! go idle keeps the spawn path free of it.)
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+/// One worker's book of idle tasks.
+pub(crate) struct Registry {
+    /// Set once, under the lock, when the worker wakes everything in it.
+    closed: AtomicBool,
+    wakers: Mutex<slab::Slab<Waker>>,
+}
+
+impl Registry {
+    pub(crate) fn new() -> Arc<Registry> {
+        Arc::new(Registry {
+            closed: AtomicBool::new(false),
+            wakers: Mutex::new(slab::Slab::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, slab::Slab<Waker>> {
+        // Nothing panics while holding the lock; a poisoned lock still
+        // holds a consistent slab.
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True once the worker has woken everything recorded here.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Records an idle task's waker; `None` if the registry is closed.
+    pub(crate) fn insert(&self, waker: &Waker) -> Option<usize> {
+        let mut wakers = self.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(wakers.insert(waker.clone()))
+    }
+
+    /// Forgets entry `key` (its task finished or was dropped). Nothing to do
+    /// once closed: `close` took every entry.
+    pub(crate) fn remove(&self, key: usize) {
+        let waker = {
+            let mut wakers = self.lock();
+            if self.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            wakers.try_remove(key)
+        };
+        // Dropped outside the lock (a waker's drop may schedule its task).
+        drop(waker);
+    }
+
+    /// Closes the registry and gives back every recorded waker, for the
+    /// worker to wake.
+    pub(crate) fn close(&self) -> Vec<Waker> {
+        let mut wakers = self.lock();
+        self.closed.store(true, Ordering::Release);
+        std::mem::take(&mut *wakers)
+            .into_iter()
+            .map(|(_, waker)| waker)
+            .collect()
+    }
+
+    /// How many tasks are recorded now (for the tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+#[cfg(all(test, not(gdex_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closing_gives_back_every_waker_and_refuses_later_ones() {
+        let r = Registry::new();
+        let a = r.insert(futures::task::noop_waker_ref()).unwrap();
+        let b = r.insert(futures::task::noop_waker_ref()).unwrap();
+        r.remove(a);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.close().len(), 1);
+        assert!(r.is_closed());
+        assert!(r.insert(futures::task::noop_waker_ref()).is_none());
+        // A late removal of an entry that close() took is harmless.
+        r.remove(b);
+        assert_eq!(r.len(), 0);
+    }
+}
