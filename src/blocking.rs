@@ -178,12 +178,16 @@ impl Lane {
     }
 
     /// Stops accepting jobs; with `CancelQueued`, drops the queued ones.
+    /// The first close decides: closing a closed lane changes nothing, so a
+    /// `CancelQueued` after a `Drain` does not cancel the jobs the drain
+    /// promised to run (issue 12 point 8).
     pub(crate) fn close(&self, mode: CloseMode) {
         let dropped = {
             let mut state = self.lock();
-            if state.closed.is_none() {
-                state.closed = Some(mode);
+            if state.closed.is_some() {
+                return;
             }
+            state.closed = Some(mode);
             self.cond.notify_all();
             match mode {
                 CloseMode::CancelQueued => std::mem::take(&mut state.queue),
@@ -271,7 +275,12 @@ impl BlockingPool {
     }
 
     /// Closes the pool; the returned future completes when every thread of
-    /// the pool has exited. Closing again changes nothing.
+    /// the pool has exited.
+    ///
+    /// The first close decides. Closing again, with either mode, changes
+    /// nothing: after `close(Drain)`, a `close(CancelQueued)` cancels no
+    /// queued job. Its future, like the first one's, completes when the
+    /// first close's work is done and the threads have exited.
     pub fn close(&self, mode: CloseMode) -> Closed {
         self.lane.close(mode);
         Closed {

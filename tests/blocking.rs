@@ -228,3 +228,53 @@ fn thread_per_core_keeps_tasks_home() {
         );
     });
 }
+
+/// B3, issue 12 point 8: the first close decides. A second close, even with
+/// another mode, changes nothing: after close(Drain) then
+/// close(CancelQueued), every job queued behind a blocker still runs, and
+/// both close futures resolve once the threads are gone.
+#[test]
+fn a_second_close_changes_nothing() {
+    common::watchdog("a_second_close_changes_nothing", 60, || {
+        let pool = BlockingPool::new(1);
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let blocker = pool.submit(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let queued: Vec<_> = (0..10)
+            .map(|i| {
+                let ran = ran.clone();
+                pool.submit(move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    i
+                })
+            })
+            .collect();
+        let first = pool.close(CloseMode::Drain);
+        let second = pool.close(CloseMode::CancelQueued);
+        assert_eq!(
+            pool.stats().queued,
+            10,
+            "the second close dropped the queue the first close drains"
+        );
+        gate_tx.send(()).unwrap();
+        gdex::block_on(blocker).unwrap();
+        for (i, t) in queued.into_iter().enumerate() {
+            assert_eq!(
+                gdex::block_on(t).unwrap(),
+                i,
+                "queued job {i}: the second close cancelled it"
+            );
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 10);
+        gdex::block_on(second);
+        gdex::block_on(first);
+        assert_eq!(pool.stats().threads, 0);
+        // A third close after everything is gone resolves at once.
+        gdex::block_on(pool.close(CloseMode::CancelQueued));
+    });
+}
