@@ -9,6 +9,7 @@
 //! front and keeps them until it is closed. Blocking jobs never run on pool
 //! workers, so they never stall tasks.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -114,9 +115,15 @@ impl Lane {
 
     fn start_thread(self: &Arc<Self>, state: &mut LaneState) {
         let lane = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(self.name.clone())
-            .spawn(move || lane.run());
+        let spawned = if FAIL_THREAD_STARTS.with(Cell::get) {
+            // What the OS says when it is out of threads (see
+            // `__fail_thread_starts_here`).
+            Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+        } else {
+            std::thread::Builder::new()
+                .name(self.name.clone())
+                .spawn(move || lane.run())
+        };
         match spawned {
             Ok(_) => {
                 state.threads += 1;
@@ -207,6 +214,21 @@ impl Lane {
             queued: state.queue.len(),
         }
     }
+}
+
+thread_local! {
+    /// Test hook: lane threads that this thread starts fail to start.
+    static FAIL_THREAD_STARTS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// For gdex's own tests; not part of the API. While `fail` is true, every
+/// blocking-lane or [`BlockingPool`] thread that the *calling thread* asks
+/// to start fails to start, as if the OS refused it (`EAGAIN`, out of
+/// threads). It injects that OS failure and nothing else; other threads are
+/// not affected.
+#[doc(hidden)]
+pub fn __fail_thread_starts_here(fail: bool) {
+    FAIL_THREAD_STARTS.with(|f| f.set(fail));
 }
 
 /// A snapshot of a blocking lane or pool: [`crate::ThreadPool::blocking_stats`],
