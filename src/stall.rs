@@ -158,7 +158,10 @@ impl Runner {
         if time.seq != seq {
             return Duration::ZERO;
         }
-        time.total + time.since.map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+        time.total
+            + time
+                .since
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
     }
 }
 
@@ -167,7 +170,11 @@ struct InPanicHook<'a>(&'a Runner);
 
 impl Drop for InPanicHook<'_> {
     fn drop(&mut self) {
-        let mut time = self.0.in_panic_hook.lock().unwrap_or_else(|e| e.into_inner());
+        let mut time = self
+            .0
+            .in_panic_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(since) = time.since.take() {
             time.total += since.elapsed();
         }

@@ -288,7 +288,8 @@ fn a_job_no_thread_can_run_fails_instead_of_waiting_forever() {
     common::watchdog("a_job_no_thread_can_run_fails", 20, || {
         fn assert_start_failed<T: std::fmt::Debug>(r: Result<T, gdex::Error>) {
             match r {
-                Err(gdex::Error::Failed(e)) if e.message().contains("could not start a thread") => {}
+                Err(gdex::Error::Failed(e)) if e.message().contains("could not start a thread") => {
+                }
                 other => panic!("expected a could-not-start-a-thread error, got {other:?}"),
             }
         }
@@ -304,7 +305,11 @@ fn a_job_no_thread_can_run_fails_instead_of_waiting_forever() {
             r.fetch_add(1, Ordering::SeqCst);
         })));
         assert_eq!(pool.blocking_stats().threads, 0);
-        assert_eq!(pool.blocking_stats().queued, 0, "the job still sits in the queue");
+        assert_eq!(
+            pool.blocking_stats().queued,
+            0,
+            "the job still sits in the queue"
+        );
 
         // A fixed pool whose threads all failed to start.
         let fixed = BlockingPool::new(2);

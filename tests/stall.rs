@@ -207,17 +207,18 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
         for i in 0..5 {
             let t = pool
                 .scheduler()
-                .spawn_named(&format!("pool-panicker-{i}"), async move {
-                    panic!("boom {i}")
-                });
+                .spawn_named(
+                    &format!("pool-panicker-{i}"),
+                    async move { panic!("boom {i}") },
+                );
             assert!(matches!(gdex::block_on(t), Err(gdex::Error::Panicked(_))));
         }
         common::on_main(|| {
             for i in 0..3 {
-                let t = gdex::Scheduler::main()
-                    .spawn_named(&format!("main-panicker-{i}"), async move {
-                        panic!("boom {i}")
-                    });
+                let t = gdex::Scheduler::main().spawn_named(
+                    &format!("main-panicker-{i}"),
+                    async move { panic!("boom {i}") },
+                );
                 assert!(matches!(gdex::block_on(t), Err(gdex::Error::Panicked(_))));
             }
         });
