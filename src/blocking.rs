@@ -8,7 +8,14 @@
 //! retires them after an idle keep-alive; a fixed pool starts its threads up
 //! front and keeps them until it is closed. Blocking jobs never run on pool
 //! workers, so they never stall tasks.
+//!
+//! When the OS refuses a new thread (`EAGAIN`), a job waits for a lane
+//! thread that is alive; if none is, nothing would ever run it, so it
+//! fails at once: its task resolves to [`Error::Failed`] with a message
+//! saying no thread could start, and its closure never runs. The next job
+//! tries to start a thread again.
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::task::{CatchUnwind, Job, Task};
+use crate::task::{CatchUnwind, Failure, Job, Task};
 
 /// How a [`BlockingPool`] closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +93,14 @@ impl Lane {
             return Task::failed(Error::Closed);
         }
         let lane = self.clone();
-        let future = CatchUnwind::new(async move { f() });
+        let job = CatchUnwind::new(async move { f() });
+        let future = async move {
+            // Polled by `refuse`: no thread could start to run `f`.
+            if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {
+                return Err(Failure::Error(Error::Failed(error)));
+            }
+            job.await
+        };
         let (runnable, task) =
             crate::task::builder().spawn(move |_| future, move |r| lane.submit(Job::Task(r)));
         runnable.schedule();
@@ -94,6 +108,12 @@ impl Lane {
     }
 
     /// Queues a job; an idle thread takes it, or a new thread starts.
+    ///
+    /// If no thread can start (the OS refuses) and none is alive, nothing
+    /// would ever run the queue: every queued job, this one included, is
+    /// refused (its task resolves to [`Error::Failed`] saying so, and its
+    /// closure never runs). The lane stays usable: the next job tries to
+    /// start a thread again. If some thread is alive, the job waits for it.
     fn submit(self: &Arc<Self>, job: Job) {
         let mut state = self.lock();
         if state.closed.is_some() {
@@ -108,24 +128,63 @@ impl Lane {
             state.notified += 1;
             self.cond.notify_one();
         } else if state.threads < self.max_threads {
-            self.start_thread(&mut state);
+            if let Err(e) = self.start_thread(&mut state) {
+                if state.threads == 0 {
+                    let stranded = std::mem::take(&mut state.queue);
+                    drop(state);
+                    self.refuse(stranded, &e);
+                }
+            }
         }
     }
 
-    fn start_thread(self: &Arc<Self>, state: &mut LaneState) {
+    /// Resolves `jobs`, which no thread can run, to an error naming `cause`,
+    /// without running their closures. Called without the lock: a task's
+    /// completion may wake and run code.
+    fn refuse(&self, jobs: VecDeque<Job>, cause: &std::io::Error) {
+        let error = glib::Error::new(
+            gio::IOErrorEnum::Failed,
+            &format!(
+                "gdex: {} could not start a thread ({cause}) and none is running, so this \
+                 blocking job was not run. Retry later (the next job tries to start a thread \
+                 again), or raise the process's thread limit.",
+                self.name
+            ),
+        );
+        for job in jobs {
+            // Only lane tasks (from `spawn`) are queued on a lane; their
+            // futures see REFUSAL on this poll and resolve to it. Restored
+            // after each: dropping a refused closure runs its destructor,
+            // which may submit to (and refuse on) another lane. `run` never
+            // unwinds.
+            let previous = REFUSAL.with(|r| r.replace(Some(error.clone())));
+            job.run();
+            REFUSAL.with(|r| *r.borrow_mut() = previous);
+        }
+    }
+
+    /// Starts one more thread; on failure, warns and returns the OS error.
+    fn start_thread(self: &Arc<Self>, state: &mut LaneState) -> std::io::Result<()> {
         let lane = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(self.name.clone())
-            .spawn(move || lane.run());
+        let spawned = if FAIL_THREAD_STARTS.with(Cell::get) {
+            // What the OS says when it is out of threads (see
+            // `__fail_thread_starts_here`).
+            Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+        } else {
+            std::thread::Builder::new()
+                .name(self.name.clone())
+                .spawn(move || lane.run())
+        };
         match spawned {
             Ok(_) => {
                 state.threads += 1;
                 state.peak = state.peak.max(state.threads);
                 glib::g_debug!("gdex", "{}: thread {} started", self.name, state.threads);
+                Ok(())
             }
             Err(e) => {
-                // The queued job waits for a running thread instead.
                 glib::g_warning!("gdex", "cannot start a {} thread: {}", self.name, e);
+                Err(e)
             }
         }
     }
@@ -178,12 +237,16 @@ impl Lane {
     }
 
     /// Stops accepting jobs; with `CancelQueued`, drops the queued ones.
+    /// The first close decides: closing a closed lane changes nothing, so a
+    /// `CancelQueued` after a `Drain` does not cancel the jobs the drain
+    /// promised to run (issue 12 point 8).
     pub(crate) fn close(&self, mode: CloseMode) {
         let dropped = {
             let mut state = self.lock();
-            if state.closed.is_none() {
-                state.closed = Some(mode);
+            if state.closed.is_some() {
+                return;
             }
+            state.closed = Some(mode);
             self.cond.notify_all();
             match mode {
                 CloseMode::CancelQueued => std::mem::take(&mut state.queue),
@@ -203,6 +266,24 @@ impl Lane {
             queued: state.queue.len(),
         }
     }
+}
+
+thread_local! {
+    /// Test hook: lane threads that this thread starts fail to start.
+    static FAIL_THREAD_STARTS: Cell<bool> = const { Cell::new(false) };
+    /// Set while `Lane::refuse` polls jobs that no thread can run: a lane
+    /// task polled meanwhile resolves to this error instead of running.
+    static REFUSAL: RefCell<Option<glib::Error>> = const { RefCell::new(None) };
+}
+
+/// For gdex's own tests; not part of the API. While `fail` is true, every
+/// blocking-lane or [`BlockingPool`] thread that the *calling thread* asks
+/// to start fails to start, as if the OS refused it (`EAGAIN`, out of
+/// threads). It injects that OS failure and nothing else; other threads are
+/// not affected.
+#[doc(hidden)]
+pub fn __fail_thread_starts_here(fail: bool) {
+    FAIL_THREAD_STARTS.with(|f| f.set(fail));
 }
 
 /// A snapshot of a blocking lane or pool: [`crate::ThreadPool::blocking_stats`],
@@ -252,7 +333,9 @@ impl BlockingPool {
         {
             let mut state = lane.lock();
             for _ in 0..threads {
-                lane.start_thread(&mut state);
+                // A thread that fails to start (warned) is started by a
+                // later submit instead; see `Lane::submit`.
+                let _ = lane.start_thread(&mut state);
             }
         }
         BlockingPool { lane }
@@ -260,8 +343,10 @@ impl BlockingPool {
 
     /// Queues `f`; the task resolves to its result, [`Error::Panicked`] if it
     /// panicked, [`Error::Cancelled`] if the pool was closed with
-    /// [`CloseMode::CancelQueued`] before it ran, or [`Error::Closed`] if the
-    /// pool was already closed.
+    /// [`CloseMode::CancelQueued`] before it ran, [`Error::Closed`] if the
+    /// pool was already closed, or [`Error::Failed`] if none of the pool's
+    /// threads is alive and the OS refused to start one (see the module
+    /// docs).
     pub fn submit<F, T>(&self, f: F) -> Task<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -271,7 +356,12 @@ impl BlockingPool {
     }
 
     /// Closes the pool; the returned future completes when every thread of
-    /// the pool has exited. Closing again changes nothing.
+    /// the pool has exited.
+    ///
+    /// The first close decides. Closing again, with either mode, changes
+    /// nothing: after `close(Drain)`, a `close(CancelQueued)` cancels no
+    /// queued job. Its future, like the first one's, completes when the
+    /// first close's work is done and the threads have exited.
     pub fn close(&self, mode: CloseMode) -> Closed {
         self.lane.close(mode);
         Closed {

@@ -13,6 +13,17 @@
 //!
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
+//!
+//! Panics are not stalls (issue 12 point 10c). A panicking poll runs the
+//! process's panic hook before it unwinds, and std's default hook, with
+//! `RUST_BACKTRACE=1`, captures and symbolizes a backtrace there: easily
+//! longer than a threshold. The time a job spends inside the panic hook is
+//! excused: the monitor subtracts it. To see it, gdex *wraps* the panic
+//! hook in place when the monitor starts (the first watched runner): the
+//! wrapper notes the time on the current runner and calls the hook it
+//! wrapped, the app's or std's default, unchanged. A hook the app sets
+//! later replaces the wrapper (the app's hook is then the only one, as it
+//! asked); the time spent in it then counts toward a stall again.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -40,6 +51,21 @@ pub(crate) struct Runner {
     worker: Option<(Weak<PoolShared>, usize)>,
     /// The monitor's bookkeeping (only the monitor touches it).
     track: Mutex<Track>,
+    /// Time the current job spent in the panic hook (written by the
+    /// runner's thread from the panic-hook wrapper, read by the monitor).
+    in_panic_hook: Mutex<HookTime>,
+}
+
+/// The time one job (`seq`) spent in the panic hook.
+#[derive(Default)]
+struct HookTime {
+    /// The job's sequence number (odd); another value: nothing for the
+    /// current job.
+    seq: u64,
+    /// Finished hook calls of that job.
+    total: Duration,
+    /// Set while the job is inside the hook.
+    since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -63,6 +89,7 @@ impl Runner {
             threshold,
             worker,
             track: Mutex::new(Track::default()),
+            in_panic_hook: Mutex::new(HookTime::default()),
         });
         if !threshold.is_zero() {
             monitor().register(&runner);
@@ -103,6 +130,76 @@ impl Runner {
             self.active.store(false, Ordering::Relaxed);
         }
     }
+
+    /// On the runner's thread, in the panic hook: the current job enters
+    /// the hook. `None` outside a job.
+    fn enter_panic_hook(&self) -> Option<InPanicHook<'_>> {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 == 0 {
+            return None;
+        }
+        {
+            let mut time = self.in_panic_hook.lock().unwrap_or_else(|e| e.into_inner());
+            if time.seq != seq {
+                *time = HookTime {
+                    seq,
+                    ..HookTime::default()
+                };
+            }
+            time.since = Some(Instant::now());
+        }
+        Some(InPanicHook(self))
+    }
+
+    /// How much of job `seq`'s time, up to `now`, was spent in the panic
+    /// hook.
+    fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
+        let time = self.in_panic_hook.lock().unwrap_or_else(|e| e.into_inner());
+        if time.seq != seq {
+            return Duration::ZERO;
+        }
+        time.total
+            + time
+                .since
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+}
+
+/// A job is inside the panic hook until this drops.
+struct InPanicHook<'a>(&'a Runner);
+
+impl Drop for InPanicHook<'_> {
+    fn drop(&mut self) {
+        let mut time = self
+            .0
+            .in_panic_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(since) = time.since.take() {
+            time.total += since.elapsed();
+        }
+    }
+}
+
+/// Wraps the panic hook in place so that the time a job spends in it is
+/// not counted as a stall (see the module docs). Keeps the hook it wraps
+/// and calls it unchanged.
+fn wrap_panic_hook() {
+    if std::thread::panicking() {
+        // take_hook and set_hook panic on a panicking thread; stay unwrapped.
+        return;
+    }
+    let wrapped = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let runner = CURRENT.try_with(Cell::get).unwrap_or(std::ptr::null());
+        // SAFETY: CURRENT points at a runner that outlives the scope of
+        // `enter` on this thread (set by the worker loop or a context
+        // dispatch); a panic hook runs on the panicking thread, inside that
+        // scope if CURRENT is set.
+        let runner = unsafe { runner.as_ref() };
+        let _in_hook = runner.and_then(Runner::enter_panic_hook);
+        wrapped(info);
+    }));
 }
 
 thread_local! {
@@ -203,6 +300,7 @@ impl Monitor {
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(runner));
         self.thread.get_or_init(|| {
+            wrap_panic_hook();
             std::thread::Builder::new()
                 .name("gdex-watchdog".into())
                 .spawn(move || self.run())
@@ -299,6 +397,13 @@ impl Monitor {
             }
             // Whatever sits on the stuck worker's deque goes to a peer.
             pool.help_stuck_worker(*i);
+        }
+        // Time in the panic hook (a backtrace being symbolized) is the panic
+        // report's, not the task's: not a stall, though the queue above
+        // was handed over meanwhile all the same.
+        let stuck_for = stuck_for.saturating_sub(runner.panic_hook_time(seq, now));
+        if stuck_for < runner.threshold {
+            return true;
         }
         if !track.reported {
             track.reported = true;

@@ -228,3 +228,104 @@ fn thread_per_core_keeps_tasks_home() {
         );
     });
 }
+
+/// B3, issue 12 point 8: the first close decides. A second close, even with
+/// another mode, changes nothing: after close(Drain) then
+/// close(CancelQueued), every job queued behind a blocker still runs, and
+/// both close futures resolve once the threads are gone.
+#[test]
+fn a_second_close_changes_nothing() {
+    common::watchdog("a_second_close_changes_nothing", 60, || {
+        let pool = BlockingPool::new(1);
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let blocker = pool.submit(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let queued: Vec<_> = (0..10)
+            .map(|i| {
+                let ran = ran.clone();
+                pool.submit(move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    i
+                })
+            })
+            .collect();
+        let first = pool.close(CloseMode::Drain);
+        let second = pool.close(CloseMode::CancelQueued);
+        assert_eq!(
+            pool.stats().queued,
+            10,
+            "the second close dropped the queue the first close drains"
+        );
+        gate_tx.send(()).unwrap();
+        gdex::block_on(blocker).unwrap();
+        for (i, t) in queued.into_iter().enumerate() {
+            assert_eq!(
+                gdex::block_on(t).unwrap(),
+                i,
+                "queued job {i}: the second close cancelled it"
+            );
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 10);
+        gdex::block_on(second);
+        gdex::block_on(first);
+        assert_eq!(pool.stats().threads, 0);
+        // A third close after everything is gone resolves at once.
+        gdex::block_on(pool.close(CloseMode::CancelQueued));
+    });
+}
+
+/// B2/B3, issue 12 point 10a: when a lane cannot start a thread and none is
+/// running, the job fails promptly with an error that says so, instead of
+/// waiting forever in the queue; its closure never runs. Once threads can
+/// start again, the next job starts one and runs.
+#[test]
+fn a_job_no_thread_can_run_fails_instead_of_waiting_forever() {
+    common::watchdog("a_job_no_thread_can_run_fails", 20, || {
+        fn assert_start_failed<T: std::fmt::Debug>(r: Result<T, gdex::Error>) {
+            match r {
+                Err(gdex::Error::Failed(e)) if e.message().contains("could not start a thread") => {
+                }
+                other => panic!("expected a could-not-start-a-thread error, got {other:?}"),
+            }
+        }
+        // Thread starts asked for by this thread fail, as if the OS were out
+        // of threads.
+        gdex::blocking::__fail_thread_starts_here(true);
+        let ran = Arc::new(AtomicUsize::new(0));
+
+        // The elastic lane of a new pool: no thread yet.
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let r = ran.clone();
+        assert_start_failed(gdex::block_on(pool.spawn_blocking(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        })));
+        assert_eq!(pool.blocking_stats().threads, 0);
+        assert_eq!(
+            pool.blocking_stats().queued,
+            0,
+            "the job still sits in the queue"
+        );
+
+        // A fixed pool whose threads all failed to start.
+        let fixed = BlockingPool::new(2);
+        assert_eq!(fixed.stats().threads, 0);
+        let r = ran.clone();
+        assert_start_failed(gdex::block_on(fixed.submit(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        })));
+        assert_eq!(fixed.stats().queued, 0, "the job still sits in the queue");
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a refused job ran");
+
+        // The failure is lifted: the next job starts a thread and runs.
+        gdex::blocking::__fail_thread_starts_here(false);
+        assert_eq!(gdex::block_on(pool.spawn_blocking(|| 2)).unwrap(), 2);
+        assert_eq!(gdex::block_on(fixed.submit(|| 3)).unwrap(), 3);
+        assert_eq!(fixed.stats().threads, 1);
+        gdex::block_on(fixed.close(CloseMode::Drain));
+    });
+}

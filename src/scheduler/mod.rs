@@ -541,14 +541,11 @@ struct ThreadBound<F> {
     inner: std::mem::ManuallyDrop<F>,
 }
 
-/// A cheap identity of the calling thread: the address of a thread-local,
-/// unique among live threads. (`thread::current().id()` clones an `Arc`.)
+/// A cheap identity of the calling thread, never reused by a later thread
+/// (issue 12 point 10b); see [`crate::bound::thread_token`].
 #[inline]
 fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN.with(|t| t as *const u8 as usize)
+    crate::bound::thread_token()
 }
 
 impl<F> ThreadBound<F> {
