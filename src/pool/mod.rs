@@ -490,10 +490,29 @@ impl ThreadPool {
         self.handle.shared.metrics()
     }
 
-    /// Stops the pool: queued tasks are dropped (their handles resolve to
-    /// [`Error::Cancelled`]), every worker thread is joined, and later spawns
-    /// resolve to [`Error::Closed`]. Idempotent; also done when the last
+    /// Stops the pool (S9). Fibers still waiting are cancelled (F4) and run
+    /// to their return for up to 500 ms; then every other task of the pool
+    /// is dropped, whether it was queued or idle (on a GLib source of its
+    /// worker's context, a GIO call, a channel, or nothing at all), on the
+    /// worker it ran on. When this returns, every [`Task`](crate::Task) of
+    /// the pool has resolved ([`Error::Cancelled`] unless it had finished),
+    /// every future has been dropped exactly once (a `!Send` one on its own
+    /// thread), every worker thread is joined, and later spawns resolve to
+    /// [`Error::Closed`]. Blocking-lane jobs already running finish on their
+    /// own; queued ones are cancelled. Idempotent; also done when the last
     /// handle of a pool from [`builder`](ThreadPool::builder) is dropped.
+    /// Called from one of the pool's own workers, it returns without joining
+    /// that worker, which drops its tasks once the current job returns.
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    /// // Queued or already waiting on its worker's context: either way...
+    /// let idle = pool.scheduler().spawn(glib::timeout_future(std::time::Duration::from_secs(60)));
+    /// pool.shutdown();
+    /// // ...it has resolved when shutdown() returns.
+    /// assert!(idle.is_finished());
+    /// assert!(matches!(gdex::block_on(idle), Err(gdex::Error::Cancelled)));
+    /// ```
     pub fn shutdown(&self) {
         self.handle.shared.shutdown();
     }
