@@ -9,22 +9,33 @@
 //! A dispatch ends after 128 jobs or 4 ms, whichever comes first; the main
 //! scheduler also runs below GTK's redraw priority (X3, frames first).
 //!
-//! `!Send` futures (`spawn_local`) are accepted only from the thread that owns
-//! the context. That thread becomes the scheduler's *local owner* while any of
-//! its `!Send` tasks is alive; once they are all gone, another thread that
-//! owns the context may take over (a test harness runs each test on a new
-//! thread; a GTK app keeps its main thread).
+//! **`!Send` jobs (S10).** `spawn_local` is accepted only from a thread that
+//! owns the context right now (it holds it: it acquired it, pushed it as
+//! thread-default, or runs its loop); on the main scheduler also from the
+//! process's main thread while no other thread holds the default context.
+//! Elsewhere it panics and says why. Each owner thread gets a queue of its
+//! own: its `!Send` jobs run only when *that* thread iterates the context,
+//! whoever else does meanwhile. Nothing about ownership sticks: another
+//! thread that holds the context later gets its own queue, and a thread's
+//! queue is retired when the thread exits (the jobs still in it are dropped
+//! there, on their own thread, so their tasks resolve as cancelled). Jobs
+//! waiting for a thread that is not iterating cost nothing: the source's
+//! `prepare` finds them when their thread iterates the context again; no
+//! timer polls for them.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread::{self, ThreadId};
+use std::thread;
+use std::time::Duration;
 
 use crossbeam_deque::{Injector, Steal};
 use glib::translate::ToGlibPtr;
 
 use super::source::{Hooks, SourceRef};
+use super::thread_token;
 use crate::task::Job;
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
@@ -32,7 +43,7 @@ pub(crate) const DISPATCH_BATCH: usize = 128;
 
 /// How long one dispatch may run jobs before handing the loop back (X3): a
 /// quarter of a 60 Hz frame.
-const DISPATCH_TIME: std::time::Duration = std::time::Duration::from_millis(4);
+const DISPATCH_TIME: Duration = Duration::from_millis(4);
 
 /// The main scheduler's priority (X3, frames first): below GTK's layout
 /// (`G_PRIORITY_HIGH_IDLE + 10`) and redraw (`G_PRIORITY_HIGH_IDLE + 20`),
@@ -40,26 +51,43 @@ const DISPATCH_TIME: std::time::Duration = std::time::Duration::from_millis(4);
 /// and I/O (`G_PRIORITY_DEFAULT`); above default idle sources.
 pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 
+/// The readiness of a scheduler's source, shared with its hooks so that
+/// their `prepare` (run on every iteration of the context) need not touch
+/// the scheduler itself.
+#[derive(Default)]
+struct Pending {
+    /// Set while a wake-up of the source is pending (coalescing flag).
+    notified: AtomicBool,
+    /// `!Send` jobs queued for all owner threads together; 0 lets `ready`
+    /// skip looking for the calling thread's queue.
+    local_jobs: AtomicUsize,
+}
+
 pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
     queue: Injector<Job>,
-    /// Jobs of `!Send` tasks: run only by their owner thread (`local_owner`),
-    /// whoever else iterates the context.
-    local_queue: Injector<Job>,
-    /// Set while a wake-up of the source is pending (coalescing flag).
-    notified: AtomicBool,
+    /// One queue of `!Send` jobs per owner thread (S10).
+    locals: Mutex<Vec<Arc<LocalQueue>>>,
+    pending: Arc<Pending>,
     /// How many times the source was actually marked ready (each a context
     /// lock and, from another thread, a wake-up write).
     wakeups: AtomicU64,
-    /// The thread allowed to spawn `!Send` futures here, and how many of its
-    /// `!Send` tasks are alive.
-    local_owner: Mutex<LocalOwner>,
     is_main: bool,
     /// What the stall watchdog watches of this scheduler.
     runner: Arc<crate::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
     dispatch_ticks: u64,
+}
+
+/// The `!Send` jobs of one thread on one context scheduler: run only by that
+/// thread (S10).
+pub(crate) struct LocalQueue {
+    /// The owner's [`thread_token`].
+    owner: u64,
+    jobs: Injector<Job>,
+    /// The owner thread has exited: nothing will run these jobs.
+    gone: AtomicBool,
 }
 
 /// Schedulers by context address. A live entry keeps nothing alive: the
@@ -77,13 +105,25 @@ fn context_key(context: &glib::MainContext) -> usize {
 
 struct ContextHooks {
     shared: Weak<ContextShared>,
+    pending: Arc<Pending>,
 }
 
 impl Hooks for ContextHooks {
-    fn dispatch(&self, source: *mut glib_sys::GSource) -> bool {
+    /// `!Send` jobs that only the iterating thread may run: nobody marks the
+    /// source ready for them when their thread comes back to the context.
+    fn ready(&self) -> bool {
+        self.pending.local_jobs.load(Ordering::Acquire) > 0
+            && self.shared.upgrade().is_some_and(|shared| {
+                shared
+                    .local_queue_here()
+                    .is_some_and(|queue| !queue.jobs.is_empty())
+            })
+    }
+
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
         match self.shared.upgrade() {
             Some(shared) => {
-                shared.run_batch(source);
+                shared.run_batch();
                 true
             }
             None => false,
@@ -106,12 +146,16 @@ impl ContextShared {
             } else {
                 c"[gdex-context]"
             };
+            let pending = Arc::new(Pending::default());
             let source = SourceRef::attach(
                 context,
                 Box::new(ContextHooks {
                     shared: weak.clone(),
+                    pending: pending.clone(),
                 }),
-                false,
+                // `prepare` finds the iterating thread's `!Send` jobs; pushes
+                // mark the source ready through its ready time.
+                true,
                 name,
                 if is_main {
                     MAIN_PRIORITY
@@ -126,10 +170,9 @@ impl ContextShared {
                 context: context.clone(),
                 source,
                 queue: Injector::new(),
-                local_queue: Injector::new(),
-                notified: AtomicBool::new(false),
+                locals: Mutex::new(Vec::new()),
+                pending,
                 wakeups: AtomicU64::new(0),
-                local_owner: Mutex::new(LocalOwner::default()),
                 is_main,
                 runner: crate::stall::Runner::new(
                     if is_main {
@@ -162,10 +205,22 @@ impl ContextShared {
         self.notify();
     }
 
-    /// Queues a job of a `!Send` task, for the local owner thread only.
+    /// Queues a job of a `!Send` task on its owner thread's queue.
     #[inline]
-    pub(crate) fn push_local(&self, job: Job) {
-        self.local_queue.push(job);
+    pub(crate) fn push_local(&self, queue: &LocalQueue, job: Job) {
+        if queue.gone.load(Ordering::Acquire) {
+            drop_orphan(job);
+            return;
+        }
+        self.pending.local_jobs.fetch_add(1, Ordering::AcqRel);
+        queue.jobs.push(job);
+        // Pairs with the fence in `OwnedQueues::drop`: either it drains our job, or we
+        // see `gone` and drain it ourselves.
+        fence(Ordering::SeqCst);
+        if queue.gone.load(Ordering::Relaxed) {
+            self.drain(queue);
+            return;
+        }
         self.notify();
     }
 
@@ -174,7 +229,7 @@ impl ContextShared {
         // AcqRel pairs with the swap in `run_batch`: either that swap sees
         // our `true` (and the drain after it sees our job), or we see its
         // `false` and mark the source ready again.
-        if !self.notified.swap(true, Ordering::AcqRel) {
+        if !self.pending.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
         }
     }
@@ -184,88 +239,126 @@ impl ContextShared {
         self.source.set_ready();
     }
 
-    /// Checks that the calling thread may spawn a `!Send` future here, makes
-    /// it the local owner if there is none, and counts one more live local
-    /// task. The returned guard, kept inside the task's future, counts it
-    /// down when the future is dropped.
-    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> LocalTaskGuard {
-        let me = thread::current().id();
-        let mut owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        match owner.thread {
-            Some(thread) if owner.live > 0 && thread != me => panic!(
-                "gdex: {what} called on thread {:?}, but this scheduler's !Send tasks belong to \
-                 thread {thread:?}; a !Send future can only run on the thread that owns the \
-                 context. Call it from that thread, or spawn a Send future with spawn().",
-                thread::current().name().unwrap_or("<unnamed>")
-            ),
-            Some(thread) if thread == me => {}
-            _ => {
-                // The context must be ours: owned right now, or free to acquire.
-                let owned = self.context.is_owner() || self.context.acquire().is_ok();
-                if !owned {
-                    panic!(
-                        "gdex: {what} called on thread {:?}, which does not own the {} context: \
-                         another thread is running it. A !Send future can only run on the thread \
-                         that owns the context; call {what} from that thread, or spawn a Send \
-                         future with spawn().",
-                        thread::current().name().unwrap_or("<unnamed>"),
-                        if self.is_main {
-                            "main (default)"
-                        } else {
-                            "scheduler's"
-                        }
-                    );
+    /// Panics unless the calling thread may spawn `!Send` futures here
+    /// (S10): see the module comment.
+    fn check_local_owner(&self, what: &str) {
+        if self.context.is_owner() {
+            return;
+        }
+        let here = thread::current();
+        let name = here.name().unwrap_or("<unnamed>");
+        if self.is_main {
+            let main_thread = crate::block_on::is_main_thread();
+            if main_thread && self.context.acquire().is_ok() {
+                return;
+            }
+            let why = if main_thread {
+                "this is the main thread, but another thread holds the default main context \
+                 (it runs the main loop there)"
+            } else {
+                "this thread is not the process's main thread and does not hold the default \
+                 main context"
+            };
+            panic!(
+                "gdex: {what} called on thread {name:?}, which may not spawn !Send futures on the \
+                 main scheduler: {why}. The main scheduler's !Send tasks belong to the process's \
+                 main thread, or to the thread that holds (has acquired) the default main \
+                 context, such as one running its main loop. Spawn a Send future instead \
+                 (Scheduler::main().spawn(..), or gdex::spawn(..) on the pool), or call {what} \
+                 from the thread that runs the main loop."
+            );
+        }
+        // Any other context: the thread that holds it, or one that could.
+        if self.context.acquire().is_err() {
+            panic!(
+                "gdex: {what} called on thread {name:?}, which does not own the scheduler's \
+                 context: another thread is running it. A !Send future can only run on the \
+                 thread that owns the context; call {what} from that thread, or spawn a Send \
+                 future with spawn()."
+            );
+        }
+    }
+
+    /// Checks that the calling thread may spawn a `!Send` future here and
+    /// returns its queue of `!Send` jobs, made on first use.
+    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> Arc<LocalQueue> {
+        self.check_local_owner(what);
+        let me = thread_token();
+        let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(queue) = locals.iter().find(|q| q.owner == me) {
+            return queue.clone();
+        }
+        let queue = Arc::new(LocalQueue {
+            owner: me,
+            jobs: Injector::new(),
+            gone: AtomicBool::new(false),
+        });
+        locals.push(queue.clone());
+        drop(locals);
+        // Retire the queue when this thread exits. (During the thread's own
+        // exit there is nothing to register with: the queue then simply
+        // stays, as its jobs could never run anyway.)
+        let _ = OWNED_QUEUES.try_with(|owned| {
+            owned
+                .0
+                .borrow_mut()
+                .push((Arc::downgrade(self), queue.clone()))
+        });
+        queue
+    }
+
+    /// The calling thread's queue of `!Send` jobs here, if it has one and
+    /// any `!Send` job is queued at all.
+    fn local_queue_here(&self) -> Option<Arc<LocalQueue>> {
+        if self.pending.local_jobs.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let me = thread_token();
+        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        locals.iter().find(|q| q.owner == me).cloned()
+    }
+
+    /// Drops the jobs left in `queue` here, on the calling thread.
+    fn drain(&self, queue: &LocalQueue) {
+        loop {
+            match queue.jobs.steal() {
+                Steal::Success(job) => {
+                    self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
+                    drop_orphan(job);
                 }
-                owner.thread = Some(me);
+                Steal::Retry => continue,
+                Steal::Empty => break,
             }
         }
-        owner.live += 1;
-        LocalTaskGuard {
-            shared: self.clone(),
-        }
     }
 
-    /// True if the calling thread is this scheduler's local owner.
-    pub(crate) fn is_local_owner(&self) -> bool {
-        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        owner.live > 0 && owner.thread == Some(thread::current().id())
-    }
-
-    /// The calling thread owns this scheduler's `!Send` tasks.
-    fn runs_local_jobs(&self) -> bool {
-        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        owner.thread == Some(thread::current().id())
-    }
-
-    /// Runs up to a batch of jobs, taking turns between the two queues on
-    /// the local owner's thread; `None` if everything it may run ran out.
-    fn run_jobs(&self, local_too: bool) -> Option<()> {
+    /// Runs up to a batch of jobs, taking turns between the shared queue
+    /// and the calling thread's `!Send` queue; `None` if both ran out.
+    fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
         let deadline = crate::clock::now().wrapping_add(self.dispatch_ticks);
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
-            local_turn = local_too && !local_turn;
-            let first = if local_turn {
-                &self.local_queue
-            } else {
-                &self.queue
-            };
-            let job = match first.steal() {
-                Steal::Success(job) => Some(job),
-                Steal::Retry => continue,
-                Steal::Empty if local_too => {
-                    let other = if local_turn {
-                        &self.queue
-                    } else {
-                        &self.local_queue
-                    };
-                    match other.steal() {
+            local_turn = local.is_some() && !local_turn;
+            let job = match (local_turn, local) {
+                (true, Some(local)) => match self.steal_local(local) {
+                    Steal::Success(job) => Some(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => match self.queue.steal() {
                         Steal::Success(job) => Some(job),
                         Steal::Retry => continue,
                         Steal::Empty => None,
-                    }
-                }
-                Steal::Empty => None,
+                    },
+                },
+                _ => match self.queue.steal() {
+                    Steal::Success(job) => Some(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => match local.map(|l| self.steal_local(l)) {
+                        Some(Steal::Success(job)) => Some(job),
+                        Some(Steal::Retry) => continue,
+                        Some(Steal::Empty) | None => None,
+                    },
+                },
             };
             let job = job?;
             self.runner.enter_job();
@@ -279,49 +372,76 @@ impl ContextShared {
         Some(())
     }
 
-    fn run_batch(&self, source: *mut glib_sys::GSource) {
-        SourceRef::clear_ready(source);
-        self.notified.swap(false, Ordering::AcqRel);
+    fn steal_local(&self, local: &LocalQueue) -> Steal<Job> {
+        let got = local.jobs.steal();
+        if got.is_success() {
+            self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
+        }
+        got
+    }
+
+    /// One dispatch of the scheduler's source.
+    fn run_batch(&self) {
+        self.source.set_ready_time(-1);
+        self.pending.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();
         let _runner = crate::stall::enter(&self.runner);
         self.runner.busy();
-        let local_too = !self.local_queue.is_empty() && self.runs_local_jobs();
-        self.run_jobs(local_too);
+        let local = self.local_queue_here();
+        self.run_jobs(local.as_deref());
         self.runner.idle();
-        // Work left: come back after the other sources.
-        let more = !self.queue.is_empty() || (local_too && !self.local_queue.is_empty());
-        if more && !self.notified.swap(true, Ordering::AcqRel) {
+        // Work left: come back after the other sources. (`!Send` jobs of
+        // other threads wait for their thread: the source's `prepare` finds
+        // them when it iterates the context. No timer polls for them.)
+        let more = !self.queue.is_empty() || local.is_some_and(|q| !q.jobs.is_empty());
+        if more && !self.pending.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
-        } else if !local_too && !self.local_queue.is_empty() {
-            // `!Send` jobs wait for their own thread, which is not iterating
-            // the context now: look again a little later rather than spin.
-            SourceRef::set_ready_in(source, std::time::Duration::from_millis(10));
         }
     }
 }
 
-#[derive(Default)]
-pub(crate) struct LocalOwner {
-    thread: Option<ThreadId>,
-    live: usize,
+/// Drops a `!Send` job whose owner thread is exiting or has exited, on the
+/// calling thread: its task resolves as cancelled. On the owner thread (at
+/// its exit) the future is dropped in place; on any other thread the
+/// future, bound to its own thread, is leaked instead.
+fn drop_orphan(job: Job) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(job)))
+    {
+        crate::panic::report(
+            crate::panic::PanicSource::Source,
+            crate::error::panic_message(&*payload),
+        );
+    }
 }
 
-/// Counts one live `!Send` task of a context scheduler.
-pub(crate) struct LocalTaskGuard {
-    shared: Arc<ContextShared>,
+/// The `!Send` queues the current thread owns, retired when it exits.
+struct OwnedQueues(RefCell<Vec<(Weak<ContextShared>, Arc<LocalQueue>)>>);
+
+thread_local! {
+    static OWNED_QUEUES: OwnedQueues = const { OwnedQueues(RefCell::new(Vec::new())) };
 }
 
-impl Drop for LocalTaskGuard {
+impl Drop for OwnedQueues {
     fn drop(&mut self) {
-        let mut owner = self
-            .shared
-            .local_owner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        owner.live -= 1;
+        for (shared, queue) in self.0.take() {
+            queue.gone.store(true, Ordering::Relaxed);
+            // Pairs with the fence in `push_local`.
+            fence(Ordering::SeqCst);
+            // (A queued job holds its scheduler through its schedule
+            // function: if the scheduler is gone, so are the jobs.)
+            if let Some(shared) = shared.upgrade() {
+                shared
+                    .locals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|q| !Arc::ptr_eq(q, &queue));
+                // On the owner thread: the futures are dropped in place.
+                shared.drain(&queue);
+            }
+        }
     }
 }
 

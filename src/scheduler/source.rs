@@ -119,23 +119,6 @@ impl SourceRef {
         unsafe { ffi::g_source_set_ready_time(self.raw, time) }
     }
 
-    /// Called from `dispatch`: the source is not ready again until
-    /// [`set_ready`](Self::set_ready).
-    #[inline]
-    pub(crate) fn clear_ready(raw: *mut ffi::GSource) {
-        // SAFETY: called from the source's own dispatch, so `raw` is alive.
-        unsafe { ffi::g_source_set_ready_time(raw, -1) }
-    }
-
-    /// Called from `dispatch`: makes the source ready again after `delay`.
-    pub(crate) fn set_ready_in(raw: *mut ffi::GSource, delay: std::time::Duration) {
-        // SAFETY: called from the source's own dispatch, so `raw` is alive.
-        unsafe {
-            let now = ffi::g_source_get_time(raw);
-            ffi::g_source_set_ready_time(raw, now + delay.as_micros() as i64);
-        }
-    }
-
     pub(crate) fn destroy(&self) {
         // SAFETY: `raw` is alive (we own a reference); destroying an already
         // destroyed source is allowed and does nothing.

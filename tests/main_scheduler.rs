@@ -1,0 +1,185 @@
+//! The main scheduler's trust rules (issue 12): who owns its `!Send` side
+//! (S10), that an idle main loop does not wake for work it cannot run, that
+//! `wait_for` refuses the threads whose loop it would block (B4), that a
+//! ready main task makes progress whatever else is ready (S11), and that
+//! main-scheduler work nobody runs is reported.
+
+mod common;
+
+use std::panic::catch_unwind;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{main_context_lock, on_main, pump, pump_until, watchdog};
+
+/// The message of a caught panic.
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Runs `body` on a new thread called `name` and returns what it returns.
+fn on_thread<R: Send + 'static>(name: &str, body: impl FnOnce() -> R + Send + 'static) -> R {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(body)
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+/// S10, issue 12 point 4: a plain thread that calls `spawn_local` before any
+/// main loop runs is refused with a message that names it, the rule and the
+/// fix, and it does not become the owner: afterwards the thread that holds
+/// the default main context can still spawn `!Send` tasks there. (Before the
+/// fix, the plain thread took the main scheduler's `!Send` side for good and
+/// the real owner panicked.)
+#[test]
+fn a_plain_thread_cannot_take_the_main_schedulers_local_side() {
+    watchdog(
+        "a_plain_thread_cannot_take_the_main_schedulers_local_side",
+        60,
+        || {
+            {
+                // Nobody holds the default main context meanwhile.
+                let _lock = main_context_lock();
+                for via_main in [false, true] {
+                    let refused = on_thread("plain-helper", move || {
+                        catch_unwind(|| {
+                            let task = if via_main {
+                                gdex::Scheduler::main().spawn_local(async { Rc::new(1) })
+                            } else {
+                                gdex::spawn_local(async { Rc::new(1) })
+                            };
+                            task.detach();
+                        })
+                        .map_err(panic_text)
+                    });
+                    let msg = refused.expect_err("a plain thread's spawn_local must be refused");
+                    assert!(msg.contains("\"plain-helper\""), "names the thread: {msg}");
+                    assert!(msg.contains("main thread"), "states the rule: {msg}");
+                    assert!(
+                        msg.contains("spawn(") && msg.contains("main loop"),
+                        "says what to do: {msg}"
+                    );
+                }
+            }
+            on_main(|| {
+                let shared = Rc::new(5);
+                let task = gdex::Scheduler::main().spawn_local(async move { *shared + 1 });
+                assert_eq!(gdex::block_on(task).unwrap(), 6);
+                let task = gdex::spawn_local(async { Rc::new(7) });
+                assert_eq!(*gdex::block_on(task).unwrap(), 7);
+            });
+        },
+    );
+}
+
+/// S10, issue 12 point 4: ownership does not stick to a thread that has
+/// exited. A thread that held the default main context leaves a `!Send`
+/// task pending and exits; the next thread that holds the context may spawn
+/// `!Send` tasks there. (Before the fix the exited thread stayed the owner
+/// while its task lived, and every other thread was refused.)
+#[test]
+fn local_ownership_does_not_outlive_its_thread() {
+    watchdog("local_ownership_does_not_outlive_its_thread", 60, || {
+        on_thread("short-lived-owner", || {
+            on_main(|| {
+                gdex::Scheduler::main()
+                    .spawn_local(async {
+                        let _not_send = Rc::new(());
+                        futures::future::pending::<()>().await;
+                    })
+                    .detach();
+                pump(&glib::MainContext::default());
+            })
+        });
+        on_main(|| {
+            let task = gdex::Scheduler::main().spawn_local(async { Rc::new(3) });
+            assert_eq!(*gdex::block_on(task).unwrap(), 3);
+        });
+    });
+}
+
+/// Issue 12 point 4: an idle main context does not wake for `!Send` work it
+/// cannot run. A task of another thread that is woken while that thread is
+/// away waits for it without polling: the thread iterating the context
+/// meanwhile sleeps (it used to re-arm the source every 10 ms, 100
+/// wake-ups a second). The owner runs the task when it is back.
+#[test]
+fn an_idle_main_context_does_not_wake_for_tasks_it_cannot_run() {
+    watchdog("an_idle_main_context_does_not_wake", 60, || {
+        use std::sync::mpsc::channel;
+        let _lock = main_context_lock();
+        let context = glib::MainContext::default();
+        let (wake_tx, wake_rx) = futures::channel::oneshot::channel::<()>();
+        let (away_tx, away_rx) = channel::<()>();
+        let (back_tx, back_rx) = channel::<()>();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let owner = std::thread::Builder::new()
+            .name("local-owner".into())
+            .spawn(move || {
+                let context = glib::MainContext::default();
+                context
+                    .with_thread_default(|| {
+                        let r = r.clone();
+                        gdex::Scheduler::main()
+                            .spawn_local(async move {
+                                let _not_send = Rc::new(());
+                                let _ = wake_rx.await;
+                                r.store(true, Ordering::SeqCst);
+                            })
+                            .detach();
+                        pump(&context);
+                    })
+                    .unwrap();
+                away_tx.send(()).unwrap();
+                back_rx.recv().unwrap();
+                context
+                    .with_thread_default(|| pump_until(&context, || r.load(Ordering::SeqCst)))
+                    .unwrap();
+            })
+            .unwrap();
+        away_rx.recv().unwrap();
+        let iterations = {
+            let _own = context.acquire().unwrap();
+            // Woken while its owner is away: queued for the owner.
+            wake_tx.send(()).unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            let timer = glib::timeout_source_new(
+                Duration::from_millis(200),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    d.store(true, Ordering::SeqCst);
+                    glib::ControlFlow::Break
+                },
+            );
+            timer.attach(Some(&context));
+            let mut iterations = 0;
+            while !done.load(Ordering::SeqCst) {
+                context.iteration(true);
+                iterations += 1;
+            }
+            iterations
+        };
+        assert!(
+            !ran.load(Ordering::SeqCst),
+            "the !Send task ran on a thread that is not its owner"
+        );
+        assert!(
+            iterations < 10,
+            "an idle main context iterated {iterations} times in 200 ms"
+        );
+        back_tx.send(()).unwrap();
+        owner.join().unwrap();
+        assert!(ran.load(Ordering::SeqCst), "its owner ran it when back");
+    });
+}
