@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::panic::catch_unwind;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,5 +181,72 @@ fn an_idle_main_context_does_not_wake_for_tasks_it_cannot_run() {
         back_tx.send(()).unwrap();
         owner.join().unwrap();
         assert!(ran.load(Ordering::SeqCst), "its owner ran it when back");
+    });
+}
+
+/// B4, issue 12 point 6: `wait_for` on the thread that holds the default
+/// main context would block the very loop that runs main-scheduler work (it
+/// never returned); it is refused with a message pointing at `block_on`,
+/// which works there.
+#[test]
+fn wait_for_on_the_main_context_owner_panics_and_points_at_block_on() {
+    watchdog("wait_for_on_the_main_context_owner_panics", 30, || {
+        on_main(|| {
+            let task = gdex::Scheduler::main().spawn(async { 1 });
+            let msg = catch_unwind(AssertUnwindSafe(|| gdex::wait_for(task)))
+                .map_err(panic_text)
+                .expect_err("wait_for on the main context's owner must be refused");
+            assert!(msg.contains("block_on"), "says what to do: {msg}");
+            assert!(msg.contains("main context"), "says why: {msg}");
+            let task = gdex::Scheduler::main().spawn(async { 2 });
+            assert_eq!(gdex::block_on(task).unwrap(), 2);
+        });
+    });
+}
+
+/// B4, issue 12 point 6: likewise on a thread that holds a context with a
+/// gdex scheduler (a context scheduler's loop thread).
+#[test]
+fn wait_for_on_a_context_schedulers_thread_panics() {
+    watchdog("wait_for_on_a_context_schedulers_thread_panics", 30, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        // This thread holds the context (pushing it as thread-default
+        // acquires it), as a thread running its loop does.
+        context
+            .with_thread_default(|| {
+                let task = s.spawn(async { 1 });
+                let msg = catch_unwind(AssertUnwindSafe(|| gdex::wait_for(task)))
+                    .map_err(panic_text)
+                    .expect_err("wait_for on a context scheduler's thread must be refused");
+                assert!(msg.contains("block_on"), "says what to do: {msg}");
+                // block_on iterates the thread-default context meanwhile.
+                let task = s.spawn(async { 2 });
+                assert_eq!(gdex::block_on(task).unwrap(), 2);
+            })
+            .unwrap();
+    });
+}
+
+/// B4: `wait_for` on a plain thread still waits, for main-scheduler work
+/// too, while another thread runs the main loop.
+#[test]
+fn wait_for_on_a_plain_thread_still_works() {
+    watchdog("wait_for_on_a_plain_thread_still_works", 30, || {
+        on_main(|| {
+            let done = Arc::new(AtomicUsize::new(0));
+            let d = done.clone();
+            let waiter = std::thread::spawn(move || {
+                let got = gdex::wait_for(gdex::Scheduler::main().spawn(async { 7 }));
+                d.store(got.unwrap(), Ordering::SeqCst);
+                // Wake the loop below.
+                gdex::Scheduler::main().push(|| {});
+            });
+            pump_until(&glib::MainContext::default(), || {
+                done.load(Ordering::SeqCst) != 0
+            });
+            waiter.join().unwrap();
+            assert_eq!(done.load(Ordering::SeqCst), 7);
+        });
     });
 }

@@ -103,6 +103,20 @@ fn context_key(context: &glib::MainContext) -> usize {
     ptr as usize
 }
 
+/// True if the calling thread holds a context that a gdex scheduler runs
+/// on: blocking it without iterating stalls that scheduler.
+pub(crate) fn holds_a_scheduler_context() -> bool {
+    // Upgraded outside the lock's scope of use, dropped after it: dropping
+    // the last reference to a scheduler takes the registry lock.
+    let live: Vec<Arc<ContextShared>> = registry()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    live.iter().any(|shared| shared.context.is_owner())
+}
+
 struct ContextHooks {
     shared: Weak<ContextShared>,
     pending: Arc<Pending>,
