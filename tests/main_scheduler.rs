@@ -6,11 +6,12 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{main_context_lock, on_main, pump, pump_until, watchdog};
 
@@ -247,6 +248,50 @@ fn wait_for_on_a_plain_thread_still_works() {
             });
             waiter.join().unwrap();
             assert_eq!(done.load(Ordering::SeqCst), 7);
+        });
+    });
+}
+
+/// S11, issue 12 point 7: frames come first (X3), but a ready main task
+/// runs within a bounded time whatever else is ready. An idle source at
+/// `G_PRIORITY_DEFAULT` that is always ready used to starve the main
+/// scheduler for as long as it stayed (the scheduler sits below it).
+#[test]
+fn a_ready_main_task_runs_while_a_default_priority_source_is_always_ready() {
+    watchdog("a_ready_main_task_runs_while_busy", 60, || {
+        on_main(|| {
+            let context = glib::MainContext::default();
+            let spins = Arc::new(AtomicUsize::new(0));
+            let s = spins.clone();
+            let busy = glib::idle_source_new(None, glib::Priority::DEFAULT, move || {
+                s.fetch_add(1, Ordering::Relaxed);
+                glib::ControlFlow::Continue
+            });
+            busy.attach(Some(&context));
+            let ran = Rc::new(Cell::new(None));
+            let r = ran.clone();
+            let start = Instant::now();
+            gdex::Scheduler::main()
+                .spawn_local(async move { r.set(Some(start.elapsed())) })
+                .detach();
+            // Pump (never blocks: the busy source is always ready) for up
+            // to 2 s.
+            while ran.get().is_none() && start.elapsed() < Duration::from_secs(2) {
+                context.iteration(false);
+            }
+            busy.destroy();
+            pump(&context);
+            let waited = ran
+                .get()
+                .expect("the main task never ran in 2 s next to an always-ready source");
+            assert!(
+                waited < Duration::from_millis(500),
+                "the main task waited {waited:?} (bound 50 ms)"
+            );
+            assert!(
+                spins.load(Ordering::Relaxed) > 0,
+                "the busy source ran meanwhile"
+            );
         });
     });
 }

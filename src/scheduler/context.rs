@@ -9,6 +9,15 @@
 //! A dispatch ends after 128 jobs or 4 ms, whichever comes first; the main
 //! scheduler also runs below GTK's redraw priority (X3, frames first).
 //!
+//! **Progress (S11).** Sitting below redraw also puts the main scheduler
+//! below every `G_PRIORITY_DEFAULT` source, and GLib only dispatches the
+//! most urgent ready sources: an always-ready source would starve it. So the
+//! main scheduler has a second, *progress* source at `G_PRIORITY_HIGH` whose
+//! `prepare` (run on every iteration, a load and a clock read) reports ready
+//! once the main source has been ready for [`PROGRESS_BOUND`] without being
+//! dispatched; it then runs one slice ahead of everything else. A main loop
+//! that keeps up never waits that long, so frames still come first.
+//!
 //! **`!Send` jobs (S10).** `spawn_local` is accepted only from a thread that
 //! owns the context right now (it holds it: it acquired it, pushed it as
 //! thread-default, or runs its loop); on the main scheduler also from the
@@ -51,6 +60,14 @@ const DISPATCH_TIME: Duration = Duration::from_millis(4);
 /// and I/O (`G_PRIORITY_DEFAULT`); above default idle sources.
 pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 
+/// S11: the longest a ready main-scheduler job waits behind other ready
+/// sources, on a thread that iterates the default main context.
+pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
+
+/// The priority of the main scheduler's progress source: ahead of every
+/// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
+const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
+
 /// The readiness of a scheduler's source, shared with its hooks so that
 /// their `prepare` (run on every iteration of the context) need not touch
 /// the scheduler itself.
@@ -58,6 +75,9 @@ pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 struct Pending {
     /// Set while a wake-up of the source is pending (coalescing flag).
     notified: AtomicBool,
+    /// When the source was last marked ready (`clock` ticks): the start of
+    /// the current wait.
+    since: AtomicU64,
     /// `!Send` jobs queued for all owner threads together; 0 lets `ready`
     /// skip looking for the calling thread's queue.
     local_jobs: AtomicUsize,
@@ -66,6 +86,8 @@ struct Pending {
 pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
+    /// The main scheduler's progress source (S11); `None` elsewhere.
+    progress: Option<SourceRef>,
     queue: Injector<Job>,
     /// One queue of `!Send` jobs per owner thread (S10).
     locals: Mutex<Vec<Arc<LocalQueue>>>,
@@ -145,6 +167,32 @@ impl Hooks for ContextHooks {
     }
 }
 
+/// The main scheduler's progress source (S11): ready once the main source
+/// has waited `bound` ticks; its dispatch is one of the main source's.
+struct ProgressHooks {
+    shared: Weak<ContextShared>,
+    pending: Arc<Pending>,
+    bound: u64,
+}
+
+impl Hooks for ProgressHooks {
+    fn ready(&self) -> bool {
+        self.pending.notified.load(Ordering::Acquire)
+            && crate::clock::now().wrapping_sub(self.pending.since.load(Ordering::Relaxed))
+                >= self.bound
+    }
+
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        match self.shared.upgrade() {
+            Some(shared) => {
+                shared.run_batch();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl ContextShared {
     /// The scheduler of `context`, created on first use.
     pub(crate) fn for_context(context: &glib::MainContext) -> Arc<ContextShared> {
@@ -180,9 +228,27 @@ impl ContextShared {
                 // dialog's loop) must still run this scheduler's other tasks.
                 true,
             );
+            // A context scheduler runs at G_PRIORITY_DEFAULT: GLib
+            // dispatches every ready source of that priority together, so
+            // only the main scheduler can be starved.
+            let progress = is_main.then(|| {
+                SourceRef::attach(
+                    context,
+                    Box::new(ProgressHooks {
+                        shared: weak.clone(),
+                        pending: pending.clone(),
+                        bound: crate::clock::ticks(PROGRESS_BOUND),
+                    }),
+                    true,
+                    c"[gdex-main-progress]",
+                    PROGRESS_PRIORITY,
+                    true,
+                )
+            });
             ContextShared {
                 context: context.clone(),
                 source,
+                progress,
                 queue: Injector::new(),
                 locals: Mutex::new(Vec::new()),
                 pending,
@@ -250,7 +316,15 @@ impl ContextShared {
 
     fn mark_ready(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
-        self.source.set_ready();
+        if self.is_main {
+            // The start of a wait, for the progress source (S11).
+            self.pending
+                .since
+                .store(crate::clock::now(), Ordering::Relaxed);
+            self.source.set_ready();
+        } else {
+            self.source.set_ready();
+        }
     }
 
     /// Panics unless the calling thread may spawn `!Send` futures here
@@ -394,7 +468,7 @@ impl ContextShared {
         got
     }
 
-    /// One dispatch of the scheduler's source.
+    /// One dispatch, from the scheduler's source or its progress source.
     fn run_batch(&self) {
         self.source.set_ready_time(-1);
         self.pending.notified.swap(false, Ordering::AcqRel);
@@ -462,6 +536,9 @@ impl Drop for OwnedQueues {
 impl Drop for ContextShared {
     fn drop(&mut self) {
         self.source.destroy();
+        if let Some(progress) = &self.progress {
+            progress.destroy();
+        }
         let key = context_key(&self.context);
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
         if map.get(&key).is_some_and(|w| w.strong_count() == 0) {

@@ -70,6 +70,11 @@ impl Scheduler {
     ///   thread (as for GTK), or the thread that holds the default main
     ///   context right now: one that acquired it, pushed it as thread-default
     ///   or runs its loop. See [`spawn_local`](Scheduler::spawn_local).
+    /// - **Frames first, with progress** (X3, S11): its source runs below
+    ///   GTK's redraw, in slices of at most 4 ms, so frames come first; but a
+    ///   ready task never waits more than about 50 ms behind other ready
+    ///   sources, however busy they keep the loop: past that, one slice runs
+    ///   ahead of them (at `G_PRIORITY_HIGH`).
     pub fn main() -> Scheduler {
         static MAIN: OnceLock<Scheduler> = OnceLock::new();
         MAIN.get_or_init(|| Scheduler::for_context(&glib::MainContext::default()))
