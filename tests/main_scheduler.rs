@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{main_context_lock, on_main, pump, pump_until, watchdog};
@@ -294,4 +294,88 @@ fn a_ready_main_task_runs_while_a_default_priority_source_is_always_ready() {
             );
         });
     });
+}
+
+const WARN_CHILD: &str = "GDEX_TEST_MAIN_IDLE_WARN_CHILD";
+
+/// Issue 12 point 10a: main-scheduler work that waits because no thread
+/// iterates the default main context is reported with one `g_warning`
+/// (domain `gdex`) per episode, never repeatedly. Run in a child process so
+/// that `GDEX_MAIN_IDLE_WARN_MS` (here 100 ms) is set from the start.
+#[test]
+fn main_work_nobody_runs_is_reported_once_per_episode() {
+    watchdog("main_work_nobody_runs_is_reported", 60, || {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_main_work_nobody_runs",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(WARN_CHILD, "1")
+            .env("GDEX_MAIN_IDLE_WARN_MS", "100")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: ok"), "the child ran: {text}");
+    });
+}
+
+#[test]
+fn child_main_work_nobody_runs() {
+    if std::env::var_os(WARN_CHILD).is_none() {
+        return;
+    }
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let w = warnings.clone();
+    glib::log_set_handler(
+        Some("gdex"),
+        glib::LogLevels::LEVEL_WARNING,
+        false,
+        false,
+        move |_, _, message| w.lock().unwrap().push(message.to_owned()),
+    );
+    let count = || warnings.lock().unwrap().len();
+    let wait_for_count = |n: usize| {
+        let start = Instant::now();
+        while count() < n && start.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Nobody iterates the default main context.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    gdex::Scheduler::main().push(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    wait_for_count(1);
+    assert_eq!(count(), 1, "one warning after the delay");
+    let text = warnings.lock().unwrap()[0].clone();
+    assert!(text.contains("default main context"), "{text}");
+    assert!(text.contains("block_on"), "says what to do: {text}");
+    // More work in the same episode, more time: no second warning.
+    let r = ran.clone();
+    gdex::Scheduler::main().push(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        count(),
+        1,
+        "never repeatedly: {:?}",
+        warnings.lock().unwrap()
+    );
+    // Someone runs the loop: the episode ends.
+    on_main(|| {
+        pump_until(&glib::MainContext::default(), || {
+            ran.load(Ordering::SeqCst) == 2
+        })
+    });
+    // A new episode is reported once more.
+    gdex::Scheduler::main().push(|| {});
+    wait_for_count(2);
+    assert_eq!(count(), 2, "{:?}", warnings.lock().unwrap());
+    println!("child: ok");
 }

@@ -31,6 +31,14 @@
 //! waiting for a thread that is not iterating cost nothing: the source's
 //! `prepare` finds them when their thread iterates the context again; no
 //! timer polls for them.
+//!
+//! **Work nobody runs (issue 12 point 10a).** Main-scheduler work that has
+//! waited [`idle_warn_delay`] (3 s; `GDEX_MAIN_IDLE_WARN_MS`) because no
+//! thread iterates the default main context is reported with one
+//! `g_warning`, once per episode (until the source runs again). The check is
+//! a thread, `gdex-main-watch`, started on the first main-scheduler push; it
+//! sleeps for good while nothing waits, and the first push of a new episode
+//! wakes it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -68,6 +76,20 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
 /// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
 const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
 
+/// How long main-scheduler work may wait for a thread to iterate the
+/// default main context before it is reported: `GDEX_MAIN_IDLE_WARN_MS`
+/// milliseconds (`0` turns the report off), 3 s by default.
+pub(crate) fn idle_warn_delay() -> Option<Duration> {
+    static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("GDEX_MAIN_IDLE_WARN_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(3000);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    })
+}
+
 /// The readiness of a scheduler's source, shared with its hooks so that
 /// their `prepare` (run on every iteration of the context) need not touch
 /// the scheduler itself.
@@ -78,6 +100,8 @@ struct Pending {
     /// When the source was last marked ready (`clock` ticks): the start of
     /// the current wait.
     since: AtomicU64,
+    /// How many times the source was dispatched: the wait's episode number.
+    dispatches: AtomicU64,
     /// `!Send` jobs queued for all owner threads together; 0 lets `ready`
     /// skip looking for the calling thread's queue.
     local_jobs: AtomicUsize,
@@ -100,6 +124,13 @@ pub(crate) struct ContextShared {
     runner: Arc<crate::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
     dispatch_ticks: u64,
+    /// Ourselves, for the idle watch thread.
+    me: Weak<ContextShared>,
+    /// The main scheduler's idle watch thread, started on the first push;
+    /// `None` inside if the report is turned off.
+    watch: OnceLock<Option<thread::Thread>>,
+    /// True while the idle watch thread sleeps for good.
+    watch_sleeping: AtomicBool,
 }
 
 /// The `!Send` jobs of one thread on one context scheduler: run only by that
@@ -264,6 +295,9 @@ impl ContextShared {
                     None,
                 ),
                 dispatch_ticks: crate::clock::ticks(DISPATCH_TIME),
+                me: weak.clone(),
+                watch: OnceLock::new(),
+                watch_sleeping: AtomicBool::new(false),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -317,11 +351,13 @@ impl ContextShared {
     fn mark_ready(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
         if self.is_main {
-            // The start of a wait, for the progress source (S11).
+            // The start of a wait: for the progress source (S11) and the
+            // idle watch.
             self.pending
                 .since
                 .store(crate::clock::now(), Ordering::Relaxed);
             self.source.set_ready();
+            self.wake_watch();
         } else {
             self.source.set_ready();
         }
@@ -470,6 +506,7 @@ impl ContextShared {
 
     /// One dispatch, from the scheduler's source or its progress source.
     fn run_batch(&self) {
+        self.pending.dispatches.fetch_add(1, Ordering::Relaxed);
         self.source.set_ready_time(-1);
         self.pending.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
@@ -489,6 +526,30 @@ impl ContextShared {
             self.mark_ready();
         }
     }
+
+    /// Wakes the idle watch thread if it sleeps for good, starting it on
+    /// the first call.
+    fn wake_watch(&self) {
+        let watch = self.watch.get_or_init(|| {
+            let delay = idle_warn_delay()?;
+            let shared = self.me.clone();
+            thread::Builder::new()
+                .name("gdex-main-watch".into())
+                .spawn(move || watch_main(shared, delay))
+                .ok()
+                .map(|handle| handle.thread().clone())
+        });
+        if let Some(thread) = watch {
+            // Pairs with the fence in `watch_main`: either it sees this wait,
+            // or we see it sleeping.
+            fence(Ordering::SeqCst);
+            if self.watch_sleeping.load(Ordering::Relaxed)
+                && self.watch_sleeping.swap(false, Ordering::AcqRel)
+            {
+                thread.unpark();
+            }
+        }
+    }
 }
 
 /// Drops a `!Send` job whose owner thread is exiting or has exited, on the
@@ -501,6 +562,49 @@ fn drop_orphan(job: Job) {
         crate::panic::report(
             crate::panic::PanicSource::Source,
             crate::error::panic_message(&*payload),
+        );
+    }
+}
+
+/// The idle watch (issue 12 point 10a): reports main-scheduler work that
+/// has waited `delay` for a thread to iterate the default main context,
+/// once per episode. Sleeps for good while there is nothing to watch.
+fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
+    let delay_ticks = crate::clock::ticks(delay);
+    let mut reported: Option<u64> = None;
+    loop {
+        let Some(main) = shared.upgrade() else { return };
+        let pending = &main.pending;
+        let waiting = |reported: Option<u64>| {
+            pending.notified.load(Ordering::Acquire)
+                && reported != Some(pending.dispatches.load(Ordering::Acquire))
+        };
+        if !waiting(reported) {
+            main.watch_sleeping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if !waiting(reported) {
+                drop(main);
+                thread::park();
+            }
+            continue;
+        }
+        let episode = pending.dispatches.load(Ordering::Acquire);
+        let waited = crate::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
+        if waited < delay_ticks {
+            let left = delay.mul_f64((delay_ticks - waited) as f64 / delay_ticks as f64);
+            drop(main);
+            thread::sleep(left.max(Duration::from_millis(1)));
+            continue;
+        }
+        reported = Some(episode);
+        glib::g_warning!(
+            "gdex",
+            "main-scheduler work has been waiting for {} ms and no thread has run it: nobody \
+             iterates the default main context (or its loop is blocked). Run the main loop \
+             (a GMainLoop, or a GTK application) on the main thread, or wait with \
+             gdex::block_on, which iterates the default main context there. (Reported once \
+             per wait; GDEX_MAIN_IDLE_WARN_MS sets the delay, 0 turns this off.)",
+            delay.as_millis()
         );
     }
 }

@@ -75,6 +75,11 @@ impl Scheduler {
     ///   ready task never waits more than about 50 ms behind other ready
     ///   sources, however busy they keep the loop: past that, one slice runs
     ///   ahead of them (at `G_PRIORITY_HIGH`).
+    /// - **Somebody must iterate the default main context**: run a
+    ///   `GMainLoop` or a GTK application, or wait with
+    ///   [`block_on`](crate::block_on). Work that has waited 3 s with nobody
+    ///   running it is reported once with a `g_warning` (domain `gdex`);
+    ///   `GDEX_MAIN_IDLE_WARN_MS=<ms>` sets that delay, `0` turns it off.
     pub fn main() -> Scheduler {
         static MAIN: OnceLock<Scheduler> = OnceLock::new();
         MAIN.get_or_init(|| Scheduler::for_context(&glib::MainContext::default()))
