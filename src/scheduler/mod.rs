@@ -224,9 +224,10 @@ impl Scheduler {
     ///   context, or any thread while nobody holds it.
     ///
     /// Nothing sticks: a thread that releases the context or exits owns
-    /// nothing any more (its `!Send` tasks run when it holds the context
-    /// again, or are dropped, on that thread, when it exits), and another
-    /// thread that holds the context may spawn its own.
+    /// nothing any more, and another thread that holds the context may
+    /// spawn its own. (The released thread's `!Send` tasks run when it holds
+    /// the context again; those queued when it exits are dropped there, on
+    /// their own thread.)
     ///
     /// On a thread pool, `spawn_local` may be called from one of its workers
     /// (inside a pool task): the future is pinned to that worker for its
