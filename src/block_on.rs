@@ -156,9 +156,27 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
 /// [`block_on`] instead.
 ///
 /// # Panics
-/// Where blocking would stall work that the future may itself need: on a
-/// pool worker, inside a task of a context scheduler (the main loop), and
-/// inside a fiber (use [`fiber::wait`](crate::fiber::wait)).
+/// Where blocking without iterating would stall work that the future may
+/// itself need (as libdex refuses waits on its scheduler threads), with a
+/// message saying what to use instead:
+///
+/// - on the process's main thread, and on any thread that holds the default
+///   main context (acquired, pushed as thread-default, or running its loop):
+///   the main scheduler runs there (see [`Scheduler::main`]), so a wait on
+///   main-scheduler work would never return. Use [`block_on`], which waits
+///   while iterating the main context;
+/// - on a thread that holds a context a gdex scheduler runs on
+///   ([`Scheduler::for_context`]), for the same reason: use [`block_on`];
+/// - on a pool worker, inside a task of a context scheduler, and inside a
+///   fiber (use [`fiber::wait`](crate::fiber::wait)).
+///
+/// [`Scheduler::main`]: crate::Scheduler::main
+/// [`Scheduler::for_context`]: crate::Scheduler::for_context
+///
+/// ```should_panic
+/// // A doctest runs on the process's main thread: refused, use block_on.
+/// gdex::wait_for(gdex::Scheduler::main().spawn(async { 1 }));
+/// ```
 ///
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
@@ -186,6 +204,27 @@ pub fn wait_for<F: Future>(future: F) -> F::Output {
             "gdex::wait_for called inside a task of a context scheduler on thread {name:?}: it \
              would block that context's loop, which the future may need. Await the future, or \
              use gdex::block_on, which keeps the loop running."
+        );
+    }
+    if is_main_thread() || glib::MainContext::default().is_owner() {
+        panic!(
+            "gdex::wait_for called on thread {name:?}, {}: the main scheduler runs on this \
+             thread, and blocking it without iterating the default main context would never \
+             let main-scheduler work the future may need run. Use gdex::block_on, which waits \
+             while iterating the main context (or await the future inside a task).",
+            if is_main_thread() {
+                "the process's main thread"
+            } else {
+                "which holds the default main context"
+            }
+        );
+    }
+    if crate::scheduler::context::holds_a_scheduler_context() {
+        panic!(
+            "gdex::wait_for called on thread {name:?}, which holds a GMainContext that a gdex \
+             scheduler runs on: blocking it without iterating that context would stall the \
+             scheduler's tasks, which the future may need. Use gdex::block_on, which waits \
+             while iterating the thread's context (or await the future inside a task)."
         );
     }
     #[cfg(feature = "tokio")]

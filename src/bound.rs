@@ -1,7 +1,6 @@
 //! X2: tasks bound to a GObject, cancelled when it is disposed; and the
 //! thread identity behind tasks bound to a thread ([`thread_token`]).
 
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -171,54 +170,21 @@ where
         .spawn_local_outcome("gdex::spawn_bound", Bound::new(object, future))
 }
 
-/// The calling thread's identity, for futures pinned to the thread that
-/// first polled them (the scheduler's `ThreadBound`): nonzero, and never
-/// given to another thread for the life of the process, like
-/// [`std::thread::ThreadId`] (whose number is not readable on stable Rust).
-///
-/// Not a thread-local's address: a new thread can get the stack and
-/// thread-local block of one that exited, and with them its addresses, so
-/// an exited owner's future would pass for the new thread's own (issue 12
-/// point 10b). Nor `thread::current().id()` on this path: it clones an
-/// `Arc` per poll. This is one thread-local read once assigned.
-#[inline]
-pub(crate) fn thread_token() -> usize {
-    thread_local! {
-        /// 0 until this thread first asks.
-        static TOKEN: Cell<usize> = const { Cell::new(0) };
-    }
-    TOKEN.with(|token| match token.get() {
-        0 => {
-            let new = next_token();
-            token.set(new);
-            new
-        }
-        known => known,
-    })
-}
-
-#[cold]
-fn next_token() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(1);
-    NEXT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
-        .expect("gdex: ran out of thread identities (usize::MAX threads started)")
-}
-
 #[cfg(test)]
 mod tests {
     /// Threads started one after the other, each after the previous one
     /// exited (so each may reuse its stack and thread-locals), never share
-    /// a token.
+    /// the identity `ThreadBound` gives them (issue 12 point 10b).
     #[test]
     fn thread_tokens_are_never_reused() {
+        use crate::scheduler::thread_token;
         let mut seen = std::collections::HashSet::new();
-        assert!(seen.insert(super::thread_token()));
+        assert!(seen.insert(thread_token()));
         for _ in 0..100 {
-            let token = std::thread::spawn(super::thread_token).join().unwrap();
+            let token = std::thread::spawn(thread_token).join().unwrap();
             assert_ne!(token, 0);
             assert!(seen.insert(token), "token {token} given to two threads");
         }
-        assert_eq!(super::thread_token(), super::thread_token());
+        assert_eq!(thread_token(), thread_token());
     }
 }

@@ -9,22 +9,50 @@
 //! A dispatch ends after 128 jobs or 4 ms, whichever comes first; the main
 //! scheduler also runs below GTK's redraw priority (X3, frames first).
 //!
-//! `!Send` futures (`spawn_local`) are accepted only from the thread that owns
-//! the context. That thread becomes the scheduler's *local owner* while any of
-//! its `!Send` tasks is alive; once they are all gone, another thread that
-//! owns the context may take over (a test harness runs each test on a new
-//! thread; a GTK app keeps its main thread).
+//! **Progress (S11).** Sitting below redraw also puts the main scheduler
+//! below every `G_PRIORITY_DEFAULT` source, and GLib only dispatches the
+//! most urgent ready sources: an always-ready source would starve it. So the
+//! main scheduler has a second, *progress* source at `G_PRIORITY_HIGH` whose
+//! `prepare` (run on every iteration, a load and a clock read) reports ready
+//! once the main source has been ready for [`PROGRESS_BOUND`] without being
+//! dispatched; it then runs one slice ahead of everything else. A main loop
+//! that keeps up never waits that long, so frames still come first.
+//!
+//! **`!Send` jobs (S10).** `spawn_local` is accepted only from a thread that
+//! owns the context right now (it holds it: it acquired it, pushed it as
+//! thread-default, or runs its loop); on the main scheduler also from the
+//! process's main thread while no other thread holds the default context.
+//! Elsewhere it panics and says why. Each owner thread gets a queue of its
+//! own: its `!Send` jobs run only when *that* thread iterates the context,
+//! whoever else does meanwhile. Nothing about ownership sticks: another
+//! thread that holds the context later gets its own queue, and a thread's
+//! queue is retired when the thread exits (the jobs still in it are dropped
+//! there, on their own thread, so their tasks resolve as cancelled). Jobs
+//! waiting for a thread that is not iterating cost nothing: the source's
+//! `prepare` finds them when their thread iterates the context again; no
+//! timer polls for them.
+//!
+//! **Work nobody runs (issue 12 point 10a).** Main-scheduler work that has
+//! waited [`idle_warn_delay`] (3 s; `GDEX_MAIN_IDLE_WARN_MS`) because no
+//! thread iterates the default main context is reported with one
+//! `g_warning`, once per episode (until the source runs again). The check is
+//! a thread, `gdex-main-watch`, started on the first main-scheduler push; it
+//! sleeps for good while nothing waits, and the first push of a new episode
+//! wakes it.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread::{self, ThreadId};
+use std::thread;
+use std::time::Duration;
 
 use crossbeam_deque::{Injector, Steal};
 use glib::translate::ToGlibPtr;
 
 use super::source::{Hooks, SourceRef};
+use super::thread_token;
 use crate::task::Job;
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
@@ -32,7 +60,7 @@ pub(crate) const DISPATCH_BATCH: usize = 128;
 
 /// How long one dispatch may run jobs before handing the loop back (X3): a
 /// quarter of a 60 Hz frame.
-const DISPATCH_TIME: std::time::Duration = std::time::Duration::from_millis(4);
+const DISPATCH_TIME: Duration = Duration::from_millis(4);
 
 /// The main scheduler's priority (X3, frames first): below GTK's layout
 /// (`G_PRIORITY_HIGH_IDLE + 10`) and redraw (`G_PRIORITY_HIGH_IDLE + 20`),
@@ -40,26 +68,79 @@ const DISPATCH_TIME: std::time::Duration = std::time::Duration::from_millis(4);
 /// and I/O (`G_PRIORITY_DEFAULT`); above default idle sources.
 pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 
+/// S11: the longest a ready main-scheduler job waits behind other ready
+/// sources, on a thread that iterates the default main context.
+pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
+
+/// The priority of the main scheduler's progress source: ahead of every
+/// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
+const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
+
+/// How long main-scheduler work may wait for a thread to iterate the
+/// default main context before it is reported: `GDEX_MAIN_IDLE_WARN_MS`
+/// milliseconds (`0` turns the report off), 3 s by default.
+pub(crate) fn idle_warn_delay() -> Option<Duration> {
+    static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("GDEX_MAIN_IDLE_WARN_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(3000);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    })
+}
+
+/// The readiness of a scheduler's source, shared with its hooks so that
+/// their `prepare` (run on every iteration of the context) need not touch
+/// the scheduler itself.
+#[derive(Default)]
+struct Pending {
+    /// Set while a wake-up of the source is pending (coalescing flag).
+    notified: AtomicBool,
+    /// When the source was last marked ready (`clock` ticks): the start of
+    /// the current wait.
+    since: AtomicU64,
+    /// How many times the source was dispatched: the wait's episode number.
+    dispatches: AtomicU64,
+    /// `!Send` jobs queued for all owner threads together; 0 lets `ready`
+    /// skip looking for the calling thread's queue.
+    local_jobs: AtomicUsize,
+}
+
 pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
+    /// The main scheduler's progress source (S11); `None` elsewhere.
+    progress: Option<SourceRef>,
     queue: Injector<Job>,
-    /// Jobs of `!Send` tasks: run only by their owner thread (`local_owner`),
-    /// whoever else iterates the context.
-    local_queue: Injector<Job>,
-    /// Set while a wake-up of the source is pending (coalescing flag).
-    notified: AtomicBool,
+    /// One queue of `!Send` jobs per owner thread (S10).
+    locals: Mutex<Vec<Arc<LocalQueue>>>,
+    pending: Arc<Pending>,
     /// How many times the source was actually marked ready (each a context
     /// lock and, from another thread, a wake-up write).
     wakeups: AtomicU64,
-    /// The thread allowed to spawn `!Send` futures here, and how many of its
-    /// `!Send` tasks are alive.
-    local_owner: Mutex<LocalOwner>,
     is_main: bool,
     /// What the stall watchdog watches of this scheduler.
     runner: Arc<crate::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
     dispatch_ticks: u64,
+    /// Ourselves, for the idle watch thread.
+    me: Weak<ContextShared>,
+    /// The main scheduler's idle watch thread, started on the first push;
+    /// `None` inside if the report is turned off.
+    watch: OnceLock<Option<thread::Thread>>,
+    /// True while the idle watch thread sleeps for good.
+    watch_sleeping: AtomicBool,
+}
+
+/// The `!Send` jobs of one thread on one context scheduler: run only by that
+/// thread (S10).
+pub(crate) struct LocalQueue {
+    /// The owner's [`thread_token`].
+    owner: u64,
+    jobs: Injector<Job>,
+    /// The owner thread has exited: nothing will run these jobs.
+    gone: AtomicBool,
 }
 
 /// Schedulers by context address. A live entry keeps nothing alive: the
@@ -75,15 +156,67 @@ fn context_key(context: &glib::MainContext) -> usize {
     ptr as usize
 }
 
+/// True if the calling thread holds a context that a gdex scheduler runs
+/// on: blocking it without iterating stalls that scheduler.
+pub(crate) fn holds_a_scheduler_context() -> bool {
+    // Upgraded outside the lock's scope of use, dropped after it: dropping
+    // the last reference to a scheduler takes the registry lock.
+    let live: Vec<Arc<ContextShared>> = registry()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    live.iter().any(|shared| shared.context.is_owner())
+}
+
 struct ContextHooks {
     shared: Weak<ContextShared>,
+    pending: Arc<Pending>,
 }
 
 impl Hooks for ContextHooks {
-    fn dispatch(&self, source: *mut glib_sys::GSource) -> bool {
+    /// `!Send` jobs that only the iterating thread may run: nobody marks the
+    /// source ready for them when their thread comes back to the context.
+    fn ready(&self) -> bool {
+        self.pending.local_jobs.load(Ordering::Acquire) > 0
+            && self.shared.upgrade().is_some_and(|shared| {
+                shared
+                    .local_queue_here()
+                    .is_some_and(|queue| !queue.jobs.is_empty())
+            })
+    }
+
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
         match self.shared.upgrade() {
             Some(shared) => {
-                shared.run_batch(source);
+                shared.run_batch();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The main scheduler's progress source (S11): ready once the main source
+/// has waited `bound` ticks; its dispatch is one of the main source's.
+struct ProgressHooks {
+    shared: Weak<ContextShared>,
+    pending: Arc<Pending>,
+    bound: u64,
+}
+
+impl Hooks for ProgressHooks {
+    fn ready(&self) -> bool {
+        self.pending.notified.load(Ordering::Acquire)
+            && crate::clock::now().wrapping_sub(self.pending.since.load(Ordering::Relaxed))
+                >= self.bound
+    }
+
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        match self.shared.upgrade() {
+            Some(shared) => {
+                shared.run_batch();
                 true
             }
             None => false,
@@ -106,12 +239,16 @@ impl ContextShared {
             } else {
                 c"[gdex-context]"
             };
+            let pending = Arc::new(Pending::default());
             let source = SourceRef::attach(
                 context,
                 Box::new(ContextHooks {
                     shared: weak.clone(),
+                    pending: pending.clone(),
                 }),
-                false,
+                // `prepare` finds the iterating thread's `!Send` jobs; pushes
+                // mark the source ready through its ready time.
+                true,
                 name,
                 if is_main {
                     MAIN_PRIORITY
@@ -122,14 +259,31 @@ impl ContextShared {
                 // dialog's loop) must still run this scheduler's other tasks.
                 true,
             );
+            // A context scheduler runs at G_PRIORITY_DEFAULT: GLib
+            // dispatches every ready source of that priority together, so
+            // only the main scheduler can be starved.
+            let progress = is_main.then(|| {
+                SourceRef::attach(
+                    context,
+                    Box::new(ProgressHooks {
+                        shared: weak.clone(),
+                        pending: pending.clone(),
+                        bound: crate::clock::ticks(PROGRESS_BOUND),
+                    }),
+                    true,
+                    c"[gdex-main-progress]",
+                    PROGRESS_PRIORITY,
+                    true,
+                )
+            });
             ContextShared {
                 context: context.clone(),
                 source,
+                progress,
                 queue: Injector::new(),
-                local_queue: Injector::new(),
-                notified: AtomicBool::new(false),
+                locals: Mutex::new(Vec::new()),
+                pending,
                 wakeups: AtomicU64::new(0),
-                local_owner: Mutex::new(LocalOwner::default()),
                 is_main,
                 runner: crate::stall::Runner::new(
                     if is_main {
@@ -141,6 +295,9 @@ impl ContextShared {
                     None,
                 ),
                 dispatch_ticks: crate::clock::ticks(DISPATCH_TIME),
+                me: weak.clone(),
+                watch: OnceLock::new(),
+                watch_sleeping: AtomicBool::new(false),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -162,10 +319,22 @@ impl ContextShared {
         self.notify();
     }
 
-    /// Queues a job of a `!Send` task, for the local owner thread only.
+    /// Queues a job of a `!Send` task on its owner thread's queue.
     #[inline]
-    pub(crate) fn push_local(&self, job: Job) {
-        self.local_queue.push(job);
+    pub(crate) fn push_local(&self, queue: &LocalQueue, job: Job) {
+        if queue.gone.load(Ordering::Acquire) {
+            drop_orphan(job);
+            return;
+        }
+        self.pending.local_jobs.fetch_add(1, Ordering::AcqRel);
+        queue.jobs.push(job);
+        // Pairs with the fence in `OwnedQueues::drop`: either it drains our job, or we
+        // see `gone` and drain it ourselves.
+        fence(Ordering::SeqCst);
+        if queue.gone.load(Ordering::Relaxed) {
+            self.drain(queue);
+            return;
+        }
         self.notify();
     }
 
@@ -174,98 +343,146 @@ impl ContextShared {
         // AcqRel pairs with the swap in `run_batch`: either that swap sees
         // our `true` (and the drain after it sees our job), or we see its
         // `false` and mark the source ready again.
-        if !self.notified.swap(true, Ordering::AcqRel) {
+        if !self.pending.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
         }
     }
 
     fn mark_ready(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
-        self.source.set_ready();
+        if self.is_main {
+            // The start of a wait: for the progress source (S11) and the
+            // idle watch.
+            self.pending
+                .since
+                .store(crate::clock::now(), Ordering::Relaxed);
+            self.source.set_ready();
+            self.wake_watch();
+        } else {
+            self.source.set_ready();
+        }
     }
 
-    /// Checks that the calling thread may spawn a `!Send` future here, makes
-    /// it the local owner if there is none, and counts one more live local
-    /// task. The returned guard, kept inside the task's future, counts it
-    /// down when the future is dropped.
-    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> LocalTaskGuard {
-        let me = thread::current().id();
-        let mut owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        match owner.thread {
-            Some(thread) if owner.live > 0 && thread != me => panic!(
-                "gdex: {what} called on thread {:?}, but this scheduler's !Send tasks belong to \
-                 thread {thread:?}; a !Send future can only run on the thread that owns the \
-                 context. Call it from that thread, or spawn a Send future with spawn().",
-                thread::current().name().unwrap_or("<unnamed>")
-            ),
-            Some(thread) if thread == me => {}
-            _ => {
-                // The context must be ours: owned right now, or free to acquire.
-                let owned = self.context.is_owner() || self.context.acquire().is_ok();
-                if !owned {
-                    panic!(
-                        "gdex: {what} called on thread {:?}, which does not own the {} context: \
-                         another thread is running it. A !Send future can only run on the thread \
-                         that owns the context; call {what} from that thread, or spawn a Send \
-                         future with spawn().",
-                        thread::current().name().unwrap_or("<unnamed>"),
-                        if self.is_main {
-                            "main (default)"
-                        } else {
-                            "scheduler's"
-                        }
-                    );
+    /// Panics unless the calling thread may spawn `!Send` futures here
+    /// (S10): see the module comment.
+    fn check_local_owner(&self, what: &str) {
+        if self.context.is_owner() {
+            return;
+        }
+        let here = thread::current();
+        let name = here.name().unwrap_or("<unnamed>");
+        if self.is_main {
+            let main_thread = crate::block_on::is_main_thread();
+            if main_thread && self.context.acquire().is_ok() {
+                return;
+            }
+            let why = if main_thread {
+                "this is the main thread, but another thread holds the default main context \
+                 (it runs the main loop there)"
+            } else {
+                "this thread is not the process's main thread and does not hold the default \
+                 main context"
+            };
+            panic!(
+                "gdex: {what} called on thread {name:?}, which may not spawn !Send futures on the \
+                 main scheduler: {why}. The main scheduler's !Send tasks belong to the process's \
+                 main thread, or to the thread that holds (has acquired) the default main \
+                 context, such as one running its main loop. Spawn a Send future instead \
+                 (Scheduler::main().spawn(..), or gdex::spawn(..) on the pool), or call {what} \
+                 from the thread that runs the main loop."
+            );
+        }
+        // Any other context: the thread that holds it, or one that could.
+        if self.context.acquire().is_err() {
+            panic!(
+                "gdex: {what} called on thread {name:?}, which does not own the scheduler's \
+                 context: another thread is running it. A !Send future can only run on the \
+                 thread that owns the context; call {what} from that thread, or spawn a Send \
+                 future with spawn()."
+            );
+        }
+    }
+
+    /// Checks that the calling thread may spawn a `!Send` future here and
+    /// returns its queue of `!Send` jobs, made on first use.
+    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> Arc<LocalQueue> {
+        self.check_local_owner(what);
+        let me = thread_token();
+        let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(queue) = locals.iter().find(|q| q.owner == me) {
+            return queue.clone();
+        }
+        let queue = Arc::new(LocalQueue {
+            owner: me,
+            jobs: Injector::new(),
+            gone: AtomicBool::new(false),
+        });
+        locals.push(queue.clone());
+        drop(locals);
+        // Retire the queue when this thread exits. (During the thread's own
+        // exit there is nothing to register with: the queue then simply
+        // stays, as its jobs could never run anyway.)
+        let _ = OWNED_QUEUES.try_with(|owned| {
+            owned
+                .0
+                .borrow_mut()
+                .push((Arc::downgrade(self), queue.clone()))
+        });
+        queue
+    }
+
+    /// The calling thread's queue of `!Send` jobs here, if it has one and
+    /// any `!Send` job is queued at all.
+    fn local_queue_here(&self) -> Option<Arc<LocalQueue>> {
+        if self.pending.local_jobs.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let me = thread_token();
+        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        locals.iter().find(|q| q.owner == me).cloned()
+    }
+
+    /// Drops the jobs left in `queue` here, on the calling thread.
+    fn drain(&self, queue: &LocalQueue) {
+        loop {
+            match queue.jobs.steal() {
+                Steal::Success(job) => {
+                    self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
+                    drop_orphan(job);
                 }
-                owner.thread = Some(me);
+                Steal::Retry => continue,
+                Steal::Empty => break,
             }
         }
-        owner.live += 1;
-        LocalTaskGuard {
-            shared: self.clone(),
-        }
     }
 
-    /// True if the calling thread is this scheduler's local owner.
-    pub(crate) fn is_local_owner(&self) -> bool {
-        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        owner.live > 0 && owner.thread == Some(thread::current().id())
-    }
-
-    /// The calling thread owns this scheduler's `!Send` tasks.
-    fn runs_local_jobs(&self) -> bool {
-        let owner = self.local_owner.lock().unwrap_or_else(|e| e.into_inner());
-        owner.thread == Some(thread::current().id())
-    }
-
-    /// Runs up to a batch of jobs, taking turns between the two queues on
-    /// the local owner's thread; `None` if everything it may run ran out.
-    fn run_jobs(&self, local_too: bool) -> Option<()> {
+    /// Runs up to a batch of jobs, taking turns between the shared queue
+    /// and the calling thread's `!Send` queue; `None` if both ran out.
+    fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
         let deadline = crate::clock::now().wrapping_add(self.dispatch_ticks);
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
-            local_turn = local_too && !local_turn;
-            let first = if local_turn {
-                &self.local_queue
-            } else {
-                &self.queue
-            };
-            let job = match first.steal() {
-                Steal::Success(job) => Some(job),
-                Steal::Retry => continue,
-                Steal::Empty if local_too => {
-                    let other = if local_turn {
-                        &self.queue
-                    } else {
-                        &self.local_queue
-                    };
-                    match other.steal() {
+            local_turn = local.is_some() && !local_turn;
+            let job = match (local_turn, local) {
+                (true, Some(local)) => match self.steal_local(local) {
+                    Steal::Success(job) => Some(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => match self.queue.steal() {
                         Steal::Success(job) => Some(job),
                         Steal::Retry => continue,
                         Steal::Empty => None,
-                    }
-                }
-                Steal::Empty => None,
+                    },
+                },
+                _ => match self.queue.steal() {
+                    Steal::Success(job) => Some(job),
+                    Steal::Retry => continue,
+                    Steal::Empty => match local.map(|l| self.steal_local(l)) {
+                        Some(Steal::Success(job)) => Some(job),
+                        Some(Steal::Retry) => continue,
+                        Some(Steal::Empty) | None => None,
+                    },
+                },
             };
             let job = job?;
             self.runner.enter_job();
@@ -279,55 +496,153 @@ impl ContextShared {
         Some(())
     }
 
-    fn run_batch(&self, source: *mut glib_sys::GSource) {
-        SourceRef::clear_ready(source);
-        self.notified.swap(false, Ordering::AcqRel);
+    fn steal_local(&self, local: &LocalQueue) -> Steal<Job> {
+        let got = local.jobs.steal();
+        if got.is_success() {
+            self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
+        }
+        got
+    }
+
+    /// One dispatch, from the scheduler's source or its progress source.
+    fn run_batch(&self) {
+        self.pending.dispatches.fetch_add(1, Ordering::Relaxed);
+        self.source.set_ready_time(-1);
+        self.pending.notified.swap(false, Ordering::AcqRel);
         let _current = super::enter_context(self);
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();
         let _runner = crate::stall::enter(&self.runner);
         self.runner.busy();
-        let local_too = !self.local_queue.is_empty() && self.runs_local_jobs();
-        self.run_jobs(local_too);
+        let local = self.local_queue_here();
+        self.run_jobs(local.as_deref());
         self.runner.idle();
-        // Work left: come back after the other sources.
-        let more = !self.queue.is_empty() || (local_too && !self.local_queue.is_empty());
-        if more && !self.notified.swap(true, Ordering::AcqRel) {
+        // Work left: come back after the other sources. (`!Send` jobs of
+        // other threads wait for their thread: the source's `prepare` finds
+        // them when it iterates the context. No timer polls for them.)
+        let more = !self.queue.is_empty() || local.is_some_and(|q| !q.jobs.is_empty());
+        if more && !self.pending.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
-        } else if !local_too && !self.local_queue.is_empty() {
-            // `!Send` jobs wait for their own thread, which is not iterating
-            // the context now: look again a little later rather than spin.
-            SourceRef::set_ready_in(source, std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Wakes the idle watch thread if it sleeps for good, starting it on
+    /// the first call.
+    fn wake_watch(&self) {
+        let watch = self.watch.get_or_init(|| {
+            let delay = idle_warn_delay()?;
+            let shared = self.me.clone();
+            thread::Builder::new()
+                .name("gdex-main-watch".into())
+                .spawn(move || watch_main(shared, delay))
+                .ok()
+                .map(|handle| handle.thread().clone())
+        });
+        if let Some(thread) = watch {
+            // Pairs with the fence in `watch_main`: either it sees this wait,
+            // or we see it sleeping.
+            fence(Ordering::SeqCst);
+            if self.watch_sleeping.load(Ordering::Relaxed)
+                && self.watch_sleeping.swap(false, Ordering::AcqRel)
+            {
+                thread.unpark();
+            }
         }
     }
 }
 
-#[derive(Default)]
-pub(crate) struct LocalOwner {
-    thread: Option<ThreadId>,
-    live: usize,
+/// Drops a `!Send` job whose owner thread is exiting or has exited, on the
+/// calling thread: its task resolves as cancelled. On the owner thread (at
+/// its exit) the future is dropped in place; on any other thread the
+/// future, bound to its own thread, is leaked instead.
+fn drop_orphan(job: Job) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(job)))
+    {
+        crate::panic::report(
+            crate::panic::PanicSource::Source,
+            crate::error::panic_message(&*payload),
+        );
+    }
 }
 
-/// Counts one live `!Send` task of a context scheduler.
-pub(crate) struct LocalTaskGuard {
-    shared: Arc<ContextShared>,
+/// The idle watch (issue 12 point 10a): reports main-scheduler work that
+/// has waited `delay` for a thread to iterate the default main context,
+/// once per episode. Sleeps for good while there is nothing to watch.
+fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
+    let delay_ticks = crate::clock::ticks(delay);
+    let mut reported: Option<u64> = None;
+    loop {
+        let Some(main) = shared.upgrade() else { return };
+        let pending = &main.pending;
+        let waiting = |reported: Option<u64>| {
+            pending.notified.load(Ordering::Acquire)
+                && reported != Some(pending.dispatches.load(Ordering::Acquire))
+        };
+        if !waiting(reported) {
+            main.watch_sleeping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if !waiting(reported) {
+                drop(main);
+                thread::park();
+            }
+            continue;
+        }
+        let episode = pending.dispatches.load(Ordering::Acquire);
+        let waited = crate::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
+        if waited < delay_ticks {
+            let left = delay.mul_f64((delay_ticks - waited) as f64 / delay_ticks as f64);
+            drop(main);
+            thread::sleep(left.max(Duration::from_millis(1)));
+            continue;
+        }
+        reported = Some(episode);
+        glib::g_warning!(
+            "gdex",
+            "main-scheduler work has been waiting for {} ms and no thread has run it: nobody \
+             iterates the default main context (or its loop is blocked). Run the main loop \
+             (a GMainLoop, or a GTK application) on the main thread, or wait with \
+             gdex::block_on, which iterates the default main context there. (Reported once \
+             per wait; GDEX_MAIN_IDLE_WARN_MS sets the delay, 0 turns this off.)",
+            delay.as_millis()
+        );
+    }
 }
 
-impl Drop for LocalTaskGuard {
+/// The `!Send` queues the current thread owns, retired when it exits.
+struct OwnedQueues(RefCell<Vec<(Weak<ContextShared>, Arc<LocalQueue>)>>);
+
+thread_local! {
+    static OWNED_QUEUES: OwnedQueues = const { OwnedQueues(RefCell::new(Vec::new())) };
+}
+
+impl Drop for OwnedQueues {
     fn drop(&mut self) {
-        let mut owner = self
-            .shared
-            .local_owner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        owner.live -= 1;
+        for (shared, queue) in self.0.take() {
+            queue.gone.store(true, Ordering::Relaxed);
+            // Pairs with the fence in `push_local`.
+            fence(Ordering::SeqCst);
+            // (A queued job holds its scheduler through its schedule
+            // function: if the scheduler is gone, so are the jobs.)
+            if let Some(shared) = shared.upgrade() {
+                shared
+                    .locals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|q| !Arc::ptr_eq(q, &queue));
+                // On the owner thread: the futures are dropped in place.
+                shared.drain(&queue);
+            }
+        }
     }
 }
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
         self.source.destroy();
+        if let Some(progress) = &self.progress {
+            progress.destroy();
+        }
         let key = context_key(&self.context);
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
         if map.get(&key).is_some_and(|w| w.strong_count() == 0) {

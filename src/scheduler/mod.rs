@@ -65,6 +65,21 @@ impl Scheduler {
     /// The main scheduler, on `g_main_context_default()` (S1): tasks spawned
     /// here run on the thread that runs the default main loop (the GTK main
     /// thread).
+    ///
+    /// - **Who may spawn `!Send` futures here** (S10): the process's main
+    ///   thread (as for GTK), or the thread that holds the default main
+    ///   context right now: one that acquired it, pushed it as thread-default
+    ///   or runs its loop. See [`spawn_local`](Scheduler::spawn_local).
+    /// - **Frames first, with progress** (X3, S11): its source runs below
+    ///   GTK's redraw, in slices of at most 4 ms, so frames come first; but a
+    ///   ready task never waits more than about 50 ms behind other ready
+    ///   sources, however busy they keep the loop: past that, one slice runs
+    ///   ahead of them (at `G_PRIORITY_HIGH`).
+    /// - **Somebody must iterate the default main context**: run a
+    ///   `GMainLoop` or a GTK application, or wait with
+    ///   [`block_on`](crate::block_on). Work that has waited 3 s with nobody
+    ///   running it is reported once with a `g_warning` (domain `gdex`);
+    ///   `GDEX_MAIN_IDLE_WARN_MS=<ms>` sets that delay, `0` turns it off.
     pub fn main() -> Scheduler {
         static MAIN: OnceLock<Scheduler> = OnceLock::new();
         MAIN.get_or_init(|| Scheduler::for_context(&glib::MainContext::default()))
@@ -81,8 +96,9 @@ impl Scheduler {
 
     /// The calling thread's scheduler (S2): its pool if it is a pool worker,
     /// the context scheduler dispatching on it, the scheduler of its
-    /// thread-default context, or the main scheduler if it owns the default
-    /// context. `None` on a plain thread.
+    /// thread-default context, or the main scheduler if it holds the default
+    /// context (it acquired it or runs its loop). `None` on a plain thread
+    /// (and on the main thread before it runs the main loop).
     pub fn thread_default() -> Option<Scheduler> {
         if let Some(pool) = crate::pool::current_pool() {
             return Some(Scheduler::from_pool(pool));
@@ -104,12 +120,9 @@ impl Scheduler {
         if let Some(context) = glib::MainContext::thread_default() {
             return Some(Scheduler::for_context(&context));
         }
-        let main = Scheduler::main();
-        let owns_main = match &main.kind {
-            Kind::Context(c) => c.context().is_owner() || c.is_local_owner(),
-            Kind::Pool(_) => false,
-        };
-        owns_main.then_some(main)
+        glib::MainContext::default()
+            .is_owner()
+            .then(Scheduler::main)
     }
 
     /// True for the main scheduler.
@@ -196,19 +209,36 @@ impl Scheduler {
         self.spawn(crate::stall::Named::new(name.into(), future))
     }
 
-    /// Spawns a `!Send` future on a context scheduler (S1). It may only be
-    /// called on the thread that owns the context (the one running its loop,
-    /// or able to acquire it); the future is polled and dropped on that
-    /// thread only.
+    /// Spawns a `!Send` future on a context scheduler (S1, S10). The future
+    /// is polled and dropped only on the calling thread, when it iterates
+    /// the context; whoever else iterates the context meanwhile leaves it
+    /// alone. Who may call it:
+    ///
+    /// - on the **main scheduler**: the process's main thread (as for GTK:
+    ///   the thread that will run the main loop), unless another thread holds
+    ///   the default main context; or the thread that holds the default main
+    ///   context right now (it acquired it, pushed it as thread-default, or
+    ///   runs its loop: how a program or a test runs the main loop on another
+    ///   thread);
+    /// - on any other **context scheduler**: the thread that holds the
+    ///   context, or any thread while nobody holds it.
+    ///
+    /// Nothing sticks: a thread that releases the context or exits owns
+    /// nothing any more, and another thread that holds the context may
+    /// spawn its own. (The released thread's `!Send` tasks run when it holds
+    /// the context again; those queued when it exits are dropped there, on
+    /// their own thread.)
     ///
     /// On a thread pool, `spawn_local` may be called from one of its workers
     /// (inside a pool task): the future is pinned to that worker for its
     /// whole life, in the worker's inbox that peers never steal from.
     ///
     /// # Panics
-    /// On a thread that does not own the context, with a message saying which
-    /// thread does; on a pool, from a thread that is not one of its workers
-    /// (use [`spawn_pinned`](Scheduler::spawn_pinned) there).
+    /// On any other thread, with a message that names the thread, the rule
+    /// and the fix (spawn a `Send` future with [`spawn`](Scheduler::spawn),
+    /// or call it from the thread that runs the loop); on a pool, from a
+    /// thread that is not one of its workers (use
+    /// [`spawn_pinned`](Scheduler::spawn_pinned) there).
     ///
     /// ```
     /// use std::rc::Rc;
@@ -235,19 +265,19 @@ impl Scheduler {
     {
         match &self.kind {
             Kind::Context(shared) => {
-                let guard = shared.enter_local(what);
-                let queue = shared.clone();
-                let future = ThreadBound::new(async move {
-                    let _live = guard;
-                    future.await
-                });
-                // The future is built on this thread, the local owner; its
-                // jobs go to the local queue, which only the owner runs.
-                // SAFETY: and ThreadBound refuses (and leaks rather than
-                // drops on) any other thread.
+                let queue = shared.enter_local(what);
+                let shared = shared.clone();
+                let future = ThreadBound::here(future);
+                // SAFETY: the future is built on this thread, an owner thread
+                // (S10); its jobs go to this thread's own queue of `!Send`
+                // jobs, which no other thread runs, and ThreadBound, bound to
+                // this thread from the start, refuses to poll it on another
+                // thread and leaks it rather than drop it on one.
                 let (runnable, task) = unsafe {
-                    task::builder()
-                        .spawn_unchecked(move |_| future, move |r| queue.push_local(Job::Task(r)))
+                    task::builder().spawn_unchecked(
+                        move |_| future,
+                        move |r| shared.push_local(&queue, Job::Task(r)),
+                    )
                 };
                 runnable.schedule();
                 Task::new(task)
@@ -537,21 +567,48 @@ where
 /// running `!Send` destructors there.
 struct ThreadBound<F> {
     /// The owning thread's [`thread_token`]; 0 until the first poll.
-    owner: usize,
+    owner: u64,
     inner: std::mem::ManuallyDrop<F>,
 }
 
-/// A cheap identity of the calling thread, never reused by a later thread
-/// (issue 12 point 10b); see [`crate::bound::thread_token`].
+/// A cheap identity of the calling thread, never 0 and never reused by a
+/// later thread (a thread-local's address would be: a `!Send` future of an
+/// exited thread must not pass for another's). `thread::current().id()`
+/// clones an `Arc`. The thread-local has no destructor, so this works
+/// during thread exit too.
 #[inline]
-fn thread_token() -> usize {
-    crate::bound::thread_token()
+pub(crate) fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: Cell<u64> = const { Cell::new(0) };
+    }
+    TOKEN.with(|t| match t.get() {
+        0 => {
+            let token = NEXT.fetch_add(1, Ordering::Relaxed);
+            t.set(token);
+            token
+        }
+        token => token,
+    })
 }
 
 impl<F> ThreadBound<F> {
+    /// Bound to the first thread that polls it (whatever it holds until
+    /// then must be `Send`).
     fn new(inner: F) -> Self {
         ThreadBound {
             owner: 0,
+            inner: std::mem::ManuallyDrop::new(inner),
+        }
+    }
+
+    /// Bound to the calling thread from the start: for a `!Send` future
+    /// built here, which must not even be dropped elsewhere before its
+    /// first poll.
+    fn here(inner: F) -> Self {
+        ThreadBound {
+            owner: thread_token(),
             inner: std::mem::ManuallyDrop::new(inner),
         }
     }

@@ -4,12 +4,18 @@
 //! `GSource` (S1, P2), written with `glib-sys` so that its readiness can be
 //! tested without locks or allocation. Two flavours share one C struct:
 //!
-//! - *ready-time* sources (`prepare`/`check` unset) for a context scheduler:
-//!   a pusher marks the source ready with `g_source_set_ready_time(src, 0)`,
-//!   which is thread-safe and wakes the context if it sleeps;
-//! - *polled* sources for pool workers: `prepare` and `check` ask the hooks,
-//!   so a worker's own pushes cost no syscall and a remote wake-up is one
-//!   `g_main_context_wakeup`.
+//! - *ready-time* sources (`prepare`/`check` unset), such as gdex timers:
+//!   they are marked ready with `g_source_set_ready_time`, which is
+//!   thread-safe and wakes the context if it sleeps;
+//! - *polled* sources: `prepare` and `check` ask the hooks as well. A pool
+//!   worker's own pushes then cost no syscall and a remote wake-up is one
+//!   `g_main_context_wakeup`; a context scheduler uses both ways (pushes
+//!   set the ready time, `prepare` finds the `!Send` jobs that only the
+//!   iterating thread may run).
+//!
+//! A source's hooks are called by whichever thread iterates its context
+//! (which may change over time) and dropped by whichever thread drops the
+//! source's last reference, so they must be `Send + Sync`.
 //!
 //! Every callback runs on the thread that iterates the context and catches
 //! panics: a panic out of an `extern "C"` callback would abort the process.
@@ -22,8 +28,9 @@ use glib_sys as ffi;
 
 use crate::error::panic_message;
 
-/// What a source asks of its owner.
-pub(crate) trait Hooks: 'static {
+/// What a source asks of its owner. `Send + Sync`: see the module comment;
+/// this is what makes [`SourceRef`] sound to share.
+pub(crate) trait Hooks: Send + Sync + 'static {
     /// For polled sources: is there work to dispatch now?
     fn ready(&self) -> bool {
         false
@@ -45,12 +52,15 @@ pub(crate) struct SourceRef {
     raw: *mut ffi::GSource,
 }
 
-// SAFETY: the only calls made through `raw` from other threads are
-// `g_source_set_ready_time`, `g_source_destroy` and `g_source_unref`, which
-// GLib documents as thread-safe; the hooks themselves are only called by the
-// thread iterating the context.
+// SAFETY: the only calls made through `raw` are `g_source_set_ready_time`,
+// `g_source_destroy` and `g_source_unref`, which GLib documents as
+// thread-safe. Dropping the last reference on this thread finalizes the
+// source here, dropping its hooks here, and the hooks may be called by any
+// thread that iterates the context: both are sound because `Hooks: Send +
+// Sync` (a source made by `from_raw` holds no hooks of ours).
 unsafe impl Send for SourceRef {}
-// SAFETY: as for `Send`: every method takes `&self` and is thread-safe.
+// SAFETY: as for `Send`: every method takes `&self` and is thread-safe, and
+// the hooks behind it are `Sync`.
 unsafe impl Sync for SourceRef {}
 
 impl SourceRef {
@@ -66,9 +76,9 @@ impl SourceRef {
     ) -> SourceRef {
         let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
         let size = std::mem::size_of::<HookSource>() as u32;
-        // `g_source_new` allocates at least `size` zeroed bytes whose prefix
-        // is a `GSource`; `funcs` is a `'static` table GLib only reads.
-        // SAFETY: and `hooks` is written before the source is attached, so
+        // SAFETY: `g_source_new` allocates at least `size` zeroed bytes
+        // whose prefix is a `GSource`; `funcs` is a `'static` table GLib
+        // only reads; `hooks` is written before the source is attached, so
         // no callback can see it uninitialised.
         unsafe {
             let raw = ffi::g_source_new(funcs as *const _ as *mut _, size);
@@ -86,7 +96,9 @@ impl SourceRef {
     /// # Safety
     /// `raw` must be a live `GSource` whose reference the caller owns and
     /// hands over. Only the thread-safe methods (`destroy`, drop) may be
-    /// used on a source that is not a gdex hook source.
+    /// used on a source that is not a gdex hook source. Since a `SourceRef`
+    /// is `Send + Sync`, its callback and callback data must be sound to
+    /// call and to release on any thread.
     pub(crate) unsafe fn from_raw(raw: *mut ffi::GSource) -> SourceRef {
         SourceRef { raw }
     }
@@ -99,28 +111,12 @@ impl SourceRef {
         unsafe { ffi::g_source_set_ready_time(self.raw, 0) }
     }
 
-    /// Makes a ready-time source dispatch once the monotonic clock
-    /// (`g_get_monotonic_time`, µs) reaches `time`. Thread-safe.
+    /// Makes a source dispatch once the monotonic clock
+    /// (`g_get_monotonic_time`, µs) reaches `time`; `-1` unsets it.
+    /// Thread-safe.
     pub(crate) fn set_ready_time(&self, time: i64) {
         // SAFETY: `raw` is alive (we own a reference); the call is thread-safe.
         unsafe { ffi::g_source_set_ready_time(self.raw, time) }
-    }
-
-    /// Called from `dispatch`: the source is not ready again until
-    /// [`set_ready`](Self::set_ready).
-    #[inline]
-    pub(crate) fn clear_ready(raw: *mut ffi::GSource) {
-        // SAFETY: called from the source's own dispatch, so `raw` is alive.
-        unsafe { ffi::g_source_set_ready_time(raw, -1) }
-    }
-
-    /// Called from `dispatch`: makes the source ready again after `delay`.
-    pub(crate) fn set_ready_in(raw: *mut ffi::GSource, delay: std::time::Duration) {
-        // SAFETY: called from the source's own dispatch, so `raw` is alive.
-        unsafe {
-            let now = ffi::g_source_get_time(raw);
-            ffi::g_source_set_ready_time(raw, now + delay.as_micros() as i64);
-        }
     }
 
     pub(crate) fn destroy(&self) {
