@@ -164,10 +164,16 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         if cx.is_null() {
             // No poll is resuming us: the fiber is being unwound by its
             // drop (its pool shut down), and a destructor waits. There is
-            // no `Context` to poll with and nobody to resume us: the fiber
-            // is cancelled (issue 12 point 1: this used to poll with the
-            // last poll's `Context`, long gone).
-            return Err(Error::Cancelled);
+            // no `Context` of a poll to use and nobody to resume us (issue
+            // 12 point 1: this used to poll with the last poll's `Context`,
+            // long gone). A future that is ready at once still gives its
+            // value (a destructor that flushes must not panic during the
+            // unwind: that aborts); any other wait is cancelled.
+            let mut noop = Context::from_waker(std::task::Waker::noop());
+            return match future.as_mut().poll(&mut noop) {
+                Poll::Ready(value) => Ok(value),
+                Poll::Pending => Err(Error::Cancelled),
+            };
         }
         // SAFETY: a non-null `cx` was set by the poll that resumed us and is
         // reset to null before that poll returns, so it is live here.
@@ -180,9 +186,12 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
             ctx.shared.waker.register(cx.waker());
         }
         // Checked after the registration: a cancellation before it found no
-        // waker to wake.
+        // waker to wake. A cancelled fiber still goes round its scheduler
+        // once before it is told (as libdex's cancelled waits do), so one
+        // that ignores the error and loops on its waits never holds its
+        // thread in a single poll.
         if ctx.shared.cancelled.load(Ordering::SeqCst) {
-            return Err(Error::Cancelled);
+            cx.waker().wake_by_ref();
         }
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
         // whole run, and we are running on that fiber.

@@ -309,6 +309,12 @@ impl PoolShared {
 
     fn shutdown(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
+            // Someone else began: a plain thread waits until the workers are
+            // joined (S9 holds when any shutdown() returns). A worker of the
+            // pool must not wait: the first caller may be joining it.
+            if worker::current_index(self).is_none() {
+                self.join_workers();
+            }
             return;
         }
         glib::g_debug!(
@@ -322,18 +328,28 @@ impl PoolShared {
         // Running blocking jobs finish on their own; queued ones are dropped.
         self.blocking
             .close(crate::blocking::CloseMode::CancelQueued);
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        self.join_workers();
+    }
+
+    /// Joins every worker thread but the caller's, holding the list while it
+    /// does, so that a second caller waits for the first.
+    fn join_workers(&self) {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         let me = std::thread::current().id();
-        for thread in threads {
+        let mut own = Vec::new();
+        for thread in threads.drain(..) {
             if thread.thread().id() == me {
                 // A worker is shutting down its own pool: it leaves its loop
-                // when this dispatch returns.
+                // when this dispatch returns; a later caller joins it.
+                own.push(thread);
                 continue;
             }
             if thread.join().is_err() {
                 glib::g_critical!("gdex", "a gdex worker thread panicked during shutdown");
             }
         }
+        *threads = own;
+        drop(threads);
         self.drain_injector();
     }
 

@@ -377,6 +377,12 @@ impl Core {
         let deadline = std::time::Instant::now() + FIBER_EXIT;
         self.in_slice.set(true);
         while std::time::Instant::now() < deadline {
+            // A fiber first polled during this phase registers itself now:
+            // cancel it too (F4), so that it returns rather than unwinds.
+            let late: Vec<_> = self.fibers.borrow_mut().drain(..).collect();
+            for fiber in late.iter().filter_map(std::sync::Weak::upgrade) {
+                fiber.cancel();
+            }
             match self.find_pinned() {
                 Some(job) => job.run(),
                 None => break,
