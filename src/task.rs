@@ -353,8 +353,11 @@ impl Idle {
     #[cold]
     fn register(&mut self, waker: &std::task::Waker) {
         // First idle, or the registry that held us was closed while we ran
-        // on another worker: record ourselves on this one.
-        self.registry = None;
+        // on another worker: record ourselves on this one, and tell the old
+        // one we are no longer its to drop.
+        if let Some(old) = self.registry.take() {
+            old.remove(self.key);
+        }
         let Some(registry) = crate::pool::current_registry() else {
             self.key = UNTRACKED;
             return;

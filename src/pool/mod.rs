@@ -31,7 +31,9 @@
 //!    queues, on its own thread (a fiber that did not return unwinds there;
 //!    a `!Send` future is dropped on the thread it ran on). Their tasks
 //!    resolve to [`Error::Cancelled`](crate::Error::Cancelled), and every
-//!    future is dropped exactly once.
+//!    future is dropped exactly once. A wake-up from another thread that
+//!    straddled that step (the task marked scheduled, its job not queued
+//!    yet) is waited for, for up to 2 s, so that its job too is dropped here.
 //! 4. The caller joins every worker thread (except its own, if a worker shuts
 //!    its own pool down) and drops what is left in the injector.
 //! 5. A job injected after step 1 is dropped by its pusher, which checks
@@ -273,11 +275,11 @@ impl PoolShared {
             // Shutdown: worker `i` has drained its inbox for the last time
             // (it sets `exited` and then drains once more, so either it sees
             // our job or we see the flag). Every task that had run on it
-            // was woken and dropped by then (S9), so what we find here never
-            // ran: a task spawned or woken while the pool shut down. Its
-            // future was never polled, so dropping it on this thread is
-            // sound (the contract of `spawn_pinned_unchecked`; ThreadBound
-            // checks it).
+            // was woken and dropped by then (S9; a wake that straddled its
+            // registry's close was waited for), so what we find here never
+            // ran: a task spawned while the pool shut down. Its future was
+            // never polled, so dropping it on this thread is sound (the
+            // contract of `spawn_pinned_unchecked`; ThreadBound checks it).
             Self::drain(&remote.inbox);
             return;
         }

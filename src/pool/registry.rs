@@ -22,18 +22,40 @@
 //! records itself in the registry of the worker running it, which has not
 //! closed yet (a worker closes its registry only once it runs no more tasks).
 //!
+//! A wake-up from another thread can straddle that close: async-task marks
+//! the task scheduled, and only then calls the schedule function that
+//! pushes it to the worker's inbox. If the worker closes its registry in
+//! between, its own wake of that task does nothing (the task is already
+//! scheduled), and the job arrives later. So a closed registry keeps count
+//! of the tasks it gave back that have not been dropped yet (each drop, or
+//! each move to another worker's registry, goes through [`Registry::remove`]),
+//! and the worker keeps taking its inbox until that count is zero, for up to
+//! [`LATE_WAKE`]: the late job is dropped on its own thread.
+//!
 //! (tokio keeps a list of every task it owns for the same reason; smol's
 //! executor keeps a slab of every task's waker. Recording only tasks that
 //! go idle keeps the spawn path free of it.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
+use std::time::Duration;
+
+/// How long an exiting worker waits for the tasks its registry gave back
+/// and that are still out (see the module docs). A wake-up straddles the
+/// close only for a few instructions; the bound is for a waking thread that
+/// is stopped in between (a signal handler, a debugger). A task still out
+/// then is dropped by whoever queues it: a `Send` one anywhere, a pinned one
+/// is leaked with a warning (it can only be dropped on its own thread).
+pub(crate) const LATE_WAKE: Duration = Duration::from_secs(2);
 
 /// One worker's book of idle tasks.
 pub(crate) struct Registry {
     /// Set once, under the lock, when the worker wakes everything in it.
     closed: AtomicBool,
+    /// Once closed: how many of the tasks given back by `close` have not
+    /// been dropped (or recorded elsewhere) yet.
+    outstanding: AtomicUsize,
     wakers: Mutex<slab::Slab<Waker>>,
 }
 
@@ -41,6 +63,7 @@ impl Registry {
     pub(crate) fn new() -> Arc<Registry> {
         Arc::new(Registry {
             closed: AtomicBool::new(false),
+            outstanding: AtomicUsize::new(0),
             wakers: Mutex::new(slab::Slab::new()),
         })
     }
@@ -66,12 +89,16 @@ impl Registry {
         Some(wakers.insert(waker.clone()))
     }
 
-    /// Forgets entry `key` (its task finished or was dropped). Nothing to do
-    /// once closed: `close` took every entry.
+    /// Forgets entry `key` (its task finished or was dropped, or is moving
+    /// to another worker's registry). Once closed, `close` took every entry:
+    /// this counts the task as no longer out.
     pub(crate) fn remove(&self, key: usize) {
         let waker = {
             let mut wakers = self.lock();
             if self.closed.load(Ordering::Relaxed) {
+                // Every entry alive at the close was counted, and an
+                // entry is removed once: this never goes below zero.
+                self.outstanding.fetch_sub(1, Ordering::Release);
                 return;
             }
             wakers.try_remove(key)
@@ -84,11 +111,18 @@ impl Registry {
     /// worker to wake.
     pub(crate) fn close(&self) -> Vec<Waker> {
         let mut wakers = self.lock();
+        self.outstanding.store(wakers.len(), Ordering::Relaxed);
         self.closed.store(true, Ordering::Release);
         std::mem::take(&mut *wakers)
             .into_iter()
             .map(|(_, waker)| waker)
             .collect()
+    }
+
+    /// Once closed: how many of the tasks `close` gave back are neither
+    /// dropped nor recorded elsewhere yet.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
     }
 
     /// How many tasks are recorded now (for the tests).
@@ -111,9 +145,11 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r.close().len(), 1);
         assert!(r.is_closed());
+        assert_eq!(r.outstanding(), 1);
         assert!(r.insert(futures::task::noop_waker_ref()).is_none());
-        // A late removal of an entry that close() took is harmless.
+        // A late removal of an entry that close() took counts it as done.
         r.remove(b);
         assert_eq!(r.len(), 0);
+        assert_eq!(r.outstanding(), 0);
     }
 }

@@ -256,30 +256,20 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         for waker in remote.registry.close() {
             waker.wake();
         }
-        // Shutdown step 3: drop what is left, here, on the worker's thread:
-        // its pinned inbox (fibers unwind here, on their own thread) and its
-        // deque. A future's destructor may schedule more (a dropped Task
-        // cancels its task): that lands here too and is dropped in turn.
+        // Shutdown step 3: drop what is left, here (see `drop_queued`).
         let inbox = &shared.remotes[index].inbox;
-        loop {
-            if let Some(job) = core.local.pop() {
-                drop(job);
-                continue;
-            }
-            let pinned = core.pinned.borrow_mut().pop_front();
-            if let Some(job) = pinned {
-                drop(job);
-                continue;
-            }
-            let woken = core.woken.borrow_mut().take();
-            if let Some(job) = woken {
-                drop(job);
-                continue;
-            }
-            match inbox.steal() {
-                Steal::Success(job) => drop(job),
-                Steal::Retry => continue,
-                Steal::Empty => break,
+        core.drop_queued();
+        // A wake-up from another thread that straddled the close has marked
+        // its task scheduled but not queued it yet: wait for it to land, so
+        // that a pinned one too is dropped here (see `registry`). A `Send`
+        // one may be queued anywhere: the injector is emptied meanwhile, and
+        // a peer empties its own queues before it exits.
+        if remote.registry.outstanding() > 0 {
+            let deadline = std::time::Instant::now() + super::registry::LATE_WAKE;
+            while remote.registry.outstanding() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                shared.drain_injector();
+                core.drop_queued();
             }
         }
         // Shutdown step 5: from now on a pusher to our inbox drops what it
@@ -389,6 +379,35 @@ impl Core {
             }
         }
         self.in_slice.set(false);
+    }
+
+    /// Shutdown step 3: drops what is queued here, on the worker's thread:
+    /// its pinned inbox (fibers unwind here, on their own thread) and its
+    /// deque. A future's destructor may schedule more (a dropped Task
+    /// cancels its task): that lands here too and is dropped in turn.
+    fn drop_queued(&self) {
+        let inbox = &self.shared.remotes[self.index].inbox;
+        loop {
+            if let Some(job) = self.local.pop() {
+                drop(job);
+                continue;
+            }
+            let pinned = self.pinned.borrow_mut().pop_front();
+            if let Some(job) = pinned {
+                drop(job);
+                continue;
+            }
+            let woken = self.woken.borrow_mut().take();
+            if let Some(job) = woken {
+                drop(job);
+                continue;
+            }
+            match inbox.steal() {
+                Steal::Success(job) => drop(job),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
+        }
     }
 
     /// Hands every job on this worker's deque to its peers before the worker
