@@ -49,6 +49,10 @@ struct Ui {
     spinner_frames: Rc<Cell<u64>>,
     /// Panic dialogs shown.
     dialogs: Cell<usize>,
+    /// Self-test only: the next run keeps its second half waiting until it
+    /// is cancelled, so that Cancel always lands mid-run, however slowly
+    /// the main loop gets to check the count on a loaded machine.
+    hold_next_run: Cell<bool>,
 }
 
 fn main() -> glib::ExitCode {
@@ -110,6 +114,7 @@ fn build_ui(app: &gtk::Application) {
         run: RefCell::new(None),
         spinner_frames,
         dialogs: Cell::new(0),
+        hold_next_run: Cell::new(false),
     });
 
     let on_start = ui.clone();
@@ -188,10 +193,16 @@ fn start_run(ui: &Rc<Ui>) {
         done: Arc::new(AtomicUsize::new(0)),
         started: Instant::now(),
     });
+    let hold = ui.hold_next_run.replace(false);
     for i in 0..TOTAL {
         let done = run.done.clone();
+        let held = hold && i >= TOTAL / 2;
         run.group
             .spawn(async move {
+                if held {
+                    // Until Cancel drops it.
+                    std::future::pending::<()>().await;
+                }
                 // A little CPU work, then a yield, then a little more.
                 let mut x = i as u64;
                 for _ in 0..20_000 {
@@ -292,6 +303,8 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
     until("the window to be drawn", || ui.spinner_frames.get() > 2).await?;
 
     // Start, let a tenth run, cancel: the count stops where cancel says.
+    // The second half of this run waits for the cancel (see hold_next_run).
+    ui.hold_next_run.set(true);
     ui.start.emit_clicked();
     let run = ui.run.borrow().clone().ok_or("Start did not start a run")?;
     until("a tenth of the tasks", || {
