@@ -106,9 +106,10 @@
 //! assert_eq!(answer, 3_628_800);
 //! ```
 //!
-//! The contracts this crate keeps (P1-P9 for the pool, S1-S8 for schedulers
+//! The contracts this crate keeps (P1-P9 for the pool, S1-S11 for schedulers
 //! and tasks, F1-F6 for fibers, B1-B5 for blocking, X1-X7 beyond libdex) are
-//! numbered in the project's `DESIGN.md`; tests cite them.
+//! numbered in `docs/architecture.md`, which says for each where it lives and
+//! which tests show it; rustdoc and tests cite them.
 //!
 //! [libdex]: https://gitlab.gnome.org/GNOME/libdex
 
