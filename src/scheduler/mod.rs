@@ -227,7 +227,9 @@ impl Scheduler {
     /// nothing any more, and another thread that holds the context may
     /// spawn its own. (The released thread's `!Send` tasks run when it holds
     /// the context again; those queued when it exits are dropped there, on
-    /// their own thread.)
+    /// their own thread. One that is idle when its thread exits can never be
+    /// dropped soundly: it is leaked, its destructor never runs, and if it
+    /// is woken later a critical says so.)
     ///
     /// On a thread pool, `spawn_local` may be called from one of its workers
     /// (inside a pool task): the future is pinned to that worker for its
