@@ -1,13 +1,24 @@
 //! Time: [`sleep`], [`timeout`], [`with_timeout`], [`with_deadline`].
 //!
-//! A timer is one ready-time `GSource` attached, on first poll, to the
-//! context of the scheduler polling it: a pool worker's own context, the
-//! main context, a context scheduler's context, or the thread-default
-//! context. So it works in pool tasks, main tasks and fibers alike, and
-//! wakes its task wherever that task has moved since. A future polled
-//! where no context runs (a plain thread) gets its timer from a small
-//! `gdex-timers` thread. Times are kept in microseconds on GLib's monotonic
-//! clock.
+//! A timer is one ready-time `GSource` attached to the context of the
+//! scheduler that polls it: a pool worker's own context, the main context,
+//! a context scheduler's context, or the thread-default context. So it works
+//! in pool tasks, main tasks and fibers alike. A timer follows its task: when
+//! it is polled on another context than the one it waits on (its task moved
+//! to another worker, say because its first worker is stuck in a long poll or
+//! in [`blocking::blocking`](crate::blocking::blocking), or that worker's pool
+//! was shut down), it moves its source there, or resolves at once if its
+//! deadline has passed. A future polled where no context runs (a plain
+//! thread) gets its timer from a small `gdex-timers` thread.
+//!
+//! (Raw GLib sources that a task attaches itself, such as a
+//! `glib::timeout_future`, stay on the context they were attached to, as in
+//! libdex: on a pool, that worker's.)
+//!
+//! Deadlines are kept in microseconds on GLib's monotonic clock, but GLib
+//! wakes a sleeping context with millisecond precision: a timer fires up to
+//! about a millisecond late when its context sleeps (a 100 µs sleep takes
+//! about 1.1 ms), and on time while the context is busy and checks it.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -25,7 +36,8 @@ struct Timer {
     /// Microseconds on GLib's monotonic clock.
     deadline: i64,
     fired: Arc<Flag>,
-    source: Option<SourceRef>,
+    /// The source it waits on, and that source's context.
+    source: Option<(SourceRef, glib::MainContext)>,
 }
 
 impl Hooks for Arc<Flag> {
@@ -50,21 +62,32 @@ impl Timer {
     }
 
     fn poll_fired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.source.is_none() {
-            if glib::monotonic_time() >= self.deadline {
-                return Poll::Ready(());
-            }
-            let source = SourceRef::attach(
-                &timer_context(),
-                Box::new(self.fired.clone()),
-                false,
-                c"gdex timer",
-                glib::ffi::G_PRIORITY_DEFAULT,
-                false,
-            );
-            source.set_ready_time(self.deadline);
-            self.source = Some(source);
+        if self.fired.poll_raised(cx) {
+            return Poll::Ready(());
         }
+        let here = timer_context();
+        if matches!(&self.source, Some((_, home)) if *home == here) {
+            return Poll::Pending;
+        }
+        // First poll, or polled on another context than the one we wait on:
+        // our task moved (its first worker may be stuck in one poll, or
+        // gone). Wait here instead.
+        if let Some((source, _)) = self.source.take() {
+            source.destroy();
+        }
+        if glib::monotonic_time() >= self.deadline {
+            return Poll::Ready(());
+        }
+        let source = SourceRef::attach(
+            &here,
+            Box::new(self.fired.clone()),
+            false,
+            c"gdex timer",
+            glib::ffi::G_PRIORITY_DEFAULT,
+            false,
+        );
+        source.set_ready_time(self.deadline);
+        self.source = Some((source, here));
         if self.fired.poll_raised(cx) {
             Poll::Ready(())
         } else {
@@ -75,7 +98,7 @@ impl Timer {
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        if let Some(source) = &self.source {
+        if let Some((source, _)) = &self.source {
             source.destroy();
         }
     }
