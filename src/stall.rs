@@ -11,6 +11,14 @@
 //! monitor sleeps for good while every runner is idle, and the first runner
 //! to start working again wakes it, so an idle program pays nothing.
 //!
+//! The monitor also watches every pool worker, watchdog threshold or not
+//! (P6, issue 19 point 2): while a worker is busy it samples every
+//! [`HAND_OVER_AFTER`] (1 ms), and a worker that has sat in one poll that
+//! long gets its queued jobs taken by a peer. A job pushed behind a long
+//! poll asks for no help itself (one queued job never does: asking on every
+//! push would cost chained workloads a wake-up each), so this is what moves
+//! it within a couple of milliseconds.
+//!
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
 //!
@@ -49,6 +57,9 @@ pub(crate) struct Runner {
     threshold: Duration,
     /// For a worker: its pool and index, to wake peers for its queue.
     worker: Option<(Weak<PoolShared>, usize)>,
+    /// Watched at all: a stall threshold is set, or it is a pool worker
+    /// (whose queue peers take over after [`HAND_OVER_AFTER`], P6).
+    watched: bool,
     /// The monitor's bookkeeping (only the monitor touches it).
     track: Mutex<Track>,
     /// Time the current job spent in the panic hook (written by the
@@ -87,11 +98,12 @@ impl Runner {
             name: Mutex::new(None),
             label,
             threshold,
+            watched: !threshold.is_zero() || worker.is_some(),
             worker,
             track: Mutex::new(Track::default()),
             in_panic_hook: Mutex::new(HookTime::default()),
         });
-        if !threshold.is_zero() {
+        if runner.watched {
             monitor().register(&runner);
         }
         runner
@@ -116,7 +128,7 @@ impl Runner {
     /// it parked and wake it.
     #[inline]
     pub(crate) fn busy(&self) {
-        if !self.threshold.is_zero() {
+        if self.watched {
             self.active.store(true, Ordering::Relaxed);
             std::sync::atomic::fence(Ordering::SeqCst);
             monitor().wake();
@@ -126,7 +138,7 @@ impl Runner {
     /// The slice is over.
     #[inline]
     pub(crate) fn idle(&self) {
-        if !self.threshold.is_zero() {
+        if self.watched {
             self.active.store(false, Ordering::Relaxed);
         }
     }
@@ -211,6 +223,11 @@ thread_local! {
 pub(crate) fn enter(runner: &Runner) -> impl Drop {
     crate::util::scoped(&CURRENT, runner as *const Runner)
 }
+
+/// How long a pool worker may sit in one poll before the jobs queued behind
+/// it are handed to a peer (P6), and the monitor's tick while a worker is
+/// busy: a queued job waits at most about two ticks for an idle peer.
+pub(crate) const HAND_OVER_AFTER: Duration = Duration::from_millis(1);
 
 /// The threshold a runner gets unless told otherwise: `GDEX_STALL_MS`
 /// (0 turns the watchdog off), else 100 ms. An unusable value is reported
@@ -327,14 +344,30 @@ impl Monitor {
                 list.retain(|w| w.strong_count() > 0);
                 list.iter().filter_map(Weak::upgrade).collect()
             };
-            let Some(min) = runners.iter().map(|r| r.threshold).min() else {
+            if runners.is_empty() {
                 self.parked.store(true, Ordering::SeqCst);
                 self.park();
                 continue;
+            }
+            // A busy pool worker is sampled every tick, so that a job queued
+            // behind its long poll moves within a couple of ticks; stalls
+            // need only a few samples per threshold.
+            let workers_busy = runners
+                .iter()
+                .any(|r| r.worker.is_some() && r.active.load(Ordering::Relaxed));
+            let period = if workers_busy {
+                HAND_OVER_AFTER
+            } else {
+                runners
+                    .iter()
+                    .map(|r| r.threshold)
+                    .filter(|t| !t.is_zero())
+                    .min()
+                    .map_or(HAND_OVER_AFTER, |min| {
+                        (min / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
+                    })
             };
-            std::thread::sleep(
-                (min / 4).clamp(Duration::from_millis(5), Duration::from_millis(250)),
-            );
+            std::thread::sleep(period);
             let mut busy = false;
             let now = Instant::now();
             for runner in &runners {
@@ -383,20 +416,27 @@ impl Monitor {
             return true;
         }
         let stuck_for = now.duration_since(track.since.unwrap_or(now));
-        if stuck_for < runner.threshold {
-            return true;
-        }
         let pool = runner
             .worker
             .as_ref()
             .and_then(|(p, i)| Some((p.upgrade()?, *i)));
         if let Some((pool, i)) = &pool {
+            if stuck_for >= HAND_OVER_AFTER {
+                // P6: whatever sits on a worker's deque behind one long poll
+                // goes to a peer, whether or not the poll counts as a stall
+                // (a peer that parked saw an empty deque and nobody asked it
+                // for help, since one queued job asks for none).
+                pool.help_stuck_worker(*i);
+            }
+        }
+        if runner.threshold.is_zero() || stuck_for < runner.threshold {
+            return true;
+        }
+        if let Some((pool, i)) = &pool {
             if pool.in_blocking(*i) {
                 // Declared with gdex::blocking::blocking: not a stall.
                 return true;
             }
-            // Whatever sits on the stuck worker's deque goes to a peer.
-            pool.help_stuck_worker(*i);
         }
         // Time in the panic hook (a backtrace being symbolized) is the panic
         // report's, not the task's: not a stall, though the queue above
