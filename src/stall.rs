@@ -425,7 +425,10 @@ impl Monitor {
                 // P6: whatever sits on a worker's deque behind one long poll
                 // goes to a peer, whether or not the poll counts as a stall
                 // (a peer that parked saw an empty deque and nobody asked it
-                // for help, since one queued job asks for none).
+                // for help, since one queued job asks for none). Its overdue
+                // gdex timers fire from here, their tasks woken for a peer
+                // to run (issue 19 point 1).
+                pool.fire_overdue_timers(*i);
                 pool.help_stuck_worker(*i);
             }
         }

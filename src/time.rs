@@ -8,8 +8,12 @@
 //! to another worker, say because its first worker is stuck in a long poll or
 //! in [`blocking::blocking`](crate::blocking::blocking), or that worker's pool
 //! was shut down), it moves its source there, or resolves at once if its
-//! deadline has passed. A future polled where no context runs (a plain
-//! thread) gets its timer from a small `gdex-timers` thread.
+//! deadline has passed. A task that waits only on its timer, on a worker
+//! that then sits in one long poll, is not held either: the watchdog's
+//! monitor raises the overdue timers of a worker stuck in one poll for a
+//! millisecond, and an idle peer runs the task (see `pool::timers`). A
+//! future polled where no context runs (a plain thread) gets its timer from
+//! a small `gdex-timers` thread.
 //!
 //! (Raw GLib sources that a task attaches itself, such as a
 //! `glib::timeout_future`, stay on the context they were attached to, as in
@@ -87,6 +91,8 @@ impl Timer {
             false,
         );
         source.set_ready_time(self.deadline);
+        // On a pool worker: in case the worker gets stuck in one poll.
+        crate::pool::note_timer(self.deadline, &self.fired);
         self.source = Some((source, here));
         if self.fired.poll_raised(cx) {
             Poll::Ready(())

@@ -201,3 +201,66 @@ fn count_sources(context: &glib::MainContext, name: &str) -> usize {
         })
         .count()
 }
+
+/// A task that waits only on its `sleep` (it is idle, nobody polls it) on a
+/// worker that then sits in one long poll: the timer must still fire about
+/// on time and the task run on the idle peer, both for a CPU-bound poll
+/// and for one inside `blocking::blocking`. The watchdog's monitor raises
+/// the overdue timers of a worker stuck in one poll. (On cc53133 the task
+/// waited for the long poll to end.)
+#[test]
+fn an_idle_tasks_timer_fires_while_its_worker_sits_in_one_long_poll() {
+    watchdog(
+        "an_idle_tasks_timer_fires_while_its_worker_is_stuck",
+        60,
+        || {
+            for (declared, threshold) in [
+                (false, Duration::ZERO),
+                (true, Duration::ZERO),
+                (false, Duration::from_millis(100)),
+            ] {
+                let pool = gdex::ThreadPool::builder()
+                    .workers(2)
+                    .stall_threshold(threshold)
+                    .build()
+                    .unwrap();
+                let s = pool.scheduler();
+                let release = Arc::new(AtomicBool::new(false));
+                let blocker_done = Arc::new(AtomicBool::new(false));
+                let (rel, bd, s2) = (release.clone(), blocker_done.clone(), s.clone());
+                let task = s.spawn(async move {
+                    let first = worker();
+                    // Queue the long poll behind us on this worker, then wait
+                    // only on the timer.
+                    let bd2 = bd.clone();
+                    s2.spawn(async move {
+                        let wait = || {
+                            let end = std::time::Instant::now() + Duration::from_secs(2);
+                            while !rel.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+                                std::hint::spin_loop();
+                            }
+                        };
+                        if declared {
+                            gdex::blocking::blocking(wait);
+                        } else {
+                            wait();
+                        }
+                        bd2.store(true, Ordering::SeqCst);
+                    })
+                    .detach();
+                    gdex::sleep(Duration::from_millis(20)).await;
+                    (first, worker(), bd.load(Ordering::SeqCst))
+                });
+                let (first, now, blocker_was_done) = gdex::block_on(task).unwrap();
+                release.store(true, Ordering::SeqCst);
+                assert!(
+                !blocker_was_done,
+                "a 20 ms sleep of an idle task on {first} fired only after {first}'s long poll \
+                 (declared blocking: {declared}, watchdog threshold {threshold:?})"
+            );
+                assert_ne!(first, now, "the task did not move to the idle peer");
+                pool.shutdown();
+            }
+        },
+    );
+}

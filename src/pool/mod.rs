@@ -47,6 +47,7 @@ mod loom_sleep;
 pub(crate) mod metrics;
 pub(crate) mod registry;
 pub(crate) mod sleep;
+pub(crate) mod timers;
 mod worker;
 
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -64,7 +65,7 @@ use metrics::{Counter, PoolMetrics, WorkerCounters};
 use sleep::{Request, Sleep};
 
 pub(crate) use worker::{
-    current_index, current_pool, current_registry, enter_blocking, register_fiber,
+    current_index, current_pool, current_registry, enter_blocking, note_timer, register_fiber,
 };
 
 /// The largest worker count a pool accepts.
@@ -84,6 +85,8 @@ pub(crate) struct Remote {
     /// Set by the worker once it has drained its queues for the last time:
     /// from then on, whoever pushes to its inbox drops what it finds there.
     exited: AtomicBool,
+    /// The gdex timers waiting on this worker's context (see [`timers`]).
+    timers: timers::TimerBook,
 }
 
 pub(crate) struct PoolShared {
@@ -205,6 +208,12 @@ impl PoolShared {
     }
 
     /// Worker `i` declared it blocks (`gdex::blocking::blocking`).
+    /// Raises worker `i`'s overdue gdex timers (it sits in one long poll:
+    /// see [`timers`]).
+    pub(crate) fn fire_overdue_timers(&self, i: usize) -> usize {
+        self.remotes[i].timers.fire_due(glib::monotonic_time())
+    }
+
     pub(crate) fn in_blocking(&self, i: usize) -> bool {
         self.remotes[i].in_blocking.load(Ordering::Acquire)
     }
@@ -659,6 +668,7 @@ impl ThreadPoolBuilder {
                         in_blocking: AtomicBool::new(false),
                         registry: registry::Registry::new(),
                         exited: AtomicBool::new(false),
+                        timers: Default::default(),
                     })
                 })
                 .collect(),

@@ -28,6 +28,11 @@ impl Flag {
         self.waker.wake();
     }
 
+    /// True once raised.
+    pub(crate) fn is_raised(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
     /// True if raised; otherwise registers the task to be woken when it is.
     pub(crate) fn poll_raised(&self, cx: &mut Context<'_>) -> bool {
         if self.set.load(Ordering::Acquire) {
