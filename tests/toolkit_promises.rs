@@ -125,3 +125,329 @@ fn cancellable_run_stops_polling_its_future_once_cancelled() {
         "the future was not dropped"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Point 8: the channel serves waiters in arrival order
+// ---------------------------------------------------------------------------
+
+/// A receive that waited and was woken for an item keeps it: a `try_recv`
+/// or a newer receive polled before it cannot take it, and the woken
+/// receive does not lose its place in line to a receive that came later.
+#[test]
+fn a_receive_woken_for_an_item_keeps_it_against_try_recv_and_newer_receives() {
+    let (tx, rx) = gdex::channel::<u32>(4);
+    let (wa, wake_a) = count_waker();
+    let (wb, wake_b) = count_waker();
+    let mut first = pin!(rx.recv());
+    let mut second = pin!(rx.recv());
+    assert!(poll_with(first.as_mut(), &wake_a).is_pending());
+    assert!(poll_with(second.as_mut(), &wake_b).is_pending());
+
+    tx.try_send(1).unwrap();
+    assert_eq!(
+        (wakes(&wa), wakes(&wb)),
+        (1, 0),
+        "the first in line is woken"
+    );
+    // Before the woken receive runs, others race it for the item.
+    assert_eq!(
+        rx.try_recv(),
+        None,
+        "try_recv took the item of a woken receive"
+    );
+    let mut newcomer = pin!(rx.recv());
+    let (wn, wake_n) = count_waker();
+    assert!(
+        poll_with(newcomer.as_mut(), &wake_n).is_pending(),
+        "a newer receive took the item of a woken receive"
+    );
+    // The second waiter, polled spuriously, does not jump the line either.
+    assert!(poll_with(second.as_mut(), &wake_b).is_pending());
+
+    // The next item goes to the second in line, not to the newcomer.
+    tx.try_send(2).unwrap();
+    assert_eq!((wakes(&wb), wakes(&wn)), (1, 0));
+    assert_eq!(rx.try_recv(), None);
+    // The third item goes to the newcomer, third in line; a fourth has no
+    // waiter left to keep it for: try_recv may take it, and it leaves the
+    // kept items (1, 2, 3) alone.
+    tx.try_send(3).unwrap();
+    assert_eq!(wakes(&wn), 1, "the newcomer is third in line");
+    tx.try_send(4).unwrap();
+    assert_eq!(rx.try_recv(), Some(4), "a free item is open to try_recv");
+
+    assert!(matches!(
+        poll_with(first.as_mut(), &wake_a),
+        Poll::Ready(Ok(1))
+    ));
+    assert!(matches!(
+        poll_with(second.as_mut(), &wake_b),
+        Poll::Ready(Ok(2))
+    ));
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(3))
+    ));
+    assert_eq!(rx.try_recv(), None);
+}
+
+/// A woken receive that is dropped before it takes its item passes the
+/// item on to the next in line; with nobody in line, the item is free for
+/// `try_recv`.
+#[test]
+fn a_kept_item_passes_to_the_next_receive_or_back_to_the_queue() {
+    let (tx, rx) = gdex::channel::<u32>(2);
+    let (_, wake_a) = count_waker();
+    let (wb, wake_b) = count_waker();
+    let mut a = Box::pin(rx.recv());
+    let mut b = Box::pin(rx.recv());
+    assert!(poll_with(a.as_mut(), &wake_a).is_pending());
+    assert!(poll_with(b.as_mut(), &wake_b).is_pending());
+    tx.try_send(1).unwrap();
+    drop(a);
+    assert_eq!(wakes(&wb), 1, "the kept item was not passed on");
+    assert_eq!(rx.try_recv(), None, "the item is b's now");
+    drop(b);
+    assert_eq!(
+        rx.try_recv(),
+        Some(1),
+        "with nobody in line, the item is free"
+    );
+
+    // recv_all by a woken receive takes its item and every free one, and
+    // leaves the items kept for others.
+    let (_, wake_c) = count_waker();
+    let (_, wake_d) = count_waker();
+    let mut c = Box::pin(rx.recv_all());
+    let mut d = Box::pin(rx.recv());
+    assert!(poll_with(c.as_mut(), &wake_c).is_pending());
+    assert!(poll_with(d.as_mut(), &wake_d).is_pending());
+    tx.try_send(10).unwrap();
+    tx.try_send(11).unwrap();
+    // Both items are kept (one each): none is left for try_recv.
+    assert_eq!(rx.try_recv(), None);
+    match poll_with(c.as_mut(), &wake_c) {
+        Poll::Ready(Ok(items)) => assert_eq!(items, [10]),
+        other => panic!("recv_all: {other:?}"),
+    }
+    assert!(matches!(
+        poll_with(d.as_mut(), &wake_d),
+        Poll::Ready(Ok(11))
+    ));
+}
+
+/// A send that waited and was woken for room keeps it: a `try_send` or a
+/// newer send polled before it cannot fill it, and the items arrive in the
+/// senders' order.
+#[test]
+fn a_send_woken_for_room_keeps_it_against_try_send_and_newer_sends() {
+    let (tx, rx) = gdex::channel::<u32>(1);
+    tx.try_send(0).unwrap();
+    let (w1, wake_1) = count_waker();
+    let (w2, wake_2) = count_waker();
+    let mut first = pin!(tx.send(1));
+    let mut second = pin!(tx.send(2));
+    assert!(poll_with(first.as_mut(), &wake_1).is_pending());
+    assert!(poll_with(second.as_mut(), &wake_2).is_pending());
+
+    assert_eq!(rx.try_recv(), Some(0));
+    assert_eq!(
+        (wakes(&w1), wakes(&w2)),
+        (1, 0),
+        "the first in line is woken"
+    );
+    // Before the woken send runs, others race it for the room.
+    assert_eq!(
+        tx.try_send(9),
+        Err(gdex::TrySendError::Full(9)),
+        "try_send filled the room of a woken send"
+    );
+    let (wn, wake_n) = count_waker();
+    let mut newcomer = pin!(tx.send(3));
+    assert!(
+        poll_with(newcomer.as_mut(), &wake_n).is_pending(),
+        "a newer send filled the room of a woken send"
+    );
+    assert!(poll_with(second.as_mut(), &wake_2).is_pending());
+
+    assert!(matches!(
+        poll_with(first.as_mut(), &wake_1),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(1));
+    assert_eq!(
+        (wakes(&w2), wakes(&wn)),
+        (1, 0),
+        "the second in line is next"
+    );
+    assert_eq!(tx.try_send(9), Err(gdex::TrySendError::Full(9)));
+    assert!(matches!(
+        poll_with(second.as_mut(), &wake_2),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(2));
+    assert_eq!(wakes(&wn), 1);
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(3));
+    // Nobody waits: the room is free again.
+    assert_eq!(tx.try_send(4), Ok(()));
+}
+
+/// Closing a channel while a woken receive still owes its turn: the
+/// receive still gets a queued item, and a woken send is refused.
+#[test]
+fn closing_releases_the_turns_kept_for_woken_waiters() {
+    let (tx, rx) = gdex::channel::<u32>(1);
+    let (_, wake) = count_waker();
+    let mut r = Box::pin(rx.recv());
+    assert!(poll_with(r.as_mut(), &wake).is_pending());
+    tx.try_send(1).unwrap();
+    tx.close();
+    assert!(matches!(poll_with(r.as_mut(), &wake), Poll::Ready(Ok(1))));
+    assert!(matches!(
+        gdex::block_on(rx.recv()),
+        Err(gdex::Error::Closed)
+    ));
+
+    let (tx, rx) = gdex::channel::<u32>(1);
+    tx.try_send(1).unwrap();
+    let mut s = Box::pin(tx.send(2));
+    assert!(poll_with(s.as_mut(), &wake).is_pending());
+    assert_eq!(rx.try_recv(), Some(1)); // wakes `s` for the room
+    assert_eq!(rx.close(), Vec::<u32>::new());
+    assert!(matches!(
+        poll_with(s.as_mut(), &wake),
+        Poll::Ready(Err(gdex::SendError(2)))
+    ));
+}
+
+/// Under contention on real threads, with `try_recv`, `try_send`,
+/// `recv_all` and dropped receives and sends mixed in, every item is
+/// received exactly once and nothing stalls: the turns kept for woken
+/// waiters are always taken, passed on or freed.
+#[test]
+fn a_contended_channel_with_try_calls_and_dropped_waits_moves_every_item_once() {
+    watchdog("channel_with_try_calls_moves_every_item_once", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
+        let per_producer = stress(20_000).max(8);
+        let producers_n = 3;
+        let items = per_producer * producers_n;
+        let (tx, rx) = gdex::channel::<usize>(2);
+        let seen: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..items).map(|_| AtomicUsize::new(0)).collect());
+        let producers: Vec<_> = (0..producers_n)
+            .map(|k| {
+                let tx = tx.clone();
+                pool.scheduler().spawn(async move {
+                    for (n, i) in (k * per_producer..(k + 1) * per_producer).enumerate() {
+                        let mut item = i;
+                        loop {
+                            match n % 3 {
+                                // try_send, yielding while full.
+                                0 => match tx.try_send(item) {
+                                    Ok(()) => break,
+                                    Err(gdex::TrySendError::Full(back)) => {
+                                        item = back;
+                                        gdex::yield_now().await;
+                                    }
+                                    Err(gdex::TrySendError::Closed(_)) => panic!("closed"),
+                                },
+                                // A send raced against one yield: dropped
+                                // (item unsent, sent again) if the yield wins.
+                                1 => {
+                                    let copy = item;
+                                    let send = tx.send(item);
+                                    match futures::future::select(
+                                        pin!(gdex::yield_now()),
+                                        pin!(send),
+                                    )
+                                    .await
+                                    {
+                                        futures::future::Either::Right((r, _)) => {
+                                            r.unwrap();
+                                            break;
+                                        }
+                                        futures::future::Either::Left(_) => item = copy,
+                                    }
+                                }
+                                _ => {
+                                    tx.send(item).await.unwrap();
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let consumers: Vec<_> = (0..3)
+            .map(|k| {
+                let rx = rx.clone();
+                let seen = seen.clone();
+                pool.scheduler().spawn(async move {
+                    let mut got = 0usize;
+                    let mut turn = k;
+                    loop {
+                        turn += 1;
+                        let batch: Vec<usize> = match turn % 4 {
+                            0 => match rx.try_recv() {
+                                Some(i) => vec![i],
+                                None => {
+                                    gdex::yield_now().await;
+                                    continue;
+                                }
+                            },
+                            1 => {
+                                let recv = rx.recv();
+                                match futures::future::select(pin!(gdex::yield_now()), pin!(recv))
+                                    .await
+                                {
+                                    futures::future::Either::Right((r, _)) => match r {
+                                        Ok(i) => vec![i],
+                                        Err(gdex::Error::Closed) => return got,
+                                        Err(e) => panic!("recv: {e}"),
+                                    },
+                                    futures::future::Either::Left(_) => continue,
+                                }
+                            }
+                            2 => match rx.recv_all().await {
+                                Ok(all) => all,
+                                Err(gdex::Error::Closed) => return got,
+                                Err(e) => panic!("recv_all: {e}"),
+                            },
+                            _ => match rx.recv().await {
+                                Ok(i) => vec![i],
+                                Err(gdex::Error::Closed) => return got,
+                                Err(e) => panic!("recv: {e}"),
+                            },
+                        };
+                        for i in batch {
+                            seen[i].fetch_add(1, Ordering::Relaxed);
+                            got += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(rx);
+        for producer in producers {
+            gdex::block_on(producer).unwrap();
+        }
+        let received: usize = consumers
+            .into_iter()
+            .map(|c| gdex::block_on(c).unwrap())
+            .sum();
+        assert_eq!(received, items);
+        for (i, n) in seen.iter().enumerate() {
+            assert_eq!(
+                n.load(Ordering::Relaxed),
+                1,
+                "item {i} received {n:?} times"
+            );
+        }
+    });
+}
