@@ -451,3 +451,74 @@ fn a_contended_channel_with_try_calls_and_dropped_waits_moves_every_item_once() 
         }
     });
 }
+
+// ---------------------------------------------------------------------------
+// Point 10: BlockingPool::close() keeps one waker
+// ---------------------------------------------------------------------------
+
+/// Clones of the counting waker alive now (the original excluded).
+static LIVE_CLONES: AtomicUsize = AtomicUsize::new(0);
+
+fn counted_raw() -> RawWaker {
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(
+        |_| {
+            LIVE_CLONES.fetch_add(1, Ordering::SeqCst);
+            counted_raw()
+        },
+        |_| {
+            LIVE_CLONES.fetch_sub(1, Ordering::SeqCst);
+        },
+        |_| {},
+        |_| {
+            LIVE_CLONES.fetch_sub(1, Ordering::SeqCst);
+        },
+    );
+    RawWaker::new(std::ptr::null(), &VTABLE)
+}
+
+#[test]
+fn a_blocking_pool_close_future_keeps_one_waker_however_often_it_is_polled() {
+    watchdog("close_future_keeps_one_waker", 60, || {
+        let pool = gdex::blocking::BlockingPool::new(1);
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let job = pool.submit(move || wait.recv().unwrap());
+        // SAFETY: the vtable's functions keep RawWaker's contract: clone
+        // makes another waker of the same (null) data, wake and drop
+        // consume one, wake_by_ref does nothing; the data is never read.
+        let original = unsafe { Waker::from_raw(counted_raw()) };
+        let mut closing = pool.close(gdex::blocking::CloseMode::Drain);
+        let polls = stress(200_000);
+        for _ in 0..polls {
+            assert!(poll_with(Pin::new(&mut closing), &original).is_pending());
+        }
+        let stored = LIVE_CLONES.load(Ordering::SeqCst);
+        assert_eq!(
+            stored, 1,
+            "{polls} polls with one waker stored {stored} wakers"
+        );
+
+        // A second close future has its own single entry; dropping it
+        // takes its waker away.
+        let mut again = pool.close(gdex::blocking::CloseMode::CancelQueued);
+        for _ in 0..1000 {
+            assert!(poll_with(Pin::new(&mut again), &original).is_pending());
+        }
+        assert_eq!(LIVE_CLONES.load(Ordering::SeqCst), 2);
+        drop(again);
+        assert_eq!(
+            LIVE_CLONES.load(Ordering::SeqCst),
+            1,
+            "a dropped close future's waker stayed"
+        );
+
+        go.send(()).unwrap();
+        gdex::block_on(job).unwrap();
+        gdex::block_on(&mut closing);
+        assert_eq!(
+            LIVE_CLONES.load(Ordering::SeqCst),
+            0,
+            "a waker outlived the close"
+        );
+        drop(original);
+    });
+}
