@@ -522,3 +522,68 @@ fn a_blocking_pool_close_future_keeps_one_waker_however_often_it_is_polled() {
         drop(original);
     });
 }
+
+// ---------------------------------------------------------------------------
+// Point 11: a late clone of a PromiseFuture
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_clone_of_a_promise_future_that_took_the_value_resolves_with_an_error() {
+    // Resolved: the only future takes the value; a clone made from it
+    // afterwards resolves (it does not panic) with an error saying so.
+    let (promise, mut future) = gdex::Promise::<String>::new();
+    promise.resolve("value".into());
+    assert_eq!(gdex::block_on(&mut future).unwrap(), "value");
+    let late = future.clone();
+    match gdex::block_on(late) {
+        Err(gdex::Error::Failed(e)) => {
+            assert!(e.matches(gio::IOErrorEnum::Failed), "{e}");
+            assert!(e.message().contains("already moved out"), "{e}");
+        }
+        other => panic!("a late clone gave {other:?}"),
+    }
+    // Several late clones, each its own answer.
+    let (a, b) = (future.clone(), future.clone());
+    assert!(matches!(gdex::block_on(a), Err(gdex::Error::Failed(_))));
+    assert!(matches!(gdex::block_on(b), Err(gdex::Error::Failed(_))));
+
+    // Rejected: a late clone gets the same rejection.
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    promise.reject(gdex::Error::TimedOut);
+    assert!(matches!(
+        gdex::block_on(&mut future),
+        Err(gdex::Error::TimedOut)
+    ));
+    assert!(matches!(
+        gdex::block_on(future.clone()),
+        Err(gdex::Error::TimedOut)
+    ));
+
+    // Dropped promise: the late clone gets Dropped too.
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    drop(promise);
+    assert!(matches!(
+        gdex::block_on(&mut future),
+        Err(gdex::Error::Dropped)
+    ));
+    assert!(matches!(
+        gdex::block_on(future.clone()),
+        Err(gdex::Error::Dropped)
+    ));
+
+    // A clone made before the value was taken still gets the value.
+    let (promise, future) = gdex::Promise::<u32>::new();
+    let early = future.clone();
+    promise.resolve(5);
+    assert_eq!(gdex::block_on(future).unwrap(), 5);
+    assert_eq!(gdex::block_on(early).unwrap(), 5);
+}
+
+#[test]
+#[should_panic(expected = "polled again after it resolved")]
+fn polling_the_promise_future_that_took_the_value_again_panics() {
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    promise.resolve(1);
+    assert_eq!(gdex::block_on(&mut future).unwrap(), 1);
+    let _ = gdex::block_on(&mut future);
+}
