@@ -455,11 +455,19 @@ impl std::fmt::Debug for Closed {
 }
 
 /// Runs `f`, which may block, right here; called from a pool task, it first
-/// hands the rest of the worker's queue to its peers, so that no queued task
-/// waits behind the blocking call (issue: `block_in_place`). Elsewhere it
-/// just runs `f`.
+/// hands the rest of the worker's queue to its peers and wakes them, so that
+/// a peer that is free takes the queued tasks instead of leaving them behind
+/// the blocking call (tokio's `block_in_place`). Elsewhere it just runs `f`.
 ///
-/// Fibers and pinned tasks queued on the worker cannot move: they wait.
+/// What still waits for `f` to return:
+/// - everything queued on a pool of **one worker**: there is no peer to
+///   hand it to, so those tasks run only after `f` returns (use
+///   [`crate::spawn_blocking`], or a pool of two workers or more);
+/// - tasks handed over while every peer is itself busy: they start when a
+///   peer is free;
+/// - fibers and pinned tasks queued on the worker, which cannot move, and
+///   the worker's own GLib sources (its context is not iterated meanwhile).
+///
 /// Prefer [`crate::spawn_blocking`] when the work can go to another thread.
 ///
 /// ```

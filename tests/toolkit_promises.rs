@@ -587,3 +587,41 @@ fn polling_the_promise_future_that_took_the_value_again_panics() {
     assert_eq!(gdex::block_on(&mut future).unwrap(), 1);
     let _ = gdex::block_on(&mut future);
 }
+
+// ---------------------------------------------------------------------------
+// Docs line: blocking::blocking on a one-worker pool
+// ---------------------------------------------------------------------------
+
+/// On a pool of one worker there is no peer to take the queue: a task
+/// spawned while the worker is inside `blocking` runs only after the
+/// blocking call returns, as `blocking::blocking`'s docs say.
+#[test]
+fn on_a_one_worker_pool_a_task_queued_during_blocking_waits_for_it() {
+    watchdog("one_worker_blocking", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (entered, inside) = std::sync::mpsc::channel::<()>();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let other_ran = Arc::new(AtomicBool::new(false));
+        let seen = other_ran.clone();
+        let blocker = pool.scheduler().spawn(async move {
+            gdex::blocking::blocking(move || {
+                entered.send(()).unwrap();
+                wait.recv().unwrap();
+                // The only worker is here: the queued task cannot have run.
+                seen.load(Ordering::SeqCst)
+            })
+        });
+        inside.recv().unwrap();
+        let ran = other_ran.clone();
+        let queued = pool
+            .scheduler()
+            .spawn(async move { ran.store(true, Ordering::SeqCst) });
+        release.send(()).unwrap();
+        assert!(
+            !gdex::block_on(blocker).unwrap(),
+            "a task ran on a one-worker pool while its worker was in blocking()"
+        );
+        gdex::block_on(queued).unwrap();
+        assert!(other_ran.load(Ordering::SeqCst));
+    });
+}
