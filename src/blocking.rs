@@ -466,7 +466,8 @@ impl std::fmt::Debug for Closed {
 /// - tasks handed over while every peer is itself busy: they start when a
 ///   peer is free;
 /// - fibers and pinned tasks queued on the worker, which cannot move, and
-///   the worker's own GLib sources (its context is not iterated meanwhile).
+///   raw GLib sources attached to the worker's context, which is not
+///   iterated meanwhile.
 ///
 /// Prefer [`crate::spawn_blocking`] when the work can go to another thread.
 ///
