@@ -47,8 +47,11 @@ struct LaneState {
     /// The most threads alive at once.
     peak: usize,
     closed: Option<CloseMode>,
-    /// Waiting for every thread to exit (close futures).
-    on_exit: Vec<Waker>,
+    /// Waiting for every thread to exit: one waker per pending close
+    /// future, under the key it holds.
+    on_exit: Vec<(u64, Waker)>,
+    /// The key of the next close future that waits.
+    next_exit_key: u64,
 }
 
 pub(crate) struct Lane {
@@ -74,6 +77,7 @@ impl Lane {
                 peak: 0,
                 closed: None,
                 on_exit: Vec::new(),
+                next_exit_key: 0,
             }),
             cond: Condvar::new(),
         })
@@ -230,7 +234,7 @@ impl Lane {
         }
         state.threads -= 1;
         if state.threads == 0 {
-            for waker in state.on_exit.drain(..) {
+            for (_, waker) in state.on_exit.drain(..) {
                 waker.wake();
             }
         }
@@ -366,6 +370,7 @@ impl BlockingPool {
         self.lane.close(mode);
         Closed {
             lane: self.lane.clone(),
+            key: None,
         }
     }
 
@@ -391,21 +396,54 @@ impl std::fmt::Debug for BlockingPool {
 
 /// The future of [`BlockingPool::close`]: completes when the pool's threads
 /// have all exited.
+///
+/// While it waits, the pool holds one waker for it, however often it is
+/// polled (replaced only by a waker that would wake another task); dropping
+/// it removes that waker.
 #[must_use = "futures do nothing unless awaited"]
 pub struct Closed {
     lane: Arc<Lane>,
+    /// Its entry in `on_exit`, once it has waited.
+    key: Option<u64>,
 }
 
 impl Future for Closed {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut state = self.lane.lock();
+        let this = self.get_mut();
+        let mut state = this.lane.lock();
         if state.threads == 0 {
-            Poll::Ready(())
-        } else {
-            state.on_exit.push(cx.waker().clone());
-            Poll::Pending
+            // The last thread drained `on_exit` as it left.
+            this.key = None;
+            return Poll::Ready(());
+        }
+        let waker = cx.waker();
+        let entry = this
+            .key
+            .and_then(|key| state.on_exit.iter_mut().find(|(k, _)| *k == key));
+        match entry {
+            Some((_, stored)) => {
+                if !stored.will_wake(waker) {
+                    stored.clone_from(waker);
+                }
+            }
+            None => {
+                let key = state.next_exit_key;
+                state.next_exit_key += 1;
+                state.on_exit.push((key, waker.clone()));
+                this.key = Some(key);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let mut state = self.lane.lock();
+            state.on_exit.retain(|(k, _)| *k != key);
         }
     }
 }
@@ -417,11 +455,20 @@ impl std::fmt::Debug for Closed {
 }
 
 /// Runs `f`, which may block, right here; called from a pool task, it first
-/// hands the rest of the worker's queue to its peers, so that no queued task
-/// waits behind the blocking call (issue: `block_in_place`). Elsewhere it
-/// just runs `f`.
+/// hands the rest of the worker's queue to its peers and wakes them, so that
+/// a peer that is free takes the queued tasks instead of leaving them behind
+/// the blocking call (tokio's `block_in_place`). Elsewhere it just runs `f`.
 ///
-/// Fibers and pinned tasks queued on the worker cannot move: they wait.
+/// What still waits for `f` to return:
+/// - everything queued on a pool of **one worker**: there is no peer to
+///   hand it to, so those tasks run only after `f` returns (use
+///   [`crate::spawn_blocking`], or a pool of two workers or more);
+/// - tasks handed over while every peer is itself busy: they start when a
+///   peer is free;
+/// - fibers and pinned tasks queued on the worker, which cannot move, and
+///   raw GLib sources attached to the worker's context, which is not
+///   iterated meanwhile.
+///
 /// Prefer [`crate::spawn_blocking`] when the work can go to another thread.
 ///
 /// ```

@@ -71,20 +71,29 @@ impl Cancellable {
     /// first, `future` is dropped (cancelling its work) and the result is
     /// [`Error::Cancelled`].
     ///
+    /// The cancellable is checked before `future` on every poll: if it is
+    /// already cancelled when the returned future is first polled, `future`
+    /// is dropped without ever being polled (nothing of it runs), and once
+    /// it is cancelled `future` is not polled again.
+    ///
     /// ```
     /// let cancellable = gdex::Cancellable::new();
     /// cancellable.cancel();
-    /// let r = gdex::block_on(cancellable.run(std::future::pending::<()>()));
+    /// let ran = std::cell::Cell::new(false);
+    /// let r = gdex::block_on(cancellable.run(async { ran.set(true) }));
     /// assert!(matches!(r, Err(gdex::Error::Cancelled)));
+    /// assert!(!ran.get(), "a future run under a cancelled cancellable never starts");
     /// ```
     pub async fn run<F: Future>(&self, future: F) -> Result<F::Output, Error> {
-        use futures::future::{select, Either};
-        let future = std::pin::pin!(future);
-        let cancelled = self.future::<()>();
-        match select(future, cancelled).await {
-            Either::Left((value, _)) => Ok(value),
-            Either::Right(_) => Err(Error::Cancelled),
-        }
+        let mut future = std::pin::pin!(future);
+        let mut cancelled = self.future::<()>();
+        std::future::poll_fn(move |cx| {
+            if Pin::new(&mut cancelled).poll(cx).is_ready() {
+                return Poll::Ready(Err(Error::Cancelled));
+            }
+            future.as_mut().poll(cx).map(Ok)
+        })
+        .await
     }
 }
 

@@ -15,8 +15,15 @@ use crate::Error;
 ///
 /// Cancel safety, which libdex's receive lacks: a [`recv`](Receiver::recv)
 /// future that is dropped never takes an item, and an item is only
-/// accepted when [`send`](Sender::send) resolves. Waiters are served in
-/// arrival order; a wake-up given to a future that goes away is passed on.
+/// accepted when [`send`](Sender::send) resolves.
+///
+/// Fairness: waiters are served in arrival order. An item that arrives
+/// while receives wait is kept for the longest-waiting one until it takes
+/// it: [`try_recv`](Receiver::try_recv) and newer receives cannot take it
+/// meanwhile. Likewise, room made while sends wait is kept for the
+/// longest-waiting send, and [`try_send`](Sender::try_send) and newer sends
+/// cannot fill it. A woken future that goes away passes what was kept for
+/// it on to the next waiter (or frees it if none waits).
 ///
 /// Closing: [`Sender::close`] (or dropping every sender) lets receivers
 /// drain what is queued, then they get [`Error::Closed`];
@@ -55,6 +62,8 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
             recv_closed: false,
             send_wait: WaitQueue::default(),
             recv_wait: WaitQueue::default(),
+            room_kept: 0,
+            items_kept: 0,
         }),
     });
     (
@@ -80,6 +89,15 @@ struct State<T> {
     send_wait: WaitQueue,
     /// Receivers waiting for an item.
     recv_wait: WaitQueue,
+    /// While open: free places kept for senders that were woken for room
+    /// and have not pushed yet (one per sender notified in `send_wait`).
+    /// Newcomers may fill only `capacity - queue.len() - room_kept` places.
+    room_kept: usize,
+    /// While open: the items at the front of `queue` kept for receivers
+    /// that were woken for an item and have not taken it yet (one per
+    /// receiver notified in `recv_wait`). Newcomers take only the items
+    /// after them.
+    items_kept: usize,
 }
 
 impl<T> Shared<T> {
@@ -89,17 +107,59 @@ impl<T> Shared<T> {
 }
 
 impl<T> State<T> {
+    fn is_open(&self) -> bool {
+        !self.send_closed && !self.recv_closed
+    }
+
     fn close_send(&mut self) {
         self.send_closed = true;
+        // Nothing is kept once closed: receivers drain what is queued in
+        // any order, senders are refused.
+        self.items_kept = 0;
+        self.room_kept = 0;
         self.recv_wait.notify_all();
         self.send_wait.notify_all();
     }
 
     fn close_recv(&mut self) -> Vec<T> {
         self.recv_closed = true;
+        self.items_kept = 0;
+        self.room_kept = 0;
         self.recv_wait.notify_all();
         self.send_wait.notify_all();
         self.queue.drain(..).collect()
+    }
+
+    /// True if a sender that holds no kept place may push now.
+    fn has_free_room(&self) -> bool {
+        self.queue.len() + self.room_kept < self.capacity
+    }
+
+    /// Queues `item` (the caller checked there is room for it) and keeps it
+    /// for the longest-waiting receiver, if one waits.
+    fn push(&mut self, item: T) {
+        self.queue.push_back(item);
+        if self.recv_wait.notify_one() {
+            self.items_kept += 1;
+        }
+    }
+
+    /// After `n` items left the queue: keeps the places they freed for the
+    /// longest-waiting senders, one each, while senders wait.
+    fn made_room(&mut self, n: usize) {
+        for _ in 0..n {
+            if !self.send_wait.notify_one() {
+                break;
+            }
+            self.room_kept += 1;
+        }
+    }
+
+    /// Takes the first item no woken receiver is owed, if any.
+    fn take_free_item(&mut self) -> Option<T> {
+        let item = self.queue.remove(self.items_kept)?;
+        self.made_room(1);
+        Some(item)
     }
 }
 
@@ -151,17 +211,17 @@ impl<T> Sender<T> {
         }
     }
 
-    /// Sends `item` if there is room now.
+    /// Sends `item` if there is room now. Room kept for a send that waited
+    /// and was woken for it does not count: it is that send's.
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let mut state = self.shared.lock();
         if state.send_closed || state.recv_closed {
             return Err(TrySendError::Closed(item));
         }
-        if state.queue.len() >= state.capacity {
+        if !state.has_free_room() {
             return Err(TrySendError::Full(item));
         }
-        state.queue.push_back(item);
-        state.recv_wait.notify_one();
+        state.push(item);
         Ok(())
     }
 
@@ -233,7 +293,8 @@ impl<T> Receiver<T> {
     }
 
     /// Waits for at least one item, then takes every queued item
-    /// (libdex's `dex_channel_receive_all`).
+    /// (libdex's `dex_channel_receive_all`), except those kept for other
+    /// receives that waited and were woken for them.
     pub fn recv_all(&self) -> RecvAllFuture<'_, T> {
         RecvAllFuture(RecvFuture {
             shared: &self.shared,
@@ -242,12 +303,10 @@ impl<T> Receiver<T> {
         })
     }
 
-    /// An item if one is queued now.
+    /// An item if one is queued now and not kept for a receive that waited
+    /// and was woken for it (see [`channel`]: waiters keep their turn).
     pub fn try_recv(&self) -> Option<T> {
-        let mut state = self.shared.lock();
-        let item = state.queue.pop_front()?;
-        state.send_wait.notify_one();
-        Some(item)
+        self.shared.lock().take_free_item()
     }
 
     /// Closes the receiving side for every receiver: sends fail and give
@@ -305,18 +364,19 @@ impl<T> Future for SendFuture<'_, T> {
             .item
             .take()
             .expect("a gdex channel Send future was polled after it completed");
-        if state.send_closed || state.recv_closed {
+        if !state.is_open() {
             state.send_wait.remove(&mut this.key);
             return Poll::Ready(Err(SendError(item)));
         }
-        if state.queue.len() < state.capacity {
-            state.send_wait.remove(&mut this.key);
-            state.queue.push_back(item);
-            state.recv_wait.notify_one();
-            // Room left: the next sender in line need not wait for a recv.
-            if state.queue.len() < state.capacity {
-                state.send_wait.notify_one();
+        // Woken for room: a place is kept for this send.
+        let kept = state.send_wait.is_notified(this.key);
+        if kept || state.has_free_room() {
+            if kept {
+                debug_assert!(state.room_kept > 0 && state.queue.len() < state.capacity);
+                state.room_kept -= 1;
             }
+            state.send_wait.remove(&mut this.key);
+            state.push(item);
             return Poll::Ready(Ok(()));
         }
         this.item = Some(item);
@@ -329,8 +389,12 @@ impl<T> Drop for SendFuture<'_, T> {
     fn drop(&mut self) {
         if self.key.is_some() {
             let mut state = self.shared.lock();
-            if state.send_wait.remove(&mut self.key) {
-                state.send_wait.notify_one();
+            if state.send_wait.remove(&mut self.key) && state.is_open() {
+                // Woken for room it will never fill: the room goes to the
+                // next sender in line, or is free if none waits.
+                if !state.send_wait.notify_one() {
+                    state.room_kept -= 1;
+                }
             }
         }
     }
@@ -355,27 +419,29 @@ pub struct RecvFuture<'a, T> {
 impl<T> RecvFuture<'_, T> {
     fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<VecDeque<T>, Error>> {
         let mut state = self.shared.lock();
-        if !state.queue.is_empty() && !state.recv_closed {
+        // Woken for an item while open: the front item is kept for this
+        // receive (the kept items are the queue's first `items_kept`).
+        let kept = state.is_open() && state.recv_wait.is_notified(self.key);
+        if kept || state.queue.len() > state.items_kept {
             state.recv_wait.remove(&mut self.key);
-            let taken = if self.all {
-                std::mem::take(&mut state.queue)
-            } else {
-                let mut one = VecDeque::with_capacity(1);
-                one.extend(state.queue.pop_front());
-                one
-            };
-            for _ in 0..taken.len() {
-                if !state.send_wait.notify_one() {
-                    break;
-                }
+            let mut taken = VecDeque::new();
+            if kept {
+                debug_assert!(state.items_kept > 0 && !state.queue.is_empty());
+                state.items_kept -= 1;
+                taken.extend(state.queue.pop_front());
             }
-            // Items left: the next receiver in line need not wait for a send.
-            if !state.queue.is_empty() {
-                state.recv_wait.notify_one();
+            if self.all {
+                // Every item no other woken receiver is owed.
+                let from = state.items_kept;
+                taken.extend(state.queue.drain(from..));
+            } else if taken.is_empty() {
+                let from = state.items_kept;
+                taken.extend(state.queue.remove(from));
             }
+            state.made_room(taken.len());
             return Poll::Ready(Ok(taken));
         }
-        if state.send_closed || state.recv_closed {
+        if !state.is_open() {
             state.recv_wait.remove(&mut self.key);
             return Poll::Ready(Err(Error::Closed));
         }
@@ -398,9 +464,12 @@ impl<T> Drop for RecvFuture<'_, T> {
     fn drop(&mut self) {
         if self.key.is_some() {
             let mut state = self.shared.lock();
-            if state.recv_wait.remove(&mut self.key) {
-                // Woken for an item we will never take: wake the next one.
-                state.recv_wait.notify_one();
+            if state.recv_wait.remove(&mut self.key) && state.is_open() {
+                // Woken for an item it will never take: the item goes to
+                // the next receiver in line, or is free if none waits.
+                if !state.recv_wait.notify_one() {
+                    state.items_kept -= 1;
+                }
             }
         }
     }

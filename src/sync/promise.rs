@@ -16,7 +16,8 @@ use crate::Error;
 ///
 /// Its [`PromiseFuture`] can be cloned (when `T: Clone`) and awaited from
 /// any scheduler, fiber or thread; each waiter gets the value (the last one
-/// gets it moved, the others a clone).
+/// gets it moved, the others a clone). A clone made after the value was
+/// moved out gets an error instead: see [`PromiseFuture`].
 ///
 /// ```
 /// let (promise, future) = gdex::Promise::new();
@@ -41,7 +42,10 @@ struct Inner<T> {
 enum State<T> {
     Pending(WaitQueue),
     Done(Result<T, Error>),
-    Taken,
+    /// The only future left took the result. A clone made from it
+    /// afterwards gets the rejection again, or (`None`: the value was moved
+    /// out) an error saying so (see `PromiseFuture`).
+    Taken(Option<Error>),
 }
 
 impl<T> Inner<T> {
@@ -71,7 +75,11 @@ impl<T> Promise<T> {
             Promise {
                 inner: inner.clone(),
             },
-            PromiseFuture { inner, key: None },
+            PromiseFuture {
+                inner,
+                key: None,
+                resolved: false,
+            },
         )
     }
 
@@ -110,10 +118,36 @@ impl<T> std::fmt::Debug for Promise<T> {
 
 /// The future of a [`Promise`]'s value: `Ok(value)`, the rejection, or
 /// [`Error::Dropped`] if the promise was dropped unresolved.
+///
+/// Every clone gets the result once. While several clones are alive, each
+/// one that resolves gets a copy; the last one alive gets the value itself,
+/// moved out of the promise. A clone made *after* that (from the future
+/// that took the value, once it resolved) has no value left to get: it
+/// resolves to the same rejection if the promise was rejected, and if it
+/// was resolved, to an [`Error::Failed`] (`G_IO_ERROR_FAILED`) saying the
+/// value was already taken. To give the value to several waiters, clone
+/// before the last clone resolves.
+///
+/// # Panics
+/// Polling the future that took the value (the last one) again after it
+/// resolved panics.
+///
+/// ```
+/// let (promise, future) = gdex::Promise::new();
+/// promise.resolve(String::from("once"));
+/// let mut future = future;
+/// // The only future takes the value...
+/// assert_eq!(gdex::block_on(&mut future).unwrap(), "once");
+/// // ...so a clone made from it afterwards has none to get.
+/// let late = future.clone();
+/// assert!(matches!(gdex::block_on(late), Err(gdex::Error::Failed(_))));
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct PromiseFuture<T> {
     inner: Arc<Inner<T>>,
     key: Option<usize>,
+    /// It resolved: if it took the value, polling it again is a misuse.
+    resolved: bool,
 }
 
 impl<T> Unpin for PromiseFuture<T> {}
@@ -125,6 +159,7 @@ impl<T: Clone> Clone for PromiseFuture<T> {
         PromiseFuture {
             inner: self.inner.clone(),
             key: None,
+            resolved: false,
         }
     }
 }
@@ -135,16 +170,18 @@ impl<T> Future for PromiseFuture<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut state = this.inner.lock();
-        match &mut *state {
+        let poll = match &mut *state {
             State::Pending(queue) => {
                 queue.park(&mut this.key, cx.waker());
-                Poll::Pending
+                return Poll::Pending;
             }
             State::Done(result) => {
                 this.key = None; // the queue is gone with Pending
                 let last = this.inner.futures.load(Ordering::Acquire) == 1;
                 if last {
-                    let State::Done(result) = std::mem::replace(&mut *state, State::Taken) else {
+                    let left = result.as_ref().err().cloned();
+                    let State::Done(result) = std::mem::replace(&mut *state, State::Taken(left))
+                    else {
                         unreachable!()
                     };
                     Poll::Ready(result)
@@ -160,8 +197,21 @@ impl<T> Future for PromiseFuture<T> {
                     })
                 }
             }
-            State::Taken => panic!("a gdex::PromiseFuture was polled after it gave its value"),
-        }
+            State::Taken(_) if this.resolved => panic!(
+                "a gdex::PromiseFuture was polled again after it resolved; poll a future only \
+                 until it resolves"
+            ),
+            // A clone made from the future that took the result.
+            State::Taken(Some(rejection)) => Poll::Ready(Err(rejection.clone())),
+            State::Taken(None) => Poll::Ready(Err(Error::Failed(glib::Error::new(
+                gio::IOErrorEnum::Failed,
+                "gdex: the promise's value was already moved out to the PromiseFuture this one \
+                 was cloned from, so there is none left to give; to share a value, clone a \
+                 PromiseFuture before the last of its clones resolves",
+            )))),
+        };
+        this.resolved = true;
+        poll
     }
 }
 

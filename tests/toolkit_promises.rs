@@ -1,0 +1,627 @@
+//! The toolkit keeps the promises its docs make (issue 19 points 7, 8, 10,
+//! 11 and the `blocking::blocking` docs line): a cancelled `Cancellable::run`
+//! never starts its future, the channel serves waiters in arrival order even
+//! when `try_recv`/`try_send` race a woken waiter, a `BlockingPool` close
+//! future holds one waker however often it is polled, a late clone of a
+//! `PromiseFuture` resolves instead of panicking, and a one-worker pool's
+//! queue waits behind `blocking`, as documented.
+
+mod common;
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+
+use common::{stress, watchdog, Counted};
+
+/// A waker that counts its wakes.
+struct CountWaker(AtomicUsize);
+
+impl std::task::Wake for CountWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn count_waker() -> (Arc<CountWaker>, Waker) {
+    let count = Arc::new(CountWaker(AtomicUsize::new(0)));
+    (count.clone(), Waker::from(count))
+}
+
+fn wakes(count: &CountWaker) -> usize {
+    count.0.load(Ordering::SeqCst)
+}
+
+fn poll_with<F: Future + ?Sized>(f: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(waker))
+}
+
+// ---------------------------------------------------------------------------
+// Point 7: Cancellable::run
+// ---------------------------------------------------------------------------
+
+/// A future that records each poll and its drop, and never finishes.
+struct Probe {
+    polls: Arc<AtomicUsize>,
+    _drop: Counted,
+}
+
+impl Future for Probe {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        Poll::Pending
+    }
+}
+
+#[test]
+fn cancellable_run_on_an_already_cancelled_cancellable_never_starts_the_future() {
+    let cancellable = gdex::Cancellable::new();
+    cancellable.cancel();
+    let (polls, drops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let probe = Probe {
+        polls: polls.clone(),
+        _drop: Counted(drops.clone()),
+    };
+    let result = gdex::block_on(cancellable.run(probe));
+    assert!(matches!(result, Err(gdex::Error::Cancelled)), "{result:?}");
+    assert_eq!(polls.load(Ordering::SeqCst), 0, "the future was started");
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "the future was not dropped"
+    );
+
+    // A future that would finish at once does not run either: its result
+    // is the cancellation, not its value.
+    let ran = AtomicBool::new(false);
+    let result = gdex::block_on(cancellable.run(async {
+        ran.store(true, Ordering::SeqCst);
+        7
+    }));
+    assert!(matches!(result, Err(gdex::Error::Cancelled)), "{result:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the future ran once");
+
+    // The same when the GIO side was cancelled.
+    let gio_side = gio::Cancellable::new();
+    gio::prelude::CancellableExt::cancel(&gio_side);
+    let ran = AtomicBool::new(false);
+    let result = gdex::block_on(
+        gdex::Cancellable::from(gio_side).run(async { ran.store(true, Ordering::SeqCst) }),
+    );
+    assert!(matches!(result, Err(gdex::Error::Cancelled)), "{result:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the future ran once");
+}
+
+#[test]
+fn cancellable_run_stops_polling_its_future_once_cancelled() {
+    let cancellable = gdex::Cancellable::new();
+    let (polls, drops) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let probe = Probe {
+        polls: polls.clone(),
+        _drop: Counted(drops.clone()),
+    };
+    let (woken, waker) = count_waker();
+    let mut run = pin!(cancellable.run(probe));
+    assert!(poll_with(run.as_mut(), &waker).is_pending());
+    assert_eq!(polls.load(Ordering::SeqCst), 1);
+    cancellable.cancel();
+    assert!(wakes(&woken) >= 1, "cancelling did not wake the run");
+    assert!(matches!(
+        poll_with(run.as_mut(), &waker),
+        Poll::Ready(Err(gdex::Error::Cancelled))
+    ));
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        1,
+        "the future was polled after the cancel"
+    );
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "the future was not dropped"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Point 8: the channel serves waiters in arrival order
+// ---------------------------------------------------------------------------
+
+/// A receive that waited and was woken for an item keeps it: a `try_recv`
+/// or a newer receive polled before it cannot take it, and the woken
+/// receive does not lose its place in line to a receive that came later.
+#[test]
+fn a_receive_woken_for_an_item_keeps_it_against_try_recv_and_newer_receives() {
+    let (tx, rx) = gdex::channel::<u32>(4);
+    let (wa, wake_a) = count_waker();
+    let (wb, wake_b) = count_waker();
+    let mut first = pin!(rx.recv());
+    let mut second = pin!(rx.recv());
+    assert!(poll_with(first.as_mut(), &wake_a).is_pending());
+    assert!(poll_with(second.as_mut(), &wake_b).is_pending());
+
+    tx.try_send(1).unwrap();
+    assert_eq!(
+        (wakes(&wa), wakes(&wb)),
+        (1, 0),
+        "the first in line is woken"
+    );
+    // Before the woken receive runs, others race it for the item.
+    assert_eq!(
+        rx.try_recv(),
+        None,
+        "try_recv took the item of a woken receive"
+    );
+    let mut newcomer = pin!(rx.recv());
+    let (wn, wake_n) = count_waker();
+    assert!(
+        poll_with(newcomer.as_mut(), &wake_n).is_pending(),
+        "a newer receive took the item of a woken receive"
+    );
+    // The second waiter, polled spuriously, does not jump the line either.
+    assert!(poll_with(second.as_mut(), &wake_b).is_pending());
+
+    // The next item goes to the second in line, not to the newcomer.
+    tx.try_send(2).unwrap();
+    assert_eq!((wakes(&wb), wakes(&wn)), (1, 0));
+    assert_eq!(rx.try_recv(), None);
+    // The third item goes to the newcomer, third in line; a fourth has no
+    // waiter left to keep it for: try_recv may take it, and it leaves the
+    // kept items (1, 2, 3) alone.
+    tx.try_send(3).unwrap();
+    assert_eq!(wakes(&wn), 1, "the newcomer is third in line");
+    tx.try_send(4).unwrap();
+    assert_eq!(rx.try_recv(), Some(4), "a free item is open to try_recv");
+
+    assert!(matches!(
+        poll_with(first.as_mut(), &wake_a),
+        Poll::Ready(Ok(1))
+    ));
+    assert!(matches!(
+        poll_with(second.as_mut(), &wake_b),
+        Poll::Ready(Ok(2))
+    ));
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(3))
+    ));
+    assert_eq!(rx.try_recv(), None);
+}
+
+/// A woken receive that is dropped before it takes its item passes the
+/// item on to the next in line; with nobody in line, the item is free for
+/// `try_recv`.
+#[test]
+fn a_kept_item_passes_to_the_next_receive_or_back_to_the_queue() {
+    let (tx, rx) = gdex::channel::<u32>(2);
+    let (_, wake_a) = count_waker();
+    let (wb, wake_b) = count_waker();
+    let mut a = Box::pin(rx.recv());
+    let mut b = Box::pin(rx.recv());
+    assert!(poll_with(a.as_mut(), &wake_a).is_pending());
+    assert!(poll_with(b.as_mut(), &wake_b).is_pending());
+    tx.try_send(1).unwrap();
+    drop(a);
+    assert_eq!(wakes(&wb), 1, "the kept item was not passed on");
+    assert_eq!(rx.try_recv(), None, "the item is b's now");
+    drop(b);
+    assert_eq!(
+        rx.try_recv(),
+        Some(1),
+        "with nobody in line, the item is free"
+    );
+
+    // recv_all by a woken receive takes its item and every free one, and
+    // leaves the items kept for others.
+    let (_, wake_c) = count_waker();
+    let (_, wake_d) = count_waker();
+    let mut c = Box::pin(rx.recv_all());
+    let mut d = Box::pin(rx.recv());
+    assert!(poll_with(c.as_mut(), &wake_c).is_pending());
+    assert!(poll_with(d.as_mut(), &wake_d).is_pending());
+    tx.try_send(10).unwrap();
+    tx.try_send(11).unwrap();
+    // Both items are kept (one each): none is left for try_recv.
+    assert_eq!(rx.try_recv(), None);
+    match poll_with(c.as_mut(), &wake_c) {
+        Poll::Ready(Ok(items)) => assert_eq!(items, [10]),
+        other => panic!("recv_all: {other:?}"),
+    }
+    assert!(matches!(
+        poll_with(d.as_mut(), &wake_d),
+        Poll::Ready(Ok(11))
+    ));
+}
+
+/// A send that waited and was woken for room keeps it: a `try_send` or a
+/// newer send polled before it cannot fill it, and the items arrive in the
+/// senders' order.
+#[test]
+fn a_send_woken_for_room_keeps_it_against_try_send_and_newer_sends() {
+    let (tx, rx) = gdex::channel::<u32>(1);
+    tx.try_send(0).unwrap();
+    let (w1, wake_1) = count_waker();
+    let (w2, wake_2) = count_waker();
+    let mut first = pin!(tx.send(1));
+    let mut second = pin!(tx.send(2));
+    assert!(poll_with(first.as_mut(), &wake_1).is_pending());
+    assert!(poll_with(second.as_mut(), &wake_2).is_pending());
+
+    assert_eq!(rx.try_recv(), Some(0));
+    assert_eq!(
+        (wakes(&w1), wakes(&w2)),
+        (1, 0),
+        "the first in line is woken"
+    );
+    // Before the woken send runs, others race it for the room.
+    assert_eq!(
+        tx.try_send(9),
+        Err(gdex::TrySendError::Full(9)),
+        "try_send filled the room of a woken send"
+    );
+    let (wn, wake_n) = count_waker();
+    let mut newcomer = pin!(tx.send(3));
+    assert!(
+        poll_with(newcomer.as_mut(), &wake_n).is_pending(),
+        "a newer send filled the room of a woken send"
+    );
+    assert!(poll_with(second.as_mut(), &wake_2).is_pending());
+
+    assert!(matches!(
+        poll_with(first.as_mut(), &wake_1),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(1));
+    assert_eq!(
+        (wakes(&w2), wakes(&wn)),
+        (1, 0),
+        "the second in line is next"
+    );
+    assert_eq!(tx.try_send(9), Err(gdex::TrySendError::Full(9)));
+    assert!(matches!(
+        poll_with(second.as_mut(), &wake_2),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(2));
+    assert_eq!(wakes(&wn), 1);
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(rx.try_recv(), Some(3));
+    // Nobody waits: the room is free again.
+    assert_eq!(tx.try_send(4), Ok(()));
+}
+
+/// Closing a channel while a woken receive still owes its turn: the
+/// receive still gets a queued item, and a woken send is refused.
+#[test]
+fn closing_releases_the_turns_kept_for_woken_waiters() {
+    let (tx, rx) = gdex::channel::<u32>(1);
+    let (_, wake) = count_waker();
+    let mut r = Box::pin(rx.recv());
+    assert!(poll_with(r.as_mut(), &wake).is_pending());
+    tx.try_send(1).unwrap();
+    tx.close();
+    assert!(matches!(poll_with(r.as_mut(), &wake), Poll::Ready(Ok(1))));
+    assert!(matches!(
+        gdex::block_on(rx.recv()),
+        Err(gdex::Error::Closed)
+    ));
+
+    let (tx, rx) = gdex::channel::<u32>(1);
+    tx.try_send(1).unwrap();
+    let mut s = Box::pin(tx.send(2));
+    assert!(poll_with(s.as_mut(), &wake).is_pending());
+    assert_eq!(rx.try_recv(), Some(1)); // wakes `s` for the room
+    assert_eq!(rx.close(), Vec::<u32>::new());
+    assert!(matches!(
+        poll_with(s.as_mut(), &wake),
+        Poll::Ready(Err(gdex::SendError(2)))
+    ));
+}
+
+/// Under contention on real threads, with `try_recv`, `try_send`,
+/// `recv_all` and dropped receives and sends mixed in, every item is
+/// received exactly once and nothing stalls: the turns kept for woken
+/// waiters are always taken, passed on or freed.
+#[test]
+fn a_contended_channel_with_try_calls_and_dropped_waits_moves_every_item_once() {
+    watchdog("channel_with_try_calls_moves_every_item_once", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
+        let per_producer = stress(20_000).max(8);
+        let producers_n = 3;
+        let items = per_producer * producers_n;
+        let (tx, rx) = gdex::channel::<usize>(2);
+        let seen: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..items).map(|_| AtomicUsize::new(0)).collect());
+        let producers: Vec<_> = (0..producers_n)
+            .map(|k| {
+                let tx = tx.clone();
+                pool.scheduler().spawn(async move {
+                    for (n, i) in (k * per_producer..(k + 1) * per_producer).enumerate() {
+                        let mut item = i;
+                        loop {
+                            match n % 3 {
+                                // try_send, yielding while full.
+                                0 => match tx.try_send(item) {
+                                    Ok(()) => break,
+                                    Err(gdex::TrySendError::Full(back)) => {
+                                        item = back;
+                                        gdex::yield_now().await;
+                                    }
+                                    Err(gdex::TrySendError::Closed(_)) => panic!("closed"),
+                                },
+                                // A send raced against one yield: dropped
+                                // (item unsent, sent again) if the yield wins.
+                                1 => {
+                                    let copy = item;
+                                    let send = tx.send(item);
+                                    match futures::future::select(
+                                        pin!(gdex::yield_now()),
+                                        pin!(send),
+                                    )
+                                    .await
+                                    {
+                                        futures::future::Either::Right((r, _)) => {
+                                            r.unwrap();
+                                            break;
+                                        }
+                                        futures::future::Either::Left(_) => item = copy,
+                                    }
+                                }
+                                _ => {
+                                    tx.send(item).await.unwrap();
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let consumers: Vec<_> = (0..3)
+            .map(|k| {
+                let rx = rx.clone();
+                let seen = seen.clone();
+                pool.scheduler().spawn(async move {
+                    let mut got = 0usize;
+                    let mut turn = k;
+                    loop {
+                        turn += 1;
+                        let batch: Vec<usize> = match turn % 4 {
+                            0 => match rx.try_recv() {
+                                Some(i) => vec![i],
+                                None => {
+                                    gdex::yield_now().await;
+                                    continue;
+                                }
+                            },
+                            1 => {
+                                let recv = rx.recv();
+                                match futures::future::select(pin!(gdex::yield_now()), pin!(recv))
+                                    .await
+                                {
+                                    futures::future::Either::Right((r, _)) => match r {
+                                        Ok(i) => vec![i],
+                                        Err(gdex::Error::Closed) => return got,
+                                        Err(e) => panic!("recv: {e}"),
+                                    },
+                                    futures::future::Either::Left(_) => continue,
+                                }
+                            }
+                            2 => match rx.recv_all().await {
+                                Ok(all) => all,
+                                Err(gdex::Error::Closed) => return got,
+                                Err(e) => panic!("recv_all: {e}"),
+                            },
+                            _ => match rx.recv().await {
+                                Ok(i) => vec![i],
+                                Err(gdex::Error::Closed) => return got,
+                                Err(e) => panic!("recv: {e}"),
+                            },
+                        };
+                        for i in batch {
+                            seen[i].fetch_add(1, Ordering::Relaxed);
+                            got += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(rx);
+        for producer in producers {
+            gdex::block_on(producer).unwrap();
+        }
+        let received: usize = consumers
+            .into_iter()
+            .map(|c| gdex::block_on(c).unwrap())
+            .sum();
+        assert_eq!(received, items);
+        for (i, n) in seen.iter().enumerate() {
+            assert_eq!(
+                n.load(Ordering::Relaxed),
+                1,
+                "item {i} received {n:?} times"
+            );
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Point 10: BlockingPool::close() keeps one waker
+// ---------------------------------------------------------------------------
+
+/// Clones of the counting waker alive now (the original excluded).
+static LIVE_CLONES: AtomicUsize = AtomicUsize::new(0);
+
+fn counted_raw() -> RawWaker {
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(
+        |_| {
+            LIVE_CLONES.fetch_add(1, Ordering::SeqCst);
+            counted_raw()
+        },
+        |_| {
+            LIVE_CLONES.fetch_sub(1, Ordering::SeqCst);
+        },
+        |_| {},
+        |_| {
+            LIVE_CLONES.fetch_sub(1, Ordering::SeqCst);
+        },
+    );
+    RawWaker::new(std::ptr::null(), &VTABLE)
+}
+
+#[test]
+fn a_blocking_pool_close_future_keeps_one_waker_however_often_it_is_polled() {
+    watchdog("close_future_keeps_one_waker", 60, || {
+        let pool = gdex::blocking::BlockingPool::new(1);
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let job = pool.submit(move || wait.recv().unwrap());
+        // SAFETY: the vtable's functions keep RawWaker's contract: clone
+        // makes another waker of the same (null) data, wake and drop
+        // consume one, wake_by_ref does nothing; the data is never read.
+        let original = unsafe { Waker::from_raw(counted_raw()) };
+        let mut closing = pool.close(gdex::blocking::CloseMode::Drain);
+        let polls = stress(200_000);
+        for _ in 0..polls {
+            assert!(poll_with(Pin::new(&mut closing), &original).is_pending());
+        }
+        let stored = LIVE_CLONES.load(Ordering::SeqCst);
+        assert_eq!(
+            stored, 1,
+            "{polls} polls with one waker stored {stored} wakers"
+        );
+
+        // A second close future has its own single entry; dropping it
+        // takes its waker away.
+        let mut again = pool.close(gdex::blocking::CloseMode::CancelQueued);
+        for _ in 0..1000 {
+            assert!(poll_with(Pin::new(&mut again), &original).is_pending());
+        }
+        assert_eq!(LIVE_CLONES.load(Ordering::SeqCst), 2);
+        drop(again);
+        assert_eq!(
+            LIVE_CLONES.load(Ordering::SeqCst),
+            1,
+            "a dropped close future's waker stayed"
+        );
+
+        go.send(()).unwrap();
+        gdex::block_on(job).unwrap();
+        gdex::block_on(&mut closing);
+        assert_eq!(
+            LIVE_CLONES.load(Ordering::SeqCst),
+            0,
+            "a waker outlived the close"
+        );
+        drop(original);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Point 11: a late clone of a PromiseFuture
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_clone_of_a_promise_future_that_took_the_value_resolves_with_an_error() {
+    // Resolved: the only future takes the value; a clone made from it
+    // afterwards resolves (it does not panic) with an error saying so.
+    let (promise, mut future) = gdex::Promise::<String>::new();
+    promise.resolve("value".into());
+    assert_eq!(gdex::block_on(&mut future).unwrap(), "value");
+    let late = future.clone();
+    match gdex::block_on(late) {
+        Err(gdex::Error::Failed(e)) => {
+            assert!(e.matches(gio::IOErrorEnum::Failed), "{e}");
+            assert!(e.message().contains("already moved out"), "{e}");
+        }
+        other => panic!("a late clone gave {other:?}"),
+    }
+    // Several late clones, each its own answer.
+    let (a, b) = (future.clone(), future.clone());
+    assert!(matches!(gdex::block_on(a), Err(gdex::Error::Failed(_))));
+    assert!(matches!(gdex::block_on(b), Err(gdex::Error::Failed(_))));
+
+    // Rejected: a late clone gets the same rejection.
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    promise.reject(gdex::Error::TimedOut);
+    assert!(matches!(
+        gdex::block_on(&mut future),
+        Err(gdex::Error::TimedOut)
+    ));
+    assert!(matches!(
+        gdex::block_on(future.clone()),
+        Err(gdex::Error::TimedOut)
+    ));
+
+    // Dropped promise: the late clone gets Dropped too.
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    drop(promise);
+    assert!(matches!(
+        gdex::block_on(&mut future),
+        Err(gdex::Error::Dropped)
+    ));
+    assert!(matches!(
+        gdex::block_on(future.clone()),
+        Err(gdex::Error::Dropped)
+    ));
+
+    // A clone made before the value was taken still gets the value.
+    let (promise, future) = gdex::Promise::<u32>::new();
+    let early = future.clone();
+    promise.resolve(5);
+    assert_eq!(gdex::block_on(future).unwrap(), 5);
+    assert_eq!(gdex::block_on(early).unwrap(), 5);
+}
+
+#[test]
+#[should_panic(expected = "polled again after it resolved")]
+fn polling_the_promise_future_that_took_the_value_again_panics() {
+    let (promise, mut future) = gdex::Promise::<u32>::new();
+    promise.resolve(1);
+    assert_eq!(gdex::block_on(&mut future).unwrap(), 1);
+    let _ = gdex::block_on(&mut future);
+}
+
+// ---------------------------------------------------------------------------
+// Docs line: blocking::blocking on a one-worker pool
+// ---------------------------------------------------------------------------
+
+/// On a pool of one worker there is no peer to take the queue: a task
+/// spawned while the worker is inside `blocking` runs only after the
+/// blocking call returns, as `blocking::blocking`'s docs say.
+#[test]
+fn on_a_one_worker_pool_a_task_queued_during_blocking_waits_for_it() {
+    watchdog("one_worker_blocking", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (entered, inside) = std::sync::mpsc::channel::<()>();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let other_ran = Arc::new(AtomicBool::new(false));
+        let seen = other_ran.clone();
+        let blocker = pool.scheduler().spawn(async move {
+            gdex::blocking::blocking(move || {
+                entered.send(()).unwrap();
+                wait.recv().unwrap();
+                // The only worker is here: the queued task cannot have run.
+                seen.load(Ordering::SeqCst)
+            })
+        });
+        inside.recv().unwrap();
+        let ran = other_ran.clone();
+        let queued = pool
+            .scheduler()
+            .spawn(async move { ran.store(true, Ordering::SeqCst) });
+        release.send(()).unwrap();
+        assert!(
+            !gdex::block_on(blocker).unwrap(),
+            "a task ran on a one-worker pool while its worker was in blocking()"
+        );
+        gdex::block_on(queued).unwrap();
+        assert!(other_ran.load(Ordering::SeqCst));
+    });
+}
