@@ -32,7 +32,13 @@ struct Inner {
 }
 
 struct State {
+    /// Free permits.
     permits: usize,
+    /// Every permit there is: free, held, or handed to a waiter that has
+    /// not yet taken it. Only [`Semaphore::add_permits`] raises it, and it
+    /// refuses to overflow, so giving a permit back (`permits += 1`) never
+    /// can: `permits <= total` always.
+    total: usize,
     closed: bool,
     /// A notified waiter has been handed a permit.
     queue: WaitQueue,
@@ -45,6 +51,7 @@ impl Semaphore {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     permits,
+                    total: permits,
                     closed: false,
                     queue: WaitQueue::default(),
                 }),
@@ -78,12 +85,37 @@ impl Semaphore {
     }
 
     /// Adds `n` permits (libdex's `dex_semaphore_post`), handing them to
-    /// waiters first.
+    /// waiters first, longest-waiting first. It costs one step per waiter it
+    /// wakes, whatever `n` is: `add_permits(usize::MAX / 2)` is as quick as
+    /// `add_permits(1)`.
+    ///
+    /// # Panics
+    /// If the semaphore would then have more than `usize::MAX` permits in
+    /// all (free and held): the count is never allowed to wrap.
     pub fn add_permits(&self, n: usize) {
         let mut state = self.lock();
-        for _ in 0..n {
-            state.release_one();
+        // Checked before anything changes, so a refused add leaves the
+        // semaphore as it was.
+        let Some(total) = state.total.checked_add(n) else {
+            let had = state.total;
+            drop(state);
+            panic!(
+                "gdex::Semaphore::add_permits({n}): the semaphore already has {had} permits \
+                 (free and held), and {n} more would overflow usize; add fewer"
+            );
+        };
+        state.total = total;
+        let mut left = n;
+        if !state.closed {
+            // A woken waiter takes its permit from here (`Notified`), not
+            // from `permits`.
+            while left > 0 && state.queue.notify_one() {
+                left -= 1;
+            }
         }
+        // Cannot overflow: `permits <= total` held before, and both grew by
+        // at most `n`.
+        state.permits += left;
     }
 
     /// Permits free now.
