@@ -32,7 +32,13 @@ struct Inner {
 }
 
 struct State {
+    /// Free permits.
     permits: usize,
+    /// Every permit there is: free, held, or handed to a waiter that has
+    /// not yet taken it. Only [`Semaphore::add_permits`] raises it, and it
+    /// refuses to overflow, so giving a permit back (`permits += 1`) never
+    /// can: `permits <= total` always.
+    total: usize,
     closed: bool,
     /// A notified waiter has been handed a permit.
     queue: WaitQueue,
@@ -45,6 +51,7 @@ impl Semaphore {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     permits,
+                    total: permits,
                     closed: false,
                     queue: WaitQueue::default(),
                 }),
@@ -78,12 +85,37 @@ impl Semaphore {
     }
 
     /// Adds `n` permits (libdex's `dex_semaphore_post`), handing them to
-    /// waiters first.
+    /// waiters first, longest-waiting first. It costs one step per waiter it
+    /// wakes, whatever `n` is: `add_permits(usize::MAX / 2)` is as quick as
+    /// `add_permits(1)`.
+    ///
+    /// # Panics
+    /// If the semaphore would then have more than `usize::MAX` permits in
+    /// all (free and held): the count is never allowed to wrap.
     pub fn add_permits(&self, n: usize) {
         let mut state = self.lock();
-        for _ in 0..n {
-            state.release_one();
+        // Checked before anything changes, so a refused add leaves the
+        // semaphore as it was.
+        let Some(total) = state.total.checked_add(n) else {
+            let had = state.total;
+            drop(state);
+            panic!(
+                "gdex::Semaphore::add_permits({n}): the semaphore already has {had} permits \
+                 (free and held), and {n} more would overflow usize; add fewer"
+            );
+        };
+        state.total = total;
+        let mut left = n;
+        if !state.closed {
+            // A woken waiter takes its permit from here (`Notified`), not
+            // from `permits`.
+            while left > 0 && state.queue.notify_one() {
+                left -= 1;
+            }
         }
+        // Cannot overflow: `permits <= total` held before, and both grew by
+        // at most `n`.
+        state.permits += left;
     }
 
     /// Permits free now.
@@ -211,17 +243,81 @@ impl std::fmt::Debug for Acquire<'_> {
 /// futures run through it run at once; the others wait their turn in
 /// arrival order.
 ///
+/// A future made by [`run`](Limiter::run) or
+/// [`run_on_pool`](Limiter::run_on_pool) counts as *queued* from the moment
+/// it is made, even before it is first polled: a
+/// [`close_after_drain`](Limiter::close_after_drain) called after that waits
+/// for it, and lets it run. (Its place in the queue for a slot is taken when
+/// it is first polled.) It stops counting when it finishes or is dropped.
+///
 /// ```
 /// let limiter = gdex::Limiter::new(2);
 /// let jobs: Vec<_> = (0..5).map(|i| limiter.run(async move { i * 2 })).collect();
 /// let out = gdex::block_on(gdex::all(jobs)).unwrap();
 /// assert_eq!(out, [0, 2, 4, 6, 8]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     semaphore: Semaphore,
     limit: usize,
-    accepting: Arc<std::sync::atomic::AtomicBool>,
+    state: Mutex<LimiterState>,
+}
+
+struct LimiterState {
+    /// False once `close` or `close_after_drain` was called.
+    accepting: bool,
+    /// Futures made by `run` and `run_on_pool` while accepting that have
+    /// not finished yet: unpolled, queued, running, or (`run_on_pool`)
+    /// whose pool task still holds its slot. Once `accepting` is false it
+    /// only falls; at 0 the limiter is drained.
+    outstanding: usize,
+    /// The futures of `close_after_drain` waiting for the drain.
+    drainers: WaitQueue,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, LimiterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place among the outstanding futures, or `None` once the limiter
+    /// has stopped accepting.
+    fn ticket(self: &Arc<Self>) -> Option<Ticket> {
+        let mut state = self.lock();
+        if !state.accepting {
+            return None;
+        }
+        state.outstanding += 1;
+        Some(Ticket(self.clone()))
+    }
+}
+
+/// One outstanding future of a [`Limiter`]; dropping it may finish a drain.
+struct Ticket(Arc<Shared>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.outstanding -= 1;
+        if !state.accepting && state.outstanding == 0 {
+            // Drained: close the semaphore, then let every drain return.
+            // (Lock order: the limiter's, then the semaphore's; nothing
+            // takes them the other way round.)
+            self.0.semaphore.close();
+            state.drainers.notify_all();
+        }
+    }
+}
+
+/// A slot held by a running future, and its ticket. Fields drop in order:
+/// the slot goes back before the ticket can end a drain.
+struct Held {
+    _permit: Permit,
+    _ticket: Ticket,
 }
 
 impl Limiter {
@@ -235,72 +331,170 @@ impl Limiter {
             "gdex::Limiter::new(0): a limit of 0 would let nothing run; use 1 or more"
         );
         Limiter {
-            semaphore: Semaphore::new(limit),
-            limit,
-            accepting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            shared: Arc::new(Shared {
+                semaphore: Semaphore::new(limit),
+                limit,
+                state: Mutex::new(LimiterState {
+                    accepting: true,
+                    outstanding: 0,
+                    drainers: WaitQueue::default(),
+                }),
+            }),
         }
     }
 
     /// How many futures may run at once.
     pub fn limit(&self) -> usize {
-        self.limit
+        self.shared.limit
     }
 
-    fn check_open(&self) -> Result<(), Error> {
-        if self.accepting.load(std::sync::atomic::Ordering::Acquire) {
-            Ok(())
-        } else {
-            Err(Error::Closed)
+    /// Runs `future` once a slot is free, in the awaiting task, and gives
+    /// the slot back when it has finished.
+    ///
+    /// The returned future counts as queued from the moment `run` returns
+    /// (see [`Limiter`]): one made before
+    /// [`close_after_drain`](Limiter::close_after_drain) runs, and the drain
+    /// waits for it (so poll it or drop it). It fails with
+    /// [`Error::Closed`] if it was made after `close` or
+    /// `close_after_drain`, or if [`close`](Limiter::close) is called
+    /// before it gets a slot. Dropping it drops `future` and gives its slot
+    /// (or its place in the queue) back.
+    ///
+    /// The returned future does not borrow the limiter.
+    pub fn run<F: Future>(&self, future: F) -> impl Future<Output = Result<F::Output, Error>> {
+        let ticket = self.shared.ticket();
+        let shared = self.shared.clone();
+        async move {
+            let ticket = ticket.ok_or(Error::Closed)?;
+            let permit = shared.semaphore.acquire().await?;
+            let _held = Held {
+                _permit: permit,
+                _ticket: ticket,
+            };
+            Ok(future.await)
         }
     }
 
-    /// Runs `future` once a slot is free, in the awaiting task. Fails with
-    /// [`Error::Closed`] if the limiter is closed (or draining) first.
-    /// Dropping the returned future gives its slot (or its place in the
-    /// queue) back.
-    pub async fn run<F: Future>(&self, future: F) -> Result<F::Output, Error> {
-        self.check_open()?;
-        let _permit = self.semaphore.acquire().await?;
-        Ok(future.await)
-    }
-
     /// Runs `future` on the default [`ThreadPool`](crate::ThreadPool) once
-    /// a slot is free; the slot is held until the pool task has finished.
-    pub async fn run_on_pool<F>(&self, future: F) -> Result<F::Output, Error>
+    /// a slot is free. The slot is held by the pool task itself, until that
+    /// task's future has finished or been dropped, whatever happens to the
+    /// returned future.
+    ///
+    /// Dropping the returned future cancels the pool task, as dropping a
+    /// [`Task`](crate::Task) does: `future` is dropped at its next
+    /// suspension point, on its worker, and only then is the slot free
+    /// again, so a job in the middle of a long poll still counts against
+    /// the limit. (libdex lets discarded pool work run to completion; to do
+    /// that here, spawn the returned future and
+    /// [`detach`](crate::Task::detach) it.)
+    ///
+    /// Queueing and closing are as for [`run`](Limiter::run); the returned
+    /// future does not borrow the limiter.
+    pub fn run_on_pool<F>(&self, future: F) -> impl Future<Output = Result<F::Output, Error>>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.check_open()?;
-        let _permit = self.semaphore.acquire().await?;
-        crate::spawn(future).await
-    }
-
-    /// Closes the limiter now: queued futures and later ones fail with
-    /// [`Error::Closed`]; running ones finish.
-    pub fn close(&self) {
-        self.accepting
-            .store(false, std::sync::atomic::Ordering::Release);
-        self.semaphore.close();
-    }
-
-    /// Stops accepting new futures at once (they fail with
-    /// [`Error::Closed`]), lets the queued and running ones finish, then
-    /// closes. The returned future resolves when the last one has finished.
-    pub fn close_after_drain(&self) -> impl Future<Output = ()> + '_ {
-        self.accepting
-            .store(false, std::sync::atomic::Ordering::Release);
+        let ticket = self.shared.ticket();
+        let shared = self.shared.clone();
         async move {
-            // The queue is FIFO: once every permit is ours, everything
-            // queued before us has run and finished.
-            let mut held = Vec::with_capacity(self.limit);
-            for _ in 0..self.limit {
-                match self.semaphore.acquire().await {
-                    Ok(permit) => held.push(permit),
-                    Err(_) => break, // closed meanwhile by close()
-                }
-            }
-            self.semaphore.close();
+            let ticket = ticket.ok_or(Error::Closed)?;
+            let permit = shared.semaphore.acquire().await?;
+            let held = Held {
+                _permit: permit,
+                _ticket: ticket,
+            };
+            crate::spawn(async move {
+                let _held = held;
+                future.await
+            })
+            .await
+        }
+    }
+
+    /// Closes the limiter now: queued futures (made but not yet running)
+    /// and later ones fail with [`Error::Closed`]; running ones finish.
+    pub fn close(&self) {
+        // Under the limiter's lock, so that no ticket is handed out after.
+        let mut state = self.shared.lock();
+        state.accepting = false;
+        self.shared.semaphore.close();
+        // A drain still waits, for the running ones (their tickets).
+        drop(state);
+    }
+
+    /// Stops accepting new futures at once (those made from now on fail
+    /// with [`Error::Closed`]), lets the queued and running ones finish,
+    /// then closes.
+    ///
+    /// "Queued" means every future made by [`run`](Limiter::run) or
+    /// [`run_on_pool`](Limiter::run_on_pool) before this call that has not
+    /// finished or been dropped, polled yet or not (libdex rejects the
+    /// queued ones instead). The drain starts here, not when the returned
+    /// future is first polled; the returned future resolves once the last
+    /// of them has finished (for `run_on_pool`, once its pool task has).
+    ///
+    /// Any number of callers may drain the same limiter: they share one
+    /// drain, and all of them return once it is done. A
+    /// [`close`](Limiter::close) meanwhile refuses the queued futures; the
+    /// drain then ends when the running ones have finished. The returned
+    /// future does not borrow the limiter.
+    pub fn close_after_drain(&self) -> impl Future<Output = ()> {
+        let mut state = self.shared.lock();
+        state.accepting = false;
+        if state.outstanding == 0 {
+            // Nothing outstanding: drained already (a later drain finds
+            // the semaphore closed; closing it twice is harmless).
+            self.shared.semaphore.close();
+        }
+        drop(state);
+        Drain {
+            shared: self.shared.clone(),
+            key: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("Limiter")
+            .field("limit", &self.shared.limit)
+            .field("accepting", &state.accepting)
+            .field("outstanding", &state.outstanding)
+            .finish()
+    }
+}
+
+/// The future of [`Limiter::close_after_drain`]: one caller's wait for the
+/// limiter's shared drain.
+struct Drain {
+    shared: Arc<Shared>,
+    key: Option<usize>,
+}
+
+impl Future for Drain {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut state = this.shared.lock();
+        // `accepting` is false for good, so `outstanding` only falls.
+        if state.outstanding == 0 {
+            state.drainers.remove(&mut this.key);
+            return Poll::Ready(());
+        }
+        state.drainers.park(&mut this.key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            // A wake-up it got and did not act on concerns nobody else:
+            // every drainer is woken at once.
+            self.shared.lock().drainers.remove(&mut self.key);
         }
     }
 }

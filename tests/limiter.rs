@@ -1,0 +1,444 @@
+//! `Limiter` and `Semaphore`: slots held by pool work, shared drains, what
+//! counts as queued, and permits added in bulk (issue 19 points 3, 5, 6, 9;
+//! issue 20 point 2).
+
+mod common;
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use common::{wait_until, watchdog};
+
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let waker = futures::task::noop_waker();
+    std::pin::Pin::new(f).poll(&mut Context::from_waker(&waker))
+}
+
+/// Counts how many jobs are inside their body at once, and the most seen.
+#[derive(Clone, Default)]
+struct Overlap {
+    now: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+impl Overlap {
+    fn enter(&self) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Issue 19 point 3 (issue 20 point 2): the caller of `run_on_pool` goes
+/// away while its job is in the middle of a long poll on the pool. The job
+/// cannot stop before that poll returns, so its slot must stay taken until
+/// then: the next job, under a limit of 1, must not start beside it.
+#[test]
+fn a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends() {
+    watchdog(
+        "a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends",
+        60,
+        || {
+            let limiter = gdex::Limiter::new(1);
+            let overlap = Overlap::default();
+            let a_started = Arc::new(AtomicBool::new(false));
+            let a_may_end = Arc::new(AtomicBool::new(false));
+            let b_started = Arc::new(AtomicBool::new(false));
+
+            let mut a = Box::pin(limiter.run_on_pool({
+                let (overlap, started, may_end) =
+                    (overlap.clone(), a_started.clone(), a_may_end.clone());
+                async move {
+                    overlap.enter();
+                    started.store(true, Ordering::SeqCst);
+                    // One long poll: nothing can stop it from outside.
+                    while !may_end.load(Ordering::SeqCst) {
+                        std::hint::spin_loop();
+                    }
+                    overlap.leave();
+                }
+            }));
+            // Takes the free slot and hands the job to the pool.
+            assert!(poll_once(&mut a).is_pending());
+            wait_until(|| a_started.load(Ordering::SeqCst));
+            drop(a);
+
+            let b = std::thread::spawn({
+                let (limiter, overlap, started) =
+                    (limiter.clone(), overlap.clone(), b_started.clone());
+                move || {
+                    gdex::block_on(limiter.run_on_pool(async move {
+                        overlap.enter();
+                        started.store(true, Ordering::SeqCst);
+                        overlap.leave();
+                    }))
+                }
+            });
+            // Give a wrongly started `b` the time to show itself (it starts
+            // within microseconds when the slot is free): `a` keeps its poll
+            // going meanwhile. Well under the 100 ms stall threshold.
+            let window = Instant::now();
+            while !b_started.load(Ordering::SeqCst) && window.elapsed() < Duration::from_millis(50)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let b_ran_beside_a = b_started.load(Ordering::SeqCst);
+            a_may_end.store(true, Ordering::SeqCst);
+            let b = b.join().expect("the thread awaiting b");
+            assert!(
+                !b_ran_beside_a,
+                "the second job started while the dropped first one still ran"
+            );
+            assert_eq!(
+                overlap.peak(),
+                1,
+                "{} jobs ran at once under a limit of 1",
+                overlap.peak()
+            );
+            assert!(b.is_ok(), "{b:?}");
+            assert!(b_started.load(Ordering::SeqCst));
+        },
+    );
+}
+
+/// Issue 19 point 3, the other way a dropped caller's job ends: parked in
+/// an await, it is cancelled (dropped on its worker), and the slot is free
+/// again once it has been dropped, not before.
+#[test]
+fn a_dropped_run_on_pool_of_a_waiting_job_frees_its_slot_once_the_job_is_dropped() {
+    watchdog(
+        "a_dropped_run_on_pool_of_a_waiting_job_frees_its_slot_once_the_job_is_dropped",
+        60,
+        || {
+            let limiter = gdex::Limiter::new(1);
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let started = Arc::new(AtomicBool::new(false));
+            let mut a = Box::pin(limiter.run_on_pool({
+                let guard = common::Counted(dropped.clone());
+                let started = started.clone();
+                async move {
+                    let _guard = guard;
+                    started.store(true, Ordering::SeqCst);
+                    std::future::pending::<()>().await
+                }
+            }));
+            assert!(poll_once(&mut a).is_pending());
+            wait_until(|| started.load(Ordering::SeqCst));
+            drop(a);
+            let seen = Arc::new(AtomicUsize::new(usize::MAX));
+            let b = limiter.run_on_pool({
+                let (dropped, seen) = (dropped.clone(), seen.clone());
+                async move { seen.store(dropped.load(Ordering::SeqCst), Ordering::SeqCst) }
+            });
+            assert!(gdex::block_on(b).is_ok());
+            assert_eq!(
+                seen.load(Ordering::SeqCst),
+                1,
+                "the next job started before the cancelled one was dropped"
+            );
+        },
+    );
+}
+
+/// Issue 19 point 5: two `close_after_drain` on one limiter of 2 with two
+/// jobs running. Each used to take the permits the jobs gave back, one
+/// apiece, and wait for the other's forever. They share one drain now, and
+/// both return once the jobs are done.
+#[test]
+fn two_close_after_drain_on_one_limiter_share_the_drain_and_both_return() {
+    watchdog(
+        "two_close_after_drain_on_one_limiter_share_the_drain_and_both_return",
+        60,
+        || {
+            let limiter = gdex::Limiter::new(2);
+            let (release_1, wait_1) = gdex::Promise::<()>::new();
+            let (release_2, wait_2) = gdex::Promise::<()>::new();
+            let mut job_1 = Box::pin(limiter.run(wait_1));
+            let mut job_2 = Box::pin(limiter.run(wait_2));
+            assert!(poll_once(&mut job_1).is_pending());
+            assert!(poll_once(&mut job_2).is_pending());
+
+            let mut drain_1 = Box::pin(limiter.close_after_drain());
+            let mut drain_2 = Box::pin(limiter.close_after_drain());
+            assert!(poll_once(&mut drain_1).is_pending());
+            assert!(poll_once(&mut drain_2).is_pending());
+
+            release_1.resolve(());
+            assert!(matches!(poll_once(&mut job_1), Poll::Ready(Ok(Ok(())))));
+            assert!(
+                poll_once(&mut drain_1).is_pending() && poll_once(&mut drain_2).is_pending(),
+                "a drain returned while a job still ran"
+            );
+            release_2.resolve(());
+            assert!(matches!(poll_once(&mut job_2), Poll::Ready(Ok(Ok(())))));
+            assert!(
+                poll_once(&mut drain_1).is_ready(),
+                "the first drain did not return once the limiter was drained"
+            );
+            assert!(
+                poll_once(&mut drain_2).is_ready(),
+                "the second drain did not return once the limiter was drained"
+            );
+            // A third, after the drain: returns at once.
+            assert!(poll_once(&mut Box::pin(limiter.close_after_drain())).is_ready());
+            assert!(matches!(
+                poll_once(&mut Box::pin(limiter.run(async {}))),
+                Poll::Ready(Err(gdex::Error::Closed))
+            ));
+        },
+    );
+}
+
+/// Issue 19 point 5, with real threads: several tasks drain one busy
+/// limiter at once; every one of them returns, after every job finished.
+#[test]
+fn many_tasks_draining_one_limiter_all_return_after_the_last_job() {
+    watchdog(
+        "many_tasks_draining_one_limiter_all_return_after_the_last_job",
+        60,
+        || {
+            let limiter = gdex::Limiter::new(3);
+            let finished = Arc::new(AtomicUsize::new(0));
+            let made = Arc::new(AtomicUsize::new(0));
+            let jobs: Vec<_> = (0..12)
+                .map(|_| {
+                    let (limiter, made, finished) =
+                        (limiter.clone(), made.clone(), finished.clone());
+                    gdex::spawn(async move {
+                        let job = limiter.run(async move {
+                            gdex::sleep(Duration::from_millis(2)).await;
+                            finished.fetch_add(1, Ordering::SeqCst);
+                        });
+                        made.fetch_add(1, Ordering::SeqCst);
+                        job.await
+                    })
+                })
+                .collect();
+            // Every job is queued or running before the drains start.
+            wait_until(|| made.load(Ordering::SeqCst) == 12);
+            let drains: Vec<_> = (0..4)
+                .map(|_| {
+                    let (limiter, finished) = (limiter.clone(), finished.clone());
+                    gdex::spawn(async move {
+                        limiter.close_after_drain().await;
+                        finished.load(Ordering::SeqCst)
+                    })
+                })
+                .collect();
+            for drain in drains {
+                assert_eq!(
+                    gdex::block_on(drain).unwrap(),
+                    12,
+                    "a drain returned before every job had finished"
+                );
+            }
+            for job in jobs {
+                assert!(matches!(gdex::block_on(job), Ok(Ok(()))));
+            }
+        },
+    );
+}
+
+/// Issue 19 point 6: a `run` (or `run_on_pool`) future counts as queued
+/// from the moment it is made. Made before `close_after_drain`, it runs
+/// even though it had not been polled yet, and the drain waits for it;
+/// one made after is refused.
+#[test]
+fn a_run_made_before_close_after_drain_is_queued_and_runs() {
+    watchdog(
+        "a_run_made_before_close_after_drain_is_queued_and_runs",
+        60,
+        || {
+            let limiter = gdex::Limiter::new(1);
+            let ran = Arc::new(AtomicUsize::new(0));
+            let count = |ran: &Arc<AtomicUsize>| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                }
+            };
+            // Made, never polled before the drain starts.
+            let mut here = Box::pin(limiter.run(count(&ran)));
+            let on_pool = Box::pin(limiter.run_on_pool(count(&ran)));
+            let mut drain = Box::pin(limiter.close_after_drain());
+            assert!(
+                poll_once(&mut drain).is_pending(),
+                "the drain did not wait for the futures made before it"
+            );
+            let mut late = Box::pin(limiter.run(count(&ran)));
+            assert!(matches!(
+                poll_once(&mut late),
+                Poll::Ready(Err(gdex::Error::Closed))
+            ));
+
+            assert!(
+                matches!(poll_once(&mut here), Poll::Ready(Ok(()))),
+                "a run made before close_after_drain was refused"
+            );
+            assert!(poll_once(&mut drain).is_pending());
+            assert!(
+                gdex::block_on(on_pool).is_ok(),
+                "a run_on_pool made before close_after_drain was refused"
+            );
+            assert_eq!(ran.load(Ordering::SeqCst), 2);
+            gdex::block_on(drain);
+        },
+    );
+}
+
+/// Issue 19 point 6, the edges: a queued future that is dropped unpolled
+/// no longer holds the drain, and `close()` refuses the queued ones, polled
+/// or not, while the running one finishes.
+#[test]
+fn a_dropped_queued_run_releases_the_drain_and_close_refuses_unpolled_runs() {
+    let limiter = gdex::Limiter::new(1);
+    let never_polled = limiter.run(async {});
+    let mut drain = Box::pin(limiter.close_after_drain());
+    assert!(poll_once(&mut drain).is_pending());
+    drop(never_polled);
+    assert!(poll_once(&mut drain).is_ready());
+
+    let limiter = gdex::Limiter::new(1);
+    let (release, wait) = gdex::Promise::<()>::new();
+    let mut running = Box::pin(limiter.run(wait));
+    assert!(poll_once(&mut running).is_pending());
+    let mut polled = Box::pin(limiter.run(async {}));
+    assert!(poll_once(&mut polled).is_pending());
+    let mut unpolled = Box::pin(limiter.run(async {}));
+    let mut drain = Box::pin(limiter.close_after_drain());
+    limiter.close();
+    assert!(matches!(
+        poll_once(&mut polled),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+    assert!(matches!(
+        poll_once(&mut unpolled),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+    assert!(
+        poll_once(&mut drain).is_pending(),
+        "the drain returned while a job still ran"
+    );
+    release.resolve(());
+    assert!(matches!(poll_once(&mut running), Poll::Ready(Ok(Ok(())))));
+    assert!(poll_once(&mut drain).is_ready());
+}
+
+/// Counts its wake-ups.
+struct WakeCount(AtomicUsize);
+
+impl Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Issue 19 point 9: adding half of `usize::MAX` permits costs what the
+/// waiters cost, not one step per permit (it used to loop that many times
+/// under the lock, so it never returned): it returns, every waiter gets
+/// its permit in order, and the rest are free.
+#[test]
+fn add_permits_of_half_usize_max_returns_and_wakes_every_waiter() {
+    watchdog(
+        "add_permits_of_half_usize_max_returns_and_wakes_every_waiter",
+        30,
+        || {
+            let sem = gdex::Semaphore::new(0);
+            let mut waiters: Vec<_> = (0..3)
+                .map(|_| {
+                    let count = Arc::new(WakeCount(AtomicUsize::new(0)));
+                    (Box::pin(sem.acquire()), count)
+                })
+                .collect();
+            for (acquire, count) in &mut waiters {
+                let waker = Waker::from(count.clone());
+                let poll = acquire.as_mut().poll(&mut Context::from_waker(&waker));
+                assert!(poll.is_pending());
+            }
+            sem.add_permits(usize::MAX / 2);
+            let mut permits = Vec::new();
+            for (acquire, count) in &mut waiters {
+                assert_eq!(count.0.load(Ordering::SeqCst), 1, "a waiter was not woken");
+                let Poll::Ready(Ok(permit)) = poll_once(acquire) else {
+                    panic!("a woken waiter got no permit")
+                };
+                permits.push(permit);
+            }
+            assert_eq!(sem.available_permits(), usize::MAX / 2 - 3);
+            drop(permits);
+            assert_eq!(sem.available_permits(), usize::MAX / 2);
+
+            // Real threads waiting in `block_on`, then a huge add.
+            let sem = gdex::Semaphore::new(0);
+            let parked = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    let (sem, parked) = (sem.clone(), parked.clone());
+                    std::thread::spawn(move || {
+                        let mut acquire = Box::pin(sem.acquire());
+                        if poll_once(&mut acquire).is_pending() {
+                            parked.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let permit = gdex::block_on(acquire).expect("not closed");
+                        std::mem::forget(permit);
+                    })
+                })
+                .collect();
+            wait_until(|| parked.load(Ordering::SeqCst) == 4);
+            sem.add_permits(usize::MAX - 1);
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(sem.available_permits(), usize::MAX - 1 - 4);
+        },
+    );
+}
+
+/// Issue 19 point 9: the permit count never wraps. Adding more than fits
+/// beside the permits there are, free or held, panics with a message that
+/// names the counts, and leaves the semaphore as it was.
+#[test]
+fn add_permits_that_would_overflow_panics_naming_the_count() {
+    let sem = gdex::Semaphore::new(usize::MAX);
+    // One held: the free count alone would have room for one more, but
+    // giving the held one back would then wrap.
+    let held = sem.try_acquire().unwrap();
+    let Err(err) = catch_unwind(AssertUnwindSafe(|| sem.add_permits(1))) else {
+        // Giving `held` back now would wrap the count.
+        std::mem::forget(held);
+        panic!("an add past usize::MAX permits (free and held) was accepted");
+    };
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_else(|| format!("{:?}", err.downcast_ref::<&str>()));
+    assert!(
+        msg.contains("add_permits(1)") && msg.contains(&usize::MAX.to_string()),
+        "unclear message: {msg}"
+    );
+    assert!(msg.contains("overflow"), "unclear message: {msg}");
+    assert_eq!(sem.available_permits(), usize::MAX - 1);
+    drop(held);
+    assert_eq!(sem.available_permits(), usize::MAX);
+
+    let sem = gdex::Semaphore::new(5);
+    let err = catch_unwind(AssertUnwindSafe(|| sem.add_permits(usize::MAX)))
+        .expect_err("an add past usize::MAX permits was accepted");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains(&format!("add_permits({})", usize::MAX)) && msg.contains("already has 5"),
+        "unclear message: {msg}"
+    );
+    assert_eq!(sem.available_permits(), 5);
+    // Still usable.
+    assert!(sem.try_acquire().is_some());
+}
