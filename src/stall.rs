@@ -429,7 +429,11 @@ impl Monitor {
                 // gdex timers fire from here, their tasks woken for a peer
                 // to run (issue 19 point 1).
                 pool.fire_overdue_timers(*i);
-                pool.help_stuck_worker(*i);
+                // In thread-per-core mode (P9) tasks stay home unless the
+                // poll is a stall (below).
+                if !pool.thread_per_core() {
+                    pool.help_stuck_worker(*i);
+                }
             }
         }
         if runner.threshold.is_zero() || stuck_for < runner.threshold {
@@ -439,6 +443,10 @@ impl Monitor {
             if pool.in_blocking(*i) {
                 // Declared with gdex::blocking::blocking: not a stall.
                 return true;
+            }
+            if pool.thread_per_core() {
+                // A stall: even thread-per-core hands its queue over.
+                pool.help_stuck_worker(*i);
             }
         }
         // Time in the panic hook (a backtrace being symbolized) is the panic
