@@ -411,8 +411,9 @@ struct Watch {
     /// A ready-time source on the default main context, ready only while a
     /// check is under way.
     probe: SourceRef,
-    /// The watch thread, started with the watch.
-    thread: OnceLock<thread::Thread>,
+    /// The watch thread, started with the watch (`None` inside if the OS
+    /// refused a thread: then nothing is reported).
+    thread: OnceLock<Option<thread::Thread>>,
     /// True while the watch thread sleeps for good.
     sleeping: AtomicBool,
 }
@@ -449,9 +450,8 @@ impl Watch {
             thread::Builder::new()
                 .name("gdex-signal-watch".into())
                 .spawn(move || watch.run())
-                .expect("gdex: cannot start the gdex-signal-watch thread")
-                .thread()
-                .clone()
+                .ok()
+                .map(|handle| handle.thread().clone())
         });
         Some(watch)
     }
@@ -462,7 +462,7 @@ impl Watch {
         // see it sleeping.
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
-            if let Some(thread) = self.thread.get() {
+            if let Some(Some(thread)) = self.thread.get() {
                 thread.unpark();
             }
         }
