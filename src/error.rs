@@ -29,8 +29,9 @@ pub enum Error {
     Closed,
     /// A fiber-only call was made outside a fiber.
     NotOnFiber,
-    /// A promise (or a channel's other side) was dropped before it gave a
-    /// value.
+    /// A [`Promise`](crate::Promise) was dropped before it gave a value.
+    /// (A channel whose other side is gone gives [`Error::Closed`], not
+    /// this.)
     Dropped,
     /// A GLib or GIO error, carried unchanged.
     Failed(glib::Error),
@@ -75,9 +76,7 @@ impl fmt::Display for Error {
             Error::TimedOut => f.write_str("the operation timed out"),
             Error::Closed => f.write_str("the scheduler or queue is closed"),
             Error::NotOnFiber => f.write_str("this call is only valid inside a fiber"),
-            Error::Dropped => {
-                f.write_str("the promise or sender was dropped before it gave a value")
-            }
+            Error::Dropped => f.write_str("the promise was dropped before it gave a value"),
             Error::Failed(err) => write!(f, "{err}"),
         }
     }

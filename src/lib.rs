@@ -23,7 +23,8 @@
 //! - libdex's **future toolkit**: [`Promise`], the sets [`all`],
 //!   [`all_race`], [`any`] and [`first`], timers ([`sleep`], [`timeout`],
 //!   [`with_timeout`]), [`Cancellable`] (one object with
-//!   `gio::Cancellable`), [`Delayed`], [`unix_signal`], a cancel-safe
+//!   `gio::Cancellable`), [`Delayed`], [`unix_signal`] and
+//!   [`unix_signals`], a cancel-safe
 //!   [`channel`], [`Semaphore`], [`Limiter`] and [`TaskGroup`]; the
 //!   [`libdex`] page maps each libdex call to its gdex counterpart;
 //! - **stop means stopped**: every task has a `gio::Cancellable`
@@ -155,7 +156,7 @@ pub use sync::group::TaskGroup;
 pub use sync::promise::{Promise, PromiseFuture};
 pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
 pub use sync::sets::{all, all_race, any, first};
-pub use sync::signal::{unix_signal, UnixSignal};
+pub use sync::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
 pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 #[cfg(feature = "tokio")]

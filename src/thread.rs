@@ -17,7 +17,9 @@ use crate::error::{panic_message, Error};
 /// the result, and `.await` (it implements [`IntoFuture`]) waits without
 /// blocking, from any scheduler. A panic in `f` reaches the joiner as
 /// [`Error::Panicked`]. Dropping the handle detaches the thread (a thread
-/// cannot be cancelled); it runs to completion.
+/// cannot be cancelled); it runs to completion. With the `tokio` feature
+/// the thread is inside gdex's tokio runtime for its whole life (X6), so
+/// tokio timers and I/O can be made there.
 ///
 /// # Panics
 /// If the OS refuses to create a thread, or `name` contains a NUL byte.
@@ -38,6 +40,9 @@ where
     let thread = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
+            // X6: tokio I/O and timers work on this thread too.
+            #[cfg(feature = "tokio")]
+            let _tokio = crate::tokio_rt::enter();
             let result = catch_unwind(AssertUnwindSafe(f))
                 .map_err(|payload| Error::Panicked(panic_message(&*payload)));
             // The handle may be gone (detached): then nobody wants the result.

@@ -1,18 +1,64 @@
 //! X6: with the `tokio` feature, tokio's I/O and timers work inside gdex
 //! tasks. Crates built on tokio (HTTP clients, database drivers) need a
 //! tokio *reactor* in the context they run in, not tokio's executor: gdex
-//! starts one small tokio runtime on first use (one `gdex-tokio` thread
-//! that drives I/O and timers) and enters it on every gdex thread: each
-//! pool worker and blocking thread for its whole life, a context scheduler
-//! while it dispatches, and `block_on` while it waits. The app sets up
+//! keeps one small tokio runtime (one `gdex-tokio` thread that drives I/O
+//! and timers) and enters it wherever gdex runs code. The app sets up
 //! nothing.
+//!
+//! **When it starts.** On first use, never before: the first time gdex runs
+//! a job of yours (a pool worker's first task, a dispatch of a context or
+//! the main scheduler, a `block_on` or `wait_for`, a blocking-lane job, the
+//! body of a `gdex::thread::spawn` thread), or the first call to
+//! [`tokio_handle`]. Building a pool, or starting a gdex thread that has not
+//! run anything yet, starts nothing.
+//!
+//! **Where it is entered.** A pool worker from its first task to its exit,
+//! a blocking-lane thread and a `gdex::thread::spawn` thread for their whole
+//! life, a context scheduler while it dispatches, `block_on`/`wait_for`
+//! while they wait.
+//!
+//! **Its lifetime.** It is never shut down: it lives in a static until the
+//! process exits, and then its thread simply stops with the process.
 
+use std::cell::OnceCell;
 use std::sync::OnceLock;
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+use tokio::runtime::{EnterGuard, Handle, Runtime};
 
-/// The tokio runtime gdex enters on its threads (started on first use).
-/// Its thread only drives tokio's I/O and timers; spawn CPU work on gdex.
+/// The runtime, or why it could not be started.
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
+fn runtime() -> Result<&'static Runtime, &'static str> {
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("gdex-tokio")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+/// The tokio runtime gdex enters on its threads, started by the first call
+/// (or by the first job gdex runs, whichever comes first).
+///
+/// Its one thread (`gdex-tokio`) only drives tokio's I/O and timers; spawn
+/// CPU work on gdex. Futures given to tokio itself (`tokio::spawn` inside a
+/// gdex task, or `tokio_handle().spawn(..)`) run on that thread.
+///
+/// **Lifetime: never shut down.** The runtime lives until the process
+/// exits; nothing stops it earlier, and at exit its thread ends with the
+/// process: futures still spawned on tokio are not dropped (their
+/// destructors do not run), and tokio's blocking threads are not joined.
+/// Finish or cancel such work yourself before the process exits if its
+/// destructors matter.
+///
+/// # Panics
+/// If tokio cannot start the runtime (the OS refuses a thread or an epoll
+/// instance); the message carries tokio's error.
 ///
 /// ```
 /// let handle = gdex::tokio_handle();
@@ -23,20 +69,46 @@ static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 /// assert_eq!(gdex::block_on(task).unwrap(), "tokio timers work in gdex tasks");
 /// # drop(handle);
 /// ```
-pub fn tokio_handle() -> &'static tokio::runtime::Handle {
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("gdex-tokio")
-                .enable_all()
-                .build()
-                .expect("gdex: cannot start the tokio runtime of the `tokio` feature")
-        })
-        .handle()
+pub fn tokio_handle() -> &'static Handle {
+    match runtime() {
+        Ok(runtime) => runtime.handle(),
+        Err(e) => panic!("gdex: cannot start the tokio runtime of the `tokio` feature: {e}"),
+    }
 }
 
-/// Enters the runtime on this thread until the guard drops (guards nest).
-pub(crate) fn enter() -> tokio::runtime::EnterGuard<'static> {
-    tokio_handle().enter()
+/// Enters the runtime on this thread until the guard drops (guards nest),
+/// starting it on first use. If tokio cannot start it, says so once with a
+/// `g_critical` and enters nothing: tokio calls then fail in the task that
+/// makes them (a panic it reports), not in gdex's machinery.
+pub(crate) fn enter() -> Option<EnterGuard<'static>> {
+    match runtime() {
+        Ok(runtime) => Some(runtime.handle().enter()),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                glib::g_critical!(
+                    "gdex",
+                    "cannot start the tokio runtime of the `tokio` feature ({}): tokio I/O and \
+                     timers will not work in gdex tasks",
+                    e
+                );
+            });
+            None
+        }
+    }
+}
+
+/// A thread's entry into the runtime made at its first job rather than at
+/// its start (pool workers: a pool that runs nothing starts no runtime).
+/// Held until the owner drops it; the thread must drop it after any guard
+/// entered later (guards nest).
+#[derive(Default)]
+pub(crate) struct LazyEnter(OnceCell<Option<EnterGuard<'static>>>);
+
+impl LazyEnter {
+    /// Enters the runtime (starting it) unless already done on this thread.
+    #[inline]
+    pub(crate) fn ensure(&self) {
+        self.0.get_or_init(enter);
+    }
 }

@@ -79,3 +79,164 @@ fn tokio_tcp_and_timers_inside_gdex_tasks() {
         });
     });
 }
+
+/// Runs the `#[ignore]`d test `name` of this binary in a fresh child
+/// process (with `GDEX_TOKIO_CHILD=1`), where no tokio runtime has started
+/// yet; gives its exit status and its output. Killed after `secs`.
+fn run_child(name: &str, secs: u64) -> (Option<std::process::ExitStatus>, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GDEX_TOKIO_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut out);
+    }
+    (status, out)
+}
+
+fn is_child() -> bool {
+    std::env::var_os("GDEX_TOKIO_CHILD").is_some()
+}
+
+/// The names of this process's threads (Linux: `/proc/self/task/*/comm`).
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect()
+}
+
+fn tokio_started() -> bool {
+    thread_names().iter().any(|n| n == "gdex-tokio")
+}
+
+/// Issue 19 point 13: the tokio runtime starts on first use. Building a
+/// pool, with its workers up and parked, starts nothing; the pool's first
+/// task does, and runs inside it.
+#[test]
+fn the_tokio_runtime_starts_at_the_first_task_not_when_a_pool_starts() {
+    let (status, out) = run_child("child_pool_then_first_task", 60);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("1 passed"),
+        "child failed ({status:?}):\n{out}"
+    );
+}
+
+#[test]
+#[ignore = "run by the_tokio_runtime_starts_at_the_first_task_not_when_a_pool_starts"]
+fn child_pool_then_first_task() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_pool_then_first_task", 30, || {
+        assert!(
+            !tokio_started(),
+            "nothing has run yet: {:?}",
+            thread_names()
+        );
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        // Each worker is past its start: it has iterated its context.
+        common::wait_until(|| {
+            pool.metrics()
+                .workers
+                .iter()
+                .all(|w| w.context_iterations > 0 || w.parks > 0)
+        });
+        assert!(
+            !tokio_started(),
+            "a pool that has run nothing started the tokio runtime: {:?}",
+            thread_names()
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        pool.scheduler()
+            .spawn(async move {
+                let entered = tokio::runtime::Handle::try_current().is_ok();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                tx.send(entered).unwrap();
+            })
+            .detach();
+        assert!(rx.recv().unwrap(), "the first task runs inside the runtime");
+        assert!(tokio_started(), "{:?}", thread_names());
+        pool.shutdown();
+    });
+}
+
+/// Issue 19 point 13: a `gdex::thread::spawn` thread is inside the tokio
+/// runtime for its whole life: tokio timers and I/O made there (outside any
+/// `block_on`) work.
+#[test]
+fn gdex_thread_spawn_threads_are_inside_the_tokio_runtime() {
+    watchdog(
+        "gdex_thread_spawn_threads_are_inside_the_tokio_runtime",
+        60,
+        || {
+            let addr = echo_server();
+            let thread = gdex::thread::spawn("tokio-user", move || {
+                // Made outside any gdex wait: needs the thread's own entry.
+                let sleep = tokio::time::sleep(Duration::from_millis(1));
+                let connect = tokio::net::TcpStream::connect(addr);
+                gdex::wait_for(sleep);
+                let stream = gdex::wait_for(connect).unwrap();
+                drop(stream);
+                gdex::wait_for(round_trip(addr, "thread"))
+            });
+            assert_eq!(thread.join().unwrap(), "thread");
+        },
+    );
+}
+
+/// Issue 19 point 13, the documented lifetime: one runtime for the whole
+/// process, never shut down; it outlives every pool.
+#[test]
+fn the_tokio_runtime_outlives_the_pools_that_used_it() {
+    watchdog(
+        "the_tokio_runtime_outlives_the_pools_that_used_it",
+        60,
+        || {
+            let first = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let handle = gdex::block_on(first.scheduler().spawn(async {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::runtime::Handle::current()
+            }))
+            .unwrap();
+            first.shutdown();
+            assert!(std::ptr::eq(gdex::tokio_handle(), gdex::tokio_handle()));
+            assert_eq!(handle.id(), gdex::tokio_handle().id());
+            // Still driving timers after that pool is gone.
+            let second = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let task = second.scheduler().spawn(async {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::runtime::Handle::current().id()
+            });
+            assert_eq!(gdex::block_on(task).unwrap(), gdex::tokio_handle().id());
+            second.shutdown();
+        },
+    );
+}

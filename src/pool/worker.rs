@@ -70,6 +70,10 @@ pub(crate) struct Core {
     runner: Arc<crate::stall::Runner>,
     /// The fibers started on this worker, to cancel at shutdown.
     fibers: std::cell::RefCell<Vec<std::sync::Weak<crate::fiber::Shared>>>,
+    /// X6: tokio I/O and timers work in this worker's tasks; entered at
+    /// its first job, so a pool that runs nothing starts no tokio runtime.
+    #[cfg(feature = "tokio")]
+    tokio: crate::tokio_rt::LazyEnter,
 }
 
 thread_local! {
@@ -218,9 +222,6 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         let _owner = context
             .acquire()
             .expect("a gdex worker's fresh context is acquired by its own thread");
-        // X6: tokio I/O and timers work in this worker's tasks.
-        #[cfg(feature = "tokio")]
-        let _tokio = crate::tokio_rt::enter();
         let core = Core {
             shared: shared.clone(),
             index,
@@ -237,6 +238,8 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 Some((Arc::downgrade(&shared), index)),
             ),
             fibers: Default::default(),
+            #[cfg(feature = "tokio")]
+            tokio: Default::default(),
         };
         CURRENT.with(|c| c.set(&core));
         let _runner = crate::stall::enter(&core.runner);
@@ -520,6 +523,8 @@ impl Core {
             }
             if let Some(job) = self.find_job(ran == 0) {
                 counters.tasks_run.bump();
+                #[cfg(feature = "tokio")]
+                self.tokio.ensure();
                 self.runner.enter_job();
                 job.run();
                 self.runner.leave_job();

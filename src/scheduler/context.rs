@@ -6,7 +6,10 @@
 //! costs one atomic swap and no syscall (coalesced). The source runs on the
 //! thread that iterates the context, a bounded batch per dispatch, so the
 //! context's other sources (GTK's frame clock, input, timers) get their turn.
-//! A dispatch ends after 128 jobs or 4 ms, whichever comes first; the main
+//! A dispatch starts no new job once it has run 128 jobs or 4 ms have
+//! passed, whichever comes first; the job running at the 4 ms mark is not
+//! interrupted, so a dispatch lasts at most 4 ms plus one job (one poll of
+//! one task: a poll that takes 20 ms makes a 20 ms dispatch). The main
 //! scheduler also runs below GTK's redraw priority (X3, frames first).
 //!
 //! **Progress (S11).** Sitting below redraw also puts the main scheduler

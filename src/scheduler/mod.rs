@@ -71,10 +71,14 @@ impl Scheduler {
     ///   context right now: one that acquired it, pushed it as thread-default
     ///   or runs its loop. See [`spawn_local`](Scheduler::spawn_local).
     /// - **Frames first, with progress** (X3, S11): its source runs below
-    ///   GTK's redraw, in slices of at most 4 ms, so frames come first; but a
-    ///   ready task never waits more than about 50 ms behind other ready
-    ///   sources, however busy they keep the loop: past that, one slice runs
-    ///   ahead of them (at `G_PRIORITY_HIGH`).
+    ///   GTK's redraw, so frames come first, in slices: a slice starts no
+    ///   new poll after 4 ms (or 128 polls), but the poll running at the
+    ///   4 ms mark is not interrupted, so a slice lasts at most 4 ms plus
+    ///   one poll of one task (keep each poll short: a task whose poll takes
+    ///   20 ms holds the loop for 20 ms). A ready task never waits more than
+    ///   about 50 ms behind other ready sources, however busy they keep the
+    ///   loop: past that, one slice runs ahead of them (at
+    ///   `G_PRIORITY_HIGH`).
     /// - **Somebody must iterate the default main context**: run a
     ///   `GMainLoop` or a GTK application, or wait with
     ///   [`block_on`](crate::block_on). Work that has waited 3 s with nobody
