@@ -120,24 +120,22 @@ async fn checksum_tree(dir: PathBuf, progress: Arc<Progress>) -> Vec<Outcome> {
         .await
         .expect("the walk task");
     // A group: if this future is dropped (Ctrl-C), the group goes with it
-    // and cancels every hash still running.
-    let group = gdex::TaskGroup::on(pool.clone());
+    // and cancels every hash still running. It keeps each member's result
+    // for `close_with_results`.
+    let group = gdex::TaskGroup::builder()
+        .scheduler(pool.clone())
+        .keep_results(true)
+        .build();
     for path in files {
         let limiter = limiter.clone();
         let progress = progress.clone();
         let hash = pool.spawn_pinned(move || hash_file(path, progress));
         group
-            .spawn(async move {
-                limiter
-                    .run(hash)
-                    .await
-                    .expect("the limiter is never closed")
-                    .expect("a hash task is never cancelled while awaited")
-            })
+            .spawn(async move { limiter.run(hash).await.and_then(|hashed| hashed) })
             .expect("the group is open");
     }
-    for result in group.close().await {
-        outcomes.push(result.expect("hash tasks do not panic"));
+    for result in group.close_with_results().await {
+        outcomes.push(result.expect("hash tasks neither panic nor are cancelled while awaited"));
     }
     outcomes
 }

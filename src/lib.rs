@@ -152,7 +152,7 @@ pub use sync::cancellable::{Cancellable, Cancelled, Delayed, Release};
 pub use sync::channel::{
     channel, Receiver, RecvAllFuture, RecvFuture, SendError, SendFuture, Sender, TrySendError,
 };
-pub use sync::group::TaskGroup;
+pub use sync::group::{GroupOutput, TaskGroup, TaskGroupBuilder, TaskGroupRef};
 pub use sync::promise::{Promise, PromiseFuture};
 pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
 pub use sync::sets::{all, all_race, any, first};

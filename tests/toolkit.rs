@@ -635,13 +635,16 @@ fn pending_group(s: &gdex::Scheduler, n: usize) -> (gdex::TaskGroup<()>, Arc<Ato
     (group, drops)
 }
 
-/// A task group's close gives every result in order; dropping a group
-/// cancels every member; cancel() returns once they have stopped.
+/// A task group that keeps results gives every result in order; dropping a
+/// group cancels every member; cancel() returns once they have stopped.
 #[test]
 fn task_group_close_collects_and_drop_cancels() {
     watchdog("task_group_close_collects_and_drop_cancels", 30, || {
         let p = pool(2);
-        let group = gdex::TaskGroup::on(p.scheduler());
+        let group = gdex::TaskGroup::builder()
+            .scheduler(p.scheduler())
+            .keep_results(true)
+            .build();
         for i in 0..20u32 {
             group
                 .spawn(async move {
@@ -649,11 +652,11 @@ fn task_group_close_collects_and_drop_cancels() {
                         panic!("member 7");
                     }
                     gdex::sleep(Duration::from_millis(u64::from(i % 3))).await;
-                    i
+                    Ok::<_, gdex::Error>(i)
                 })
                 .unwrap();
         }
-        let results = gdex::block_on(group.close());
+        let results = gdex::block_on(group.close_with_results());
         assert_eq!(results.len(), 20);
         for (i, r) in results.into_iter().enumerate() {
             match r {
@@ -662,7 +665,10 @@ fn task_group_close_collects_and_drop_cancels() {
                 Err(e) => panic!("member {i}: {e}"),
             }
         }
-        assert!(matches!(group.spawn(async { 0 }), Err(gdex::Error::Closed)));
+        assert!(matches!(
+            group.spawn(async { Ok(0) }),
+            Err(gdex::Error::Closed)
+        ));
 
         let (group, drops) = pending_group(&p.scheduler(), 10);
         assert_eq!(group.len(), 10);

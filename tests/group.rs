@@ -1,0 +1,415 @@
+//! `TaskGroup`: memory that follows the live members (issue 19 point 4),
+//! and libdex's group options, cancel-on-error and the current
+//! (thread-default) group (issue 20 point 3), on real pools and threads.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{stress, wait_until, watchdog, Counted};
+
+type Res = Result<(), gdex::Error>;
+
+fn pool(workers: usize) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .build()
+        .unwrap()
+}
+
+/// Waits (up to a generous bound, a failure detector, not a timing
+/// assertion) until the group holds nothing, and says what it held.
+fn assert_group_lets_go<T: gdex::GroupOutput>(group: &gdex::TaskGroup<T>, after: &str) {
+    let start = Instant::now();
+    while group.held_entries() != 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        (group.len(), group.held_entries()),
+        (0, 0),
+        "the group still holds members {after}"
+    );
+}
+
+/// Issue 19 point 4: a finished member leaves its group at once, so a group
+/// that runs many short members holds only those still running; close()
+/// still waits for every member and reports the first failure.
+#[test]
+fn a_group_holds_only_its_live_members_not_every_finished_one() {
+    watchdog("a_group_holds_only_its_live_members", 120, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<()>::on(p.scheduler());
+        let finished = Arc::new(AtomicUsize::new(0));
+        let batch = 1_000;
+        let batches = stress(50).max(2);
+        for b in 0..batches {
+            for _ in 0..batch {
+                let finished = finished.clone();
+                group
+                    .spawn(async move {
+                        finished.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .unwrap();
+            }
+            // Never more than one batch in flight: what the group holds is
+            // bounded by that, whatever the total.
+            assert!(group.held_entries() <= batch);
+            wait_until(|| finished.load(Ordering::SeqCst) == (b + 1) * batch);
+            assert_group_lets_go(&group, &format!("after {} finished", (b + 1) * batch));
+        }
+        // close() still behaves as documented: it waits for a slow member,
+        // and gives the first failure.
+        let slow_done = Arc::new(AtomicUsize::new(0));
+        let slow = slow_done.clone();
+        group
+            .spawn(async move {
+                gdex::sleep(Duration::from_millis(20)).await;
+                slow.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        group.spawn(async { panic!("one member failed") }).unwrap();
+        match gdex::block_on(group.close()) {
+            Err(gdex::Error::Panicked(m)) => assert_eq!(m, "one member failed"),
+            other => panic!("close gave {other:?}"),
+        }
+        assert_eq!(slow_done.load(Ordering::SeqCst), 1, "close did not wait");
+        assert_eq!(group.held_entries(), 0);
+        assert!(matches!(group.spawn(async {}), Err(gdex::Error::Closed)));
+        // A later close does not give the outcome again.
+        assert!(matches!(
+            gdex::block_on(group.close()),
+            Err(gdex::Error::Closed)
+        ));
+    });
+}
+
+/// Keeping results is opt-in: such a group holds one result per member
+/// until `close_with_results`, which gives them in spawn order; a group
+/// that does not keep them refuses `close_with_results` with a clear panic.
+#[test]
+fn a_group_that_keeps_results_gives_every_one_in_spawn_order() {
+    watchdog("a_group_that_keeps_results", 60, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::builder()
+            .scheduler(p.scheduler())
+            .keep_results(true)
+            .build();
+        let n = stress(2_000);
+        for i in 0..n {
+            group
+                .spawn(async move {
+                    if i % 500 == 3 {
+                        return Err(gdex::Error::TimedOut);
+                    }
+                    Ok(i)
+                })
+                .unwrap();
+        }
+        let results = gdex::block_on(group.close_with_results());
+        assert_eq!(results.len(), n);
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(v) => assert_eq!(v, i),
+                Err(gdex::Error::TimedOut) => assert_eq!(i % 500, 3),
+                other => panic!("member {i}: {other:?}"),
+            }
+        }
+        assert_eq!(group.held_entries(), 0);
+
+        let plain = gdex::TaskGroup::<()>::on(p.scheduler());
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(plain.close_with_results());
+        }));
+        let message = refused.expect_err("close_with_results on a plain group");
+        let message = message
+            .downcast_ref::<&str>()
+            .copied()
+            .map(str::to_owned)
+            .or_else(|| message.downcast_ref::<String>().cloned())
+            .unwrap();
+        assert!(message.contains("keep_results(true)"), "{message}");
+    });
+}
+
+/// A group of `n` members that never finish and count their drops.
+fn pending_members(group: &gdex::TaskGroup<Res>, n: usize) -> Arc<AtomicUsize> {
+    let drops = Arc::new(AtomicUsize::new(0));
+    for _ in 0..n {
+        let guard = Counted(drops.clone());
+        group
+            .spawn(async move {
+                let _guard = guard;
+                std::future::pending::<Res>().await
+            })
+            .unwrap();
+    }
+    drops
+}
+
+/// Issue 20 point 3: with cancel_on_error, the first member to fail
+/// cancels the others and closes the group; close() gives that failure
+/// once every member has stopped.
+#[test]
+fn the_first_failing_member_cancels_the_others_with_cancel_on_error() {
+    watchdog("the_first_failing_member_cancels_the_others", 30, || {
+        let p = pool(2);
+        // An `Err` output is a failure...
+        let group = gdex::TaskGroup::builder()
+            .scheduler(p.scheduler())
+            .cancel_on_error(true)
+            .build();
+        let drops = pending_members(&group, 8);
+        group
+            .spawn(async {
+                gdex::sleep(Duration::from_millis(5)).await;
+                Err(gdex::Error::TimedOut)
+            })
+            .unwrap();
+        match gdex::block_on(group.close()) {
+            Err(gdex::Error::TimedOut) => {}
+            other => panic!("close gave {other:?}"),
+        }
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            8,
+            "close resolved before the other members were dropped"
+        );
+
+        // ...and so is a panic; the group refuses new members at once.
+        let group = gdex::TaskGroup::builder()
+            .scheduler(p.scheduler())
+            .cancel_on_error(true)
+            .build();
+        let drops = pending_members(&group, 8);
+        group.spawn(async { panic!("member failed") }).unwrap();
+        wait_until(|| drops.load(Ordering::SeqCst) == 8);
+        assert!(matches!(
+            group.spawn(async { Ok(()) }),
+            Err(gdex::Error::Closed)
+        ));
+        assert!(gdex::block_on(group.close()).is_err_and(|e| e.is_panicked()));
+    });
+}
+
+/// Without cancel_on_error (the default), a failure is recorded and the
+/// other members run to their end; close() gives the first failure.
+#[test]
+fn without_cancel_on_error_a_failure_lets_the_others_finish() {
+    watchdog("without_cancel_on_error", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<Res>::on(p.scheduler());
+        let finished = Arc::new(AtomicUsize::new(0));
+        group.spawn(async { Err(gdex::Error::TimedOut) }).unwrap();
+        for _ in 0..8 {
+            let finished = finished.clone();
+            group
+                .spawn(async move {
+                    gdex::sleep(Duration::from_millis(10)).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert!(matches!(
+            gdex::block_on(group.close()),
+            Err(gdex::Error::TimedOut)
+        ));
+        assert_eq!(finished.load(Ordering::SeqCst), 8);
+    });
+}
+
+/// A `glib::Error` group: the member's own error comes back from close(),
+/// unchanged, as a GTK app would want it.
+#[test]
+fn close_gives_a_members_glib_error_unchanged() {
+    watchdog("close_gives_a_members_glib_error_unchanged", 30, || {
+        let p = pool(1);
+        let group = gdex::TaskGroup::<Result<(), glib::Error>>::builder()
+            .scheduler(p.scheduler())
+            .cancel_on_error(true)
+            .build();
+        group
+            .spawn(async { Err(glib::Error::new(gio::IOErrorEnum::NotFound, "no such file")) })
+            .unwrap();
+        let err = gdex::block_on(group.close()).unwrap_err();
+        assert!(err.matches(gio::IOErrorEnum::NotFound));
+        assert_eq!(err.message(), "no such file");
+    });
+}
+
+/// Issue 20 point 3: the current group. A member spawns into its own group
+/// with `TaskGroup::current()`, also after the group was closed; close()
+/// waits for those members too, and `current()` is `None` elsewhere.
+#[test]
+fn a_members_spawns_through_current_join_its_group() {
+    watchdog(
+        "a_members_spawns_through_current_join_its_group",
+        60,
+        || {
+            let p = pool(2);
+            let group = gdex::TaskGroup::<()>::on(p.scheduler());
+            let done = Arc::new(AtomicUsize::new(0));
+            let fan_out = stress(200);
+            let d = done.clone();
+            group
+                .spawn(async move {
+                    // Let close() come first: the fan-out happens in a closed
+                    // group.
+                    gdex::sleep(Duration::from_millis(10)).await;
+                    let here = gdex::TaskGroup::current().expect("inside a member");
+                    for _ in 0..fan_out {
+                        let d = d.clone();
+                        here.spawn(async move {
+                            // A member spawned through current() is a member
+                            // too: its own spawns join the same group.
+                            let d2 = d.clone();
+                            gdex::TaskGroup::current()
+                                .expect("inside a member spawned through current()")
+                                .spawn(async move {
+                                    gdex::sleep(Duration::from_millis(1)).await;
+                                    d2.fetch_add(1, Ordering::SeqCst);
+                                })
+                                .unwrap();
+                            gdex::yield_now().await;
+                            d.fetch_add(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                    }
+                    d.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            assert!(gdex::TaskGroup::<()>::current().is_none());
+            gdex::block_on(group.close()).unwrap();
+            assert_eq!(
+                done.load(Ordering::SeqCst),
+                1 + 2 * fan_out,
+                "close resolved before the members spawned through current()"
+            );
+            // Closed with every member finished: no more spawns, from anyone.
+            assert!(matches!(
+                group.handle().spawn(async {}),
+                Err(gdex::Error::Closed)
+            ));
+            assert!(gdex::block_on(
+                p.scheduler()
+                    .spawn(async { gdex::TaskGroup::<()>::current().is_none() })
+            )
+            .unwrap());
+        },
+    );
+}
+
+/// Cancelling a group reaches the members its members spawned through
+/// `current()`; cancel() returns once every one of them has been dropped.
+#[test]
+fn cancelling_a_group_reaches_members_spawned_through_current() {
+    watchdog(
+        "cancelling_a_group_reaches_members_spawned_through_current",
+        30,
+        || {
+            let p = pool(2);
+            let group = gdex::TaskGroup::<()>::on(p.scheduler());
+            let drops = Arc::new(AtomicUsize::new(0));
+            let spawned = Arc::new(AtomicUsize::new(0));
+            let (d, s) = (drops.clone(), spawned.clone());
+            group
+                .spawn(async move {
+                    let here = gdex::TaskGroup::current().unwrap();
+                    for _ in 0..10 {
+                        let guard = Counted(d.clone());
+                        here.spawn(async move {
+                            let _guard = guard;
+                            std::future::pending::<()>().await
+                        })
+                        .unwrap();
+                        s.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _guard = Counted(d);
+                    std::future::pending::<()>().await
+                })
+                .unwrap();
+            wait_until(|| spawned.load(Ordering::SeqCst) == 10);
+            gdex::block_on(group.cancel());
+            assert_eq!(drops.load(Ordering::SeqCst), 11, "cancel() returned early");
+            assert!(group.is_empty());
+            assert!(matches!(
+                gdex::block_on(group.close()),
+                Err(gdex::Error::Cancelled)
+            ));
+        },
+    );
+}
+
+/// Asking for the current group with the wrong output type is a misuse,
+/// and its panic names both types.
+#[test]
+fn current_with_another_output_type_panics_naming_both() {
+    watchdog(
+        "current_with_another_output_type_panics_naming_both",
+        30,
+        || {
+            let p = pool(1);
+            let group = gdex::TaskGroup::<()>::on(p.scheduler());
+            group
+                .spawn(async {
+                    let _ = gdex::TaskGroup::<Res>::current();
+                })
+                .unwrap();
+            match gdex::block_on(group.close()) {
+                Err(gdex::Error::Panicked(m)) => {
+                    assert!(m.contains("TaskGroup<()>"), "{m}");
+                    assert!(m.contains("current()"), "{m}");
+                }
+                other => panic!("close gave {other:?}"),
+            }
+        },
+    );
+}
+
+/// Dropping the close future, or the group before closing it, cancels the
+/// members; dropping the group after close() leaves them to the close.
+#[test]
+fn the_close_future_owns_the_members_once_the_group_is_closed() {
+    watchdog("the_close_future_owns_the_members", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<Res>::on(p.scheduler());
+        let drops = pending_members(&group, 5);
+        let close = group.close();
+        drop(group);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "the group's drop cancelled"
+        );
+        drop(close);
+        wait_until(|| drops.load(Ordering::SeqCst) == 5);
+
+        let group = gdex::TaskGroup::<Res>::on(p.scheduler());
+        let drops = pending_members(&group, 5);
+        drop(group);
+        wait_until(|| drops.load(Ordering::SeqCst) == 5);
+    });
+}
+
+/// A spawn into a group whose pool is shut down is refused at once, and
+/// leaves nothing behind.
+#[test]
+fn a_spawn_refused_by_a_closed_pool_fails_and_leaves_nothing() {
+    watchdog("a_spawn_refused_by_a_closed_pool", 30, || {
+        let p = pool(1);
+        let group = gdex::TaskGroup::<()>::on(p.scheduler());
+        p.shutdown();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(drops.clone());
+        assert!(matches!(
+            group.spawn(async move { drop(guard) }),
+            Err(gdex::Error::Closed)
+        ));
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        assert_eq!((group.len(), group.held_entries()), (0, 0));
+        gdex::block_on(group.close()).unwrap();
+    });
+}
