@@ -1,0 +1,178 @@
+//! Attack 19: issue 19/20 changes (timers that follow their task, the
+//! monitor's timer book and hand-over, the merged toolkit changes).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use common::{spin, watchdog};
+
+/// Counts live bytes of the Rust heap, for the memory-bound tests.
+struct LiveBytes;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: defers every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for LiveBytes {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract, passed through.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract, passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: LiveBytes = LiveBytes;
+
+/// The tests of this file run one at a time: the live-byte counter is
+/// process-wide, and the timing tests want the two cores.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sequence: a pool task waits in `rx.recv()`; its only worker sits in a
+/// long poll; another thread calls `pool.shutdown()` (so `closed` is set);
+/// then a plain thread `try_send`s an item. `State::push` wakes the waiting
+/// receive *under the channel's lock*; the task's schedule function, off
+/// the pool, pushes to the injector, finds the pool closed and drops the
+/// job there (shutdown step 5), on the sender's thread, still inside the
+/// lock: the `Runnable` drops the task's future, whose `RecvFuture::drop`
+/// (key set: it was just notified) takes the same channel lock. The sender
+/// deadlocks on itself. (Every toolkit primitive that wakes under its own
+/// lock has the same hole: `Semaphore` permits, `Limiter` tickets.)
+#[test]
+fn bug_channel_send_during_pool_shutdown_deadlocks_the_sender() {
+    let _serial = serial();
+    watchdog("bug_channel_send_during_pool_shutdown", 30, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let (tx, rx) = gdex::channel::<u32>(4);
+        let receiver = s.spawn(async move { rx.recv().await });
+        std::thread::sleep(Duration::from_millis(50)); // it parks in recv
+        let spinning = Arc::new(AtomicBool::new(false));
+        let flag = spinning.clone();
+        let long = s.spawn(async move {
+            flag.store(true, Ordering::SeqCst);
+            spin(Duration::from_millis(500));
+        });
+        common::wait_until(|| spinning.load(Ordering::SeqCst));
+        let closer = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.shutdown())
+        };
+        common::wait_until(|| pool.is_closed());
+        let (done, sent) = mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            let r = tx.try_send(1);
+            let _ = done.send(r.is_ok());
+        });
+        let outcome = sent.recv_timeout(Duration::from_secs(3));
+        assert!(
+            outcome.is_ok(),
+            "try_send during pool shutdown never returned: the sender deadlocked on the \
+             channel's own lock (the woken task was dropped inside it)"
+        );
+        sender.join().unwrap();
+        closer.join().unwrap();
+        drop(long);
+        drop(receiver);
+    });
+}
+
+/// A shared `Sleep` polled by `spawn_pinned` tasks on alternating workers.
+fn poll_on(pool: &gdex::ThreadPool, timer: &Arc<Mutex<Pin<Box<gdex::Sleep>>>>) {
+    let timer = timer.clone();
+    let task = pool.spawn_pinned(move || async move {
+        std::future::poll_fn(|cx| {
+            let _ = timer.lock().unwrap().as_mut().poll(cx);
+            Poll::Ready(())
+        })
+        .await
+    });
+    gdex::block_on(task).unwrap();
+}
+
+/// Sequence: one long timer (an hour) whose task keeps moving between two
+/// workers, as a `with_timeout(1h, loop { rx.recv() })` session does when
+/// woken from different workers; here `spawn_pinned` places the polls on
+/// worker 0, 1, 0, 1, ... Each poll on the other context destroys the
+/// source, attaches a new one, and `note_timer`s it again in that worker's
+/// `TimerBook`. The entries noted before stay: they are weak but upgrade
+/// (the timer lives) and not raised, so `TimerBook::note`'s prune keeps
+/// them all. The books grow by one entry per move, for the timer's whole
+/// life: not "bounded by twice the live timers". Measured with a live-byte
+/// counting allocator between the 1,000th and the 11,000th move.
+#[test]
+fn bug_a_long_timer_that_moves_between_workers_grows_the_timer_books() {
+    let _serial = serial();
+    watchdog("bug_a_long_timer_that_moves", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+        for _ in 0..1_000 {
+            poll_on(&pool, &timer);
+        }
+        let before = LIVE.load(Ordering::SeqCst);
+        for _ in 0..10_000 {
+            poll_on(&pool, &timer);
+        }
+        let grown = LIVE.load(Ordering::SeqCst) - before;
+        drop(timer);
+        pool.shutdown();
+        assert!(
+            grown < 32 * 1024,
+            "one live timer moved 10,000 times between two workers and the heap grew by \
+             {grown} bytes: every move left a live entry in a TimerBook"
+        );
+    });
+}
+
+/// Control for the test above: the same loop with a fresh timer each time
+/// (dropped after its poll) keeps the books pruned.
+#[test]
+fn held_short_lived_timers_keep_the_timer_books_bounded() {
+    let _serial = serial();
+    watchdog("held_short_lived_timers", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        for _ in 0..1_000 {
+            let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+            poll_on(&pool, &timer);
+        }
+        let before = LIVE.load(Ordering::SeqCst);
+        for _ in 0..5_000 {
+            let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+            poll_on(&pool, &timer);
+        }
+        let grown = LIVE.load(Ordering::SeqCst) - before;
+        pool.shutdown();
+        assert!(grown < 32 * 1024, "grew by {grown} bytes");
+    });
+}
