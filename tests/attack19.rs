@@ -259,3 +259,94 @@ fn held_a_thread_per_core_sleeper_behind_a_long_poll_stays_home() {
         pool.shutdown();
     });
 }
+
+/// Sequence: every runner idle, the monitor parked. A context scheduler
+/// (100 ms default stall threshold) starts a 60 ms poll: its `busy()` wakes
+/// the monitor, which, seeing no *pool worker* busy, picks its slow period,
+/// threshold / 4 = 25 ms, and sleeps. 3 ms later pool task A spawns B on
+/// its own worker and spins 150 ms. A's `busy()` calls `monitor().wake()`,
+/// a no-op since the monitor is sleeping, not parked. So the monitor first
+/// sees A only at the end of its 25 ms sleep, and B reaches the idle peer
+/// after ~25 ms instead of "within a couple of 1 ms ticks" (P6, stall.rs
+/// `HAND_OVER_AFTER`); overdue timers of the stuck worker are raised that
+/// late too. Any busy context scheduler or main loop (a GTK app's, all the
+/// time) triggers it. Expected: the best of 5 rounds under 10 ms.
+#[test]
+fn bug_a_busy_context_scheduler_slows_the_pool_hand_over_to_25ms() {
+    let _serial = serial();
+    watchdog("bug_a_busy_context_scheduler_slows", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let ctx = glib::MainContext::new();
+        let mut delays = Vec::new();
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(60)); // all idle, monitor parked
+            let c = ctx.clone();
+            let busy = std::thread::spawn(move || {
+                c.with_thread_default(|| {
+                    let t = gdex::Scheduler::for_context(&c).spawn(async {
+                        spin(Duration::from_millis(60));
+                    });
+                    gdex::block_on(t).unwrap();
+                })
+                .unwrap();
+            });
+            std::thread::sleep(Duration::from_millis(3));
+            let a = s.spawn(async {
+                let t_a = Instant::now();
+                let b = gdex::Scheduler::thread_default()
+                    .unwrap()
+                    .spawn(async { Instant::now() });
+                spin(Duration::from_millis(150));
+                (t_a, b)
+            });
+            let (t_a, b) = gdex::block_on(a).unwrap();
+            let t_b = gdex::block_on(b).unwrap();
+            delays.push(t_b.saturating_duration_since(t_a));
+            busy.join().unwrap();
+        }
+        pool.shutdown();
+        let best = delays.iter().min().copied().unwrap();
+        assert!(
+            best < Duration::from_millis(10),
+            "with a context scheduler busy, a job queued behind a long poll waited \
+             {delays:?} for an idle peer (best {best:?}); P6 promises a couple of 1 ms ticks"
+        );
+    });
+}
+
+/// Control: the same, with no context scheduler busy: the hand-over takes
+/// a couple of milliseconds.
+#[test]
+fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
+    let _serial = serial();
+    watchdog("held_an_idle_monitor_hands_over", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let mut delays = Vec::new();
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(60));
+            let a = s.spawn(async {
+                let t_a = Instant::now();
+                let b = gdex::Scheduler::thread_default()
+                    .unwrap()
+                    .spawn(async { Instant::now() });
+                spin(Duration::from_millis(150));
+                (t_a, b)
+            });
+            let (t_a, b) = gdex::block_on(a).unwrap();
+            delays.push(gdex::block_on(b).unwrap().saturating_duration_since(t_a));
+        }
+        pool.shutdown();
+        let best = delays.iter().min().copied().unwrap();
+        assert!(best < Duration::from_millis(10), "{delays:?}");
+    });
+}
