@@ -350,3 +350,83 @@ fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
         assert!(best < Duration::from_millis(10), "{delays:?}");
     });
 }
+
+/// The setup of the shutdown deadlocks: a one-worker pool whose task waits
+/// on `wait`; the worker stuck in a 500 ms poll; `shutdown()` begun on
+/// another thread; then `wake` runs on a plain thread. True if `wake`
+/// returned within 3 s.
+fn wake_during_shutdown<W: Future + Send + 'static>(
+    wait: W,
+    wake: impl FnOnce() + Send + 'static,
+) -> bool {
+    let pool = gdex::ThreadPool::builder()
+        .workers(1)
+        .stall_threshold(Duration::ZERO)
+        .build()
+        .unwrap();
+    let s = pool.scheduler();
+    let waiter = s.spawn(async move {
+        wait.await;
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let spinning = Arc::new(AtomicBool::new(false));
+    let flag = spinning.clone();
+    let long = s.spawn(async move {
+        flag.store(true, Ordering::SeqCst);
+        spin(Duration::from_millis(500));
+    });
+    common::wait_until(|| spinning.load(Ordering::SeqCst));
+    let closer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.shutdown())
+    };
+    common::wait_until(|| pool.is_closed());
+    let (done, returned) = mpsc::channel();
+    std::thread::spawn(move || {
+        wake();
+        let _ = done.send(());
+    });
+    let ok = returned.recv_timeout(Duration::from_secs(3)).is_ok();
+    closer.join().unwrap();
+    drop((long, waiter));
+    ok
+}
+
+/// Same hole as `bug_channel_send_during_pool_shutdown_deadlocks_the_sender`
+/// in `Semaphore`: dropping a `Permit` wakes the waiting `acquire` under
+/// the semaphore's lock; the task is dropped inline (pool closed), and its
+/// `Acquire::drop` (key set, notified) takes the same lock.
+#[test]
+fn bug_permit_drop_during_pool_shutdown_deadlocks() {
+    let _serial = serial();
+    watchdog("bug_permit_drop_during_pool_shutdown", 30, || {
+        let sem = gdex::Semaphore::new(1);
+        let permit = sem.try_acquire().unwrap();
+        let s2 = sem.clone();
+        let ok = wake_during_shutdown(
+            async move {
+                let _ = s2.acquire().await;
+            },
+            move || drop(permit),
+        );
+        assert!(ok, "dropping a Permit during pool shutdown deadlocked on the semaphore's lock");
+    });
+}
+
+/// Same hole in `Promise`: `resolve` wakes the waiters under the promise's
+/// lock (`Inner::complete`); the task is dropped inline and
+/// `PromiseFuture::drop` takes the same lock.
+#[test]
+fn bug_promise_resolve_during_pool_shutdown_deadlocks() {
+    let _serial = serial();
+    watchdog("bug_promise_resolve_during_pool_shutdown", 30, || {
+        let (promise, future) = gdex::Promise::<u32>::new();
+        let ok = wake_during_shutdown(
+            async move {
+                let _ = future.await;
+            },
+            move || promise.resolve(7),
+        );
+        assert!(ok, "Promise::resolve during pool shutdown deadlocked on the promise's lock");
+    });
+}
