@@ -40,8 +40,13 @@ struct Timer {
     /// Microseconds on GLib's monotonic clock.
     deadline: i64,
     fired: Arc<Flag>,
-    /// The source it waits on, and that source's context.
-    source: Option<(SourceRef, glib::MainContext)>,
+    /// The source it waits on, that source's context, and on a pool worker
+    /// its entry in the worker's book of timers (see `pool::timers`).
+    source: Option<(
+        SourceRef,
+        glib::MainContext,
+        Option<Arc<crate::pool::timers::Noted>>,
+    )>,
 }
 
 impl Hooks for Arc<Flag> {
@@ -70,13 +75,13 @@ impl Timer {
             return Poll::Ready(());
         }
         let here = timer_context();
-        if matches!(&self.source, Some((_, home)) if *home == here) {
+        if matches!(&self.source, Some((_, home, _)) if *home == here) {
             return Poll::Pending;
         }
         // First poll, or polled on another context than the one we wait on:
         // our task moved (its first worker may be stuck in one poll, or
         // gone). Wait here instead.
-        if let Some((source, _)) = self.source.take() {
+        if let Some((source, _, _)) = self.source.take() {
             source.destroy();
         }
         if glib::monotonic_time() >= self.deadline {
@@ -92,8 +97,8 @@ impl Timer {
         );
         source.set_ready_time(self.deadline);
         // On a pool worker: in case the worker gets stuck in one poll.
-        crate::pool::note_timer(self.deadline, &self.fired);
-        self.source = Some((source, here));
+        let noted = crate::pool::note_timer(self.deadline, &self.fired);
+        self.source = Some((source, here, noted));
         if self.fired.poll_raised(cx) {
             Poll::Ready(())
         } else {
@@ -104,7 +109,7 @@ impl Timer {
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        if let Some((source, _)) = &self.source {
+        if let Some((source, _, _)) = &self.source {
             source.destroy();
         }
     }

@@ -12,13 +12,19 @@
 //! poll for that long: their tasks are woken from the monitor's thread and
 //! run by a peer (a pinned task still waits for its worker).
 //!
-//! Entries are weak and never removed one by one: a timer that fired or was
-//! dropped is pruned when the book next grows past twice its live size, so
-//! noting a timer costs one uncontended lock and a push.
+//! Entries are weak and never removed one by one: an entry whose timer
+//! fired, was dropped or moved to another context (each attachment has its
+//! own [`Noted`] token, which the timer drops when it moves) is pruned when
+//! the book next grows past twice its live size, so noting a timer costs
+//! one uncontended lock, one small allocation and a push.
 
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::sync::Flag;
+
+/// A timer's entry in a worker's book, held by the timer while it waits on
+/// that worker's context.
+pub(crate) struct Noted(Arc<Flag>);
 
 #[derive(Default)]
 pub(crate) struct TimerBook {
@@ -27,8 +33,8 @@ pub(crate) struct TimerBook {
 
 #[derive(Default)]
 struct Book {
-    /// (deadline in µs on GLib's monotonic clock, the timer's flag).
-    entries: Vec<(i64, Weak<Flag>)>,
+    /// (deadline in µs on GLib's monotonic clock, the attachment's token).
+    entries: Vec<(i64, Weak<Noted>)>,
     /// Prune when `entries` reaches this length.
     prune_at: usize,
 }
@@ -42,15 +48,18 @@ impl TimerBook {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes a timer attached to this worker's context.
-    pub(crate) fn note(&self, deadline: i64, flag: &Arc<Flag>) {
+    /// Notes a timer attached to this worker's context; the timer keeps the
+    /// token for as long as it waits here.
+    pub(crate) fn note(&self, deadline: i64, flag: &Arc<Flag>) -> Arc<Noted> {
+        let noted = Arc::new(Noted(flag.clone()));
         let mut book = self.lock();
         if book.entries.len() >= book.prune_at.max(MIN_PRUNE_AT) {
             book.entries
-                .retain(|(_, f)| f.upgrade().is_some_and(|f| !f.is_raised()));
+                .retain(|(_, n)| n.upgrade().is_some_and(|n| !n.0.is_raised()));
             book.prune_at = book.entries.len() * 2;
         }
-        book.entries.push((deadline, Arc::downgrade(flag)));
+        book.entries.push((deadline, Arc::downgrade(&noted)));
+        noted
     }
 
     /// Raises every noted timer whose deadline is at or before `now`, and
@@ -62,11 +71,11 @@ impl TimerBook {
                 return 0;
             }
             let mut due = Vec::new();
-            book.entries.retain(|(deadline, f)| match f.upgrade() {
+            book.entries.retain(|(deadline, n)| match n.upgrade() {
                 None => false,
-                Some(f) if f.is_raised() => false,
-                Some(f) if *deadline <= now => {
-                    due.push(f);
+                Some(n) if n.0.is_raised() => false,
+                Some(n) if *deadline <= now => {
+                    due.push(n.0.clone());
                     false
                 }
                 Some(_) => true,
@@ -95,14 +104,19 @@ mod tests {
         let book = TimerBook::default();
         let early = Arc::new(Flag::default());
         let late = Arc::new(Flag::default());
-        book.note(10, &early);
-        book.note(1_000, &late);
+        let _e = book.note(10, &early);
+        let _l = book.note(1_000, &late);
         assert_eq!(book.fire_due(10), 1);
         assert!(early.is_raised() && !late.is_raised());
         assert_eq!(book.fire_due(10), 0);
         // Dropped timers are pruned as the book grows.
         for i in 0..10_000 {
-            book.note(i, &Arc::new(Flag::default()));
+            drop(book.note(i, &Arc::new(Flag::default())));
+        }
+        // So is the entry of a live timer that moved on (dropped its token).
+        let moving = Arc::new(Flag::default());
+        for i in 0..10_000 {
+            drop(book.note(5_000 + i, &moving));
         }
         assert!(book.len() <= 2 * MIN_PRUNE_AT, "{}", book.len());
         assert_eq!(book.fire_due(2_000), 1, "only `late` is alive and due");

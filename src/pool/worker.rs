@@ -191,12 +191,13 @@ pub(crate) fn register_fiber(fiber: std::sync::Weak<crate::fiber::Shared>) {
 
 /// Notes a gdex timer attached to this worker's context in the worker's
 /// book (see `pool::timers`); nothing off the pool.
-pub(crate) fn note_timer(deadline: i64, flag: &Arc<crate::sync::Flag>) {
+pub(crate) fn note_timer(
+    deadline: i64,
+    flag: &Arc<crate::sync::Flag>,
+) -> Option<Arc<super::timers::Noted>> {
     with_current(|core| {
-        if let Some(core) = core {
-            core.shared.remotes[core.index].timers.note(deadline, flag);
-        }
-    });
+        core.map(|core| core.shared.remotes[core.index].timers.note(deadline, flag))
+    })
 }
 
 /// The registry of idle tasks (S9) of the worker running on this thread, if
