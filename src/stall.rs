@@ -131,7 +131,13 @@ impl Runner {
         if self.watched {
             self.active.store(true, Ordering::Relaxed);
             std::sync::atomic::fence(Ordering::SeqCst);
-            monitor().wake();
+            let monitor = monitor();
+            monitor.wake();
+            if self.worker.is_some() {
+                // A pool worker is sampled every tick (P6): cut a slow sleep
+                // short.
+                monitor.wake_slow();
+            }
         }
     }
 
@@ -298,6 +304,9 @@ struct Monitor {
     runners: Mutex<Vec<Weak<Runner>>>,
     /// The monitor thread sleeps until woken (every runner was idle).
     parked: AtomicBool,
+    /// The monitor sleeps its slow period (no pool worker was busy): a pool
+    /// worker that starts a slice wakes it, to sample every tick again.
+    slow: AtomicBool,
     thread: OnceLock<std::thread::Thread>,
 }
 
@@ -306,6 +315,7 @@ fn monitor() -> &'static Monitor {
     MONITOR.get_or_init(|| Monitor {
         runners: Mutex::new(Vec::new()),
         parked: AtomicBool::new(false),
+        slow: AtomicBool::new(false),
         thread: OnceLock::new(),
     })
 }
@@ -326,6 +336,15 @@ impl Monitor {
                 .clone()
         });
         self.wake();
+    }
+
+    #[inline]
+    fn wake_slow(&self) {
+        if self.slow.load(Ordering::Relaxed) && self.slow.swap(false, Ordering::SeqCst) {
+            if let Some(thread) = self.thread.get() {
+                thread.unpark();
+            }
+        }
     }
 
     #[inline]
@@ -355,19 +374,30 @@ impl Monitor {
             let workers_busy = runners
                 .iter()
                 .any(|r| r.worker.is_some() && r.active.load(Ordering::Relaxed));
-            let period = if workers_busy {
-                HAND_OVER_AFTER
+            if workers_busy {
+                std::thread::sleep(HAND_OVER_AFTER);
             } else {
-                runners
+                let period = runners
                     .iter()
                     .map(|r| r.threshold)
                     .filter(|t| !t.is_zero())
                     .min()
                     .map_or(HAND_OVER_AFTER, |min| {
                         (min / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
-                    })
-            };
-            std::thread::sleep(period);
+                    });
+                // Pairs with the fence in `Runner::busy`: either a worker
+                // that starts now sees `slow` and unparks us, or we see it
+                // active and do not sleep slowly.
+                self.slow.store(true, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                let started = runners
+                    .iter()
+                    .any(|r| r.worker.is_some() && r.active.load(Ordering::Relaxed));
+                if !started {
+                    std::thread::park_timeout(period);
+                }
+                self.slow.store(false, Ordering::SeqCst);
+            }
             let mut busy = false;
             let now = Instant::now();
             for runner in &runners {
