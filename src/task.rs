@@ -144,6 +144,12 @@ thread_local! {
     static CURRENT: Cell<*const TaskMeta> = const { Cell::new(ptr::null()) };
 }
 
+/// Identifies the task this thread is running right now (null if none): a
+/// job run inside it (a nested loop's) has another.
+pub(crate) fn running_task() -> *const () {
+    CURRENT.with(Cell::get).cast()
+}
+
 /// The `gio::Cancellable` of the gdex task (or fiber, or blocking job) that
 /// is running on this thread: it is cancelled when the task is cancelled
 /// (its handle dropped, [`Task::cancel`], a [`TaskGroup`](crate::TaskGroup)

@@ -295,9 +295,11 @@ fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, State<T>> {
 
 thread_local! {
     /// The group of the member being polled on this thread, if any: its
-    /// output type, that type's name (for the misuse panic), and a pointer
-    /// to the member's `Weak<Shared<T>>`.
-    static CURRENT: Cell<Option<(TypeId, &'static str, *const ())>> = const { Cell::new(None) };
+    /// output type, that type's name (for the misuse panic), a pointer to
+    /// the member's `Weak<Shared<T>>`, and the task polling it (a task run
+    /// inside the member's poll, by a nested loop, is no member).
+    static CURRENT: Cell<Option<(TypeId, &'static str, *const (), *const ())>> =
+        const { Cell::new(None) };
 }
 
 /// Drops `value`, sending a panic of its destructor to the panic handler.
@@ -432,8 +434,12 @@ where
         // SAFETY: as above.
         let future = unsafe { Pin::new_unchecked(future) };
         let group = (&this.guard.group as *const Weak<Shared<T>>).cast::<()>();
-        let previous =
-            CURRENT.replace(Some((TypeId::of::<T>(), std::any::type_name::<T>(), group)));
+        let previous = CURRENT.replace(Some((
+            TypeId::of::<T>(),
+            std::any::type_name::<T>(),
+            group,
+            crate::task::running_task(),
+        )));
         let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
         CURRENT.set(previous);
         let outcome = match polled {
@@ -676,7 +682,11 @@ impl<T: GroupOutput> TaskGroup<T> {
     where
         T: 'static,
     {
-        let (type_id, type_name, group) = CURRENT.get()?;
+        let (type_id, type_name, group, task) = CURRENT.get()?;
+        if task != crate::task::running_task() {
+            // A task polled inside a member's poll (a nested loop): no member.
+            return None;
+        }
         assert!(
             type_id == TypeId::of::<T>(),
             "gdex::TaskGroup::<{}>::current(): the running member belongs to a \
