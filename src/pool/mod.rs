@@ -36,15 +36,18 @@
 //!    yet) is waited for, for up to 2 s, so that its job too is dropped here.
 //! 4. The caller joins every worker thread (except its own, if a worker shuts
 //!    its own pool down) and drops what is left in the injector.
-//! 5. A job injected after step 1 is dropped by its pusher, which checks
+//! 5. A job injected after step 1 is taken back by its pusher, which checks
 //!    `closed` after pushing: either it sees the flag, or step 4 sees the job.
 //!    Likewise a job pushed to the inbox of a worker that has exited (a
-//!    task spawned or woken during the shutdown, never polled) is dropped by
-//!    its pusher.
+//!    task spawned or woken during the shutdown, never polled). The pusher
+//!    does not drop it itself (it may be inside a wake-up holding a lock
+//!    the job's future needs): the `gdex-reaper` thread does, and step 4
+//!    waits for it (see [`reaper`]).
 
 #[cfg(all(test, gdex_loom))]
 mod loom_sleep;
 pub(crate) mod metrics;
+mod reaper;
 pub(crate) mod registry;
 pub(crate) mod sleep;
 pub(crate) mod timers;
@@ -175,8 +178,10 @@ impl PoolShared {
         self.injected.add_shared();
         fence(Ordering::SeqCst);
         if self.closed.load(Ordering::SeqCst) {
-            // Shutdown step 5: the workers are gone or going.
-            self.drain_injector();
+            // Shutdown step 5: the workers are gone or going. Not dropped
+            // here: we may be inside a wake-up that holds a lock the job's
+            // future takes when dropped (see `reaper`).
+            reaper::reap(Self::take_all(&self.injector));
             return;
         }
         match self.sleep.request(None, worker::pseudo_random() as usize) {
@@ -289,7 +294,7 @@ impl PoolShared {
             // ran: a task spawned while the pool shut down. Its future was
             // never polled, so dropping it on this thread is sound (the
             // contract of `spawn_pinned_unchecked`; ThreadBound checks it).
-            Self::drain(&remote.inbox);
+            reaper::reap(Self::take_all(&remote.inbox));
             return;
         }
         if self.sleep.notify(i) {
@@ -308,6 +313,18 @@ impl PoolShared {
     }
 
     /// Drops every job in `queue`, here.
+    /// Takes every job in `queue`.
+    fn take_all(queue: &Injector<Job>) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        loop {
+            match queue.steal() {
+                Steal::Success(job) => jobs.push(job),
+                Steal::Retry => continue,
+                Steal::Empty => return jobs,
+            }
+        }
+    }
+
     fn drain(queue: &Injector<Job>) {
         loop {
             match queue.steal() {
@@ -362,6 +379,9 @@ impl PoolShared {
         *threads = own;
         drop(threads);
         self.drain_injector();
+        // Jobs pushed while the pool closed were handed to the reaper: they
+        // are dropped too before shutdown returns (S9).
+        reaper::flush(std::time::Duration::from_secs(2));
     }
 
     fn metrics(&self) -> PoolMetrics {
