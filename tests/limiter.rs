@@ -388,17 +388,15 @@ fn add_permits_of_half_usize_max_returns_and_wakes_every_waiter() {
                         if poll_once(&mut acquire).is_pending() {
                             parked.fetch_add(1, Ordering::SeqCst);
                         }
-                        let permit = gdex::block_on(acquire).expect("not closed");
-                        std::mem::forget(permit);
+                        gdex::block_on(acquire).expect("not closed")
                     })
                 })
                 .collect();
             wait_until(|| parked.load(Ordering::SeqCst) == 4);
             sem.add_permits(usize::MAX - 1);
-            for t in threads {
-                t.join().unwrap();
-            }
+            let held: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
             assert_eq!(sem.available_permits(), usize::MAX - 1 - 4);
+            drop(held);
         },
     );
 }
