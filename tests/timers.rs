@@ -208,6 +208,10 @@ fn count_sources(context: &glib::MainContext, name: &str) -> usize {
 /// and for one inside `blocking::blocking`. The watchdog's monitor raises
 /// the overdue timers of a worker stuck in one poll. (On cc53133 the task
 /// waited for the long poll to end.)
+///
+/// Placement is made deterministic as in the test above: an occupier keeps
+/// the other worker busy until the long poll has started on the task's
+/// worker, so neither the task nor the long poll can go elsewhere first.
 #[test]
 fn an_idle_tasks_timer_fires_while_its_worker_sits_in_one_long_poll() {
     watchdog(
@@ -219,40 +223,39 @@ fn an_idle_tasks_timer_fires_while_its_worker_sits_in_one_long_poll() {
                 (true, Duration::ZERO),
                 (false, Duration::from_millis(100)),
             ] {
-                // The scenario needs the long poll to run on the task's own
-                // worker. If the monitor handed it to the peer first (the
-                // task's own first poll took over a millisecond), try again.
-                let exercised = (0..10).any(|_| idle_timer_round(declared, threshold));
-                // Under valgrind a first poll can take longer than the 1 ms
-                // hand-over delay, so the long poll may always move first:
-                // the scenario cannot be set up there (memcheck is about
-                // memory).
-                let under_valgrind =
-                    std::env::var("LD_PRELOAD").is_ok_and(|v| v.contains("valgrind"));
-                assert!(
-                    exercised || under_valgrind,
-                    "the long poll never ran on the task's worker in 10 tries"
-                );
+                idle_timer_round(declared, threshold);
             }
         },
     );
 }
 
-/// One round of the test above; false if the long poll ran elsewhere.
-fn idle_timer_round(declared: bool, threshold: Duration) -> bool {
+fn idle_timer_round(declared: bool, threshold: Duration) {
     let pool = gdex::ThreadPool::builder()
         .workers(2)
         .stall_threshold(threshold)
         .build()
         .unwrap();
     let s = pool.scheduler();
+    let long_poll_started = Arc::new(AtomicBool::new(false));
+    let (occupied_tx, occupied_rx) = std::sync::mpsc::channel::<String>();
+    let started = long_poll_started.clone();
+    s.spawn(async move {
+        occupied_tx.send(worker()).unwrap();
+        while !started.load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
+    })
+    .detach();
+    let occupied = occupied_rx.recv().unwrap();
+
     let release = Arc::new(AtomicBool::new(false));
     let blocker_done = Arc::new(AtomicBool::new(false));
     let blocker_on = Arc::new(std::sync::Mutex::new(String::new()));
-    let (rel, bd, bo, s2) = (
+    let (rel, bd, bo, st, s2) = (
         release.clone(),
         blocker_done.clone(),
         blocker_on.clone(),
+        long_poll_started.clone(),
         s.clone(),
     );
     let task = s.spawn(async move {
@@ -262,6 +265,7 @@ fn idle_timer_round(declared: bool, threshold: Duration) -> bool {
         let bd2 = bd.clone();
         s2.spawn(async move {
             *bo.lock().unwrap() = worker();
+            st.store(true, Ordering::SeqCst);
             let wait = || {
                 let end = std::time::Instant::now() + Duration::from_secs(2);
                 while !rel.load(Ordering::SeqCst) && std::time::Instant::now() < end {
@@ -283,9 +287,11 @@ fn idle_timer_round(declared: bool, threshold: Duration) -> bool {
     release.store(true, Ordering::SeqCst);
     let blocker_on = blocker_on.lock().unwrap().clone();
     pool.shutdown();
-    if blocker_on != first {
-        return false;
-    }
+    assert_ne!(first, occupied, "the task started on the occupied worker");
+    assert_eq!(
+        blocker_on, first,
+        "the long poll did not run on the task's worker"
+    );
     assert!(
         !blocker_was_done,
         "a 20 ms sleep of an idle task on {first} fired only after {first}'s long poll \
@@ -295,5 +301,4 @@ fn idle_timer_round(declared: bool, threshold: Duration) -> bool {
         first, now,
         "the task did not move to the idle peer (declared {declared}, threshold {threshold:?})"
     );
-    true
 }
