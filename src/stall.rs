@@ -57,8 +57,12 @@ pub(crate) struct Runner {
     threshold: Duration,
     /// For a worker: its pool and index, to wake peers for its queue.
     worker: Option<(Weak<PoolShared>, usize)>,
-    /// Watched at all: a stall threshold is set, or it is a pool worker
-    /// (whose queue peers take over after [`HAND_OVER_AFTER`], P6).
+    /// A worker of a pool with peers: its queue and overdue timers are
+    /// handed over after [`HAND_OVER_AFTER`] in one poll (P6), so it is
+    /// sampled every tick while busy. (A lone worker has nobody to hand
+    /// them to.)
+    hands_over: bool,
+    /// Watched at all: a stall threshold is set, or it hands over.
     watched: bool,
     /// The monitor's bookkeeping (only the monitor touches it).
     track: Mutex<Track>,
@@ -92,13 +96,18 @@ impl Runner {
         threshold: Duration,
         worker: Option<(Weak<PoolShared>, usize)>,
     ) -> Arc<Runner> {
+        let hands_over = worker
+            .as_ref()
+            .and_then(|(pool, _)| pool.upgrade())
+            .is_some_and(|pool| pool.workers() > 1);
         let runner = Arc::new(Runner {
             seq: AtomicU64::new(0),
             active: AtomicBool::new(false),
             name: Mutex::new(None),
             label,
             threshold,
-            watched: !threshold.is_zero() || worker.is_some(),
+            hands_over,
+            watched: !threshold.is_zero() || hands_over,
             worker,
             track: Mutex::new(Track::default()),
             in_panic_hook: Mutex::new(HookTime::default()),
@@ -133,9 +142,8 @@ impl Runner {
             std::sync::atomic::fence(Ordering::SeqCst);
             let monitor = monitor();
             monitor.wake();
-            if self.worker.is_some() {
-                // A pool worker is sampled every tick (P6): cut a slow sleep
-                // short.
+            if self.hands_over {
+                // Sampled every tick while busy (P6): cut a slow sleep short.
                 monitor.wake_slow();
             }
         }
@@ -373,7 +381,7 @@ impl Monitor {
             // need only a few samples per threshold.
             let workers_busy = runners
                 .iter()
-                .any(|r| r.worker.is_some() && r.active.load(Ordering::Relaxed));
+                .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
             if workers_busy {
                 std::thread::sleep(HAND_OVER_AFTER);
             } else {
@@ -392,7 +400,7 @@ impl Monitor {
                 std::sync::atomic::fence(Ordering::SeqCst);
                 let started = runners
                     .iter()
-                    .any(|r| r.worker.is_some() && r.active.load(Ordering::Relaxed));
+                    .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
                 if !started {
                     std::thread::park_timeout(period);
                 }
@@ -451,7 +459,7 @@ impl Monitor {
             .as_ref()
             .and_then(|(p, i)| Some((p.upgrade()?, *i)));
         if let Some((pool, i)) = &pool {
-            if stuck_for >= HAND_OVER_AFTER {
+            if runner.hands_over && stuck_for >= HAND_OVER_AFTER {
                 // P6: whatever sits on a worker's deque behind one long poll
                 // goes to a peer, whether or not the poll counts as a stall
                 // (a peer that parked saw an empty deque and nobody asked it
