@@ -286,8 +286,9 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 core.drop_queued();
             }
         }
-        // Shutdown step 5: from now on a pusher to our inbox drops what it
-        // pushed; a push that came before the flag is dropped here.
+        // Shutdown step 5: from now on a pusher to our inbox hands what it
+        // pushed to the reaper; a push that came before the flag is dropped
+        // here.
         remote.exited.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         PoolShared::drain(inbox);
