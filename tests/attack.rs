@@ -9,7 +9,7 @@
 //!
 //! Tests that would abort or hang the whole binary run their body in a
 //! child process (this same binary, re-executed on one `#[ignore]`d test
-//! with `GDEX_ATTACK_CHILD=1`), so one failure does not take the others
+//! with `GDEX_TEST_CHILD=1`), so one failure does not take the others
 //! down.
 
 mod common;
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::Counted;
+use common::{is_child, run_child, Counted};
 use futures::channel::oneshot;
 
 /// The tests of this file count process-wide GLib messages and start
@@ -69,51 +69,6 @@ fn pool(workers: usize) -> gdex::ThreadPool {
         .stall_threshold(Duration::ZERO)
         .build()
         .unwrap()
-}
-
-/// Runs the `#[ignore]`d test `name` of this binary in a child process with
-/// `GDEX_ATTACK_CHILD=1`; gives its exit status and its output. Killed after
-/// `secs`.
-fn run_child(name: &str, secs: u64) -> (Option<std::process::ExitStatus>, String) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GDEX_ATTACK_CHILD", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    use std::io::Read;
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    (status, out)
-}
-
-fn is_child() -> bool {
-    std::env::var_os("GDEX_ATTACK_CHILD").is_some()
 }
 
 // ---------------------------------------------------------------------------
@@ -356,7 +311,7 @@ fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
         return;
     }
     let _one = serial();
-    let (status, out) = run_child("child_forced_unwind_with_a_flushing_destructor", 60);
+    let (status, out) = run_child("child_forced_unwind_with_a_flushing_destructor", &[], 60);
     assert!(
         status.is_some_and(|s| s.success()) && out.contains("CHILD-SURVIVED"),
         "the child process died ({status:?}):\n{out}"

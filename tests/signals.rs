@@ -7,67 +7,17 @@
 //! Tests that may be killed by a signal, or that need a fresh process (the
 //! report's delay, a default main context nobody iterates), run their body
 //! in a child process: this same binary, re-executed on one `#[ignore]`d
-//! test with `GDEX_SIGNALS_CHILD=1`.
+//! test with `GDEX_TEST_CHILD=1`.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{on_main, pump, wait_until, watchdog};
+use common::{is_child, on_main, pump, run_child, wait_until, watchdog};
 use futures::FutureExt;
-
-/// Runs the `#[ignore]`d test `name` of this binary in a child process with
-/// `GDEX_SIGNALS_CHILD=1` and the extra environment `env`; gives its exit
-/// status and its output. Killed after `secs`.
-fn run_child(
-    name: &str,
-    env: &[(&str, &str)],
-    secs: u64,
-) -> (Option<std::process::ExitStatus>, String) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GDEX_SIGNALS_CHILD", "1")
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    use std::io::Read;
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    (status, out)
-}
-
-fn is_child() -> bool {
-    std::env::var_os("GDEX_SIGNALS_CHILD").is_some()
-}
 
 fn raise(signum: i32) {
     // SAFETY: raise(3) has no preconditions; the tests only raise signals

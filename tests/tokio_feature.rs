@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{on_main, watchdog};
+use common::{is_child, on_main, run_child, watchdog};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An echo server on a plain std thread: the other end of the connection
@@ -80,50 +80,6 @@ fn tokio_tcp_and_timers_inside_gdex_tasks() {
     });
 }
 
-/// Runs the `#[ignore]`d test `name` of this binary in a fresh child
-/// process (with `GDEX_TOKIO_CHILD=1`), where no tokio runtime has started
-/// yet; gives its exit status and its output. Killed after `secs`.
-fn run_child(name: &str, secs: u64) -> (Option<std::process::ExitStatus>, String) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GDEX_TOKIO_CHILD", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    (status, out)
-}
-
-fn is_child() -> bool {
-    std::env::var_os("GDEX_TOKIO_CHILD").is_some()
-}
-
 /// The names of this process's threads (Linux: `/proc/self/task/*/comm`).
 fn thread_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
@@ -142,7 +98,7 @@ fn tokio_started() -> bool {
 /// task does, and runs inside it.
 #[test]
 fn the_tokio_runtime_starts_at_the_first_task_not_when_a_pool_starts() {
-    let (status, out) = run_child("child_pool_then_first_task", 60);
+    let (status, out) = run_child("child_pool_then_first_task", &[], 60);
     assert!(
         status.is_some_and(|s| s.success()) && out.contains("1 passed"),
         "child failed ({status:?}):\n{out}"

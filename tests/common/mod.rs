@@ -99,3 +99,55 @@ impl Drop for Counted {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// Runs the `#[ignore]`d test `name` of this test binary in a child process
+/// (with `GDEX_TEST_CHILD=1` and the extra environment `env`), so that a test
+/// that may crash, abort or start process-wide state runs alone; gives the
+/// child's exit status (`None` if it was killed after `secs`) and its output.
+pub fn run_child(
+    name: &str,
+    env: &[(&str, &str)],
+    secs: u64,
+) -> (Option<std::process::ExitStatus>, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GDEX_TEST_CHILD", "1")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    use std::io::Read;
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut out);
+    }
+    (status, out)
+}
+
+/// True in a child process started by [`run_child`].
+pub fn is_child() -> bool {
+    std::env::var_os("GDEX_TEST_CHILD").is_some()
+}
