@@ -19,6 +19,22 @@ fn worker() -> String {
     std::thread::current().name().unwrap_or("?").to_owned()
 }
 
+/// Keeps one worker of `s`'s pool spinning until `until` is raised, so that
+/// the next task spawned from outside starts on the other one; gives the
+/// occupied worker's name once it spins.
+fn occupy_a_worker(s: &gdex::Scheduler, until: &Arc<AtomicBool>) -> String {
+    let (occupied_tx, occupied_rx) = std::sync::mpsc::channel::<String>();
+    let until = until.clone();
+    s.spawn(async move {
+        occupied_tx.send(worker()).unwrap();
+        while !until.load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
+    })
+    .detach();
+    occupied_rx.recv().unwrap()
+}
+
 /// Polls `future` once, here, and gives it back.
 async fn poll_once<F: Future + Unpin>(mut future: F) -> F {
     std::future::poll_fn(|cx| {
@@ -51,16 +67,7 @@ fn a_timer_fires_on_time_after_its_task_moved_off_a_blocked_worker() {
             let s = pool.scheduler();
             let blocker_started = Arc::new(AtomicBool::new(false));
             let blocker_done = Arc::new(AtomicBool::new(false));
-            let (occupied_tx, occupied_rx) = std::sync::mpsc::channel::<String>();
-            let started = blocker_started.clone();
-            s.spawn(async move {
-                occupied_tx.send(worker()).unwrap();
-                while !started.load(Ordering::SeqCst) {
-                    std::hint::spin_loop();
-                }
-            })
-            .detach();
-            let occupied = occupied_rx.recv().unwrap();
+            let occupied = occupy_a_worker(&s, &blocker_started);
             // The blocker blocks for up to 2 s; the test lets it go once it
             // has its answer.
             let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -237,16 +244,7 @@ fn idle_timer_round(declared: bool, threshold: Duration) {
         .unwrap();
     let s = pool.scheduler();
     let long_poll_started = Arc::new(AtomicBool::new(false));
-    let (occupied_tx, occupied_rx) = std::sync::mpsc::channel::<String>();
-    let started = long_poll_started.clone();
-    s.spawn(async move {
-        occupied_tx.send(worker()).unwrap();
-        while !started.load(Ordering::SeqCst) {
-            std::hint::spin_loop();
-        }
-    })
-    .detach();
-    let occupied = occupied_rx.recv().unwrap();
+    let occupied = occupy_a_worker(&s, &long_poll_started);
 
     let release = Arc::new(AtomicBool::new(false));
     let blocker_done = Arc::new(AtomicBool::new(false));
