@@ -8,6 +8,17 @@
 //! handler. The default handler logs them with `g_critical` (domain `gdex`)
 //! and the program keeps running; [`set_panic_handler`] lets an app show a
 //! dialog, log elsewhere, or quit cleanly.
+//!
+//! What gdex cannot contain: a panic in a callback that GLib calls through
+//! glib-rs (a closure attached as a GLib source, say with
+//! `glib::idle_source_new(..).attach(..)` or `glib::timeout_add`, or a
+//! signal handler), on a pool worker as on the main thread. glib-rs calls it
+//! from an `extern "C"` trampoline, which cannot unwind, so Rust aborts the
+//! process (after printing the panic's message, then "panic in a function
+//! that cannot unwind"), and there is no gdex frame in between to catch it.
+//! Await the event as a future inside a task instead (`gdex::sleep`,
+//! `glib::timeout_future`, a GIO `*_future` call): its panic is then the
+//! task's, [`Error::Panicked`](crate::Error::Panicked) for its waiter.
 
 use std::sync::{Arc, RwLock};
 

@@ -1,0 +1,500 @@
+//! Fault injection (issue 13 point 4): real failures from the kernel, from
+//! user code that gdex calls back (wakers, destructors, GLib callbacks), and
+//! what gdex promises when they happen.
+//!
+//! Each test runs its body in a child process (this same binary,
+//! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`):
+//! the bodies lower the process's address-space limit, set the process-wide
+//! panic handler, or may abort; a child keeps that away from the other
+//! tests, and a child that hangs is killed, so a bug fails instead of
+//! hanging. A child prints `CHILD-OK` at its end; the parent checks it.
+//!
+//! Faults come from the real thing, not mocks: a thread stack or a fiber
+//! stack that the kernel refuses to map (`RLIMIT_AS` lowered just before),
+//! a `Waker` whose `wake` panics, a value whose `Drop` panics, a GLib
+//! callback that panics.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{is_child, run_child, wait_until};
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// Runs child test `name` (at most `secs` seconds) and checks that it
+/// exited successfully after printing `CHILD-OK`; gives its output.
+fn child_passes(name: &str, env: &[(&str, &str)], secs: u64) -> String {
+    let (status, out) = run_child(name, env, secs);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
+        "child `{name}` failed ({}):\n{out}",
+        match status {
+            None => format!("killed after {secs} s"),
+            Some(s) => s.to_string(),
+        }
+    );
+    out
+}
+
+/// The panic events the child's panic handler has seen.
+fn events() -> &'static Mutex<Vec<gdex::PanicEvent>> {
+    static EVENTS: OnceLock<Mutex<Vec<gdex::PanicEvent>>> = OnceLock::new();
+    EVENTS.get_or_init(|| {
+        gdex::set_panic_handler(|event| events().lock().unwrap().push(event.clone()));
+        Mutex::new(Vec::new())
+    })
+}
+
+/// The first event with `message` the panic handler has seen, if any.
+fn find_event(message: &str) -> Option<gdex::PanicEvent> {
+    let events = events().lock().unwrap();
+    events.iter().find(|e| e.message == message).cloned()
+}
+
+/// Waits until the panic handler has seen an event with `message`, and
+/// gives it. (The child's time limit bounds the wait.)
+fn wait_for_event(message: &str) -> gdex::PanicEvent {
+    loop {
+        if let Some(event) = find_event(message) {
+            return event;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The names of this process's threads, now.
+fn threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The process's address space, in bytes (`VmSize`).
+fn address_space() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))
+        .expect("VmSize in /proc/self/status");
+    let kb: usize = line
+        .trim_start_matches("VmSize:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// Lowers the soft `RLIMIT_AS` to `bytes` until the guard drops, when the
+/// old limit comes back. The kernel then refuses any mapping that would
+/// take the address space past it: a thread stack or a fiber stack.
+struct AddressSpaceLimit(libc::rlimit);
+
+impl AddressSpaceLimit {
+    fn set(bytes: usize) -> AddressSpaceLimit {
+        // SAFETY: rlimit is plain data; all-zero is a valid value.
+        let mut old: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: getrlimit writes the current limits into `old`.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut old) }, 0);
+        let new = libc::rlimit {
+            rlim_cur: bytes as libc::rlim_t,
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: setrlimit only reads `new`; lowering the soft limit is
+        // always allowed.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &new) }, 0);
+        AddressSpaceLimit(old)
+    }
+}
+
+impl Drop for AddressSpaceLimit {
+    fn drop(&mut self) {
+        // SAFETY: setrlimit only reads the limits we read before; raising
+        // the soft limit back up to the (unchanged) hard limit is allowed.
+        let status = unsafe { libc::setrlimit(libc::RLIMIT_AS, &self.0) };
+        assert_eq!(status, 0, "{}", std::io::Error::last_os_error());
+    }
+}
+
+fn pool(workers: usize) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .stall_threshold(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// A worker thread that cannot be spawned
+// ---------------------------------------------------------------------------
+
+/// Child body of [`a_worker_that_cannot_start_fails_the_build_and_leaks_nothing`].
+#[test]
+#[ignore = "child process of a_worker_that_cannot_start_fails_the_build_and_leaks_nothing"]
+fn child_worker_that_cannot_start() {
+    if !is_child() {
+        return;
+    }
+    const STACK: usize = 256 << 20;
+    // Start the threads a pool starts once per process (the watchdog's
+    // monitor, the reaper of its shutdown), so that the counts below see
+    // only the pool's own.
+    let warm = pool(2);
+    gdex::block_on(warm.scheduler().spawn(async {})).unwrap();
+    drop(warm);
+    wait_until(|| {
+        let names = threads();
+        names.iter().any(|n| n == "gdex-watchdog") && names.iter().any(|n| n == "gdex-reaper")
+    });
+    let threads_before = threads();
+    println!("threads: {threads_before:?}");
+    let space_before = address_space();
+    let err = {
+        // Room for two worker stacks and change, not for a third.
+        let _limit = AddressSpaceLimit::set(space_before + 2 * STACK + STACK / 2);
+        gdex::ThreadPool::builder()
+            .workers(4)
+            .stack_size(STACK)
+            .build()
+            .expect_err("a third 256 MiB worker stack does not fit")
+    };
+    let message = err.to_string();
+    println!("build error: {message}");
+    assert!(matches!(err, gdex::Error::Failed(_)), "{err:?}");
+    // Which worker, and the OS's reason (glibc's pthread_create answers
+    // EAGAIN when it cannot map a stack).
+    let reason = std::io::Error::from_raw_os_error(libc::EAGAIN).to_string();
+    assert!(
+        message.contains("gdex-worker-2") && message.contains(&reason),
+        "{message}"
+    );
+    // Nothing leaks: the two workers that had started were joined, and
+    // their stacks unmapped.
+    assert_eq!(threads(), threads_before);
+    assert!(
+        address_space() < space_before + STACK,
+        "{} bytes mapped after the failed build, {space_before} before",
+        address_space()
+    );
+    // With the limit back, the same pool builds and every worker runs.
+    let pool = gdex::ThreadPool::builder()
+        .workers(4)
+        .stack_size(STACK)
+        .stall_threshold(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(threads().len(), threads_before.len() + 4);
+    let s = pool.scheduler();
+    let fibers: Vec<_> = (0..4)
+        .map(|i| s.spawn_fiber(move || (i, std::thread::current().name().unwrap().to_owned())))
+        .collect();
+    let mut names: Vec<String> = fibers
+        .into_iter()
+        .map(|f| gdex::block_on(f).unwrap().1)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "gdex-worker-0",
+            "gdex-worker-1",
+            "gdex-worker-2",
+            "gdex-worker-3"
+        ]
+    );
+    drop(pool);
+    assert_eq!(threads(), threads_before);
+    println!("CHILD-OK");
+}
+
+/// A pool whose third worker thread cannot be created (the kernel refuses
+/// its stack: `RLIMIT_AS` leaves room for two 256 MiB stacks) fails to
+/// build with [`gdex::Error::Failed`] naming `gdex-worker-2` and the OS's
+/// reason; the two workers that had started are joined (the process has
+/// as many threads as before, and their stacks are unmapped); with the
+/// limit back, the same pool builds and runs work on all four workers.
+#[test]
+fn a_worker_that_cannot_start_fails_the_build_and_leaks_nothing() {
+    if is_child() {
+        return;
+    }
+    // One arena: glibc would otherwise reserve 64 MiB of address space per
+    // thread for its malloc arenas, and the limit would be hit there.
+    child_passes(
+        "child_worker_that_cannot_start",
+        &[("MALLOC_ARENA_MAX", "1")],
+        60,
+    );
+}
+
+// ---------------------------------------------------------------------------
+// A value whose Drop panics, sent through a channel or a promise
+// ---------------------------------------------------------------------------
+
+/// A value whose destructor panics (if `explode`), after counting itself.
+struct Bomb {
+    drops: Arc<AtomicUsize>,
+    explode: bool,
+}
+
+const BOMB: &str = "a destructor that panics";
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+        if self.explode {
+            panic!("{BOMB}");
+        }
+    }
+}
+
+fn bomb(drops: &Arc<AtomicUsize>, explode: bool) -> Bomb {
+    Bomb {
+        drops: drops.clone(),
+        explode,
+    }
+}
+
+/// Child body of [`panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them`].
+#[test]
+#[ignore = "child process of panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them"]
+fn child_panicking_drops_where_they_are_dropped() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let drops = Arc::new(AtomicUsize::new(0));
+
+    // A receiver dropped with items queued, in a task: the task panics.
+    let (tx, rx) = gdex::channel(3);
+    for explode in [false, true, false] {
+        assert!(tx.try_send(bomb(&drops, explode)).is_ok());
+    }
+    let dropper = s.spawn(async move { drop(rx) });
+    assert!(matches!(gdex::block_on(dropper), Err(gdex::Error::Panicked(m)) if m == BOMB));
+    assert_eq!(drops.load(Ordering::SeqCst), 3, "each item dropped once");
+    // The channel is closed, not broken: the sender is told.
+    assert!(matches!(
+        tx.try_send(bomb(&drops, false)),
+        Err(gdex::TrySendError::Closed(_))
+    ));
+    assert_eq!(drops.load(Ordering::SeqCst), 4);
+    drop(tx);
+
+    // A whole channel dropped unreceived by a detached task: its panic has
+    // no waiter and goes to the panic handler.
+    drops.store(0, Ordering::SeqCst);
+    let d = drops.clone();
+    s.spawn(async move {
+        let (tx, rx) = gdex::channel(2);
+        assert!(tx.try_send(bomb(&d, true)).is_ok());
+        assert!(tx.try_send(bomb(&d, false)).is_ok());
+        drop((tx, rx));
+    })
+    .detach();
+    let event = wait_for_event(BOMB);
+    assert_eq!(event.source, gdex::PanicSource::Task, "{event:?}");
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+    events().lock().unwrap().clear();
+
+    // A resolved promise whose future is dropped unread, in a task.
+    drops.store(0, Ordering::SeqCst);
+    let (promise, future) = gdex::Promise::new();
+    promise.resolve(bomb(&drops, true));
+    let dropper = s.spawn(async move { drop(future) });
+    assert!(matches!(gdex::block_on(dropper), Err(gdex::Error::Panicked(m)) if m == BOMB));
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+
+    // A promise's value taken by its waiter is the waiter's to drop.
+    let (promise, future) = gdex::Promise::new();
+    let waiter = s.spawn(async move {
+        let value = future.await;
+        assert!(value.is_ok());
+        drop(value);
+    });
+    promise.resolve(bomb(&drops, true));
+    assert!(matches!(gdex::block_on(waiter), Err(gdex::Error::Panicked(m)) if m == BOMB));
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+
+    // The worker lived through all of it.
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    pool.shutdown();
+    assert_eq!(drops.load(Ordering::SeqCst), 2, "nothing dropped twice");
+    println!("CHILD-OK");
+}
+
+/// Values whose destructor panics, sent through a `gdex::channel` or a
+/// `gdex::Promise`, are dropped exactly once, by whoever drops the channel
+/// or promise, and the panic surfaces there the documented way (S6, X5): a
+/// task that drops a receiver with such items queued (or a promise future
+/// holding one) resolves to `Panicked`, the other items are dropped too,
+/// the channel is closed cleanly (a sender gets `Closed` back); a detached
+/// task's goes to the panic handler; a value taken by a waiter is the
+/// waiter's to drop. The worker survives every one.
+#[test]
+fn panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_drops_where_they_are_dropped", &[], 60);
+}
+
+/// Child body of [`panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler`].
+#[test]
+#[ignore = "child process of panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler"]
+fn child_panicking_drops_in_tasks_at_shutdown() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(2);
+    let s = pool.scheduler();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let (_never, never) = gdex::Promise::<()>::new();
+    // A task holding a receiver with items queued, waiting on something
+    // else.
+    let (tx, rx) = gdex::channel(2);
+    assert!(tx.try_send(bomb(&drops, true)).is_ok());
+    assert!(tx.try_send(bomb(&drops, false)).is_ok());
+    let w = waiting.clone();
+    let holds_receiver = s.spawn(async move {
+        let _rx = rx;
+        w.fetch_add(1, Ordering::SeqCst);
+        let _ = never.await;
+    });
+    // A pinned task holding a resolved promise's future.
+    let (promise, future) = gdex::Promise::new();
+    promise.resolve(bomb(&drops, true));
+    let (_never, never) = gdex::Promise::<()>::new();
+    let w = waiting.clone();
+    let holds_promise = pool.spawn_pinned(move || async move {
+        let _future = future;
+        w.fetch_add(1, Ordering::SeqCst);
+        let _ = never.await;
+    });
+    // A task blocked sending into a full channel.
+    let (full_tx, full_rx) = gdex::channel(1);
+    assert!(full_tx.try_send(bomb(&drops, false)).is_ok());
+    let (w, d) = (waiting.clone(), drops.clone());
+    let blocked_send = s.spawn(async move {
+        w.fetch_add(1, Ordering::SeqCst);
+        let _ = full_tx.send(bomb(&d, true)).await;
+    });
+    wait_until(|| waiting.load(Ordering::SeqCst) == 3);
+    pool.shutdown();
+    for task in [holds_receiver, holds_promise, blocked_send] {
+        assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+    }
+    // Three bombs went off, each once, on a worker; the two quiet items
+    // inside the pool went with them.
+    assert_eq!(drops.load(Ordering::SeqCst), 4);
+    let events = events().lock().unwrap().clone();
+    let bombs: Vec<_> = events.iter().filter(|e| e.message == BOMB).collect();
+    assert_eq!(bombs.len(), 3, "{events:?}");
+    for e in &bombs {
+        assert_eq!(e.source, gdex::PanicSource::Drop, "{e:?}");
+        assert!(
+            e.thread.as_deref().unwrap().starts_with("gdex-worker-"),
+            "{e:?}"
+        );
+    }
+    drop((tx, full_rx));
+    assert_eq!(drops.load(Ordering::SeqCst), 5, "the full channel's item");
+    println!("CHILD-OK");
+}
+
+/// At pool shutdown, values whose destructor panics inside tasks (a
+/// receiver with such items queued, a resolved promise's future holding
+/// one, a send blocked on a full channel holding one) are dropped on their
+/// worker with the tasks' futures (S9), each once; each panic goes to the
+/// panic handler as [`gdex::PanicSource::Drop`] naming the worker (S6,
+/// X5), `shutdown` returns normally, and every task resolves to
+/// `Cancelled`.
+#[test]
+fn panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_drops_in_tasks_at_shutdown", &[], 60);
+}
+
+// ---------------------------------------------------------------------------
+// A GLib source callback that panics on a worker
+// ---------------------------------------------------------------------------
+
+/// Child body of [`a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message`].
+#[test]
+#[ignore = "child process of a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message"]
+fn child_panicking_glib_callback_on_a_worker() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(1);
+    let s = pool.scheduler();
+    // The same fault as a future awaited by a task is the task's panic.
+    let contained = s.spawn(async {
+        glib::timeout_future(Duration::from_millis(1)).await;
+        panic!("a panic after a GLib timeout");
+    });
+    assert!(matches!(
+        gdex::block_on(contained),
+        Err(gdex::Error::Panicked(m)) if m == "a panic after a GLib timeout"
+    ));
+    println!("CONTAINED-OK");
+    // A raw GLib callback, attached to the worker's context (its
+    // thread-default one: `glib::idle_add_local` would attach to the global
+    // default context, which only the main thread runs).
+    let attached = s.spawn(async {
+        glib::idle_source_new(None, glib::Priority::DEFAULT_IDLE, || {
+            panic!("a GLib callback that panics")
+        })
+        .attach(Some(&glib::MainContext::ref_thread_default()));
+    });
+    gdex::block_on(attached).unwrap();
+    // The worker dispatches it next; nothing returns from there.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// A GLib source callback that panics on a pool worker (here an idle
+/// source a task attached to its worker's context) aborts the
+/// process, with the panic's message and Rust's "panic in a function that
+/// cannot unwind" on stderr. This is glib-rs's rule, on any thread: its
+/// source trampolines are `extern "C"` functions, which cannot unwind, and
+/// gdex has no frame between the callback and the trampoline where it could
+/// catch the panic. What gdex guarantees is documented in `gdex::panic`
+/// (X5): the same event awaited as a future in a task
+/// (`glib::timeout_future(..).await` then the panic) is the task's panic,
+/// `Error::Panicked` for its waiter, as the first half of the child shows.
+#[test]
+fn a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message() {
+    if is_child() {
+        return;
+    }
+    let (status, out) = run_child("child_panicking_glib_callback_on_a_worker", &[], 60);
+    use std::os::unix::process::ExitStatusExt;
+    let status = status.expect("the child ended by itself");
+    assert!(out.contains("CONTAINED-OK"), "{out}");
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}:\n{out}");
+    assert!(
+        out.contains("a GLib callback that panics")
+            && out.contains("panic in a function that cannot unwind"),
+        "{out}"
+    );
+    assert!(out.contains("gdex-worker-0"), "{out}");
+}
