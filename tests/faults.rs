@@ -16,7 +16,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -235,6 +235,83 @@ fn a_worker_that_cannot_start_fails_the_build_and_leaks_nothing() {
         &[("MALLOC_ARENA_MAX", "1")],
         60,
     );
+}
+
+// ---------------------------------------------------------------------------
+// A fiber stack that cannot be mapped
+// ---------------------------------------------------------------------------
+
+/// Child body of [`a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on`].
+#[test]
+#[ignore = "child process of a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on"]
+fn child_fiber_stack_that_cannot_be_mapped() {
+    if !is_child() {
+        return;
+    }
+    const BIG: usize = 1 << 30;
+    let panics = Arc::new(AtomicUsize::new(0));
+    let p = panics.clone();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        p.fetch_add(1, Ordering::SeqCst);
+        default_hook(info);
+    }));
+    let pool = pool(1);
+    let s = pool.scheduler();
+    // A default fiber stack is mapped and pooled on the worker.
+    assert_eq!(gdex::block_on(s.spawn_fiber(|| 1)).unwrap(), 1);
+    let mapped = gdex::fiber::stacks_mapped();
+    let ran = Arc::new(AtomicBool::new(false));
+    let result = {
+        let _limit = AddressSpaceLimit::set(address_space() + BIG / 2);
+        let r = ran.clone();
+        let refused = gdex::fiber::Builder::new()
+            .stack_size(BIG)
+            .spawn(&s, move || r.store(true, Ordering::SeqCst));
+        let result = gdex::block_on(refused);
+        // The pool goes on meanwhile: tasks, and fibers on the pooled stack.
+        assert_eq!(gdex::block_on(s.spawn(async { 2 })).unwrap(), 2);
+        assert_eq!(gdex::block_on(s.spawn_fiber(|| 3)).unwrap(), 3);
+        result
+    };
+    println!("refused fiber: {result:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the fiber ran without a stack");
+    assert_eq!(gdex::fiber::stacks_mapped(), mapped);
+    let reason = std::io::Error::from_raw_os_error(libc::ENOMEM).to_string();
+    match &result {
+        Err(gdex::Error::Failed(e)) => assert!(
+            e.message().contains("fiber stack") && e.message().contains(&reason),
+            "{e}"
+        ),
+        other => panic!("expected Error::Failed naming the fiber stack, got {other:?}"),
+    }
+    assert_eq!(
+        panics.load(Ordering::SeqCst),
+        0,
+        "a refused mapping is no panic"
+    );
+    // With the limit back, the same fiber gets its stack.
+    let fiber = gdex::fiber::Builder::new()
+        .stack_size(BIG)
+        .spawn(&s, || "big stack");
+    assert_eq!(gdex::block_on(fiber).unwrap(), "big stack");
+    assert_eq!(gdex::fiber::stacks_mapped(), mapped + 1);
+    drop(pool);
+    println!("CHILD-OK");
+}
+
+/// A fiber whose stack the kernel refuses to map (a 1 GiB stack under an
+/// `RLIMIT_AS` with room for half of it) resolves to
+/// [`gdex::Error::Failed`] naming the fiber stack and the OS's reason
+/// (`ENOMEM`), without running its closure and without a panic; its worker
+/// goes on running tasks and fibers meanwhile, and with the limit back the
+/// same fiber runs.
+#[test]
+fn a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_fiber_stack_that_cannot_be_mapped", &[], 60);
 }
 
 // ---------------------------------------------------------------------------

@@ -239,6 +239,12 @@ impl Builder {
 
     /// Spawns `f` as a fiber on `scheduler`. On a pool it is placed on one
     /// worker (round-robin) and never leaves it (F2).
+    ///
+    /// Its stack is mapped on that thread before `f` starts (or reused
+    /// from the thread's pool, F1). If the kernel refuses the mapping (the
+    /// address space or the map count is exhausted), the fiber resolves to
+    /// [`Error::Failed`] naming the stack size and the OS's reason, and `f`
+    /// never runs; the scheduler goes on.
     pub fn spawn<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -278,10 +284,12 @@ impl Builder {
 ///
 /// Dropping it cancels the fiber (F4, see the module docs);
 /// [`detach`](Fiber::detach) lets it run to completion. A panic inside the
-/// fiber reaches the waiter as [`Error::Panicked`].
+/// fiber reaches the waiter as [`Error::Panicked`]; a stack that could not
+/// be mapped, as [`Error::Failed`].
 #[must_use = "dropping a Fiber cancels it; call .detach() to let it run"]
 pub struct Fiber<T> {
-    task: Option<Task<T>>,
+    /// The fiber's task: the closure's result, or why it never started.
+    task: Option<Task<Result<T, Error>>>,
     shared: Arc<Shared>,
 }
 
@@ -305,7 +313,7 @@ impl<T> Future for Fiber<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.task.as_mut() {
-            Some(task) => Pin::new(task).poll(cx),
+            Some(task) => Pin::new(task).poll(cx).map(Result::flatten),
             None => Poll::Ready(Err(Error::Cancelled)),
         }
     }
@@ -340,6 +348,8 @@ enum State<F, T> {
 }
 
 /// The future of a fiber's task: each poll switches into the coroutine.
+/// Its output is the closure's result, or the error that kept the fiber
+/// from starting (no stack).
 struct FiberFuture<F, T> {
     state: State<F, T>,
     ctx: FiberCtx,
@@ -351,9 +361,9 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    type Output = T;
+    type Output = Result<T, Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
         // SAFETY: nothing in FiberFuture relies on its address between polls
         // (CURRENT and the `cx` cell are only used during this poll), so we
         // may treat it as Unpin.
@@ -362,12 +372,20 @@ where
             let State::Start(f) = std::mem::replace(&mut this.state, State::Done) else {
                 unreachable!()
             };
-            let stack = stack::acquire(this.stack_size).unwrap_or_else(|e| {
-                panic!(
-                    "gdex: cannot map a {} byte fiber stack: {e}",
-                    this.stack_size
-                )
-            });
+            // A refused mapping is the OS saying no (address space or map
+            // count exhausted), not a bug in the fiber: its spawn fails with
+            // the OS's reason, and `f` is dropped unrun. (It used to panic
+            // here, which reached the waiter as `Panicked` after going
+            // through the process's panic hook.)
+            let stack = match stack::acquire(this.stack_size) {
+                Ok(stack) => stack,
+                Err(e) => {
+                    return Poll::Ready(Err(Error::Failed(glib::Error::new(
+                        glib::FileError::Failed,
+                        &format!("cannot map a {} byte fiber stack: {e}", this.stack_size),
+                    ))))
+                }
+            };
             this.ctx.guard.set(stack.guard());
             // Its worker cancels it if the pool shuts down first.
             crate::pool::register_fiber(Arc::downgrade(&this.ctx.shared));
@@ -399,7 +417,7 @@ where
                 if let State::Running(coroutine) = std::mem::replace(&mut this.state, State::Done) {
                     stack::release(coroutine.into_stack());
                 }
-                Poll::Ready(value)
+                Poll::Ready(Ok(value))
             }
         }
     }
