@@ -235,7 +235,9 @@ impl Lane {
         state.threads -= 1;
         if state.threads == 0 {
             for (_, waker) in state.on_exit.drain(..) {
-                waker.wake();
+                // A panic would end this thread, and leave the other
+                // waiters of the close asleep: it goes to the panic handler.
+                crate::panic::wake(waker);
             }
         }
     }

@@ -4,10 +4,17 @@
 //! [`Error::Panicked`](crate::Error::Panicked) (S6). Some panics have no
 //! such waiter: a detached task's, one whose handle was dropped after it
 //! finished, a work item's, one raised while a cancelled task's future was
-//! being dropped, one in a gdex `GSource` callback. Those go to the panic
-//! handler. The default handler logs them with `g_critical` (domain `gdex`)
-//! and the program keeps running; [`set_panic_handler`] lets an app show a
-//! dialog, log elsewhere, or quit cleanly.
+//! being dropped, one in a gdex `GSource` callback, one in the `wake` of a
+//! waker gdex calls. Those go to the panic handler. The default handler logs
+//! them with `g_critical` (domain `gdex`) and the program keeps running;
+//! [`set_panic_handler`] lets an app show a dialog, log elsewhere, or quit
+//! cleanly.
+//!
+//! A waker that panics when gdex wakes it (the waker a promise, a channel,
+//! a semaphore or a timer was polled with) is such a
+//! panic: it does not unwind into gdex (which may be a pool worker, the
+//! watchdog's thread, a GLib callback or a primitive's lock), the wake-up
+//! counts as done, and the other waiters are woken as if nothing happened.
 //!
 //! What gdex cannot contain: a panic in a callback that GLib calls through
 //! glib-rs (a closure attached as a GLib source, say with
@@ -38,6 +45,10 @@ pub enum PanicSource {
     Output,
     /// A gdex `GSource` callback (a scheduler's own machinery).
     Source,
+    /// The `wake` of a waker that gdex called to say a future is ready
+    /// (the waker a promise, channel, semaphore, timer or signal wait was
+    /// last polled with). The wake-up counts as done.
+    Waker,
 }
 
 /// A panic that reached the panic handler.
@@ -60,6 +71,7 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Drop => "a task panicked while being dropped",
             PanicSource::Output => "a task's output panicked while being dropped",
             PanicSource::Source => "a gdex source panicked",
+            PanicSource::Waker => "a waker panicked when gdex woke it",
         };
         write!(f, "{what}: {}", self.message)
     }
@@ -99,6 +111,17 @@ where
 /// Goes back to the default handler (`g_critical`, keep running).
 pub fn reset_panic_handler() {
     *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Wakes `waker`; a panic in its `wake` goes to the panic handler
+/// ([`PanicSource::Waker`]) instead of unwinding into the caller, which may
+/// hold a lock, be a worker's or the watchdog's thread, or a C callback
+/// (where unwinding aborts).
+pub(crate) fn wake(waker: std::task::Waker) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+    if let Err(payload) = outcome {
+        report(PanicSource::Waker, crate::error::panic_message(&*payload));
+    }
 }
 
 /// Hands an unobserved panic, caught on this thread, to the handler.

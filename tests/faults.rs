@@ -16,8 +16,11 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use common::{is_child, run_child, wait_until};
@@ -312,6 +315,236 @@ fn a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on() {
         return;
     }
     child_passes("child_fiber_stack_that_cannot_be_mapped", &[], 60);
+}
+
+// ---------------------------------------------------------------------------
+// A panicking waker
+// ---------------------------------------------------------------------------
+
+/// A waker whose `wake` panics; counts its calls.
+struct PanickingWaker(AtomicUsize);
+
+const WAKER_PANIC: &str = "a waker that panics";
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("{WAKER_PANIC}");
+    }
+}
+
+fn panicking_waker() -> (Arc<PanickingWaker>, Waker) {
+    let inner = Arc::new(PanickingWaker(AtomicUsize::new(0)));
+    (inner.clone(), Waker::from(inner))
+}
+
+/// Polls `future` once with `waker`.
+fn poll_with<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut Context::from_waker(waker))
+}
+
+/// Child body of [`a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value`].
+#[test]
+#[ignore = "child process of a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value"]
+fn child_panicking_waker_on_a_promise() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let (promise, mut first) = gdex::Promise::<String>::new();
+    let second = first.clone();
+    let (_calls, waker) = panicking_waker();
+    assert!(poll_with(&mut first, &waker).is_pending());
+    // The one worker runs the waiter first (it parks behind ours), then
+    // the resolver.
+    let other = s.spawn(second);
+    let resolver = s.spawn(async move {
+        promise.resolve("value".to_owned());
+        "resolved"
+    });
+    assert_eq!(gdex::block_on(resolver).unwrap(), "resolved");
+    assert_eq!(gdex::block_on(other).unwrap().unwrap(), "value");
+    let event = wait_for_event(WAKER_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    assert_eq!(event.thread.as_deref(), Some("gdex-worker-0"));
+    assert!(matches!(
+        poll_with(&mut first, Waker::noop()),
+        Poll::Ready(Ok(v)) if v == "value"
+    ));
+    pool.shutdown();
+    println!("CHILD-OK");
+}
+
+/// A promise with two waiters, the first parked with a waker that panics,
+/// resolved from a pool task: the resolving task finishes normally, the
+/// other waiter gets the value, the panic goes to the panic handler as
+/// [`gdex::PanicSource::Waker`] naming the worker, and the first waiter too
+/// finds the value when polled again.
+#[test]
+fn a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_waker_on_a_promise", &[], 60);
+}
+
+/// Child body of [`a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it`].
+#[test]
+#[ignore = "child process of a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it"]
+fn child_panicking_waker_on_a_channel_receive() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let (tx, rx) = gdex::channel::<u32>(1);
+    let mut recv = rx.recv();
+    let (_calls, waker) = panicking_waker();
+    assert!(poll_with(&mut recv, &waker).is_pending());
+    let sender = s.spawn(async move {
+        let sent = tx.send(5).await.is_ok();
+        (sent, tx)
+    });
+    let (sent, tx) = gdex::block_on(sender).unwrap();
+    assert!(sent);
+    let event = wait_for_event(WAKER_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    // The item was kept for the woken receive, which takes it.
+    assert_eq!(rx.try_recv(), None);
+    assert!(matches!(
+        poll_with(&mut recv, Waker::noop()),
+        Poll::Ready(Ok(5))
+    ));
+    drop(recv);
+    // The channel goes on as before.
+    tx.try_send(6).unwrap();
+    assert_eq!(gdex::block_on(rx.recv()).unwrap(), 6);
+    pool.shutdown();
+    println!("CHILD-OK");
+}
+
+/// A channel receive parked with a waker that panics, then an item sent
+/// from a pool task: the send succeeds, the panic goes to the panic handler
+/// as [`gdex::PanicSource::Waker`], the item stays kept for that receive
+/// (`try_recv` cannot take it), the receive takes it when polled again, and
+/// the channel works on.
+#[test]
+fn a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_waker_on_a_channel_receive", &[], 60);
+}
+
+/// Child body of [`a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running`].
+#[test]
+#[ignore = "child process of a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running"]
+fn child_panicking_waker_on_a_timer() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(2);
+    let s = pool.scheduler();
+    // 1. A timer due while its worker sits in one long poll is raised by
+    //    the watchdog's monitor (P8, issue 19 point 1): the worker does not
+    //    dispatch its context meanwhile.
+    let stuck = s.spawn(async {
+        let (_calls, waker) = panicking_waker();
+        let mut sleep = Box::pin(gdex::sleep(Duration::from_millis(1)));
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // Stay in this poll until the timer has been raised.
+        loop {
+            if let Some(event) = find_event(WAKER_PANIC) {
+                return event;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let event = gdex::block_on(stuck).unwrap();
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    assert_eq!(event.thread.as_deref(), Some("gdex-watchdog"));
+    events().lock().unwrap().clear();
+    // The monitor lives on: it raises the next such timer too.
+    let stuck = s.spawn(async {
+        let woken = Arc::new(WokenOn::default());
+        let waker = Waker::from(woken.clone());
+        let mut sleep = Box::pin(gdex::sleep(Duration::from_millis(1)));
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        loop {
+            if let Some(thread) = woken.0.lock().unwrap().clone() {
+                return thread;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    assert_eq!(gdex::block_on(stuck).unwrap(), "gdex-watchdog");
+    // 2. A timer raised by its own worker's loop (gdex's timer source).
+    let sleep = gdex::block_on(s.spawn(async {
+        let (_calls, waker) = panicking_waker();
+        let mut sleep = Box::pin(gdex::sleep(Duration::from_millis(1)));
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // Returns: the worker's loop dispatches the timer when it is due.
+        // (Kept, not awaited: its waker is the one that panics.)
+        Kept(sleep)
+    }))
+    .unwrap();
+    let event = wait_for_event(WAKER_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    assert!(event.thread.as_deref().unwrap().starts_with("gdex-worker-"));
+    drop(sleep);
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    pool.shutdown();
+    println!("CHILD-OK");
+}
+
+/// A future kept alive without being awaited.
+struct Kept<F>(#[allow(dead_code)] F);
+
+/// A waker that records the thread it was woken on.
+#[derive(Default)]
+struct WokenOn(Mutex<Option<String>>);
+
+impl Wake for WokenOn {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let name = std::thread::current().name().map(str::to_owned);
+        *self.0.lock().unwrap() = Some(name.unwrap_or_default());
+    }
+}
+
+/// A gdex timer polled with a waker that panics, in two places. Due while
+/// its worker sits in one long poll, it is raised by the watchdog's
+/// monitor thread (P8): the panic goes to the panic handler as
+/// [`gdex::PanicSource::Waker`] naming `gdex-watchdog`, and the monitor
+/// lives on (it raises the next overdue timer of a stuck worker too).
+/// Raised by its own worker's loop, it is reported the same way, naming
+/// the worker, and the worker runs the next task.
+#[test]
+fn a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_waker_on_a_timer", &[], 60);
 }
 
 // ---------------------------------------------------------------------------

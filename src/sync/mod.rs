@@ -25,7 +25,12 @@ pub(crate) struct Flag {
 impl Flag {
     pub(crate) fn raise(&self) {
         self.set.store(true, Ordering::Release);
-        self.waker.wake();
+        // Raised from GLib callbacks (where unwinding aborts), gdex's
+        // timer sources and the watchdog's thread (which a panic would
+        // kill): a waker's panic goes to the panic handler instead (X5).
+        if let Some(waker) = self.waker.take() {
+            crate::panic::wake(waker);
+        }
     }
 
     /// True once raised.

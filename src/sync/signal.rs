@@ -208,7 +208,10 @@ unsafe extern "C" fn on_signals(data: ffi::gpointer) -> ffi::gboolean {
     // until `release_arc` runs after the source is gone.
     let arrivals = unsafe { &*(data as *const Arrivals) };
     arrivals.arrived.store(true, Ordering::Release);
-    arrivals.waker.wake();
+    // Unwinding out of this C callback would abort (X5).
+    if let Some(waker) = arrivals.waker.take() {
+        crate::panic::wake(waker);
+    }
     ffi::G_SOURCE_CONTINUE
 }
 

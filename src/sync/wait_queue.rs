@@ -116,7 +116,11 @@ impl WaitQueue {
                     unreachable!("a live entry's slot is Waiting")
                 };
                 self.waiting -= 1;
-                waker.wake();
+                // A waker that panics must not unwind through the
+                // primitive's state half-updated (a channel's item pushed
+                // but not kept, a promise's other waiters never woken):
+                // its panic goes to the panic handler (X5).
+                crate::panic::wake(waker);
                 return true;
             }
         }
