@@ -10,8 +10,8 @@
 //! [`set_panic_handler`] lets an app show a dialog, log elsewhere, or quit
 //! cleanly.
 //!
-//! A waker that panics when gdex wakes it (the waker a promise, a channel,
-//! a semaphore or a timer was polled with) is such a
+//! A waker that panics when gdex wakes it (the waker a `Task` handle, a
+//! promise, a channel, a semaphore or a timer was polled with) is such a
 //! panic: it does not unwind into gdex (which may be a pool worker, the
 //! watchdog's thread, a GLib callback or a primitive's lock), the wake-up
 //! counts as done, and the other waiters are woken as if nothing happened.
@@ -46,8 +46,9 @@ pub enum PanicSource {
     /// A gdex `GSource` callback (a scheduler's own machinery).
     Source,
     /// The `wake` of a waker that gdex called to say a future is ready
-    /// (the waker a promise, channel, semaphore, timer or signal wait was
-    /// last polled with). The wake-up counts as done.
+    /// (the waker a [`Task`](crate::Task), a promise, channel, semaphore,
+    /// timer or signal wait was last polled with). The wake-up counts as
+    /// done.
     Waker,
 }
 
@@ -119,6 +120,14 @@ pub fn reset_panic_handler() {
 /// (where unwinding aborts).
 pub(crate) fn wake(waker: std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+    if let Err(payload) = outcome {
+        report(PanicSource::Waker, crate::error::panic_message(&*payload));
+    }
+}
+
+/// [`wake`] without giving the waker up.
+pub(crate) fn wake_by_ref(waker: &std::task::Waker) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake_by_ref()));
     if let Err(payload) = outcome {
         report(PanicSource::Waker, crate::error::panic_message(&*payload));
     }

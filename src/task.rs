@@ -29,7 +29,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use gio::prelude::*;
 use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
@@ -142,6 +143,10 @@ impl Drop for TaskMeta {
 thread_local! {
     /// The metadata of the task this thread is running, or null.
     static CURRENT: Cell<*const TaskMeta> = const { Cell::new(ptr::null()) };
+    /// The waker of the gdex task whose future is being polled on this
+    /// thread (set by `CatchUnwind::poll` for the poll), or null: see
+    /// [`contain_waker`].
+    static POLLING: Cell<*const Waker> = const { Cell::new(ptr::null()) };
 }
 
 /// Identifies the task this thread is running right now (null if none): a
@@ -411,6 +416,7 @@ impl<F: Future> Future for CatchUnwind<F> {
         let this = unsafe { self.get_unchecked_mut() };
         // SAFETY: as above.
         let future = unsafe { Pin::new_unchecked(&mut *this.future) };
+        let _polling = crate::util::scoped(&POLLING, cx.waker() as *const Waker);
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => {
                 this.idle.pending(cx.waker());
@@ -531,7 +537,7 @@ impl<T> Task<T> {
         // The first poll closes the task; its GIO calls are cancelled after
         // that, so the future never runs on with a cancelled cancellable.
         let output = std::future::poll_fn(|cx| {
-            let poll = cancel.as_mut().poll(cx);
+            let poll = contain_waker(cx, false, |cx| cancel.as_mut().poll(cx));
             if let Some(cancellable) = gio_cancel.take() {
                 cancellable.cancel();
             }
@@ -584,7 +590,8 @@ impl<T> Future for Task<T> {
             .task
             .as_mut()
             .expect("a gdex::Task was polled after detach or cancel");
-        match Pin::new(task).poll(cx) {
+        let finished = task.is_finished();
+        match contain_waker(cx, finished, |cx| Pin::new(task).poll(cx)) {
             Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
             Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
                 Poll::Ready(Err(Error::Panicked(report.take())))
@@ -593,6 +600,53 @@ impl<T> Future for Task<T> {
             Poll::Ready(None) => Poll::Ready(Err(Error::Cancelled)),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+/// Runs `poll`, which may leave a waker with async-task (a `Task` handle's
+/// poll), with a waker whose panic is contained.
+///
+/// async-task wakes the waker a task handle was polled with when the task
+/// ends, on whichever thread ends it (a pool worker, a blocking-lane
+/// thread), and aborts the process if that `wake` panics (its
+/// `abort_on_panic`). So unless `poll` cannot leave a waker (`finished`),
+/// or the waker is that of the gdex task polling us (whose wake only
+/// queues that task), async-task gets a waker of ours instead, whose
+/// panic goes to the panic handler (X5, [`PanicSource::Waker`]): one
+/// allocation per such poll.
+#[inline]
+fn contain_waker<R>(
+    cx: &mut Context<'_>,
+    finished: bool,
+    poll: impl FnOnce(&mut Context<'_>) -> R,
+) -> R {
+    let polling = POLLING.with(Cell::get);
+    // SAFETY: POLLING is non-null only for the extent of a
+    // `CatchUnwind::poll` on this thread (scoped: reset when that poll
+    // returns or unwinds; scopes nest across fiber switches too, since a
+    // fiber never suspends inside a poll nested in it), and then points at
+    // that poll's waker, which its caller keeps alive for the whole poll.
+    let own = !polling.is_null() && cx.waker().will_wake(unsafe { &*polling });
+    if finished || own {
+        return poll(cx);
+    }
+    let contained = Waker::from(Arc::new(ContainedWaker(cx.waker().clone())));
+    poll(&mut Context::from_waker(&contained))
+}
+
+/// A waker whose `wake` never unwinds (see [`contain_waker`]).
+struct ContainedWaker(Waker);
+
+impl Wake for ContainedWaker {
+    fn wake(self: Arc<Self>) {
+        match Arc::try_unwrap(self) {
+            Ok(ContainedWaker(waker)) => crate::panic::wake(waker),
+            Err(this) => crate::panic::wake_by_ref(&this.0),
+        }
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        crate::panic::wake_by_ref(&self.0);
     }
 }
 

@@ -32,8 +32,15 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counter is process-wide: one counting test at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn a_spawn_is_one_allocation() {
+    let _one = serial();
     common::watchdog("a_spawn_is_one_allocation", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
@@ -71,6 +78,38 @@ fn a_spawn_is_one_allocation() {
         assert!(
             (1.0..1.05).contains(&per_push),
             "{per_push} allocations per work item"
+        );
+    });
+}
+
+/// S7: a task awaiting another task hands async-task its own waker, so an
+/// await costs no allocation. (A `Task` handle polled with a waker that is
+/// not its polling task's own gets a panic-containing wrapper instead, one
+/// allocation per pending poll: tests/faults.rs.) Each round spawns a task
+/// from a task on a 1-worker pool and awaits it while it is still queued:
+/// the spawn's allocation and nothing more.
+#[test]
+fn awaiting_a_task_from_a_task_allocates_nothing() {
+    let _one = serial();
+    common::watchdog("awaiting_a_task_from_a_task_allocates_nothing", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let n = 10_000;
+        let s2 = s.clone();
+        let rounds = s.spawn(async move {
+            let before = ALLOCS.load(Ordering::Relaxed);
+            for i in 0..n {
+                let child = s2.spawn(async move { i });
+                assert!(!child.is_finished());
+                assert_eq!(child.await.unwrap(), i);
+            }
+            ALLOCS.load(Ordering::Relaxed) - before
+        });
+        let allocs = gdex::block_on(rounds).unwrap();
+        let per_round = allocs as f64 / n as f64;
+        assert!(
+            (1.0..1.05).contains(&per_round),
+            "{per_round} allocations per spawn and await"
         );
     });
 }

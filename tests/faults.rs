@@ -347,6 +347,49 @@ fn poll_with<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output
     Pin::new(future).poll(&mut Context::from_waker(waker))
 }
 
+/// Child body of [`a_panicking_waker_of_a_task_handle_is_reported_not_an_abort`].
+#[test]
+#[ignore = "child process of a_panicking_waker_of_a_task_handle_is_reported_not_an_abort"]
+fn child_panicking_waker_of_a_task_handle() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let (promise, value) = gdex::Promise::<u32>::new();
+    let mut task = s.spawn(async move { value.await.unwrap() + 1 });
+    let (calls, waker) = panicking_waker();
+    assert!(poll_with(&mut task, &waker).is_pending());
+    // The task finishes on the worker, which wakes our waker.
+    promise.resolve(41);
+    let event = wait_for_event(WAKER_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    assert_eq!(event.thread.as_deref(), Some("gdex-worker-0"));
+    assert_eq!(calls.0.load(Ordering::SeqCst), 1);
+    // The output waits for us, and the worker lives on.
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Ok(42))
+    ));
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    pool.shutdown();
+    println!("CHILD-OK");
+}
+
+/// A `Task` handle polled with a waker that panics, whose task then
+/// finishes on a pool worker: the worker wakes the waker, the panic goes to
+/// the panic handler as [`gdex::PanicSource::Waker`] naming the worker
+/// (S6, X5), the process does not abort, the output is still there for the
+/// handle, and the worker runs the next task.
+#[test]
+fn a_panicking_waker_of_a_task_handle_is_reported_not_an_abort() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_waker_of_a_task_handle", &[], 60);
+}
+
 /// Child body of [`a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value`].
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value"]
