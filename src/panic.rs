@@ -38,7 +38,8 @@ pub enum PanicSource {
     Task,
     /// A work item ([`Scheduler::push`](crate::Scheduler::push)).
     WorkItem,
-    /// The destructor of a cancelled task's future.
+    /// The destructor of a cancelled task's future, or of a work item
+    /// dropped without running (its pool shut down first).
     Drop,
     /// The destructor of a task's output that nobody took (the task was
     /// detached, or its handle dropped after it finished).

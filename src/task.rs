@@ -211,7 +211,41 @@ pub(crate) fn pool_builder(
 /// pushed with [`Scheduler::push`](crate::Scheduler::push) (S3).
 pub(crate) enum Job {
     Task(Runnable),
-    Work(Box<dyn FnOnce() + Send>),
+    Work(Work),
+}
+
+/// A work item's closure. Dropped without running (its pool shut down
+/// first), its captures are dropped under `catch_unwind`, as a cancelled
+/// task's future is (S6): a destructor's panic goes to the panic handler
+/// ([`PanicSource::Drop`]). It used to unwind into whoever dropped it: the
+/// worker's exit (the thread died with the rest of its queue, its `join`
+/// failed), the thread calling `ThreadPool::shutdown` (the call panicked,
+/// the injector half drained), the `gdex-reaper` thread (which died of it),
+/// or a `push` on a closed pool.
+pub(crate) struct Work(std::mem::ManuallyDrop<Box<dyn FnOnce() + Send>>);
+
+impl Work {
+    pub(crate) fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Work(std::mem::ManuallyDrop::new(Box::new(f)))
+    }
+
+    /// The closure, to run; `self` is not dropped.
+    fn into_inner(self) -> Box<dyn FnOnce() + Send> {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (ManuallyDrop), so the closure is
+        // taken out exactly once and never dropped by `Work::drop`.
+        unsafe { std::mem::ManuallyDrop::take(&mut this.0) }
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
+        let drop_closure = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
+            crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+        }
+    }
 }
 
 impl Job {
@@ -231,8 +265,8 @@ impl Job {
                     crate::panic::report(PanicSource::Drop, panic_message(&*payload));
                 }
             }
-            Job::Work(f) => {
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+            Job::Work(work) => {
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(work.into_inner())) {
                     crate::panic::report(PanicSource::WorkItem, panic_message(&*payload));
                 }
             }

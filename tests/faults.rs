@@ -784,6 +784,107 @@ fn panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler() 
     child_passes("child_panicking_drops_in_tasks_at_shutdown", &[], 60);
 }
 
+/// Child body of [`panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler`].
+#[test]
+#[ignore = "child process of panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler"]
+fn child_panicking_drops_in_work_items_at_shutdown() {
+    if !is_child() {
+        return;
+    }
+    events();
+    let criticals = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = criticals.clone();
+    glib::log_set_handler(
+        Some("gdex"),
+        glib::LogLevels::LEVEL_CRITICAL,
+        false,
+        false,
+        move |_, _, message| sink.lock().unwrap().push(message.to_owned()),
+    );
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    // Each work item holds a receiver with an item whose destructor
+    // panics, and a promise whose waiter must hear of it.
+    let item = |on: &str| {
+        let (tx, rx) = gdex::channel(1);
+        assert!(tx.try_send(bomb(&drops, true)).is_ok());
+        let (promise, waiter) = gdex::Promise::<()>::new();
+        let ran = ran.clone();
+        let on = on.to_owned();
+        let work = move || {
+            let _ = (rx, promise);
+            ran.fetch_add(1, Ordering::SeqCst);
+            unreachable!("the work item {on} ran");
+        };
+        (work, waiter)
+    };
+    // The worker sits in one task until the pool closes; meanwhile one item
+    // waits on its own deque and one in the injector. Neither ever runs.
+    let (queued_on_worker, waiter_on_worker) = item("on the worker");
+    let (queued_outside, waiter_outside) = item("outside");
+    let (s2, closing) = (s.clone(), pool.clone());
+    let pushed = Arc::new(AtomicBool::new(false));
+    let p = pushed.clone();
+    s.spawn(async move {
+        s2.push(queued_on_worker);
+        p.store(true, Ordering::SeqCst);
+        while !closing.is_closed() {
+            std::hint::spin_loop();
+        }
+    })
+    .detach();
+    wait_until(|| pushed.load(Ordering::SeqCst));
+    s.push(queued_outside);
+    pool.shutdown();
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(drops.load(Ordering::SeqCst), 2, "each item dropped once");
+    for waiter in [waiter_on_worker, waiter_outside] {
+        assert!(matches!(gdex::block_on(waiter), Err(gdex::Error::Dropped)));
+    }
+    let events = events().lock().unwrap().clone();
+    let bombs: Vec<_> = events.iter().filter(|e| e.message == BOMB).collect();
+    assert_eq!(bombs.len(), 2, "{events:?}");
+    for e in &bombs {
+        assert_eq!(e.source, gdex::PanicSource::Drop, "{e:?}");
+    }
+    // Where each was dropped: by the worker, and by this thread's shutdown.
+    let mut threads: Vec<_> = bombs.iter().map(|e| e.thread.clone().unwrap()).collect();
+    threads.sort();
+    assert_eq!(
+        threads,
+        [
+            "child_panicking_drops_in_work_items_at_shutdown",
+            "gdex-worker-0"
+        ]
+    );
+    let criticals = criticals.lock().unwrap().clone();
+    assert!(
+        criticals
+            .iter()
+            .all(|c| !c.contains("panicked during shutdown")),
+        "{criticals:?}"
+    );
+    println!("CHILD-OK");
+}
+
+/// At pool shutdown, work items (S3) that never ran are dropped: one on
+/// its worker's deque (dropped by the worker), one in the injector
+/// (dropped by the thread that shuts the pool down). Each holds a receiver
+/// with an item whose destructor panics, and a promise: each item is
+/// dropped once, each panic goes to the panic handler as
+/// [`gdex::PanicSource::Drop`] (as a cancelled task's would, S6, X5), the
+/// worker thread does not die of it, `shutdown` returns normally, and the
+/// promises' waiters get `Dropped`.
+#[test]
+fn panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panicking_drops_in_work_items_at_shutdown", &[], 60);
+}
+
 // ---------------------------------------------------------------------------
 // A GLib source callback that panics on a worker
 // ---------------------------------------------------------------------------

@@ -676,7 +676,7 @@ mod tests {
                 thread::spawn(move || {
                     for _ in 0..250 {
                         let ran = ran.clone();
-                        shared.push(Job::Work(Box::new(move || {
+                        shared.push(Job::Work(crate::task::Work::new(move || {
                             ran.fetch_add(1, Ordering::Relaxed);
                         })));
                     }

@@ -435,7 +435,7 @@ impl Scheduler {
     where
         F: FnOnce() + Send + 'static,
     {
-        let job = Job::Work(Box::new(f));
+        let job = Job::Work(crate::task::Work::new(f));
         match &self.kind {
             Kind::Context(shared) => shared.push(job),
             Kind::Pool(pool) => {
