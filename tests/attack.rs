@@ -560,6 +560,8 @@ fn held_shutdown_racing_spawns_from_other_threads() {
                 }));
             }
             common::wait_until(|| go.load(Ordering::SeqCst));
+            // Deliberate: places the shutdown among the spawns; where it
+            // lands is the race under test, and every placement must pass.
             std::thread::sleep(Duration::from_millis(2));
             pool.shutdown();
             let tasks: Vec<_> = spawners
