@@ -360,6 +360,8 @@ fn child_main_work_nobody_runs() {
     gdex::Scheduler::main().push(move || {
         r.fetch_add(1, Ordering::SeqCst);
     });
+    // Deliberate: five warning delays in which no second warning may come;
+    // a correct scheduler stays quiet however late the check.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         count(),
