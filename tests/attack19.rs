@@ -306,8 +306,9 @@ fn a_busy_context_scheduler_does_not_slow_the_pool_hand_over() {
             // The context scheduler's long poll has begun (a flag, where a
             // 3 ms sleep hoped so)...
             common::wait_until(|| context_busy.load(Ordering::SeqCst));
-            // ...and, deliberately, A comes 3 ms into it: the monitor has
-            // had the time to pick its slow period (not observable either).
+            // ...and A comes 3 ms into it. Deliberate: the monitor has had
+            // the time to pick its slow period (not observable either); a
+            // late A only speeds the round.
             std::thread::sleep(Duration::from_millis(3));
             let a = s.spawn(async {
                 let t_a = Instant::now();

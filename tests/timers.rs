@@ -75,6 +75,7 @@ fn a_timer_fires_on_time_after_its_task_moved_off_a_blocked_worker() {
             let (bs, bd, s2) = (blocker_started.clone(), blocker_done.clone(), s.clone());
             let task = s.spawn(async move {
                 let first = worker();
+                // Deliberate: the timers are under test.
                 let short = Duration::from_millis(20);
                 let timer: Pin<Box<dyn Future<Output = bool> + Send>> = match kind {
                     "sleep" => Box::pin(async move {
@@ -95,7 +96,6 @@ fn a_timer_fires_on_time_after_its_task_moved_off_a_blocked_worker() {
                     }),
                 };
                 // Register the timer here, on this worker's context.
-                // Deliberate (here and below): the timers are under test.
                 let timer = poll_once(timer).await;
                 // Queue the blocker ahead of us on this worker: its blocking
                 // call hands us to the other worker, freed as it starts.
