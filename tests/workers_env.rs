@@ -15,23 +15,27 @@ fn child_default_pool() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let a = gdex::ThreadPool::builder().build().unwrap();
-    let b = gdex::ThreadPool::default();
-    for pool in [&a, &b] {
-        let t = pool.scheduler().spawn(async { 2 + 2 });
-        assert_eq!(gdex::block_on(t).unwrap(), 4);
-    }
-    println!("WORKERS={} {}", a.workers(), b.workers());
-    println!("TPC={}", a.is_thread_per_core());
-    if std::env::var_os("GDEX_TEST_SPIN").is_some() {
-        // A poll that blocks its worker for 500 ms: the watchdog's business.
-        // Deliberate: the stall under test.
-        let t = a.scheduler().spawn_named("env-spinner", async {
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_millis(500) {}
-        });
-        gdex::block_on(t).unwrap();
-    }
+    // Its own watchdog: a hung child ends itself rather than outlive the
+    // parent's.
+    common::watchdog("child_default_pool", 30, || {
+        let a = gdex::ThreadPool::builder().build().unwrap();
+        let b = gdex::ThreadPool::default();
+        for pool in [&a, &b] {
+            let t = pool.scheduler().spawn(async { 2 + 2 });
+            assert_eq!(gdex::block_on(t).unwrap(), 4);
+        }
+        println!("WORKERS={} {}", a.workers(), b.workers());
+        println!("TPC={}", a.is_thread_per_core());
+        if std::env::var_os("GDEX_TEST_SPIN").is_some() {
+            // A poll that blocks its worker for 500 ms: the watchdog's business.
+            // Deliberate: the stall under test.
+            let t = a.scheduler().spawn_named("env-spinner", async {
+                let t = std::time::Instant::now();
+                while t.elapsed() < std::time::Duration::from_millis(500) {}
+            });
+            gdex::block_on(t).unwrap();
+        }
+    });
 }
 
 fn run_child(value: &str) -> (String, String) {
