@@ -177,6 +177,14 @@ mod tests {
     /// the identity `ThreadBound` gives them (issue 12 point 10b).
     #[test]
     fn thread_tokens_are_never_reused() {
+        crate::scheduler::context::tests::watchdog(
+            "thread_tokens_are_never_reused",
+            60,
+            thread_tokens_are_never_reused_body,
+        );
+    }
+
+    fn thread_tokens_are_never_reused_body() {
         use crate::scheduler::thread_token;
         let mut seen = std::collections::HashSet::new();
         assert!(seen.insert(thread_token()));

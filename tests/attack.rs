@@ -80,6 +80,7 @@ struct SlowDrop(Arc<AtomicUsize>, Duration);
 
 impl Drop for SlowDrop {
     fn drop(&mut self) {
+        // Deliberate: the slow drop is the behaviour under test.
         std::thread::sleep(self.1);
         self.0.fetch_add(1, Ordering::SeqCst);
     }
@@ -237,6 +238,8 @@ fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
             p.shutdown();
             let _ = done_tx.send(());
         });
+        // Deliberate: the 3 s bound is the check (the fiber phase is
+        // bounded at 500 ms); a correct shutdown returns well inside it.
         let returned = done_rx.recv_timeout(Duration::from_secs(3)).is_ok();
         // Let the test end either way.
         stop.store(true, Ordering::SeqCst);
@@ -325,6 +328,8 @@ fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
 
 extern "C" fn sleepy_handler(_: libc::c_int) {
     // Async-signal-safe: hold the interrupted thread still for a while.
+    // Deliberate: it widens the race window under test; the checks hold
+    // whether or not a trial lands in it.
     let ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 300_000_000,
@@ -555,6 +560,8 @@ fn held_shutdown_racing_spawns_from_other_threads() {
                 }));
             }
             common::wait_until(|| go.load(Ordering::SeqCst));
+            // Deliberate: places the shutdown among the spawns; where it
+            // lands is the race under test, and every placement must pass.
             std::thread::sleep(Duration::from_millis(2));
             pool.shutdown();
             let tasks: Vec<_> = spawners
@@ -603,24 +610,28 @@ fn held_shutdown_from_inside_a_pool_task() {
             let s = pool.scheduler();
             let drops = Arc::new(AtomicUsize::new(0));
             let places = Arc::new(Mutex::new(Vec::new()));
+            let polled = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
             for i in 0..200 {
                 let g = Counted(drops.clone());
                 if i % 2 == 0 {
-                    tasks.push(s.spawn(async move {
+                    tasks.push(s.spawn(common::after_first_poll(&polled, async move {
                         let _g = g;
                         glib::timeout_future(Duration::from_secs(60)).await;
-                    }));
+                    })));
                 } else {
-                    let p = DroppedOn(places.clone());
-                    tasks.push(s.spawn_pinned(move || async move {
-                        let _g = (g, p, std::rc::Rc::new(()));
-                        gdex::yield_now().await;
-                        std::future::pending::<()>().await
+                    let (p, polled) = (DroppedOn(places.clone()), polled.clone());
+                    tasks.push(s.spawn_pinned(move || {
+                        common::after_first_poll(&polled, async move {
+                            let _g = (g, p, std::rc::Rc::new(()));
+                            gdex::yield_now().await;
+                            std::future::pending::<()>().await
+                        })
                     }));
                 }
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Every task has started and waits (instead of a 20 ms sleep).
+            common::wait_until(|| polled.load(Ordering::SeqCst) == 200);
             let killer = if by_drop {
                 let pool = pool.clone();
                 s.spawn(async move {
@@ -680,6 +691,7 @@ fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
             let made = Arc::new(AtomicUsize::new(0));
             let places = Arc::new(Mutex::new(Vec::new()));
             let handles = Arc::new(Mutex::new(Vec::<gdex::Task<()>>::new()));
+            let polled = Arc::new(AtomicUsize::new(0));
             let mut tasks = Vec::new();
             struct OnDrop<F: FnMut()>(F);
             impl<F: FnMut()> Drop for OnDrop<F> {
@@ -693,26 +705,28 @@ fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
                 let g = Counted(drops.clone());
                 // The receiver: idle, pinned or not.
                 if i % 2 == 0 {
-                    let p = DroppedOn(places.clone());
-                    tasks.push(s.spawn_pinned(move || async move {
-                        let _g = (g, p, std::rc::Rc::new(()));
-                        let _ = rx.await;
-                        std::future::pending::<()>().await
+                    let (p, polled) = (DroppedOn(places.clone()), polled.clone());
+                    tasks.push(s.spawn_pinned(move || {
+                        common::after_first_poll(&polled, async move {
+                            let _g = (g, p, std::rc::Rc::new(()));
+                            let _ = rx.await;
+                            std::future::pending::<()>().await
+                        })
                     }));
                 } else {
-                    tasks.push(s.spawn(async move {
+                    tasks.push(s.spawn(common::after_first_poll(&polled, async move {
                         let _g = g;
                         let _ = rx.await;
                         gdex::yield_now().await;
                         std::future::pending::<()>().await
-                    }));
+                    })));
                 }
                 // The sender: its destructor wakes the receiver, spawns, and
                 // drops a handle it took from the shared list.
                 made.fetch_add(1, Ordering::SeqCst);
                 let g = Counted(drops.clone());
                 let (s2, h, d2, m2) = (s.clone(), handles.clone(), drops.clone(), made.clone());
-                tasks.push(s.spawn(async move {
+                tasks.push(s.spawn(common::after_first_poll(&polled, async move {
                     let _g = g;
                     let mut tx = Some(tx);
                     let _wake = OnDrop(move || {
@@ -738,18 +752,23 @@ fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
                         drop(taken);
                     });
                     glib::timeout_future(Duration::from_secs(60)).await;
-                }));
+                })));
             }
             // Some handles live in the shared list: dropped by destructors.
             for _ in 0..50 {
                 made.fetch_add(1, Ordering::SeqCst);
                 let g = Counted(drops.clone());
-                handles.lock().unwrap().push(s.spawn(async move {
-                    let _g = g;
-                    std::future::pending::<()>().await
-                }));
+                handles
+                    .lock()
+                    .unwrap()
+                    .push(s.spawn(common::after_first_poll(&polled, async move {
+                        let _g = g;
+                        std::future::pending::<()>().await
+                    })));
             }
-            std::thread::sleep(Duration::from_millis(30));
+            // Every task has started and waits, its destructor armed
+            // (instead of a 30 ms sleep).
+            common::wait_until(|| polled.load(Ordering::SeqCst) == 650);
             pool.shutdown();
             assert!(tasks.iter().all(|t| t.is_finished()));
             handles.lock().unwrap().clear();

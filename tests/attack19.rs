@@ -237,6 +237,8 @@ fn held_a_thread_per_core_sleeper_behind_a_long_poll_stays_home() {
             let home = std::thread::current().name().map(str::to_owned);
             let sleeper = gdex::Scheduler::thread_default().unwrap().spawn(async {
                 let before = std::thread::current().name().map(str::to_owned);
+                // Deliberate: the timer under test, overdue behind the
+                // long poll whatever the timing.
                 gdex::sleep(Duration::from_millis(5)).await;
                 (before, std::thread::current().name().map(str::to_owned))
             });
@@ -282,17 +284,31 @@ fn a_busy_context_scheduler_does_not_slow_the_pool_hand_over() {
         let ctx = glib::MainContext::new();
         let mut delays = Vec::new();
         for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(60)); // all idle, monitor parked
+            // Deliberate: all idle, the monitor parked. Nothing outside
+            // the library can see the monitor park; 60 ms is over twice
+            // its slow period (25 ms). A round that starts before it has
+            // parked only sees a quicker hand-over: it cannot fail a
+            // correct build, only miss the bug.
+            std::thread::sleep(Duration::from_millis(60));
             let c = ctx.clone();
+            let context_busy = Arc::new(AtomicBool::new(false));
+            let cb = context_busy.clone();
             let busy = std::thread::spawn(move || {
                 c.with_thread_default(|| {
-                    let t = gdex::Scheduler::for_context(&c).spawn(async {
+                    let t = gdex::Scheduler::for_context(&c).spawn(async move {
+                        cb.store(true, Ordering::SeqCst);
                         spin(Duration::from_millis(60));
                     });
                     gdex::block_on(t).unwrap();
                 })
                 .unwrap();
             });
+            // The context scheduler's long poll has begun (a flag, where a
+            // 3 ms sleep hoped so)...
+            common::wait_until(|| context_busy.load(Ordering::SeqCst));
+            // ...and A comes 3 ms into it. Deliberate: the monitor has had
+            // the time to pick its slow period (not observable either); a
+            // late A only speeds the round.
             std::thread::sleep(Duration::from_millis(3));
             let a = s.spawn(async {
                 let t_a = Instant::now();
@@ -331,6 +347,8 @@ fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
         let s = pool.scheduler();
         let mut delays = Vec::new();
         for _ in 0..5 {
+            // Deliberate: all idle, the monitor parked, as above (not
+            // observable from outside; a late park only speeds the round).
             std::thread::sleep(Duration::from_millis(60));
             let a = s.spawn(async {
                 let t_a = Instant::now();
@@ -363,10 +381,12 @@ fn wake_during_shutdown<W: Future + Send + 'static>(
         .build()
         .unwrap();
     let s = pool.scheduler();
-    let waiter = s.spawn(async move {
+    let polled = Arc::new(AtomicUsize::new(0));
+    let waiter = s.spawn(common::after_first_poll(&polled, async move {
         wait.await;
-    });
-    std::thread::sleep(Duration::from_millis(50));
+    }));
+    // The waiter waits on `wait` (instead of a 50 ms sleep).
+    common::wait_until(|| polled.load(Ordering::SeqCst) == 1);
     let spinning = Arc::new(AtomicBool::new(false));
     let flag = spinning.clone();
     let long = s.spawn(async move {
@@ -384,6 +404,8 @@ fn wake_during_shutdown<W: Future + Send + 'static>(
         wake();
         let _ = done.send(());
     });
+    // Deliberate: the 3 s bound is the check (a deadlocked `wake` never
+    // returns); a correct one returns at once.
     let ok = returned.recv_timeout(Duration::from_secs(3)).is_ok();
     closer.join().unwrap();
     drop((long, waiter));

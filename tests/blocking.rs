@@ -27,6 +27,8 @@ fn thread_spawn_join_and_await() {
         common::on_main(|| {
             let on_main = gdex::Scheduler::main().spawn_local(async {
                 let h = gdex::thread::spawn("gdex-test-await", || {
+                    // Deliberate: likely still running when awaited, so the
+                    // await usually waits; a thread done first passes too.
                     std::thread::sleep(Duration::from_millis(10));
                     std::thread::current().name().unwrap().to_owned()
                 });
@@ -51,6 +53,7 @@ fn the_blocking_lane_grows_and_retires() {
         let jobs: Vec<_> = (0..64)
             .map(|i| {
                 pool.spawn_blocking(move || {
+                    // Deliberate: jobs that block, the load under test.
                     std::thread::sleep(Duration::from_millis(50));
                     i
                 })
@@ -151,6 +154,8 @@ fn blocking_in_place_hands_the_queue_to_peers() {
                     .collect();
                 let seen_during = gdex::blocking::blocking(|| {
                     let t = Instant::now();
+                    // Deliberate: the blocking call under test, a condition
+                    // poll bounded at 500 ms.
                     while done2.load(Ordering::SeqCst) < 100
                         && t.elapsed() < Duration::from_millis(500)
                     {

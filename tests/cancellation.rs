@@ -55,7 +55,9 @@ fn cancelling_a_task_cancels_its_gio_read() {
             unreachable!("the socket never gets data");
         });
         started.recv().unwrap();
-        // Nothing comes: the read is really pending.
+        // Nothing comes: the read is really pending. Deliberate: a 50 ms
+        // window in which nothing may happen; a correct read never ends in
+        // it, however late the window.
         if let Ok(early) = ended.recv_timeout(Duration::from_millis(50)) {
             panic!("the read ended before the cancel: {early:?}");
         }
@@ -113,8 +115,14 @@ fn gdex_cancellable_rejects_waiters_and_stops_gio() {
     watchdog("gdex_cancellable_rejects_waiters_and_stops_gio", 30, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let cancellable = gdex::Cancellable::new();
+        let polled = Arc::new(AtomicUsize::new(0));
         let waiters: Vec<_> = (0..3)
-            .map(|_| pool.scheduler().spawn(cancellable.future::<u32>()))
+            .map(|_| {
+                pool.scheduler().spawn(common::after_first_poll(
+                    &polled,
+                    cancellable.future::<u32>(),
+                ))
+            })
             .collect();
         let (read_end, _write_end) = silent_socket();
         let gio_side: gio::Cancellable = cancellable.clone().into();
@@ -135,7 +143,8 @@ fn gdex_cancellable_rejects_waiters_and_stops_gio() {
             result
         });
         started.recv().unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        // Every waiter has been polled and waits: the cancel wakes them.
+        common::wait_until(|| polled.load(Ordering::SeqCst) == 3);
         for w in &waiters {
             assert!(!w.is_finished(), "a waiter resolved before the cancel");
         }
@@ -163,15 +172,20 @@ fn gio_cancellable_cancels_gdex_waiters() {
         let ours = gdex::Cancellable::from(from_c.clone());
         let dropped = Arc::new(AtomicUsize::new(0));
         let guard = Counted(dropped.clone());
+        let polled = Arc::new(AtomicUsize::new(0));
         let work = {
             let ours = ours.clone();
-            pool.scheduler().spawn(async move {
-                let _guard = guard;
-                ours.run(std::future::pending::<()>()).await
-            })
+            pool.scheduler()
+                .spawn(common::after_first_poll(&polled, async move {
+                    let _guard = guard;
+                    ours.run(std::future::pending::<()>()).await
+                }))
         };
-        let waiter = pool.scheduler().spawn(ours.future::<()>());
-        std::thread::sleep(Duration::from_millis(20));
+        let waiter = pool
+            .scheduler()
+            .spawn(common::after_first_poll(&polled, ours.future::<()>()));
+        // Both have been polled and wait: the cancel wakes them.
+        common::wait_until(|| polled.load(Ordering::SeqCst) == 2);
         assert!(!work.is_finished() && !waiter.is_finished());
         assert!(!ours.is_cancelled());
         from_c.cancel();
@@ -229,12 +243,22 @@ fn disposing_an_object_cancels_its_bound_task() {
             let dropped = Arc::new(AtomicUsize::new(0));
             let guard = Counted(dropped.clone());
             let weak = object.downgrade();
-            let task = gdex::spawn_bound(&object, async move {
-                let _guard = guard;
-                gdex::sleep(Duration::from_secs(60)).await;
-                weak.upgrade().is_some()
+            let polled = Arc::new(AtomicUsize::new(0));
+            let task = gdex::spawn_bound(
+                &object,
+                common::after_first_poll(&polled, async move {
+                    let _guard = guard;
+                    // Deliberate: a wait that outlives the test; only the
+                    // object's disposal ends it.
+                    gdex::sleep(Duration::from_secs(60)).await;
+                    weak.upgrade().is_some()
+                }),
+            );
+            // The bound task has started and waits: run the main context
+            // until it has been polled, instead of a 5 ms block_on.
+            common::pump_until(&glib::MainContext::default(), || {
+                polled.load(Ordering::SeqCst) == 1
             });
-            gdex::block_on(gdex::sleep(Duration::from_millis(5)));
             assert!(!task.is_finished());
             drop(object);
             assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));

@@ -146,6 +146,29 @@ fn checksums_agree_with_sha256sum() {
     });
 }
 
+/// True once process `pid` catches SIGINT (its `SigCgt` mask in
+/// /proc) and has one of the `sparse-*` files in `dir` open: it is in the
+/// middle of a run that Ctrl-C can cancel.
+fn hashing_with_sigint_handled(pid: u32, dir: &Path) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or(0);
+    let handled = caught & (1 << (libc::SIGINT - 1)) != 0;
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|p| {
+                p.parent() == Some(dir)
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("sparse-"))
+            })
+    });
+    handled && open
+}
+
 /// Ctrl-C during a long run: the example stops promptly, says it was
 /// cancelled, and exits with 130.
 #[test]
@@ -163,7 +186,14 @@ fn ctrl_c_cancels_cleanly() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
+        // The child handles SIGINT and is hashing: wait for both (instead of
+        // a 500 ms sleep that hoped so; a signal before the handler would
+        // end the child with the default action).
+        let root_path = root.canonicalize().unwrap();
+        common::wait_until(|| {
+            child.try_wait().unwrap().is_some()
+                || hashing_with_sigint_handled(child.id(), &root_path)
+        });
         assert!(
             child.try_wait().unwrap().is_none(),
             "finished before the signal"

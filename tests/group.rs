@@ -65,6 +65,8 @@ fn a_group_holds_only_its_live_members_not_every_finished_one() {
         let slow = slow_done.clone();
         group
             .spawn(async move {
+                // Deliberate: a slow member; close() waits for it however
+                // slow it is.
                 gdex::sleep(Duration::from_millis(20)).await;
                 slow.fetch_add(1, Ordering::SeqCst);
             })
@@ -163,6 +165,8 @@ fn the_first_failing_member_cancels_the_others_with_cancel_on_error() {
         let drops = pending_members(&group, 8);
         group
             .spawn(async {
+                // Deliberate: fails a little later; the others never finish,
+                // so the outcome is the same whenever it fails.
                 gdex::sleep(Duration::from_millis(5)).await;
                 Err(gdex::Error::TimedOut)
             })
@@ -201,17 +205,24 @@ fn without_cancel_on_error_a_failure_lets_the_others_finish() {
         let p = pool(2);
         let group = gdex::TaskGroup::<Res>::on(p.scheduler());
         let finished = Arc::new(AtomicUsize::new(0));
+        // The others wait on a gate the test opens once the failure is in,
+        // instead of a 10 ms sleep that hoped to outlast it.
+        let (open, gate) = gdex::Promise::<()>::new();
         group.spawn(async { Err(gdex::Error::TimedOut) }).unwrap();
         for _ in 0..8 {
-            let finished = finished.clone();
+            let (finished, gate) = (finished.clone(), gate.clone());
             group
                 .spawn(async move {
-                    gdex::sleep(Duration::from_millis(10)).await;
+                    let _ = gate.await;
                     finished.fetch_add(1, Ordering::SeqCst);
                     Ok(())
                 })
                 .unwrap();
         }
+        // The failed member has left the group; the others still run.
+        wait_until(|| group.len() == 8);
+        assert_eq!(finished.load(Ordering::SeqCst), 0);
+        open.resolve(());
         assert!(matches!(
             gdex::block_on(group.close()),
             Err(gdex::Error::TimedOut)
@@ -253,11 +264,12 @@ fn a_members_spawns_through_current_join_its_group() {
             let done = Arc::new(AtomicUsize::new(0));
             let fan_out = stress(200);
             let d = done.clone();
+            let (closed, after_close) = futures::channel::oneshot::channel::<()>();
             group
                 .spawn(async move {
-                    // Let close() come first: the fan-out happens in a closed
-                    // group.
-                    gdex::sleep(Duration::from_millis(10)).await;
+                    // close() comes first: the fan-out happens in a closed
+                    // group (a gate, not a 10 ms sleep that hoped so).
+                    let _ = after_close.await;
                     let here = gdex::TaskGroup::current().expect("inside a member");
                     for _ in 0..fan_out {
                         let d = d.clone();
@@ -268,6 +280,8 @@ fn a_members_spawns_through_current_join_its_group() {
                             gdex::TaskGroup::current()
                                 .expect("inside a member spawned through current()")
                                 .spawn(async move {
+                                    // Deliberate: finishes after its spawner;
+                                    // close() waits for it either way.
                                     gdex::sleep(Duration::from_millis(1)).await;
                                     d2.fetch_add(1, Ordering::SeqCst);
                                 })
@@ -281,7 +295,9 @@ fn a_members_spawns_through_current_join_its_group() {
                 })
                 .unwrap();
             assert!(gdex::TaskGroup::<()>::current().is_none());
-            gdex::block_on(group.close()).unwrap();
+            let close = group.close();
+            closed.send(()).unwrap();
+            gdex::block_on(close).unwrap();
             assert_eq!(
                 done.load(Ordering::SeqCst),
                 1 + 2 * fan_out,
@@ -378,6 +394,8 @@ fn the_close_future_owns_the_members_once_the_group_is_closed() {
         let drops = pending_members(&group, 5);
         let close = group.close();
         drop(group);
+        // Deliberate: 20 ms in which nothing may happen; a correct group
+        // never cancels its members here, however late the check.
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(
             drops.load(Ordering::SeqCst),

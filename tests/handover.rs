@@ -35,8 +35,9 @@ fn one_task_queued_behind_a_long_poll_starts_on_an_idle_peer() {
                     .build()
                     .unwrap();
                 let s = pool.scheduler();
-                // Let the other worker park.
-                std::thread::sleep(Duration::from_millis(20));
+                // Both workers have parked (instead of a 20 ms sleep): only
+                // the monitor's hand-over can wake the idle one for B.
+                common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parks > 0));
                 let a_done = Arc::new(AtomicBool::new(false));
                 let (ad, s2) = (a_done.clone(), s.clone());
                 let a = s.spawn(async move {
@@ -48,6 +49,7 @@ fn one_task_queued_behind_a_long_poll_starts_on_an_idle_peer() {
                             ad2.load(Ordering::SeqCst),
                         )
                     });
+                    // Deliberate: the long poll under test.
                     spin(Duration::from_millis(300));
                     ad.store(true, Ordering::SeqCst);
                     (me, b)

@@ -48,12 +48,16 @@ fn child_log() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-    assert_eq!(
-        gdex::block_on(pool.scheduler().spawn(async { 1 })).unwrap(),
-        1
-    );
-    pool.shutdown();
+    // Its own watchdog: a hung child ends itself rather than outlive the
+    // parent's.
+    watchdog("child_log", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        assert_eq!(
+            gdex::block_on(pool.scheduler().spawn(async { 1 })).unwrap(),
+            1
+        );
+        pool.shutdown();
+    });
 }
 
 /// The child's stdout and stderr.

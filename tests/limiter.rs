@@ -86,6 +86,8 @@ fn a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends() {
             // Give a wrongly started `b` the time to show itself (it starts
             // within microseconds when the slot is free): `a` keeps its poll
             // going meanwhile. Well under the 100 ms stall threshold.
+            // Deliberate: a window in which nothing may happen; a correct
+            // limiter never starts `b` in it, however late the window.
             let window = Instant::now();
             while !b_started.load(Ordering::SeqCst) && window.elapsed() < Duration::from_millis(50)
             {
@@ -215,6 +217,8 @@ fn many_tasks_draining_one_limiter_all_return_after_the_last_job() {
                         (limiter.clone(), made.clone(), finished.clone());
                     gdex::spawn(async move {
                         let job = limiter.run(async move {
+                            // Deliberate: jobs that take a while; the drains
+                            // wait for them however long.
                             gdex::sleep(Duration::from_millis(2)).await;
                             finished.fetch_add(1, Ordering::SeqCst);
                         });

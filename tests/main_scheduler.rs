@@ -328,54 +328,60 @@ fn child_main_work_nobody_runs() {
     if std::env::var_os(WARN_CHILD).is_none() {
         return;
     }
-    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
-    let w = warnings.clone();
-    glib::log_set_handler(
-        Some("gdex"),
-        glib::LogLevels::LEVEL_WARNING,
-        false,
-        false,
-        move |_, _, message| w.lock().unwrap().push(message.to_owned()),
-    );
-    let count = || warnings.lock().unwrap().len();
-    let wait_for_count = |n: usize| {
-        let start = Instant::now();
-        while count() < n && start.elapsed() < Duration::from_secs(3) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    // Nobody iterates the default main context.
-    let ran = Arc::new(AtomicUsize::new(0));
-    let r = ran.clone();
-    gdex::Scheduler::main().push(move || {
-        r.fetch_add(1, Ordering::SeqCst);
+    // Its own watchdog: a hung child ends itself rather than outlive the
+    // parent's.
+    watchdog("child_main_work_nobody_runs", 30, || {
+        let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+        let w = warnings.clone();
+        glib::log_set_handler(
+            Some("gdex"),
+            glib::LogLevels::LEVEL_WARNING,
+            false,
+            false,
+            move |_, _, message| w.lock().unwrap().push(message.to_owned()),
+        );
+        let count = || warnings.lock().unwrap().len();
+        let wait_for_count = |n: usize| {
+            let start = Instant::now();
+            while count() < n && start.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        // Nobody iterates the default main context.
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        gdex::Scheduler::main().push(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        wait_for_count(1);
+        assert_eq!(count(), 1, "one warning after the delay");
+        let text = warnings.lock().unwrap()[0].clone();
+        assert!(text.contains("default main context"), "{text}");
+        assert!(text.contains("block_on"), "says what to do: {text}");
+        // More work in the same episode, more time: no second warning.
+        let r = ran.clone();
+        gdex::Scheduler::main().push(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        // Deliberate: five warning delays in which no second warning may come;
+        // a correct scheduler stays quiet however late the check.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            count(),
+            1,
+            "never repeatedly: {:?}",
+            warnings.lock().unwrap()
+        );
+        // Someone runs the loop: the episode ends.
+        on_main(|| {
+            pump_until(&glib::MainContext::default(), || {
+                ran.load(Ordering::SeqCst) == 2
+            })
+        });
+        // A new episode is reported once more.
+        gdex::Scheduler::main().push(|| {});
+        wait_for_count(2);
+        assert_eq!(count(), 2, "{:?}", warnings.lock().unwrap());
+        println!("child: ok");
     });
-    wait_for_count(1);
-    assert_eq!(count(), 1, "one warning after the delay");
-    let text = warnings.lock().unwrap()[0].clone();
-    assert!(text.contains("default main context"), "{text}");
-    assert!(text.contains("block_on"), "says what to do: {text}");
-    // More work in the same episode, more time: no second warning.
-    let r = ran.clone();
-    gdex::Scheduler::main().push(move || {
-        r.fetch_add(1, Ordering::SeqCst);
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        count(),
-        1,
-        "never repeatedly: {:?}",
-        warnings.lock().unwrap()
-    );
-    // Someone runs the loop: the episode ends.
-    on_main(|| {
-        pump_until(&glib::MainContext::default(), || {
-            ran.load(Ordering::SeqCst) == 2
-        })
-    });
-    // A new episode is reported once more.
-    gdex::Scheduler::main().push(|| {});
-    wait_for_count(2);
-    assert_eq!(count(), 2, "{:?}", warnings.lock().unwrap());
-    println!("child: ok");
 }

@@ -167,6 +167,8 @@ fn check_program(seed: u64, workers: usize, context: &gdex::Scheduler) {
             ledger.dropped[i].load(Ordering::SeqCst) >= ledger.made[i].load(Ordering::SeqCst)
         })
     });
+    // Deliberate: 5 ms in which a second drop would show; each future is
+    // dropped once, however late the check.
     std::thread::sleep(std::time::Duration::from_millis(5));
     for i in 0..created {
         let made = ledger.made[i].load(Ordering::SeqCst);

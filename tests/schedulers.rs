@@ -265,18 +265,20 @@ fn block_on_on_a_worker_panics() {
 /// `spawn_local` on a pool scheduler is refused with a message.
 #[test]
 fn spawn_local_on_a_pool_panics() {
-    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
-    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pool.scheduler().spawn_local(async {}).detach();
-    }))
-    .expect_err("must panic");
-    let msg = err
-        .downcast_ref::<&str>()
-        .copied()
-        .unwrap_or_default()
-        .to_owned()
-        + &err.downcast_ref::<String>().cloned().unwrap_or_default();
-    assert!(msg.contains("Send"), "message: {msg}");
+    common::watchdog("spawn_local_on_a_pool_panics", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.scheduler().spawn_local(async {}).detach();
+        }))
+        .expect_err("must panic");
+        let msg = err
+            .downcast_ref::<&str>()
+            .copied()
+            .unwrap_or_default()
+            .to_owned()
+            + &err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("Send"), "message: {msg}");
+    });
 }
 
 /// X3, frames first: while the main scheduler works through a flood of

@@ -102,6 +102,8 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
         // their futures are dropped then, once.
         drop(keep);
         common::wait_until(|| drops.load(Ordering::Relaxed) >= queued + 2 * pairs);
+        // Deliberate: 20 ms in which a second drop would show; a correct
+        // pool drops each future once, however late the check.
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert_eq!(drops.load(Ordering::Relaxed), queued + 2 * pairs);
         assert!(matches!(
@@ -198,6 +200,8 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
         s.spawn_fiber(move || {
             started_tx.send(()).unwrap();
             let _ = gdex::fiber::wait(rx_a);
+            // Deliberate: outlives the 500 ms grace period, the situation
+            // under test.
             std::thread::sleep(std::time::Duration::from_millis(700));
         })
         .detach();
@@ -381,20 +385,26 @@ fn shutdown_resolves_tasks_that_moved_between_workers() {
             .unwrap();
         let s = pool.scheduler();
         let drops = Arc::new(AtomicUsize::new(0));
+        let hopped = Arc::new(AtomicUsize::new(0));
         let n = common::stress(200);
         let mut tasks = Vec::new();
         for _ in 0..n {
-            let guard = Counted(drops.clone());
+            let (guard, hopped) = (Counted(drops.clone()), hopped.clone());
             tasks.push(s.spawn(async move {
                 let _guard = guard;
                 // Hop between workers, idle on each worker's context.
-                for _ in 0..1000 {
+                for i in 0..1000 {
                     gdex::yield_now().await;
                     glib::timeout_future(std::time::Duration::from_millis(1)).await;
+                    if i == 2 {
+                        hopped.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
             }));
         }
-        std::thread::sleep(std::time::Duration::from_millis(30));
+        // Every task has hopped a few times and is on its way (instead of a
+        // 30 ms sleep); none is near its end.
+        common::wait_until(|| hopped.load(Ordering::SeqCst) == n);
         pool.shutdown();
         assert!(tasks.iter().all(|t| t.is_finished()));
         assert_eq!(drops.load(Ordering::SeqCst), n);

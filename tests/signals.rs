@@ -180,7 +180,8 @@ fn child_nobody_iterates() {
         let mut signal = gdex::unix_signal(libc::SIGUSR2);
         assert!(polled_once(&mut signal).is_pending());
         wait_until(|| warnings.load(Ordering::SeqCst) >= 1);
-        // Twenty more checks' worth: still one report.
+        // Twenty more checks' worth: still one report. Deliberate: a
+        // window in which no second report may come.
         std::thread::sleep(Duration::from_millis(1000));
         assert_eq!(warnings.load(Ordering::SeqCst), 1);
         // Somebody iterates it now: the signal arrives.
@@ -193,6 +194,7 @@ fn child_nobody_iterates() {
         let mut recv = signals.recv();
         assert!(polled_once(&mut recv).is_pending());
         wait_until(|| warnings.load(Ordering::SeqCst) >= 2);
+        // Deliberate: as above, no second report in this episode.
         std::thread::sleep(Duration::from_millis(1000));
         assert_eq!(warnings.load(Ordering::SeqCst), 2);
         drop(recv);

@@ -56,7 +56,6 @@ fn a_stuck_task_is_reported_once_by_name_and_its_queue_moves() {
         // Both workers asleep first, so that nothing but the watchdog wakes
         // the peer.
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parks > 0));
-        std::thread::sleep(Duration::from_millis(20));
         let s = pool.scheduler();
         let s2 = s.clone();
         let behind_ran = Arc::new(AtomicBool::new(false));
@@ -65,6 +64,7 @@ fn a_stuck_task_is_reported_once_by_name_and_its_queue_moves() {
             // One task queued behind us on our own deque: too little to ask a
             // peer for help, so only the watchdog can get it moving.
             let behind = s2.spawn(async move { behind_ran2.store(true, Ordering::SeqCst) });
+            // Deliberate: the stall under test.
             spin(Duration::from_millis(300));
             let ran_during_spin = behind_ran.load(Ordering::SeqCst);
             behind.await.unwrap();
@@ -101,6 +101,7 @@ fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
             .build()
             .unwrap();
         let t = pool.scheduler().spawn_named("declared-blocker", async {
+            // Deliberate: the declared blocking call under test.
             gdex::blocking::blocking(|| std::thread::sleep(Duration::from_millis(200)));
         });
         gdex::block_on(t).unwrap();
@@ -114,6 +115,8 @@ fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
             spin(Duration::from_millis(200));
         });
         gdex::block_on(t).unwrap();
+        // Deliberate: 50 ms more in which no report may come; a correct
+        // watchdog stays quiet however late the check.
         std::thread::sleep(Duration::from_millis(50));
         assert!(warnings_naming("declared-blocker").is_empty());
         assert!(warnings_naming("unwatched-spinner").is_empty());
@@ -129,6 +132,7 @@ fn a_stuck_main_task_is_reported() {
     common::watchdog("a_stuck_main_task_is_reported", 60, || {
         common::on_main(|| {
             let t = gdex::Scheduler::main().spawn_named("main-spinner", async {
+                // Deliberate: the stall under test.
                 spin(Duration::from_millis(300));
             });
             gdex::block_on(t).unwrap();
@@ -165,23 +169,26 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
     let name = "a_panic_with_a_backtrace_is_not_a_stall";
     let Some(case) = std::env::var_os(CHILD) else {
         let _serial = serial();
-        for (case, ms) in CASES {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1"])
-                .env(CHILD, case)
-                .env("RUST_BACKTRACE", "1")
-                .env("GDEX_STALL_MS", ms.to_string())
-                .output()
-                .expect("run this test binary as a child");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.success() && stdout.contains("1 passed"),
-                "case {case}: the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n\
+        // A child that hangs fails the parent by the watchdog.
+        common::watchdog(name, 120, || {
+            for (case, ms) in CASES {
+                let out = std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([name, "--exact", "--test-threads=1"])
+                    .env(CHILD, case)
+                    .env("RUST_BACKTRACE", "1")
+                    .env("GDEX_STALL_MS", ms.to_string())
+                    .output()
+                    .expect("run this test binary as a child");
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    out.status.success() && stdout.contains("1 passed"),
+                    "case {case}: the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n\
                  {stderr}",
-                out.status
-            );
-        }
+                    out.status
+                );
+            }
+        });
         return;
     };
     let case = case.to_str().expect("a case name");
@@ -193,6 +200,7 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
     if case == "slow-app-hook" {
         let std_hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            // Deliberate: the slow crash reporter under test.
             std::thread::sleep(Duration::from_millis(100));
             std_hook(info);
         }));
@@ -223,6 +231,8 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
             }
         });
         // The watchdog samples every few ms: give it time to have looked.
+        // Deliberate: a window in which no report may come; a correct
+        // watchdog stays quiet however late the check.
         std::thread::sleep(threshold * 2);
         let reports = warnings_naming("panicker-");
         assert!(
@@ -232,6 +242,7 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
 
         // A real stall is still reported, once.
         let t = pool.scheduler().spawn_named("sleeper-after-panics", async {
+            // Deliberate: the stall under test.
             std::thread::sleep(Duration::from_millis(300));
         });
         gdex::block_on(t).unwrap();

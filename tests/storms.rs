@@ -57,6 +57,8 @@ fn storms() {
             }));
         }
         common::wait_until(|| drops.load(Ordering::Relaxed) >= n);
+        // Deliberate: 20 ms in which a second drop would show; each future
+        // is dropped once, however late the check.
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert_eq!(
             drops.load(Ordering::Relaxed),

@@ -40,6 +40,7 @@ impl DropFlag {
 
 impl Drop for DropFlag {
     fn drop(&mut self) {
+        // Deliberate: a slow drop, the behaviour under test.
         std::thread::sleep(self.slow);
         *self.thread.lock().unwrap() = std::thread::current().name().map(str::to_owned);
         self.dropped.store(true, Ordering::Release);

@@ -75,6 +75,7 @@ fn a_timer_fires_on_time_after_its_task_moved_off_a_blocked_worker() {
             let (bs, bd, s2) = (blocker_started.clone(), blocker_done.clone(), s.clone());
             let task = s.spawn(async move {
                 let first = worker();
+                // Deliberate: the timers are under test.
                 let short = Duration::from_millis(20);
                 let timer: Pin<Box<dyn Future<Output = bool> + Send>> = match kind {
                     "sleep" => Box::pin(async move {
@@ -142,7 +143,8 @@ fn a_timer_survives_the_pool_of_its_first_worker() {
     watchdog("a_timer_survives_its_first_pool", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         // The task gives the polled sleep back (in a tuple: the task's
-        // output is a value, not a future it forgot to await).
+        // output is a value, not a future it forgot to await). Deliberate:
+        // the timer under test.
         let (sleep,) =
             gdex::block_on(pool.scheduler().spawn(async {
                 (poll_once(Box::pin(gdex::sleep(Duration::from_millis(20)))).await,)
@@ -165,6 +167,7 @@ fn a_timer_polled_again_where_it_waits_stays_put() {
         let context = glib::MainContext::new();
         context
             .with_thread_default(|| {
+                // Deliberate: the timer under test; pumped until it fires.
                 let mut sleep = Box::pin(gdex::sleep(Duration::from_millis(30)));
                 let waker = futures::task::noop_waker();
                 let mut cx = std::task::Context::from_waker(&waker);
@@ -278,6 +281,7 @@ fn idle_timer_round(declared: bool, threshold: Duration) {
             bd2.store(true, Ordering::SeqCst);
         })
         .detach();
+        // Deliberate: the timer under test.
         gdex::sleep(Duration::from_millis(20)).await;
         (first, worker(), bd.load(Ordering::SeqCst))
     });

@@ -37,6 +37,8 @@ async fn round_trip(addr: std::net::SocketAddr, word: &str) -> String {
     stream.write_all(word.as_bytes()).await.unwrap();
     let mut buf = vec![0; word.len()];
     stream.read_exact(&mut buf).await.unwrap();
+    // Deliberate (here and in the tests below): tokio's timers are under
+    // test, not a wait for something else.
     tokio::time::sleep(Duration::from_millis(1)).await;
     String::from_utf8(buf).unwrap()
 }

@@ -36,6 +36,9 @@ fn loser(
     task.boxed()
 }
 
+// Deliberate (`ok_after`, `err_after`): the timers spread the members'
+// completions out; no test's outcome depends on which timer fires first
+// (where an order matters, the test imposes it).
 fn ok_after(s: &gdex::Scheduler, ms: u64, v: u32) -> BoxFuture<'static, Result<u32, gdex::Error>> {
     let task = s.spawn(async move {
         gdex::sleep(Duration::from_millis(ms)).await;
@@ -131,9 +134,24 @@ fn any_takes_the_first_success_and_rejects_when_all_fail() {
             ]));
             assert_eq!(out.unwrap(), 7);
             wait_until(|| drops.load(Ordering::SeqCst) == 2);
+            // The second rejection starts only once `any` has seen the
+            // first: the order is imposed, not left to a 1 ms and a 5 ms
+            // timer on two workers.
+            let (first_seen, then) = futures::channel::oneshot::channel::<()>();
+            let first = err_after(&s, 1, gdex::Error::Closed);
+            let s2 = s.clone();
             let out = gdex::block_on(gdex::any([
-                err_after(&s, 1, gdex::Error::Closed),
-                err_after(&s, 5, gdex::Error::TimedOut),
+                async move {
+                    let r = first.await;
+                    let _ = first_seen.send(());
+                    r
+                }
+                .boxed(),
+                async move {
+                    let _ = then.await;
+                    err_after(&s2, 1, gdex::Error::TimedOut).await
+                }
+                .boxed(),
             ]));
             assert!(
                 matches!(out, Err(gdex::Error::TimedOut)),
@@ -164,10 +182,12 @@ fn first_takes_whichever_completes_first() {
         ]));
         assert_eq!(out.unwrap(), 9);
         wait_until(|| drops.load(Ordering::SeqCst) == 2);
+        // Deliberate: the success is an hour away, so the rejection is first
+        // whatever the load (it used to be 200 ms away).
         let out = gdex::block_on(gdex::first([
             loser(&s, &drops),
             err_after(&s, 1, gdex::Error::Closed),
-            ok_after(&s, 200, 1),
+            ok_after(&s, 3_600_000, 1),
         ]));
         assert!(matches!(out, Err(gdex::Error::Closed)));
         wait_until(|| drops.load(Ordering::SeqCst) == 3);
@@ -210,8 +230,12 @@ fn promises_resolve_reject_and_reject_when_dropped() {
                 assert!(matches!(gdex::block_on(second), Err(gdex::Error::TimedOut)));
 
                 let (promise, future) = gdex::Promise::<Vec<u8>>::new(); // not Clone needed
-                let waiter = p.scheduler().spawn(future);
-                std::thread::sleep(Duration::from_millis(5));
+                let polled = Arc::new(AtomicUsize::new(0));
+                let waiter = p
+                    .scheduler()
+                    .spawn(common::after_first_poll(&polled, future));
+                // The waiter waits on the promise: its drop wakes it.
+                wait_until(|| polled.load(Ordering::SeqCst) == 1);
                 drop(promise);
                 let err = gdex::block_on(waiter).unwrap().unwrap_err();
                 assert!(matches!(err, gdex::Error::Dropped), "{err:?}");
@@ -232,6 +256,8 @@ fn promises_resolve_reject_and_reject_when_dropped() {
 fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
     watchdog("timeouts_on_every_scheduler", 30, || {
         let p = pool(2);
+        // Deliberate: the timers are what is tested; the checks are "not
+        // before `d`", which no delay can break.
         let d = Duration::from_millis(20);
         let on_pool = p.scheduler().spawn(async move {
             let start = Instant::now();
@@ -302,9 +328,14 @@ fn delayed_holds_until_released() {
             r.fetch_add(1, Ordering::SeqCst);
             "held"
         });
-        let task = p.scheduler().spawn(delayed);
-        wait_until(|| ran.load(Ordering::SeqCst) == 1);
-        std::thread::sleep(Duration::from_millis(10));
+        let polled = Arc::new(AtomicUsize::new(0));
+        let task = p
+            .scheduler()
+            .spawn(common::after_first_poll(&polled, delayed));
+        // The first poll ran the inner future to its end and returned:
+        // from then on only `release()` may finish the task.
+        wait_until(|| polled.load(Ordering::SeqCst) == 1);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert!(!task.is_finished(), "released without release()");
         release.release();
         assert_eq!(gdex::block_on(task).unwrap(), "held");
@@ -487,10 +518,14 @@ fn channel_close_either_side_and_recv_all() {
         let (tx, rx) = gdex::channel(1);
         tx.try_send(1).unwrap();
         assert_eq!(tx.try_send(2), Err(gdex::TrySendError::Full(2)));
+        let polled = Arc::new(AtomicUsize::new(0));
         let blocked = p
             .scheduler()
-            .spawn(async move { tx.send(2).await.map_err(|e| e.into_inner()) });
-        std::thread::sleep(Duration::from_millis(5));
+            .spawn(common::after_first_poll(&polled, async move {
+                tx.send(2).await.map_err(|e| e.into_inner())
+            }));
+        // The send has been polled and waits for room: the drop wakes it.
+        wait_until(|| polled.load(Ordering::SeqCst) == 1);
         assert!(!blocked.is_finished());
         drop(rx);
         assert_eq!(gdex::block_on(blocked).unwrap(), Err(2));
@@ -550,6 +585,8 @@ fn limiter_of_three_bounds_concurrency() {
                             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                             peak.fetch_max(now, Ordering::SeqCst);
                             if i % 2 == 0 {
+                                // Deliberate: a job that waits inside its
+                                // slot; the bound holds whatever the timing.
                                 gdex::sleep(Duration::from_millis(1)).await;
                             } else {
                                 common::spin(Duration::from_micros(200));
@@ -578,6 +615,8 @@ fn limiter_of_three_bounds_concurrency() {
             .map(|_| {
                 let finished = finished.clone();
                 Box::pin(limiter.run_on_pool(async move {
+                    // Deliberate: a job that takes a while; the drain waits
+                    // for it however long it takes.
                     gdex::sleep(Duration::from_millis(5)).await;
                     finished.fetch_add(1, Ordering::SeqCst);
                 }))
@@ -651,6 +690,8 @@ fn task_group_close_collects_and_drop_cancels() {
                     if i == 7 {
                         panic!("member 7");
                     }
+                    // Deliberate: members finish out of spawn order; the
+                    // results come in spawn order whatever the timing.
                     gdex::sleep(Duration::from_millis(u64::from(i % 3))).await;
                     Ok::<_, gdex::Error>(i)
                 })

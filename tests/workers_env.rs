@@ -2,6 +2,8 @@
 //! reported once with a warning naming the variable, and the CPU count is
 //! used. Each case runs in a child process, since the default is read once.
 
+mod common;
+
 use std::process::Command;
 
 const CHILD: &str = "GDEX_TEST_WORKERS_CHILD";
@@ -13,22 +15,27 @@ fn child_default_pool() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let a = gdex::ThreadPool::builder().build().unwrap();
-    let b = gdex::ThreadPool::default();
-    for pool in [&a, &b] {
-        let t = pool.scheduler().spawn(async { 2 + 2 });
-        assert_eq!(gdex::block_on(t).unwrap(), 4);
-    }
-    println!("WORKERS={} {}", a.workers(), b.workers());
-    println!("TPC={}", a.is_thread_per_core());
-    if std::env::var_os("GDEX_TEST_SPIN").is_some() {
-        // A poll that blocks its worker for 500 ms: the watchdog's business.
-        let t = a.scheduler().spawn_named("env-spinner", async {
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_millis(500) {}
-        });
-        gdex::block_on(t).unwrap();
-    }
+    // Its own watchdog: a hung child ends itself rather than outlive the
+    // parent's.
+    common::watchdog("child_default_pool", 30, || {
+        let a = gdex::ThreadPool::builder().build().unwrap();
+        let b = gdex::ThreadPool::default();
+        for pool in [&a, &b] {
+            let t = pool.scheduler().spawn(async { 2 + 2 });
+            assert_eq!(gdex::block_on(t).unwrap(), 4);
+        }
+        println!("WORKERS={} {}", a.workers(), b.workers());
+        println!("TPC={}", a.is_thread_per_core());
+        if std::env::var_os("GDEX_TEST_SPIN").is_some() {
+            // A poll that blocks its worker for 500 ms: the watchdog's business.
+            // Deliberate: the stall under test.
+            let t = a.scheduler().spawn_named("env-spinner", async {
+                let t = std::time::Instant::now();
+                while t.elapsed() < std::time::Duration::from_millis(500) {}
+            });
+            gdex::block_on(t).unwrap();
+        }
+    });
 }
 
 fn run_child(value: &str) -> (String, String) {
@@ -52,7 +59,10 @@ fn run_child_with(vars: &[(&str, &str)]) -> (String, String) {
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
+    // A child that hangs fails the test by the watchdog.
+    let out = common::watchdog(&format!("workers_env child {vars:?}"), 60, || {
+        cmd.output().unwrap()
+    });
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(

@@ -659,14 +659,47 @@ impl Drop for ContextShared {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    /// Runs `body`; if it has not returned after `secs` seconds, says which
+    /// test hung and aborts, so that a hang fails the run instead of
+    /// stopping it (the unit tests' copy of `tests/common`'s watchdog; the
+    /// other unit tests that start threads use it too).
+    pub(crate) fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let name = name.to_owned();
+        let dog = thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                finished.recv_timeout(Duration::from_secs(secs))
+            {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watchdog: test `{name}` still running after {secs} s; aborting"
+                );
+                std::process::abort();
+            }
+        });
+        let out = body();
+        drop(done);
+        dog.join().expect("watchdog thread");
+        out
+    }
 
     /// S1: pushes from other threads wake the context once until the source
     /// has run, and a dispatch runs a bounded batch.
     #[test]
     fn cross_thread_wakeups_coalesce() {
+        watchdog(
+            "cross_thread_wakeups_coalesce",
+            60,
+            cross_thread_wakeups_coalesce_body,
+        );
+    }
+
+    fn cross_thread_wakeups_coalesce_body() {
         let context = glib::MainContext::new();
         let shared = ContextShared::for_context(&context);
         let ran = Arc::new(AtomicUsize::new(0));

@@ -1,7 +1,10 @@
 //! Shared test helpers: a watchdog for multi-thread tests, stress scaling,
-//! and a lock for tests that use the process-wide default main context.
+//! deterministic waits (pump a context, poll a condition, note a first
+//! poll), and a lock for tests that use the process-wide default main
+//! context.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,6 +73,25 @@ pub fn wait_until(mut cond: impl FnMut() -> bool) {
     while !cond() {
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// `future`, which adds one to `polled` once its first poll has returned:
+/// a test that waits for the count knows the future has registered its
+/// waker wherever it waits (or finished), instead of sleeping and hoping.
+pub fn after_first_poll<F: Future>(
+    polled: &Arc<AtomicUsize>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    let polled = polled.clone();
+    let mut future = Box::pin(future);
+    let mut first = true;
+    std::future::poll_fn(move |cx| {
+        let poll = future.as_mut().poll(cx);
+        if std::mem::take(&mut first) {
+            polled.fetch_add(1, Ordering::SeqCst);
+        }
+        poll
+    })
 }
 
 /// Runs `body` with the default main context as this thread's thread-default
