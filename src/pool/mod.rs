@@ -45,7 +45,7 @@
 //!    waits for it (see [`reaper`]).
 
 #[cfg(all(test, gdex_loom))]
-mod loom_sleep;
+mod loom_pool;
 pub(crate) mod metrics;
 mod reaper;
 pub(crate) mod registry;
@@ -191,6 +191,19 @@ impl PoolShared {
             }
             Request::Coalesced => self.external_coalesced.add_shared(),
             Request::Marked(_) | Request::Nobody => {}
+        }
+    }
+
+    /// After a spawn's first push: if the pool closed meanwhile, the job may
+    /// have gone to the reaper (shutdown step 5). Wait until the reaper has
+    /// dropped it, so that a spawn that raced the shutdown returns a task
+    /// that has already resolved, as a spawn after the shutdown does (S9).
+    /// A spawn is not a wake-up: its caller holds no lock of gdex's that
+    /// the dropped future could need.
+    #[inline]
+    pub(crate) fn settle_spawn(&self) {
+        if self.closed.load(Ordering::SeqCst) {
+            reaper::flush(std::time::Duration::from_secs(2));
         }
     }
 

@@ -66,7 +66,7 @@
 //! park with [`Sleep::wake_up`]. No wake-up is lost.
 
 // Under `--cfg gdex_loom` the protocol runs on loom's atomics, so that the
-// models in `loom_sleep.rs` explore the interleavings of it.
+// models in `loom_pool.rs` explore the interleavings of it.
 #[cfg(gdex_loom)]
 use loom::sync::atomic::{fence, AtomicIsize, AtomicU32, AtomicUsize, Ordering::SeqCst};
 #[cfg(not(gdex_loom))]

@@ -39,7 +39,7 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 /// so only peers already asleep need asking, and the first request reached
 /// one of them.
 #[inline]
-fn wants_help(len: usize) -> bool {
+pub(super) fn wants_help(len: usize) -> bool {
     len >= 2 && len.is_power_of_two()
 }
 

@@ -1,0 +1,650 @@
+//! loom models of the pool's wake-up protocol (P6, P7, S9, X7) with real
+//! queues: every interleaving of a few threads that push, run, steal, park
+//! and shut down the way `PoolShared` and `worker::Core` do, with the
+//! injector, each worker's deque and each worker's pinned inbox as queues
+//! (`Mutex<VecDeque>`) and each worker's `GMainContext` as a sticky wake-up
+//! flag that its poll blocks on.
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg gdex_loom" cargo test --release --lib loom_ --target-dir target/loom
+//! ```
+//!
+//! # What each model asserts
+//!
+//! - **Exactly once**: every pushed item is run exactly once (in the
+//!   shutdown model: run or dropped, exactly once; nothing stays queued).
+//! - **No lost wake-up**: the workers run until every item has run, and a
+//!   worker that parks blocks in its context's poll until someone wakes it.
+//!   If an item could stay queued while every worker that could run it
+//!   sleeps, every thread ends up blocked, and loom fails the model with
+//!   "deadlock" (that is the check: no timeout, no sleep).
+//!
+//! # The models, their bound and their time
+//!
+//! Every model runs with a preemption bound of 4 (`GDEX_LOOM_BOUND`
+//! overrides it). Times are one run of each model alone, `--release`, on
+//! the project's 2-core machine; `cargo test` runs them two at a time, about
+//! a minute in all.
+//!
+//! | model | threads | time |
+//! |-------|---------|------|
+//! | [`loom_two_injectors_one_worker`] | 2 injectors, 1 worker re-checking before it sleeps | 5 s |
+//! | [`loom_one_injector_two_workers`] | 1 injector, 2 parked workers | 24 s |
+//! | [`loom_self_unparking_worker`] | 2 injectors, 1 parked worker whose timer fires | 8 s |
+//! | [`loom_shutdown_racing_a_push`] | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 56 s |
+//! | [`loom_directed_notify_racing_a_park`] | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 3 s |
+//!
+//! Bound 3 is not enough to show the issue 12 defect in most of them: the
+//! requester's notify, the worker's un-park, the requester's failed CAS and
+//! the worker's re-park must alternate, which takes 3 preemptions after the
+//! first switch.
+//!
+//! # What they catch
+//!
+//! `.ci/loom-mutations` applies each mutation of `sleep.rs` below to a
+//! scratch copy and runs every model in a process of its own (a deadlock
+//! aborts its process); each mutation must fail at least one model:
+//!
+//! 1. `issue12`: the lost wake-up of issue 12 point 2 (`waking` raised
+//!    before the `PARKED → PARKED|NOTIFIED` CAS and lowered after a failed
+//!    one). Fails every model but [`loom_one_injector_two_workers`], which
+//!    cannot show it: the job stranded by the bug belongs to a second
+//!    requester outside the pool (a worker that requests is awake, and
+//!    re-checks the queues before it parks), and that model has one.
+//! 2. `coalesce-at-zero`: `request` coalesces when `waking >= 0` (always):
+//!    no sleeper is ever woken. Fails all five.
+//! 3. `wake-up-keeps-waking`: `wake_up` from `PARKED|NOTIFIED` does not
+//!    lower `waking`: every later request coalesces with a worker that is
+//!    no longer on its way. Fails all five.
+//! 4. `notify-skips-parked`: `notify_parked` takes a plainly parked worker
+//!    for one already notified (`Coalesced`) instead of waking it. Fails
+//!    all five.
+//! 5. `one-sleeper-unseen`: `request` scans for a sleeper only when two or
+//!    more sleep. Fails all but [`loom_one_injector_two_workers`] (where
+//!    two sleep).
+//! 6. `notified-not-ready`: a notified parked worker's source is not
+//!    ready, so it stays in its poll. Fails all five.
+//!
+//! The counter models this file replaced (issue 13) reduced the queues to
+//! one count and never had two injectors race a worker that un-parks
+//! itself; they passed with the issue 12 defect in place.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+
+use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+use loom::sync::{Arc, Condvar, Mutex};
+use loom::thread;
+
+use super::sleep::{Request, Sleep};
+
+type Item = usize;
+
+/// Runs `f` for every interleaving with at most `bound` preemptions
+/// (`GDEX_LOOM_BOUND` overrides it, to explore further by hand).
+fn model<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
+    let bound = std::env::var("GDEX_LOOM_BOUND")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(bound);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(bound);
+    builder.check(f);
+}
+
+/// A queue shared between threads: crossbeam's `Injector`, a worker's
+/// `Stealer` side, or a pinned inbox.
+#[derive(Default)]
+struct Queue(Mutex<VecDeque<Item>>);
+
+impl Queue {
+    fn push(&self, item: Item) {
+        self.0.lock().unwrap().push_back(item);
+    }
+
+    fn pop(&self) -> Option<Item> {
+        self.0.lock().unwrap().pop_front()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn take_all(&self) -> Vec<Item> {
+        self.0.lock().unwrap().drain(..).collect()
+    }
+
+    /// `steal_batch_and_pop`: one item to run and one more moved to `dest`.
+    /// Like crossbeam's, the move is not atomic: for a moment the second
+    /// item is in neither queue (a thief's request for help covers it).
+    fn pop_batch(&self, dest: &Queue) -> Option<Item> {
+        let (first, second) = {
+            let mut q = self.0.lock().unwrap();
+            (q.pop_front(), q.pop_front())
+        };
+        if let Some(second) = second {
+            dest.push(second);
+        }
+        first
+    }
+}
+
+/// A worker's `GMainContext`, as far as the protocol sees it: a wake-up is
+/// sticky until a poll (or the check before a dispatch) consumes it.
+#[derive(Default)]
+struct Context {
+    wakeup: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Context {
+    /// `g_main_context_wakeup`.
+    fn wakeup(&self) {
+        *self.wakeup.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    /// A blocking poll with no source ready and no timeout: returns once
+    /// woken, consuming the wake-up.
+    fn poll(&self) {
+        let mut woken = self.wakeup.lock().unwrap();
+        while !*woken {
+            woken = self.cv.wait(woken).unwrap();
+        }
+        *woken = false;
+    }
+
+    /// The iteration's check phase acknowledges a pending wake-up even when
+    /// it dispatches without blocking.
+    fn acknowledge(&self) {
+        *self.wakeup.lock().unwrap() = false;
+    }
+}
+
+struct Setup {
+    workers: usize,
+    /// Items in all; the workers stop once that many have run (0: they run
+    /// until shutdown).
+    total: usize,
+    /// Where each worker's thread starts.
+    start: Vec<Start>,
+    /// Per worker, an item its timer queues at the first poll (a timer that
+    /// fired wakes a task on the worker's own thread: `Core::push` outside
+    /// a slice, which un-parks the worker itself).
+    timers: Vec<Option<Item>>,
+    /// An item whose run is announced to `wait_ran`.
+    watched: Option<Item>,
+}
+
+/// Where a worker's thread starts: any state the pool reaches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Awake with nothing queued, as a fresh worker is: it runs a slice,
+    /// finds nothing and parks.
+    Awake,
+    /// Just announced its park (`try_park` returned `true`): it is about to
+    /// re-check the queues, as a worker that ran dry is.
+    Parking,
+    /// Asleep in its context's poll, as an idle pool's worker is.
+    Parked,
+}
+
+struct World {
+    sleep: Sleep,
+    start: Vec<Start>,
+    injector: Queue,
+    locals: Vec<Queue>,
+    inboxes: Vec<Queue>,
+    exited: Vec<AtomicBool>,
+    contexts: Vec<Context>,
+    closed: AtomicBool,
+    done: AtomicBool,
+    total: usize,
+    finished: AtomicUsize,
+    runs: Vec<AtomicUsize>,
+    drops: Vec<AtomicUsize>,
+    timers: Vec<Option<Item>>,
+    watched: Option<Item>,
+    watched_ran: Mutex<bool>,
+    watched_cv: Condvar,
+}
+
+/// Items are numbered below this in every model.
+const ITEMS: usize = 6;
+
+impl World {
+    fn new(setup: Setup) -> Arc<World> {
+        let n = setup.workers;
+        let world = World {
+            sleep: Sleep::new(n),
+            start: setup.start.clone(),
+            injector: Queue::default(),
+            locals: (0..n).map(|_| Queue::default()).collect(),
+            inboxes: (0..n).map(|_| Queue::default()).collect(),
+            exited: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            contexts: (0..n).map(|_| Context::default()).collect(),
+            closed: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            total: setup.total,
+            finished: AtomicUsize::new(0),
+            runs: (0..ITEMS).map(|_| AtomicUsize::new(0)).collect(),
+            drops: (0..ITEMS).map(|_| AtomicUsize::new(0)).collect(),
+            timers: setup.timers,
+            watched: setup.watched,
+            watched_ran: Mutex::new(false),
+            watched_cv: Condvar::new(),
+        };
+        for (i, start) in setup.start.iter().enumerate() {
+            if *start != Start::Awake {
+                assert!(world.sleep.try_park(i));
+            }
+        }
+        Arc::new(world)
+    }
+
+    fn workers(&self) -> usize {
+        self.locals.len()
+    }
+
+    /// `PoolShared::inject`: push, fence, then either take the item back
+    /// (the pool closed) or ask for help.
+    fn inject(&self, item: Item, start: usize) {
+        self.injector.push(item);
+        fence(SeqCst);
+        if self.closed.load(SeqCst) {
+            for item in self.injector.take_all() {
+                self.dropped(item);
+            }
+            return;
+        }
+        if let Request::Wake(j) = self.sleep.request(None, start) {
+            self.contexts[j].wakeup();
+        }
+    }
+
+    /// `PoolShared::push_inbox`: pinned work for worker `i`, with a directed
+    /// wake-up, or taken back if `i` has exited.
+    fn push_inbox(&self, i: usize, item: Item) {
+        self.inboxes[i].push(item);
+        fence(SeqCst);
+        if self.exited[i].load(SeqCst) {
+            for item in self.inboxes[i].take_all() {
+                self.dropped(item);
+            }
+            return;
+        }
+        if self.sleep.notify(i) {
+            self.contexts[i].wakeup();
+        }
+    }
+
+    /// `PoolShared::shutdown` (steps 1 and 4; the caller joins the workers
+    /// between the two).
+    fn close(&self) {
+        if self.closed.swap(true, SeqCst) {
+            return;
+        }
+        for context in &self.contexts {
+            context.wakeup();
+        }
+    }
+
+    fn drain_injector(&self) {
+        for item in self.injector.take_all() {
+            self.dropped(item);
+        }
+    }
+
+    fn ran(&self, item: Item) {
+        self.runs[item].fetch_add(1, SeqCst);
+        if Some(item) == self.watched {
+            *self.watched_ran.lock().unwrap() = true;
+            self.watched_cv.notify_all();
+        }
+        if self.finished.fetch_add(1, SeqCst) + 1 == self.total {
+            self.done.store(true, SeqCst);
+            for context in &self.contexts {
+                context.wakeup();
+            }
+        }
+    }
+
+    fn dropped(&self, item: Item) {
+        self.drops[item].fetch_add(1, SeqCst);
+    }
+
+    /// Blocks until the watched item has run (a caller awaiting its task).
+    fn wait_ran(&self) {
+        let mut ran = self.watched_ran.lock().unwrap();
+        while !*ran {
+            ran = self.watched_cv.wait(ran).unwrap();
+        }
+    }
+
+    /// `worker::run`: the worker's loop of context iterations, with its
+    /// source ready when `Sleep::should_run` says so, then its exit.
+    fn run_worker(&self, i: usize) {
+        let core = Core {
+            world: self,
+            i,
+            woken: Cell::new(None),
+            in_slice: Cell::new(false),
+            timer: Cell::new(self.timers[i]),
+        };
+        if self.start[i] == Start::Parking && core.sees_work() {
+            // The tail of `run_slice`: work arrived while we announced the
+            // park.
+            let _ = self.sleep.wake_up(i);
+        }
+        loop {
+            if self.closed.load(SeqCst) || self.done.load(SeqCst) {
+                break;
+            }
+            // prepare: is our source ready?
+            if self.sleep.should_run(i) || self.closed.load(SeqCst) {
+                self.contexts[i].acknowledge();
+                core.run_slice();
+                continue;
+            }
+            // poll: a due timer returns at once, else sleep until woken.
+            if let Some(item) = core.timer.take() {
+                self.contexts[i].acknowledge();
+                core.push(item);
+                continue;
+            }
+            self.contexts[i].poll();
+        }
+        if self.closed.load(SeqCst) {
+            core.exit();
+        }
+    }
+
+    /// Every item was run exactly once, and none was dropped.
+    fn check_all_ran(&self, items: usize) {
+        for item in 0..items {
+            assert_eq!(self.runs[item].load(SeqCst), 1, "item {item} runs");
+            assert_eq!(self.drops[item].load(SeqCst), 0, "item {item} drops");
+        }
+    }
+
+    /// Every item was run or dropped, exactly once, and no queue holds one.
+    fn check_resolved(&self, items: usize) {
+        for item in 0..items {
+            let (runs, drops) = (self.runs[item].load(SeqCst), self.drops[item].load(SeqCst));
+            assert_eq!(runs + drops, 1, "item {item}: {runs} runs, {drops} drops");
+        }
+        assert!(self.injector.is_empty());
+        for i in 0..self.workers() {
+            assert!(self.locals[i].is_empty() && self.inboxes[i].is_empty());
+        }
+    }
+}
+
+fn spawn_worker(world: &Arc<World>, i: usize) -> thread::JoinHandle<()> {
+    let world = world.clone();
+    thread::spawn(move || world.run_worker(i))
+}
+
+/// What only the worker's thread touches (`worker::Core`).
+struct Core<'w> {
+    world: &'w World,
+    i: usize,
+    woken: Cell<Option<Item>>,
+    in_slice: Cell<bool>,
+    timer: Cell<Option<Item>>,
+}
+
+impl Core<'_> {
+    fn sleep(&self) -> &Sleep {
+        &self.world.sleep
+    }
+
+    fn local(&self) -> &Queue {
+        &self.world.locals[self.i]
+    }
+
+    /// `Core::push`: outside a slice the first item takes the `woken` slot
+    /// and the worker un-parks itself; inside one it goes to the deque, and a
+    /// deque that doubled asks for help.
+    fn push(&self, item: Item) {
+        if !self.in_slice.get() && self.woken.get().is_none() {
+            self.woken.set(Some(item));
+            self.unpark_self();
+            return;
+        }
+        self.local().push(item);
+        if self.sleep().is_parked(self.i) {
+            self.unpark_self();
+        } else if super::worker::wants_help(self.local().len()) {
+            self.request_help();
+        }
+    }
+
+    fn unpark_self(&self) {
+        if self.sleep().is_parked(self.i) {
+            let _ = self.sleep().wake_up(self.i);
+        }
+    }
+
+    fn request_help(&self) {
+        let n = self.world.workers();
+        if let Request::Wake(j) = self.sleep().request(Some(self.i), (self.i + 1) % n) {
+            self.world.contexts[j].wakeup();
+        }
+    }
+
+    /// `Core::run_slice` without its bounds (the models never reach them)
+    /// and without its spin (which only finds work sooner).
+    fn run_slice(&self) {
+        if self.world.closed.load(SeqCst) {
+            return;
+        }
+        if self.sleep().is_parked(self.i) {
+            let _ = self.sleep().wake_up(self.i);
+        }
+        self.in_slice.set(true);
+        loop {
+            if self.world.closed.load(SeqCst) {
+                break;
+            }
+            if let Some(item) = self.find_job() {
+                self.world.ran(item);
+                continue;
+            }
+            if !self.sleep().try_park(self.i) {
+                let _ = self.sleep().wake_up(self.i);
+                continue;
+            }
+            if self.sees_work() {
+                let _ = self.sleep().wake_up(self.i);
+                continue;
+            }
+            break;
+        }
+        self.in_slice.set(false);
+    }
+
+    /// `Core::find_job`: the woken slot, pinned work, the deque, the
+    /// injector, then peers; a batch that leaves backlog asks for help.
+    fn find_job(&self) -> Option<Item> {
+        if let Some(item) = self.woken.take() {
+            return Some(item);
+        }
+        if let Some(item) = self.world.inboxes[self.i].pop() {
+            return Some(item);
+        }
+        if let Some(item) = self.local().pop() {
+            return Some(item);
+        }
+        if let Some(item) = self.world.injector.pop_batch(self.local()) {
+            if !self.world.injector.is_empty() || !self.local().is_empty() {
+                self.request_help();
+            }
+            return Some(item);
+        }
+        let n = self.world.workers();
+        for k in 1..n {
+            let victim = &self.world.locals[(self.i + k) % n];
+            if let Some(item) = victim.pop_batch(self.local()) {
+                if !victim.is_empty() || !self.local().is_empty() {
+                    self.request_help();
+                }
+                return Some(item);
+            }
+        }
+        None
+    }
+
+    /// `Core::sees_work`: the re-check after announcing a park.
+    fn sees_work(&self) -> bool {
+        let w = self.world;
+        self.woken.get().is_some()
+            || !w.inboxes[self.i].is_empty()
+            || !w.injector.is_empty()
+            || w.locals.iter().any(|q| !q.is_empty())
+    }
+
+    /// `worker::run` after its loop (shutdown steps 3 and 5): drop what is
+    /// queued here, then flag the exit and drain the inbox once more.
+    fn exit(&self) {
+        let w = self.world;
+        let mut left: Vec<Item> = self.local().take_all();
+        left.extend(self.woken.take());
+        left.extend(w.inboxes[self.i].take_all());
+        w.exited[self.i].store(true, SeqCst);
+        fence(SeqCst);
+        left.extend(w.inboxes[self.i].take_all());
+        for item in left {
+            w.dropped(item);
+        }
+    }
+}
+
+/// Two threads inject while the only worker, just run dry, re-checks the
+/// queues before it sleeps: that re-check and the injectors' requests are
+/// all that stand between a job and a lost wake-up.
+#[test]
+fn loom_two_injectors_one_worker() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 1,
+            total: 2,
+            start: vec![Start::Parking],
+            timers: vec![None],
+            watched: None,
+        });
+        let worker = spawn_worker(&world, 0);
+        let w = world.clone();
+        let other = thread::spawn(move || w.inject(1, 0));
+        world.inject(0, 0);
+        other.join().unwrap();
+        worker.join().unwrap();
+        world.check_all_ran(2);
+    });
+}
+
+/// One thread injects two jobs into an idle pool of two: one request wakes
+/// one worker, whose batch leaves backlog, so it wakes the other (P6: help
+/// grows one worker at a time); whoever is left parks only with no job
+/// queued.
+#[test]
+fn loom_one_injector_two_workers() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 2,
+            total: 2,
+            start: vec![Start::Parked, Start::Parked],
+            timers: vec![None, None],
+            watched: None,
+        });
+        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+        world.inject(0, 0);
+        world.inject(1, 1);
+        for t in workers {
+            t.join().unwrap();
+        }
+        world.check_all_ran(2);
+    });
+}
+
+/// Issue 12 point 2: two injectors race a parked worker that un-parks
+/// itself (a timer fired on its context and woke a task there) and parks
+/// again. A requester whose notify lost its race with the self-un-park
+/// must not look like "a sleeper on its way" to the other requester.
+#[test]
+fn loom_self_unparking_worker() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 1,
+            total: 3,
+            start: vec![Start::Parked],
+            timers: vec![Some(2)],
+            watched: None,
+        });
+        let worker = spawn_worker(&world, 0);
+        let w = world.clone();
+        let other = thread::spawn(move || w.inject(1, 0));
+        world.inject(0, 0);
+        other.join().unwrap();
+        worker.join().unwrap();
+        world.check_all_ran(3);
+    });
+}
+
+/// A caller awaits its job and then shuts the pool down, while another
+/// thread pushes pinned work to the worker, which is re-checking the queues
+/// before it sleeps: the awaited job runs (no wake-up is lost before the
+/// shutdown), and the pinned job is run, or dropped by the exiting worker
+/// or by its pusher (shutdown step 5), exactly once; nothing is left queued
+/// (S9).
+#[test]
+fn loom_shutdown_racing_a_push() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 1,
+            total: 0,
+            start: vec![Start::Parking],
+            timers: vec![None],
+            watched: Some(0),
+        });
+        let worker = spawn_worker(&world, 0);
+        let w = world.clone();
+        let pusher = thread::spawn(move || w.push_inbox(0, 1));
+        world.inject(0, 0);
+        world.wait_ran();
+        world.close();
+        worker.join().unwrap();
+        pusher.join().unwrap();
+        world.drain_injector();
+        assert_eq!(world.runs[0].load(SeqCst), 1);
+        world.check_resolved(2);
+    });
+}
+
+/// Pinned work is pushed to a worker's inbox while it re-checks the queues
+/// before sleeping, and an injector asks for help meanwhile: the directed
+/// notify finds it parked and wakes it, or its re-check finds the inbox
+/// non-empty, and the injected job is not left behind either.
+#[test]
+fn loom_directed_notify_racing_a_park() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 1,
+            total: 2,
+            start: vec![Start::Parking],
+            timers: vec![None],
+            watched: None,
+        });
+        let worker = spawn_worker(&world, 0);
+        let w = world.clone();
+        let injector = thread::spawn(move || w.inject(1, 0));
+        world.push_inbox(0, 0);
+        injector.join().unwrap();
+        worker.join().unwrap();
+        world.check_all_ran(2);
+    });
+}
