@@ -194,6 +194,9 @@ impl Scheduler {
             }
         };
         runnable.schedule();
+        if let Kind::Pool(pool) = &self.kind {
+            pool.settle_spawn();
+        }
         Task::new(task)
     }
 
@@ -413,6 +416,9 @@ impl Scheduler {
             }
         };
         runnable.schedule();
+        if let Kind::Pool(pool) = &self.kind {
+            pool.settle_spawn();
+        }
         Task::new(task)
     }
 
