@@ -186,20 +186,71 @@ mod tests {
         let mut q = WaitQueue::default();
         let mut steady = None;
         q.park(&mut steady, &w);
+        // A crowd that leaves all at once first: its removals lower the
+        // sweep threshold two at a time, past the queue's length.
+        let mut crowd: Vec<Option<usize>> = (0..34).map(|_| None).collect();
+        for k in &mut crowd {
+            q.park(k, &w);
+        }
+        for k in &mut crowd {
+            assert!(!q.remove(k));
+        }
+        assert_eq!(q.waiting, 1, "only the steady waiter is left");
         for _ in 0..100_000 {
             let mut k = None;
             q.park(&mut k, &w);
             assert!(!q.remove(&mut k));
+            // Dead entries are swept before they outnumber the live ones
+            // (one, here) by more than the slack of 32.
+            assert!(q.order.len() <= 2 + 33, "{} entries", q.order.len());
         }
-        assert!(
-            q.order.len() <= 2 * q.waiting + 33,
-            "{} entries",
-            q.order.len()
-        );
-        assert!(q.slots.len() <= 2);
+        assert!(q.slots.len() <= 35);
         assert!(q.notify_one());
         assert!(q.is_notified(steady));
         assert!(!q.notify_one(), "a dead entry was notified");
         assert_eq!(a.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// A key freed by a waiter that left is reused by the next one, which
+    /// joins the back of the queue: the dead entry of the key's first
+    /// owner, still ahead in the queue, is not taken for it.
+    #[test]
+    fn a_reused_key_waits_its_turn() {
+        let (a, b, c) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let mut q = WaitQueue::default();
+        let (mut ka, mut kb, mut kc) = (None, None, None);
+        q.park(&mut ka, &Waker::from(a.clone()));
+        q.park(&mut kb, &Waker::from(b.clone()));
+        let reused = ka;
+        assert!(!q.remove(&mut ka));
+        assert!(q.has_waiters(), "b still waits");
+        q.park(&mut kc, &Waker::from(c.clone()));
+        assert_eq!(kc, reused, "the freed key is reused");
+        assert!(q.notify_one());
+        assert_eq!(b.0.load(Ordering::SeqCst), 1, "b was first in line");
+        assert_eq!(c.0.load(Ordering::SeqCst), 0);
+        assert!(q.notify_one());
+        assert_eq!(c.0.load(Ordering::SeqCst), 1);
+        assert_eq!(a.0.load(Ordering::SeqCst), 0);
+        assert!(!q.notify_one());
+    }
+
+    /// `waiting` counts exactly the parked futures: a removal that was not
+    /// notified lowers it, so a queue whose waiters all left has none.
+    #[test]
+    fn removing_a_waiter_leaves_no_waiter() {
+        let a = Arc::new(Count(AtomicUsize::new(0)));
+        let mut q = WaitQueue::default();
+        let mut k = None;
+        q.park(&mut k, &Waker::from(a.clone()));
+        assert!(q.has_waiters());
+        assert!(!q.remove(&mut k));
+        assert!(!q.has_waiters());
+        assert_eq!(q.waiting, 0);
+        assert!(!q.notify_one());
     }
 }
