@@ -493,6 +493,10 @@ pub struct Task<T> {
     task: Option<async_task::FallibleTask<Outcome<T>, TaskMeta>>,
     /// The task's metadata, in the block `task` keeps alive.
     meta: NonNull<TaskMeta>,
+    /// The contained waker last handed to async-task for a foreign waker
+    /// (see [`contain_waker`]), reused while the caller's waker stays the
+    /// same, so that repeated polls do not allocate.
+    contained: Option<Arc<ContainedWaker>>,
 }
 
 // SAFETY: `meta` points into the block that `task` keeps alive and is only
@@ -508,6 +512,7 @@ impl<T> Task<T> {
         Task {
             task: Some(task.fallible()),
             meta,
+            contained: None,
         }
     }
 
@@ -571,7 +576,7 @@ impl<T> Task<T> {
         // The first poll closes the task; its GIO calls are cancelled after
         // that, so the future never runs on with a cancelled cancellable.
         let output = std::future::poll_fn(|cx| {
-            let poll = contain_waker(cx, false, |cx| cancel.as_mut().poll(cx));
+            let poll = contain_waker(cx, false, &mut None, |cx| cancel.as_mut().poll(cx));
             if let Some(cancellable) = gio_cancel.take() {
                 cancellable.cancel();
             }
@@ -618,14 +623,16 @@ impl<T> Future for Task<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // `Task` is `Unpin`: both fields are.
+        // `Task` is `Unpin`: every field is.
         let this = self.get_mut();
         let task = this
             .task
             .as_mut()
             .expect("a gdex::Task was polled after detach or cancel");
         let finished = task.is_finished();
-        match contain_waker(cx, finished, |cx| Pin::new(task).poll(cx)) {
+        match contain_waker(cx, finished, &mut this.contained, |cx| {
+            Pin::new(task).poll(cx)
+        }) {
             Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
             Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
                 Poll::Ready(Err(Error::Panicked(report.take())))
@@ -647,11 +654,13 @@ impl<T> Future for Task<T> {
 /// or the waker is that of the gdex task polling us (whose wake only
 /// queues that task), async-task gets a waker of ours instead, whose
 /// panic goes to the panic handler (X5, [`PanicSource::Waker`]): one
-/// allocation per such poll.
+/// allocation, kept in `cache` and reused while the caller polls with the
+/// same waker.
 #[inline]
 fn contain_waker<R>(
     cx: &mut Context<'_>,
     finished: bool,
+    cache: &mut Option<Arc<ContainedWaker>>,
     poll: impl FnOnce(&mut Context<'_>) -> R,
 ) -> R {
     let polling = POLLING.with(Cell::get);
@@ -664,7 +673,17 @@ fn contain_waker<R>(
     if finished || own {
         return poll(cx);
     }
-    let contained = Waker::from(Arc::new(ContainedWaker(cx.waker().clone())));
+    let kept = match cache {
+        Some(kept) if kept.0.will_wake(cx.waker()) => kept.clone(),
+        _ => {
+            let kept = Arc::new(ContainedWaker(cx.waker().clone()));
+            *cache = Some(kept.clone());
+            kept
+        }
+    };
+    // The same Arc gives a waker async-task's `will_wake` recognises, so
+    // it keeps the one it has instead of cloning ours again.
+    let contained = Waker::from(kept);
     poll(&mut Context::from_waker(&contained))
 }
 

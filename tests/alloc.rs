@@ -85,9 +85,10 @@ fn a_spawn_is_one_allocation() {
 /// S7: a task awaiting another task hands async-task its own waker, so an
 /// await costs no allocation. (A `Task` handle polled with a waker that is
 /// not its polling task's own gets a panic-containing wrapper instead, one
-/// allocation per pending poll: tests/faults.rs.) Each round spawns a task
-/// from a task on a 1-worker pool and awaits it while it is still queued:
-/// the spawn's allocation and nothing more.
+/// allocation, reused while the waker stays the same: tests/faults.rs,
+/// and the test below.) Each round spawns a task from a task on a 1-worker
+/// pool and awaits it while it is still queued: the spawn's allocation and
+/// nothing more.
 #[test]
 fn awaiting_a_task_from_a_task_allocates_nothing() {
     let _one = serial();
@@ -111,5 +112,39 @@ fn awaiting_a_task_from_a_task_allocates_nothing() {
             (1.0..1.05).contains(&per_round),
             "{per_round} allocations per spawn and await"
         );
+    });
+}
+
+/// A task handle polled by a foreign executor (here a hand-made waker, as a
+/// `glib::MainContext` or a `futures` combinator would use) gives
+/// async-task a waker of gdex's that contains a panicking `wake` (X5): one
+/// allocation for the first pending poll, none for the next ones while the
+/// caller's waker stays the same (S7).
+#[test]
+fn repolling_a_task_with_the_same_foreign_waker_allocates_once() {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    struct Foreign;
+    impl Wake for Foreign {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let _one = serial();
+    common::watchdog("repolling_a_task_allocates_once", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let mut task = pool.scheduler().spawn(async move {
+            let _ = rx.await;
+        });
+        let waker = Waker::from(std::sync::Arc::new(Foreign));
+        let mut cx = Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut task).poll(&mut cx).is_pending());
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for _ in 0..1000 {
+            assert!(std::pin::Pin::new(&mut task).poll(&mut cx).is_pending());
+        }
+        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        tx.send(()).unwrap();
+        assert_eq!(allocs, 0, "allocations for 1000 more pending polls");
+        assert!(gdex::block_on(task).is_ok());
     });
 }
