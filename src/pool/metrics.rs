@@ -43,9 +43,10 @@ pub(crate) struct WorkerCounters {
 }
 
 impl WorkerCounters {
-    pub(crate) fn snapshot(&self, index: usize) -> WorkerMetrics {
+    pub(crate) fn snapshot(&self, index: usize, parked: bool) -> WorkerMetrics {
         WorkerMetrics {
             index,
+            parked,
             tasks_run: self.tasks_run.get(),
             steals: self.steals.get(),
             steal_attempts: self.steal_attempts.get(),
@@ -68,6 +69,12 @@ impl WorkerCounters {
 pub struct WorkerMetrics {
     /// The worker's index; its thread is named `gdex-worker-{index}`.
     pub index: usize,
+    /// Whether the worker was parked when the snapshot was taken: it found
+    /// no work anywhere and nobody has asked it to wake up since (P7). It
+    /// sleeps in its context's poll, or is on its way there: the iteration
+    /// that parked it may still be ending, so `context_iterations` can grow
+    /// by one more before it settles.
+    pub parked: bool,
     /// Jobs (task polls and work items) this worker ran.
     pub tasks_run: u64,
     /// Successful steals from peers' deques (each may move a batch).

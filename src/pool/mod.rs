@@ -403,7 +403,7 @@ impl PoolShared {
                 .remotes
                 .iter()
                 .enumerate()
-                .map(|(i, r)| r.counters.snapshot(i))
+                .map(|(i, r)| r.counters.snapshot(i, !self.sleep.should_run(i)))
                 .collect(),
             injected: self.injected.get(),
             external_wake_requests_sent: self.external_sent.get(),
