@@ -316,6 +316,24 @@ mod tests {
         assert!(s.should_run(1));
     }
 
+    /// With nobody asleep, local work is offered to the busy peer at
+    /// `start`, or the next one if `start` is the requester itself; a
+    /// remote request or a lone worker has nobody to mark (P6).
+    #[test]
+    fn local_requests_mark_the_peer_at_start_skipping_the_requester() {
+        let ask = |from, start| Sleep::new(3).request(Some(from), start);
+        assert_eq!(ask(0, 2), Request::Marked(2));
+        assert_eq!(ask(2, 2), Request::Marked(0), "the requester is skipped");
+        assert_eq!(ask(0, 4), Request::Marked(1), "start wraps");
+        let s = Sleep::new(3);
+        assert_eq!(s.request(Some(0), 2), Request::Marked(2));
+        assert_eq!(s.request(Some(1), 2), Request::Coalesced, "2 holds one");
+        assert_eq!(s.request(None, 1), Request::Nobody);
+        let lone = Sleep::new(1);
+        assert_eq!(lone.request(Some(0), 1), Request::Nobody);
+        assert!(lone.try_park(0), "a lone worker holds no request");
+    }
+
     #[test]
     fn a_directed_notify_wakes_only_a_parked_worker() {
         let s = Sleep::new(2);
