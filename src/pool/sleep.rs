@@ -316,6 +316,20 @@ mod tests {
         assert!(s.should_run(1));
     }
 
+    /// A request scans past awake workers to the parked one: an awake
+    /// worker is not "on its way" and must not absorb the request.
+    #[test]
+    fn a_request_skips_awake_workers_to_wake_a_sleeper() {
+        let s = Sleep::new(3);
+        assert!(s.try_park(2));
+        assert_eq!(s.request(None, 0), Request::Wake(2));
+        let s = Sleep::new(3);
+        assert!(s.try_park(1));
+        assert_eq!(s.request(Some(2), 0), Request::Wake(1));
+        assert!(!s.notify(0), "an awake worker needs no wake-up");
+        assert!(!s.is_parked(0));
+    }
+
     /// With nobody asleep, local work is offered to the busy peer at
     /// `start`, or the next one if `start` is the requester itself; a
     /// remote request or a lone worker has nobody to mark (P6).
