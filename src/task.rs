@@ -147,6 +147,9 @@ thread_local! {
     /// thread (set by `CatchUnwind::poll` for the poll), or null: see
     /// [`contain_waker`].
     static POLLING: Cell<*const Waker> = const { Cell::new(ptr::null()) };
+    /// The last panic-containing wrapper made on this thread (see
+    /// [`contain_waker`]).
+    static CONTAINED: Cell<std::sync::Weak<ContainedWaker>> = const { Cell::new(std::sync::Weak::new()) };
 }
 
 /// Identifies the task this thread is running right now (null if none): a
@@ -493,10 +496,6 @@ pub struct Task<T> {
     task: Option<async_task::FallibleTask<Outcome<T>, TaskMeta>>,
     /// The task's metadata, in the block `task` keeps alive.
     meta: NonNull<TaskMeta>,
-    /// The contained waker last handed to async-task for a foreign waker
-    /// (see [`contain_waker`]), reused while the caller's waker stays the
-    /// same, so that repeated polls do not allocate.
-    contained: Option<Arc<ContainedWaker>>,
 }
 
 // SAFETY: `meta` points into the block that `task` keeps alive and is only
@@ -512,7 +511,6 @@ impl<T> Task<T> {
         Task {
             task: Some(task.fallible()),
             meta,
-            contained: None,
         }
     }
 
@@ -576,7 +574,7 @@ impl<T> Task<T> {
         // The first poll closes the task; its GIO calls are cancelled after
         // that, so the future never runs on with a cancelled cancellable.
         let output = std::future::poll_fn(|cx| {
-            let poll = contain_waker(cx, false, &mut None, |cx| cancel.as_mut().poll(cx));
+            let poll = contain_waker(cx, false, |cx| cancel.as_mut().poll(cx));
             if let Some(cancellable) = gio_cancel.take() {
                 cancellable.cancel();
             }
@@ -623,16 +621,14 @@ impl<T> Future for Task<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // `Task` is `Unpin`: every field is.
+        // `Task` is `Unpin`: both fields are.
         let this = self.get_mut();
         let task = this
             .task
             .as_mut()
             .expect("a gdex::Task was polled after detach or cancel");
         let finished = task.is_finished();
-        match contain_waker(cx, finished, &mut this.contained, |cx| {
-            Pin::new(task).poll(cx)
-        }) {
+        match contain_waker(cx, finished, |cx| Pin::new(task).poll(cx)) {
             Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
             Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
                 Poll::Ready(Err(Error::Panicked(report.take())))
@@ -654,13 +650,13 @@ impl<T> Future for Task<T> {
 /// or the waker is that of the gdex task polling us (whose wake only
 /// queues that task), async-task gets a waker of ours instead, whose
 /// panic goes to the panic handler (X5, [`PanicSource::Waker`]): one
-/// allocation, kept in `cache` and reused while the caller polls with the
-/// same waker.
+/// allocation, reused while this thread polls with the same waker and
+/// async-task still holds the wrapper (a foreign executor re-polling a
+/// pending handle, or awaiting many handles from one future).
 #[inline]
 fn contain_waker<R>(
     cx: &mut Context<'_>,
     finished: bool,
-    cache: &mut Option<Arc<ContainedWaker>>,
     poll: impl FnOnce(&mut Context<'_>) -> R,
 ) -> R {
     let polling = POLLING.with(Cell::get);
@@ -673,14 +669,14 @@ fn contain_waker<R>(
     if finished || own {
         return poll(cx);
     }
-    let kept = match cache {
-        Some(kept) if kept.0.will_wake(cx.waker()) => kept.clone(),
-        _ => {
-            let kept = Arc::new(ContainedWaker(cx.waker().clone()));
-            *cache = Some(kept.clone());
-            kept
-        }
+    // A weak reference: the cache keeps neither the caller's waker nor
+    // its task alive once async-task has let the wrapper go.
+    let cached = CONTAINED.with(|c| c.take());
+    let kept = match cached.upgrade() {
+        Some(kept) if kept.0.will_wake(cx.waker()) => kept,
+        _ => Arc::new(ContainedWaker(cx.waker().clone())),
     };
+    CONTAINED.with(|c| c.set(Arc::downgrade(&kept)));
     // The same Arc gives a waker async-task's `will_wake` recognises, so
     // it keeps the one it has instead of cloning ours again.
     let contained = Waker::from(kept);
