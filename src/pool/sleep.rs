@@ -310,6 +310,8 @@ mod tests {
         // the request: it consumes it and searches.
         assert!(!s.try_park(1));
         assert_eq!(s.wake_up(1), Woke { received: true });
+        // A busy worker's request was never counted as "on its way".
+        assert_eq!(s.waking.load(SeqCst), 0);
         assert!(s.try_park(1));
         assert!(!s.should_run(1));
         assert_eq!(s.request(Some(0), 1), Request::Wake(1));
@@ -352,8 +354,11 @@ mod tests {
     fn a_directed_notify_wakes_only_a_parked_worker() {
         let s = Sleep::new(2);
         assert!(!s.notify(1), "an awake worker needs no wake-up");
+        assert!(!s.is_parked(1) && s.should_run(1));
         assert!(s.try_park(1));
+        assert!(s.is_parked(1) && !s.should_run(1));
         assert!(s.notify(1));
+        assert!(s.is_parked(1) && s.should_run(1), "on its way");
         assert!(!s.notify(1), "a second notify coalesces");
         assert_eq!(s.wake_up(1), Woke { received: true });
         assert_eq!(s.waking.load(SeqCst), 0);
