@@ -927,3 +927,60 @@ fn held_output_drop_panics_are_contained_and_panic_reports_name_the_worker() {
         );
     });
 }
+
+/// S9 for a spawn that races the shutdown: a spawn that returns after
+/// `shutdown()` has returned gives a task that has already resolved, even
+/// when it passed the pool's "closed?" check before the close and pushed
+/// its job after the workers were gone (the job then goes to the reaper,
+/// and the spawn waits for it). Before the fix such a task resolved on the
+/// reaper's thread a little later: `is_finished()` was still false.
+#[test]
+fn a_spawn_that_returns_after_shutdown_gives_a_resolved_task() {
+    let _one = serial();
+    common::watchdog("spawn_racing_shutdown", 120, || {
+        let mut late = 0;
+        for _ in 0..common::stress(300) {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let spawners: Vec<_> = (0..2)
+                .map(|k| {
+                    let s = pool.scheduler();
+                    let done = done.clone();
+                    std::thread::spawn(move || {
+                        let mut unresolved = 0;
+                        let mut after = 0;
+                        loop {
+                            let finished_before = done.load(Ordering::SeqCst);
+                            let task = if k == 0 {
+                                s.spawn(std::future::pending::<()>())
+                            } else {
+                                s.spawn_pinned(std::future::pending::<()>)
+                            };
+                            if done.load(Ordering::SeqCst) {
+                                after += 1;
+                                if !task.is_finished() {
+                                    unresolved += 1;
+                                }
+                                if finished_before {
+                                    return (unresolved, after);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            std::thread::yield_now();
+            pool.shutdown();
+            done.store(true, Ordering::SeqCst);
+            for t in spawners {
+                let (unresolved, after) = t.join().unwrap();
+                late += after;
+                assert_eq!(
+                    unresolved, 0,
+                    "spawns that returned after shutdown() gave unresolved tasks"
+                );
+            }
+        }
+        assert!(late > 0);
+    });
+}
