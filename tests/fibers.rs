@@ -486,3 +486,24 @@ fn a_yield_pending_when_the_fiber_is_cancelled_reports_it() {
         );
     });
 }
+
+/// Misuse: a fiber stack below `MIN_STACK_SIZE` (16 KiB) is refused with a
+/// message that names the size, the minimum and the default, both on a
+/// fiber's builder and on a pool's.
+#[test]
+fn a_fiber_stack_below_the_minimum_is_refused_with_a_clear_message() {
+    assert_eq!(gdex::fiber::MIN_STACK_SIZE, 16 * 1024);
+    let too_small = gdex::fiber::MIN_STACK_SIZE - 1;
+    let fiber = std::panic::catch_unwind(|| gdex::fiber::Builder::new().stack_size(too_small));
+    let pool = std::panic::catch_unwind(|| gdex::ThreadPool::builder().fiber_stack_size(too_small));
+    for err in [fiber.map(drop), pool.map(drop)] {
+        let err = err.expect_err("a too-small stack was accepted");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("16383 bytes is too small") && msg.contains("at least 16384"),
+            "{msg}"
+        );
+    }
+    // The minimum itself is fine.
+    let _ = gdex::fiber::Builder::new().stack_size(gdex::fiber::MIN_STACK_SIZE);
+}
