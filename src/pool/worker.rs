@@ -715,3 +715,30 @@ impl Core {
                 .any(|(i, s)| i != self.index && !s.is_empty())
     }
 }
+
+#[cfg(all(test, not(gdex_loom)))]
+mod tests {
+    use super::*;
+
+    /// P6: a deque asks for help when it first holds more than the next
+    /// job, and again each time it doubles, not on every push.
+    #[test]
+    fn a_deque_asks_for_help_when_it_doubles() {
+        let asks: Vec<usize> = (0..=17).filter(|&n| wants_help(n)).collect();
+        assert_eq!(asks, [2, 4, 8, 16]);
+    }
+
+    /// P5: the first victim of a steal (and the first sleeper a remote
+    /// request tries) is spread: the generator is not stuck on one value,
+    /// and it differs between threads.
+    #[test]
+    fn victim_choice_is_spread() {
+        let here: std::collections::HashSet<u32> = (0..64).map(|_| pseudo_random() % 4).collect();
+        assert_eq!(here.len(), 4, "64 draws over 4 workers hit {here:?}");
+        let a: Vec<u32> = (0..8).map(|_| pseudo_random()).collect();
+        let b: Vec<u32> = std::thread::spawn(|| (0..8).map(|_| pseudo_random()).collect())
+            .join()
+            .unwrap();
+        assert_ne!(a, b, "two threads draw the same sequence");
+    }
+}
