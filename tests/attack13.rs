@@ -337,7 +337,10 @@ fn thread_per_core_idle_worker_parks_while_a_peer_has_backlog() {
         let timed = s.spawn(async {
             let t = Instant::now();
             glib::timeout_future(Duration::from_millis(10)).await;
-            (std::thread::current().name().unwrap().to_owned(), t.elapsed())
+            (
+                std::thread::current().name().unwrap().to_owned(),
+                t.elapsed(),
+            )
         });
         let (thread, waited) = gdex::block_on(timed).unwrap();
         for child in gdex::block_on(a).unwrap() {
