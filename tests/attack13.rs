@@ -355,3 +355,74 @@ fn thread_per_core_idle_worker_parks_while_a_peer_has_backlog() {
         pool.shutdown();
     });
 }
+
+// ---------------------------------------------------------------------------
+// Item 4: a panic payload whose destructor panics
+// ---------------------------------------------------------------------------
+
+/// A panic payload whose own destructor panics.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("attack13: a panic payload's destructor");
+    }
+}
+
+/// A waker whose `wake` panics with a [`PanicsOnDrop`] payload.
+struct BombWaker;
+
+impl Wake for BombWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        std::panic::panic_any(PanicsOnDrop);
+    }
+}
+
+#[test]
+#[ignore = "child process of a_waker_panic_whose_payload_panics_on_drop_is_contained"]
+fn child_waker_payload_panics_on_drop() {
+    if !is_child() {
+        return;
+    }
+    let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+    let seen = events.clone();
+    gdex::set_panic_handler(move |e| seen.lock().unwrap().push(e.clone()));
+    let pool = pool(1);
+    let s = pool.scheduler();
+    let (promise, value) = gdex::Promise::<u32>::new();
+    let mut task = s.spawn(async move { value.await.unwrap() + 1 });
+    let waker = Waker::from(Arc::new(BombWaker));
+    assert!(poll_with(&mut task, &waker).is_pending());
+    promise.resolve(41);
+    wait_until(|| {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.source == gdex::PanicSource::Waker)
+    });
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Ok(42))
+    ));
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    println!("CHILD-OK");
+}
+
+/// Item 4. `panic::wake` (and every other `catch_unwind` site: `report`
+/// callers in task.rs, group.rs, source.rs) drops the caught payload
+/// outside the catch. A payload whose destructor panics (std's
+/// `catch_unwind` docs warn of it) unwinds out of `panic::wake`: here out
+/// of the `ContainedWaker` inside async-task's `abort_on_panic` on the
+/// worker, which aborts (X5 promises the panic handler).
+#[test]
+fn a_waker_panic_whose_payload_panics_on_drop_is_contained() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_waker_payload_panics_on_drop", 60);
+}
