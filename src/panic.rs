@@ -123,6 +123,7 @@ pub(crate) fn wake(waker: std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
     if let Err(payload) = outcome {
         report(PanicSource::Waker, crate::error::panic_message(&*payload));
+        drop_payload(payload);
     }
 }
 
@@ -131,6 +132,17 @@ pub(crate) fn wake_by_ref(waker: &std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake_by_ref()));
     if let Err(payload) = outcome {
         report(PanicSource::Waker, crate::error::panic_message(&*payload));
+        drop_payload(payload);
+    }
+}
+
+/// Drops a caught panic's payload without unwinding: a payload's own
+/// destructor may panic (`std::panic::catch_unwind`'s docs), and that
+/// panic must not escape where the first one was contained. Its payload is
+/// leaked.
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
+        std::mem::forget(again);
     }
 }
 

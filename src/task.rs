@@ -628,7 +628,7 @@ impl<T> Future for Task<T> {
             .as_mut()
             .expect("a gdex::Task was polled after detach or cancel");
         let finished = task.is_finished();
-        match contain_waker(cx, finished, |cx| Pin::new(task).poll(cx)) {
+        match contain_waker(cx, finished, |cx| Pin::new(&mut *task).poll(cx)) {
             Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
             Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
                 Poll::Ready(Err(Error::Panicked(report.take())))
@@ -646,9 +646,10 @@ impl<T> Future for Task<T> {
 /// async-task wakes the waker a task handle was polled with when the task
 /// ends, on whichever thread ends it (a pool worker, a blocking-lane
 /// thread), and aborts the process if that `wake` panics (its
-/// `abort_on_panic`). So unless `poll` cannot leave a waker (`finished`),
-/// or the waker is that of the gdex task polling us (whose wake only
-/// queues that task), async-task gets a waker of ours instead, whose
+/// `abort_on_panic`). So unless `poll` leaves no waker (`finished`, and a
+/// first poll with a no-op waker is ready), or the waker is that of the
+/// gdex task polling us (whose wake only queues that task), async-task
+/// gets a waker of ours instead, whose
 /// panic goes to the panic handler (X5, [`PanicSource::Waker`]): one
 /// allocation, reused while this thread polls with the same waker and
 /// async-task still holds the wrapper (a foreign executor re-polling a
@@ -657,8 +658,8 @@ impl<T> Future for Task<T> {
 fn contain_waker<R>(
     cx: &mut Context<'_>,
     finished: bool,
-    poll: impl FnOnce(&mut Context<'_>) -> R,
-) -> R {
+    mut poll: impl FnMut(&mut Context<'_>) -> Poll<R>,
+) -> Poll<R> {
     let polling = POLLING.with(Cell::get);
     // SAFETY: POLLING is non-null only for the extent of a
     // `CatchUnwind::poll` on this thread (scoped: reset when that poll
@@ -666,8 +667,19 @@ fn contain_waker<R>(
     // fiber never suspends inside a poll nested in it), and then points at
     // that poll's waker, which its caller keeps alive for the whole poll.
     let own = !polling.is_null() && cx.waker().will_wake(unsafe { &*polling });
-    if finished || own {
+    if own {
         return poll(cx);
+    }
+    if finished {
+        // Finished means CLOSED or COMPLETED, and a task whose Runnable is
+        // being dropped (a shutdown, the reaper) is CLOSED while still
+        // SCHEDULED: async-task then registers the waker it is polled with
+        // and wakes it when the drop ends, inside its abort_on_panic. So
+        // first a poll with a waker that needs no containing (no
+        // allocation); only if that is pending, one with ours.
+        if let Poll::Ready(out) = poll(&mut Context::from_waker(Waker::noop())) {
+            return Poll::Ready(out);
+        }
     }
     // A weak reference: the cache keeps neither the caller's waker nor
     // its task alive once async-task has let the wrapper go.

@@ -25,6 +25,11 @@ struct Reaper {
     dropped: Condvar,
 }
 
+thread_local! {
+    /// True on the `gdex-reaper` thread.
+    static ON_REAPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn reaper() -> &'static Reaper {
     static REAPER: OnceLock<Reaper> = OnceLock::new();
     REAPER.get_or_init(|| {
@@ -32,6 +37,7 @@ fn reaper() -> &'static Reaper {
         let started = std::thread::Builder::new()
             .name("gdex-reaper".into())
             .spawn(move || {
+                ON_REAPER.with(|r| r.set(true));
                 for jobs in rx {
                     drop(jobs);
                     let r = reaper();
@@ -74,8 +80,13 @@ pub(crate) fn reap(jobs: Vec<Job>) {
 }
 
 /// Waits until every job handed over so far has been dropped, for up to
-/// `limit`.
+/// `limit`. Not on the reaper thread itself (a reaped future's destructor
+/// that shuts a pool down or spawns on one): what it would wait for
+/// includes the batch it is dropping, and the batches behind it.
 pub(crate) fn flush(limit: Duration) {
+    if ON_REAPER.with(|r| r.get()) {
+        return;
+    }
     let r = reaper();
     let deadline = Instant::now() + limit;
     let mut count = r.count.lock().unwrap_or_else(|e| e.into_inner());

@@ -707,12 +707,16 @@ impl Core {
             || self.woken.borrow().is_some()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
-            || self
-                .shared
-                .stealers
-                .iter()
-                .enumerate()
-                .any(|(i, s)| i != self.index && !s.is_empty())
+            // P9: in thread-per-core mode a peer's deque is not ours to
+            // take (`steal` never does); counting it would keep this worker
+            // searching, never parking, while the peer has backlog.
+            || !self.shared.thread_per_core
+                && self
+                    .shared
+                    .stealers
+                    .iter()
+                    .enumerate()
+                    .any(|(i, s)| i != self.index && !s.is_empty())
     }
 }
 
