@@ -234,9 +234,13 @@ impl Lane {
         }
         state.threads -= 1;
         if state.threads == 0 {
-            for (_, waker) in state.on_exit.drain(..) {
-                // A panic would end this thread, and leave the other
-                // waiters of the close asleep: it goes to the panic handler.
+            let wakers: Vec<_> = state.on_exit.drain(..).map(|(_, waker)| waker).collect();
+            // Woken outside the lane's lock (a waker, or the panic handler
+            // reporting its panic, may use the lane), and a panic would end
+            // this thread and leave the other waiters of the close asleep:
+            // it goes to the panic handler (X5).
+            drop(state);
+            for waker in wakers {
                 crate::panic::wake(waker);
             }
         }

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use super::wait_queue::Locked;
 use std::task::{Context, Poll};
 
 use super::wait_queue::WaitQueue;
@@ -101,8 +103,8 @@ struct State<T> {
 }
 
 impl<T> Shared<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_, State<T>> {
+        super::wait_queue::lock(&self.state)
     }
 }
 

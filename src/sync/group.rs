@@ -28,7 +28,9 @@ use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::wait_queue::Locked;
 use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
@@ -289,8 +291,8 @@ impl<T> Drop for Shared<T> {
     }
 }
 
-fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, State<T>> {
-    shared.state.lock().unwrap_or_else(|e| e.into_inner())
+fn lock<T>(shared: &Shared<T>) -> Locked<'_, State<T>> {
+    super::wait_queue::lock(&shared.state)
 }
 
 thread_local! {

@@ -4,7 +4,9 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::wait_queue::Locked;
 use std::task::{Context, Poll};
 
 use super::wait_queue::WaitQueue;
@@ -49,8 +51,8 @@ enum State<T> {
 }
 
 impl<T> Inner<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_, State<T>> {
+        super::wait_queue::lock(&self.state)
     }
 
     fn complete(&self, result: Result<T, Error>) {

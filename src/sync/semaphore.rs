@@ -2,7 +2,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+
+use super::wait_queue::Locked;
 use std::task::{Context, Poll};
 
 use super::wait_queue::WaitQueue;
@@ -59,7 +61,7 @@ impl Semaphore {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<'_, State> {
         self.inner.lock()
     }
 
@@ -138,8 +140,8 @@ impl Semaphore {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_, State> {
+        super::wait_queue::lock(&self.state)
     }
 }
 
@@ -280,8 +282,8 @@ struct LimiterState {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, LimiterState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_, LimiterState> {
+        super::wait_queue::lock(&self.state)
     }
 
     /// A place among the outstanding futures, or `None` once the limiter

@@ -7,8 +7,80 @@
 //! entry, and one that had been notified but never acted on hands the
 //! notification to the next waiter ([`WaitQueue::remove`] tells it so).
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
+use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
+
+thread_local! {
+    /// How many primitive locks ([`Locked`]) this thread holds.
+    static HELD: Cell<usize> = const { Cell::new(0) };
+    /// Wakers notified under those locks, woken once the last is released.
+    static DEFERRED: RefCell<VecDeque<Waker>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// A primitive's lock (a channel's, a promise's, a semaphore's...): a
+/// waker notified while this thread holds one is woken only after the
+/// thread has released every such lock. So neither the waker's `wake`
+/// (user code: another executor's) nor the panic handler that reports its
+/// panic (X5) runs under the primitive's lock, where using the same
+/// primitive again would deadlock. A poisoned lock is taken anyway: the
+/// primitives keep their state consistent across a panic.
+pub(crate) struct Locked<'a, T> {
+    guard: ManuallyDrop<MutexGuard<'a, T>>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> Locked<'_, T> {
+    let guard = mutex.lock().unwrap_or_else(|e| e.into_inner());
+    HELD.with(|held| held.set(held.get() + 1));
+    Locked {
+        guard: ManuallyDrop::new(guard),
+    }
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the guard is dropped once, here, and never used after.
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        let left = HELD.with(|held| {
+            let left = held.get() - 1;
+            held.set(left);
+            left
+        });
+        if left == 0 {
+            // One at a time, without holding the list: a wake may lock a
+            // primitive again and defer more (they are woken here too).
+            while let Some(waker) = DEFERRED.with(|d| d.borrow_mut().pop_front()) {
+                crate::panic::wake(waker);
+            }
+        }
+    }
+}
+
+/// Wakes `waker` now, or after the primitive locks this thread holds are
+/// released (see [`Locked`]); a panic in its `wake` goes to the panic
+/// handler.
+pub(crate) fn wake_unlocked(waker: Waker) {
+    if HELD.with(Cell::get) > 0 {
+        DEFERRED.with(|d| d.borrow_mut().push_back(waker));
+    } else {
+        crate::panic::wake(waker);
+    }
+}
 
 enum Slot {
     Free,
@@ -116,11 +188,12 @@ impl WaitQueue {
                     unreachable!("a live entry's slot is Waiting")
                 };
                 self.waiting -= 1;
-                // A waker that panics must not unwind through the
+                // Woken once the primitive's lock is released, and a
+                // waker that panics must not unwind through the
                 // primitive's state half-updated (a channel's item pushed
                 // but not kept, a promise's other waiters never woken):
                 // its panic goes to the panic handler (X5).
-                crate::panic::wake(waker);
+                wake_unlocked(waker);
                 return true;
             }
         }
