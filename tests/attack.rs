@@ -958,7 +958,15 @@ fn a_spawn_that_returns_after_shutdown_gives_a_resolved_task() {
                             };
                             if done.load(Ordering::SeqCst) {
                                 after += 1;
-                                if !task.is_finished() {
+                                // Resolved: a poll gives its outcome now
+                                // (`is_finished` alone is already true while
+                                // the reaper is still dropping the future).
+                                let mut task = task;
+                                let waker = std::task::Waker::noop();
+                                let mut cx = std::task::Context::from_waker(waker);
+                                if std::future::Future::poll(std::pin::Pin::new(&mut task), &mut cx)
+                                    .is_pending()
+                                {
                                     unresolved += 1;
                                 }
                                 if finished_before {

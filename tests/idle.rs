@@ -29,7 +29,8 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
             gdex::block_on(t).unwrap();
         }
         // Every worker has parked: the iteration that parked it may still
-        // be ending (one more `context_iterations`), then it sleeps.
+        // be ending, and a stale wake-up may cost one more iteration (see
+        // `WorkerMetrics::parked`); then it sleeps.
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
         let before = pool.metrics();
         let cpu = process_cpu();
@@ -39,7 +40,7 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
         let after = pool.metrics();
         for (b, a) in before.workers.iter().zip(&after.workers) {
             assert!(
-                a.context_iterations <= b.context_iterations + 1,
+                a.context_iterations <= b.context_iterations + 2,
                 "worker {} iterated its context while idle: {after:?}",
                 a.index
             );

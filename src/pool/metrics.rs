@@ -72,8 +72,10 @@ pub struct WorkerMetrics {
     /// Whether the worker was parked when the snapshot was taken: it found
     /// no work anywhere and nobody has asked it to wake up since (P7). It
     /// sleeps in its context's poll, or is on its way there: the iteration
-    /// that parked it may still be ending, so `context_iterations` can grow
-    /// by one more before it settles.
+    /// that parked it may still be ending, and a wake-up sent while it
+    /// announced the park (for work it then found itself) may still be
+    /// pending, so `context_iterations` can grow by up to two more before
+    /// it settles.
     pub parked: bool,
     /// Jobs (task polls and work items) this worker ran.
     pub tasks_run: u64,
