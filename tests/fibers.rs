@@ -507,3 +507,20 @@ fn a_fiber_stack_below_the_minimum_is_refused_with_a_clear_message() {
     // The minimum itself is fine.
     let _ = gdex::fiber::Builder::new().stack_size(gdex::fiber::MIN_STACK_SIZE);
 }
+
+/// `Fiber::is_finished` is false while the fiber waits and true once it
+/// has returned.
+#[test]
+fn is_finished_follows_the_fiber() {
+    common::watchdog("is_finished_follows_the_fiber", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+        let fiber = pool
+            .scheduler()
+            .spawn_fiber(move || gdex::fiber::wait(rx).unwrap().unwrap());
+        assert!(!fiber.is_finished(), "a waiting fiber is not finished");
+        tx.send(7).unwrap();
+        common::wait_until(|| fiber.is_finished());
+        assert_eq!(gdex::block_on(fiber).unwrap(), 7);
+    });
+}
