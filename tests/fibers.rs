@@ -509,7 +509,7 @@ fn a_fiber_stack_below_the_minimum_is_refused_with_a_clear_message() {
 }
 
 /// `Fiber::is_finished` is false while the fiber waits and true once it
-/// has returned.
+/// has returned; the handle's `Debug` says the same.
 #[test]
 fn is_finished_follows_the_fiber() {
     common::watchdog("is_finished_follows_the_fiber", 60, || {
@@ -519,8 +519,10 @@ fn is_finished_follows_the_fiber() {
             .scheduler()
             .spawn_fiber(move || gdex::fiber::wait(rx).unwrap().unwrap());
         assert!(!fiber.is_finished(), "a waiting fiber is not finished");
+        assert_eq!(format!("{fiber:?}"), "Fiber { finished: false }");
         tx.send(7).unwrap();
         common::wait_until(|| fiber.is_finished());
+        assert_eq!(format!("{fiber:?}"), "Fiber { finished: true }");
         assert_eq!(gdex::block_on(fiber).unwrap(), 7);
     });
 }
