@@ -207,17 +207,40 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
         .detach();
         let outcome = Arc::new(std::sync::Mutex::new(None));
         let seen = outcome.clone();
+        let probe = Arc::new(std::sync::Mutex::new(None));
+        let probed = probe.clone();
         // ...so the second one, queued behind it, is dropped suspended.
         s.spawn_fiber(move || {
-            struct Cleanup(Arc<std::sync::Mutex<Option<String>>>);
+            /// Pending forever; records whether it was polled with the
+            /// no-op waker (no live poll: the fiber's saved context was
+            /// reset when the last poll ended) or with another one (a
+            /// stale context: the use-after-free of issue 12). `will_wake`
+            /// only compares, it calls nothing through the waker.
+            struct Probe(Arc<std::sync::Mutex<Option<String>>>);
+            impl std::future::Future for Probe {
+                type Output = ();
+                fn poll(
+                    self: std::pin::Pin<&mut Self>,
+                    cx: &mut std::task::Context<'_>,
+                ) -> std::task::Poll<()> {
+                    let noop = cx.waker().will_wake(std::task::Waker::noop());
+                    *self.0.lock().unwrap() = Some(format!("polled, noop waker: {noop}"));
+                    std::task::Poll::Pending
+                }
+            }
+            struct Cleanup(
+                Arc<std::sync::Mutex<Option<String>>>,
+                Arc<std::sync::Mutex<Option<String>>>,
+            );
             impl Drop for Cleanup {
                 fn drop(&mut self) {
+                    let _ = gdex::fiber::wait(Probe(self.1.clone()));
                     let (_keep, rx) = futures::channel::oneshot::channel::<()>();
                     let r = gdex::fiber::wait(rx);
                     *self.0.lock().unwrap() = Some(format!("{r:?}"));
                 }
             }
-            let _c = Cleanup(seen);
+            let _c = Cleanup(seen, probed);
             started_b.send(()).unwrap();
             let _ = gdex::fiber::wait(rx_b);
         })
@@ -229,6 +252,11 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
             outcome.lock().unwrap().as_deref(),
             Some("Err(Cancelled)"),
             "the destructor's wait reports the cancellation"
+        );
+        let probe = probe.lock().unwrap().clone();
+        assert!(
+            probe.is_none() || probe.as_deref() == Some("polled, noop waker: true"),
+            "a wait with no live poll used a stale context: {probe:?}"
         );
     });
 }
