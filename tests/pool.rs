@@ -344,3 +344,94 @@ fn shutdown_cancels_queued_tasks_and_refuses_new_ones() {
         ));
     });
 }
+
+/// A spawn on pool A from a worker of pool B goes to A (its injector), not
+/// to the deque of the B worker that spawned it: the task runs on A's
+/// thread.
+#[test]
+fn a_spawn_on_another_pool_from_a_worker_runs_on_that_pool() {
+    common::watchdog("spawn_on_another_pool", 60, || {
+        let a = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let b = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let a_thread =
+            gdex::block_on(a.scheduler().spawn(async { std::thread::current().id() })).unwrap();
+        let sa = a.scheduler();
+        let (b_thread, ran_on) = gdex::block_on(b.scheduler().spawn(async move {
+            let me = std::thread::current().id();
+            let there = sa
+                .spawn(async { std::thread::current().id() })
+                .await
+                .unwrap();
+            (me, there)
+        }))
+        .unwrap();
+        assert_ne!(a_thread, b_thread);
+        assert_eq!(
+            ran_on, a_thread,
+            "the task ran on the spawning pool's worker"
+        );
+    });
+}
+
+/// S7, P3: a spawn from a worker of the same pool goes to that worker's
+/// deque, not through the injector.
+#[test]
+fn spawns_from_a_worker_skip_the_injector() {
+    common::watchdog("spawns_from_a_worker_skip_the_injector", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let before = pool.metrics().injected;
+        let s2 = s.clone();
+        let n = gdex::block_on(s.spawn(async move {
+            let tasks: Vec<_> = (0..100).map(|i| s2.spawn(async move { i })).collect();
+            let mut sum = 0;
+            for t in tasks {
+                sum += t.await.unwrap();
+            }
+            sum
+        }))
+        .unwrap();
+        assert_eq!(n, 4950);
+        assert_eq!(
+            pool.metrics().injected - before,
+            1,
+            "only the outside spawn went through the injector"
+        );
+    });
+}
+
+/// P9: in thread-per-core mode a task woken from another worker resumes on
+/// its home worker (the waker queues it in its home's inbox, not on the
+/// waker's deque).
+#[test]
+fn thread_per_core_a_task_woken_from_another_worker_resumes_at_home() {
+    common::watchdog("tpc_woken_from_another_worker", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .thread_per_core(true)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let (tx, rx) = oneshot::channel::<()>();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let rx = common::after_first_poll(&waiting, rx);
+        // Spawned from outside: round-robin homes, so the two differ.
+        let sleeper = s.spawn(async move {
+            let before = std::thread::current().id();
+            rx.await.unwrap();
+            (before, std::thread::current().id())
+        });
+        let w = waiting.clone();
+        let waker = s.spawn(async move {
+            while w.load(Ordering::SeqCst) == 0 {
+                gdex::yield_now().await;
+            }
+            tx.send(()).unwrap();
+            std::thread::current().id()
+        });
+        let waker_thread = gdex::block_on(waker).unwrap();
+        let (before, after) = gdex::block_on(sleeper).unwrap();
+        assert_ne!(before, waker_thread, "the two tasks share a home");
+        assert_eq!(after, before, "the task left its home worker");
+    });
+}
