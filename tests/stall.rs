@@ -88,8 +88,9 @@ fn a_stuck_task_is_reported_once_by_name_and_its_queue_moves() {
     });
 }
 
-/// Work declared with `gdex::blocking::blocking` is not a stall, and a pool
-/// with the watchdog off never reports.
+/// Work declared with `gdex::blocking::blocking` is not a stall (but a stall
+/// after it on the same worker is), and a pool with the watchdog off never
+/// reports.
 #[test]
 fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
     let _serial = serial();
@@ -105,6 +106,14 @@ fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
             gdex::blocking::blocking(|| std::thread::sleep(Duration::from_millis(200)));
         });
         gdex::block_on(t).unwrap();
+        // The declaration ends with the call: the same worker's next stall
+        // is reported.
+        let t = pool.scheduler().spawn_named("stall-after-blocking", async {
+            // Deliberate: the stall under test.
+            spin(Duration::from_millis(200));
+        });
+        gdex::block_on(t).unwrap();
+        common::wait_until(|| !warnings_naming("stall-after-blocking").is_empty());
 
         let off = gdex::ThreadPool::builder()
             .workers(1)
