@@ -278,6 +278,21 @@ fn spawn_local_on_a_pool_panics() {
             .to_owned()
             + &err.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains("Send"), "message: {msg}");
+        // From a worker of another pool too: a worker only counts for its
+        // own pool.
+        let other = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let refused = gdex::block_on(other.scheduler().spawn(async move {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                s.spawn_local(async {}).detach();
+            }))
+            .is_err()
+        }))
+        .unwrap();
+        assert!(
+            refused,
+            "spawn_local from another pool's worker was accepted"
+        );
     });
 }
 
