@@ -13,11 +13,53 @@ use std::mem::ManuallyDrop;
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
-thread_local! {
+/// This thread's primitive locks and the wakers they deferred.
+struct Deferred {
     /// How many primitive locks ([`Locked`]) this thread holds.
-    static HELD: Cell<usize> = const { Cell::new(0) };
-    /// Wakers notified under those locks, woken once the last is released.
-    static DEFERRED: RefCell<VecDeque<Waker>> = const { RefCell::new(VecDeque::new()) };
+    held: Cell<usize>,
+    /// The first waker notified under them (the common case: one per lock),
+    /// kept without the queue's borrow.
+    first: Cell<Option<Waker>>,
+    /// The ones after it, in order.
+    rest: RefCell<VecDeque<Waker>>,
+    has_rest: Cell<bool>,
+}
+
+thread_local! {
+    static DEFERRED: Deferred = const {
+        Deferred {
+            held: Cell::new(0),
+            first: Cell::new(None),
+            rest: RefCell::new(VecDeque::new()),
+            has_rest: Cell::new(false),
+        }
+    };
+}
+
+impl Deferred {
+    fn push(&self, waker: Waker) {
+        match self.first.take() {
+            None => self.first.set(Some(waker)),
+            Some(first) => {
+                self.first.set(Some(first));
+                self.rest.borrow_mut().push_back(waker);
+                self.has_rest.set(true);
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<Waker> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        if !self.has_rest.get() {
+            return None;
+        }
+        let mut rest = self.rest.borrow_mut();
+        let next = rest.pop_front();
+        self.has_rest.set(!rest.is_empty());
+        next
+    }
 }
 
 /// A primitive's lock (a channel's, a promise's, a semaphore's...): a
@@ -33,7 +75,7 @@ pub(crate) struct Locked<'a, T> {
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> Locked<'_, T> {
     let guard = mutex.lock().unwrap_or_else(|e| e.into_inner());
-    HELD.with(|held| held.set(held.get() + 1));
+    DEFERRED.with(|d| d.held.set(d.held.get() + 1));
     Locked {
         guard: ManuallyDrop::new(guard),
     }
@@ -56,17 +98,20 @@ impl<T> Drop for Locked<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard is dropped once, here, and never used after.
         unsafe { ManuallyDrop::drop(&mut self.guard) };
-        let left = HELD.with(|held| {
-            let left = held.get() - 1;
-            held.set(left);
-            left
-        });
-        if left == 0 {
-            // One at a time, without holding the list: a wake may lock a
-            // primitive again and defer more (they are woken here too).
-            while let Some(waker) = DEFERRED.with(|d| d.borrow_mut().pop_front()) {
-                crate::panic::wake(waker);
+        let mut next = DEFERRED.with(|d| {
+            let left = d.held.get() - 1;
+            d.held.set(left);
+            if left == 0 {
+                d.pop()
+            } else {
+                None
             }
+        });
+        // One at a time, without holding the queue: a wake may lock a
+        // primitive again and defer more (its own release wakes those).
+        while let Some(waker) = next {
+            crate::panic::wake(waker);
+            next = DEFERRED.with(|d| if d.held.get() == 0 { d.pop() } else { None });
         }
     }
 }
@@ -75,9 +120,15 @@ impl<T> Drop for Locked<'_, T> {
 /// released (see [`Locked`]); a panic in its `wake` goes to the panic
 /// handler.
 pub(crate) fn wake_unlocked(waker: Waker) {
-    if HELD.with(Cell::get) > 0 {
-        DEFERRED.with(|d| d.borrow_mut().push_back(waker));
-    } else {
+    let now = DEFERRED.with(|d| {
+        if d.held.get() > 0 {
+            d.push(waker);
+            None
+        } else {
+            Some(waker)
+        }
+    });
+    if let Some(waker) = now {
         crate::panic::wake(waker);
     }
 }
@@ -325,5 +376,33 @@ mod tests {
         assert!(!q.has_waiters());
         assert_eq!(q.waiting, 0);
         assert!(!q.notify_one());
+    }
+
+    /// Wakers notified under primitive locks are woken once the thread
+    /// holds none, in the order they were notified, and not before.
+    #[test]
+    fn wakers_run_after_the_last_lock_in_order() {
+        struct Log(Arc<std::sync::Mutex<Vec<usize>>>, usize);
+        impl Wake for Log {
+            fn wake(self: Arc<Self>) {
+                self.0.lock().unwrap().push(self.1);
+            }
+        }
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let waker = |i| Waker::from(Arc::new(Log(log.clone(), i)));
+        let (a, b) = (std::sync::Mutex::new(()), std::sync::Mutex::new(()));
+        {
+            let _outer = lock(&a);
+            wake_unlocked(waker(1));
+            {
+                let _inner = lock(&b);
+                wake_unlocked(waker(2));
+                wake_unlocked(waker(3));
+            }
+            assert!(log.lock().unwrap().is_empty(), "woken under a lock");
+        }
+        assert_eq!(*log.lock().unwrap(), [1, 2, 3]);
+        wake_unlocked(waker(4));
+        assert_eq!(*log.lock().unwrap(), [1, 2, 3, 4], "no lock: woken at once");
     }
 }
