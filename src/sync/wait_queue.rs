@@ -69,6 +69,11 @@ impl Deferred {
 /// panic (X5) runs under the primitive's lock, where using the same
 /// primitive again would deadlock. A poisoned lock is taken anyway: the
 /// primitives keep their state consistent across a panic.
+///
+/// No user code may run while one is held (wakers are deferred; items and
+/// values are dropped after the release): a fiber that suspended inside
+/// one would leave its thread's count raised, and every wake-up of the
+/// other tasks on that thread deferred until it resumed.
 pub(crate) struct Locked<'a, T> {
     guard: ManuallyDrop<MutexGuard<'a, T>>,
 }
