@@ -491,15 +491,23 @@ fn channel_moves_every_item_once_while_receives_are_dropped() {
 fn channel_close_either_side_and_recv_all() {
     watchdog("channel_close_either_side_and_recv_all", 30, || {
         let (tx, rx) = gdex::channel(4);
+        assert!(tx.is_empty());
+        assert_eq!(tx.len(), 0);
         for i in 0..3 {
             gdex::block_on(tx.send(i)).unwrap();
         }
+        assert!(!tx.is_empty() && tx.len() == 3, "{} queued", tx.len());
         assert_eq!(gdex::block_on(rx.recv_all()).unwrap(), [0, 1, 2]);
+        assert!(tx.is_empty());
         gdex::block_on(tx.send(3)).unwrap();
         tx.close();
         let refused = gdex::block_on(tx.send(4)).unwrap_err();
         // The item is not printed (it need not be Debug), only the error.
         assert_eq!(format!("{refused:?}"), "SendError(..)");
+        assert_eq!(
+            refused.to_string(),
+            "the channel is closed; the item was not sent"
+        );
         assert_eq!(refused.into_inner(), 4);
         assert_eq!(gdex::block_on(rx.recv()).unwrap(), 3);
         assert!(matches!(
