@@ -10,20 +10,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 struct Counting;
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated and not yet freed.
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
 
 // SAFETY: defers every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as ours, passed through.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as ours, passed through.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: same contract as ours, passed through.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -152,5 +160,32 @@ fn repolling_a_task_with_the_same_foreign_waker_allocates_once() {
             "{allocs} allocations for 1000 more pending polls"
         );
         assert!(gdex::block_on(task).is_ok());
+    });
+}
+
+/// F4's bookkeeping does not grow with the fibers a worker has run: the
+/// worker keeps a list of its live fibers (to cancel them at shutdown) and
+/// forgets finished ones as the list fills. 20,000 fibers run one after
+/// another leave (almost) no memory behind; a list that kept every
+/// finished fiber's entry would hold on to each one's shared block.
+#[test]
+fn finished_fibers_leave_no_memory_behind() {
+    let _one = serial();
+    common::watchdog("finished_fibers_leave_no_memory_behind", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        // Warm up: the stack pool, the list's first capacity.
+        for i in 0..1000 {
+            gdex::block_on(s.spawn_fiber(move || i)).unwrap();
+        }
+        let before = LIVE.load(Ordering::Relaxed);
+        for i in 0..20_000 {
+            gdex::block_on(s.spawn_fiber(move || i)).unwrap();
+        }
+        let grown = LIVE.load(Ordering::Relaxed) - before;
+        assert!(
+            grown < 64 * 1024,
+            "{grown} bytes still allocated after 20,000 finished fibers"
+        );
     });
 }
