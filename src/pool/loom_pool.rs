@@ -600,15 +600,14 @@ fn loom_self_unparking_worker() {
     });
 }
 
-/// A caller awaits its job and then shuts the pool down, while another
-/// thread pushes pinned work to the worker, which is re-checking the queues
-/// before it sleeps: the awaited job runs (no wake-up is lost before the
-/// shutdown), and the pinned job is run, or dropped by the exiting worker
-/// or by its pusher (shutdown step 5), exactly once; nothing is left queued
-/// (S9).
-#[test]
-fn loom_shutdown_racing_a_push() {
-    model(4, || {
+/// A caller awaits its job and then shuts the pool down while another
+/// thread runs `push` (item 1) against the worker, which is re-checking the
+/// queues before it sleeps: the awaited job runs (no wake-up is lost before
+/// the shutdown), and the pushed job is run, or dropped by the exiting
+/// worker, its pusher or the shutdown's final drain (steps 4 and 5),
+/// exactly once; nothing is left queued (S9).
+fn shutdown_racing(bound: usize, push: fn(&World)) {
+    model(bound, move || {
         let world = World::new(Setup {
             workers: 1,
             total: 0,
@@ -618,7 +617,7 @@ fn loom_shutdown_racing_a_push() {
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
-        let pusher = thread::spawn(move || w.push_inbox(0, 1));
+        let pusher = thread::spawn(move || push(&w));
         world.inject(0, 0);
         world.wait_ran();
         world.close();
@@ -630,33 +629,19 @@ fn loom_shutdown_racing_a_push() {
     });
 }
 
-/// As above with an injected job racing the shutdown: the pusher takes it
-/// back from the injector if it sees the pool closed, else the worker or
-/// the shutdown's final drain drops it (steps 4 and 5).
+/// [`shutdown_racing`] a pinned push to the worker's inbox.
+#[test]
+fn loom_shutdown_racing_a_push() {
+    shutdown_racing(4, |w| w.push_inbox(0, 1));
+}
+
+/// [`shutdown_racing`] an injected job: the pusher takes it back from the
+/// injector if it sees the pool closed.
 #[test]
 fn loom_shutdown_racing_an_inject() {
     // Bound 3: its step-5 interleavings need fewer preemptions than the
     // issue 12 one, which the model above already covers; 4 takes 100 s.
-    model(3, || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 0,
-            start: vec![Start::Parking],
-            timers: vec![None],
-            watched: Some(0),
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let pusher = thread::spawn(move || w.inject(1, 0));
-        world.inject(0, 0);
-        world.wait_ran();
-        world.close();
-        worker.join().unwrap();
-        pusher.join().unwrap();
-        world.drain_injector();
-        assert_eq!(world.runs[0].load(SeqCst), 1);
-        world.check_resolved(2);
-    });
+    shutdown_racing(3, |w| w.inject(1, 0));
 }
 
 /// Pinned work is pushed to a worker's inbox while it re-checks the queues
