@@ -117,48 +117,45 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-mod block_on;
 pub mod blocking;
-#[doc = include_str!("../docs/libdex.md")]
-pub mod libdex {}
-mod bound;
-mod clock;
+mod diagnostics;
 mod error;
 pub mod fiber;
-mod panic;
+mod future;
+#[doc = include_str!("../docs/libdex.md")]
+pub mod libdex {}
 mod pool;
 mod scheduler;
-mod stall;
+mod source;
 mod sync;
 mod task;
-pub mod thread;
-mod time;
 #[cfg(feature = "tokio")]
 mod tokio_rt;
 mod util;
 
 use std::future::Future;
 
-pub use block_on::{block_on, wait_for};
+pub use blocking::block_on::{block_on, wait_for};
+pub use blocking::thread;
 pub use blocking::LaneStats;
-pub use bound::spawn_bound;
+pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
+pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Error, ErrorCode};
 pub use fiber::Fiber;
-pub use panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
-pub use pool::metrics::{PoolMetrics, WorkerMetrics};
+pub use future::cancellable::{Cancellable, Cancelled, Delayed, Release};
+pub use future::promise::{Promise, PromiseFuture};
+pub use future::sets::{all, all_race, any, first};
+pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
+pub use future::time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
+pub use scheduler::bound::spawn_bound;
 pub use scheduler::Scheduler;
-pub use sync::cancellable::{Cancellable, Cancelled, Delayed, Release};
 pub use sync::channel::{
     channel, Receiver, RecvAllFuture, RecvFuture, SendError, SendFuture, Sender, TrySendError,
 };
 pub use sync::group::{GroupOutput, TaskGroup, TaskGroupBuilder, TaskGroupRef};
-pub use sync::promise::{Promise, PromiseFuture};
 pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
-pub use sync::sets::{all, all_race, any, first};
-pub use sync::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
-pub use time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
 #[cfg(feature = "tokio")]
 pub use tokio_rt::tokio_handle;
 

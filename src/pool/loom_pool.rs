@@ -81,7 +81,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::sleep::{Request, Sleep};
+use super::parking::{Parking, Request};
 
 type Item = usize;
 
@@ -199,7 +199,7 @@ enum Start {
 }
 
 struct World {
-    sleep: Sleep,
+    parking: Parking,
     start: Vec<Start>,
     injector: Queue,
     locals: Vec<Queue>,
@@ -225,7 +225,7 @@ impl World {
     fn new(setup: Setup) -> Arc<World> {
         let n = setup.workers;
         let world = World {
-            sleep: Sleep::new(n),
+            parking: Parking::new(n),
             start: setup.start.clone(),
             injector: Queue::default(),
             locals: (0..n).map(|_| Queue::default()).collect(),
@@ -245,7 +245,7 @@ impl World {
         };
         for (i, start) in setup.start.iter().enumerate() {
             if *start != Start::Awake {
-                assert!(world.sleep.try_park(i));
+                assert!(world.parking.try_park(i));
             }
         }
         Arc::new(world)
@@ -266,7 +266,7 @@ impl World {
             }
             return;
         }
-        if let Request::Wake(j) = self.sleep.request(None, start) {
+        if let Request::Wake(j) = self.parking.request(None, start) {
             self.contexts[j].wakeup();
         }
     }
@@ -282,7 +282,7 @@ impl World {
             }
             return;
         }
-        if self.sleep.notify(i) {
+        if self.parking.notify(i) {
             self.contexts[i].wakeup();
         }
     }
@@ -331,7 +331,7 @@ impl World {
     }
 
     /// `worker::run`: the worker's loop of context iterations, with its
-    /// source ready when `Sleep::should_run` says so, then its exit.
+    /// source ready when `Parking::should_run` says so, then its exit.
     fn run_worker(&self, i: usize) {
         let core = Core {
             world: self,
@@ -343,14 +343,14 @@ impl World {
         if self.start[i] == Start::Parking && core.sees_work() {
             // The tail of `run_slice`: work arrived while we announced the
             // park.
-            let _ = self.sleep.wake_up(i);
+            let _ = self.parking.wake_up(i);
         }
         loop {
             if self.closed.load(SeqCst) || self.done.load(SeqCst) {
                 break;
             }
             // prepare: is our source ready?
-            if self.sleep.should_run(i) || self.closed.load(SeqCst) {
+            if self.parking.should_run(i) || self.closed.load(SeqCst) {
                 self.contexts[i].acknowledge();
                 core.run_slice();
                 continue;
@@ -404,8 +404,8 @@ struct Core<'w> {
 }
 
 impl Core<'_> {
-    fn sleep(&self) -> &Sleep {
-        &self.world.sleep
+    fn parking(&self) -> &Parking {
+        &self.world.parking
     }
 
     fn local(&self) -> &Queue {
@@ -422,7 +422,7 @@ impl Core<'_> {
             return;
         }
         self.local().push(item);
-        if self.sleep().is_parked(self.i) {
+        if self.parking().is_parked(self.i) {
             self.unpark_self();
         } else if super::worker::wants_help(self.local().len()) {
             self.request_help();
@@ -430,14 +430,14 @@ impl Core<'_> {
     }
 
     fn unpark_self(&self) {
-        if self.sleep().is_parked(self.i) {
-            let _ = self.sleep().wake_up(self.i);
+        if self.parking().is_parked(self.i) {
+            let _ = self.parking().wake_up(self.i);
         }
     }
 
     fn request_help(&self) {
         let n = self.world.workers();
-        if let Request::Wake(j) = self.sleep().request(Some(self.i), (self.i + 1) % n) {
+        if let Request::Wake(j) = self.parking().request(Some(self.i), (self.i + 1) % n) {
             self.world.contexts[j].wakeup();
         }
     }
@@ -448,8 +448,8 @@ impl Core<'_> {
         if self.world.closed.load(SeqCst) {
             return;
         }
-        if self.sleep().is_parked(self.i) {
-            let _ = self.sleep().wake_up(self.i);
+        if self.parking().is_parked(self.i) {
+            let _ = self.parking().wake_up(self.i);
         }
         self.in_slice.set(true);
         loop {
@@ -460,12 +460,12 @@ impl Core<'_> {
                 self.world.ran(item);
                 continue;
             }
-            if !self.sleep().try_park(self.i) {
-                let _ = self.sleep().wake_up(self.i);
+            if !self.parking().try_park(self.i) {
+                let _ = self.parking().wake_up(self.i);
                 continue;
             }
             if self.sees_work() {
-                let _ = self.sleep().wake_up(self.i);
+                let _ = self.parking().wake_up(self.i);
                 continue;
             }
             break;

@@ -46,10 +46,8 @@
 
 #[cfg(all(test, gdex_loom))]
 mod loom_pool;
-pub(crate) mod metrics;
+pub(crate) mod parking;
 mod reaper;
-pub(crate) mod registry;
-pub(crate) mod sleep;
 pub(crate) mod timers;
 mod worker;
 
@@ -61,11 +59,11 @@ use crossbeam_deque::{Injector, Steal, Stealer};
 use crossbeam_utils::CachePadded;
 
 use crate::blocking::{Lane, LaneStats};
+use crate::diagnostics::metrics::{Counter, PoolMetrics, WorkerCounters};
 use crate::error::Error;
 use crate::scheduler::Scheduler;
 use crate::task::Job;
-use metrics::{Counter, PoolMetrics, WorkerCounters};
-use sleep::{Request, Sleep};
+use parking::{Parking, Request};
 
 pub(crate) use worker::{
     current_index, current_pool, current_registry, enter_blocking, note_timer, register_fiber,
@@ -84,7 +82,7 @@ pub(crate) struct Remote {
     /// Inside `gdex::blocking::blocking`: the stall watchdog leaves it be.
     in_blocking: AtomicBool,
     /// The tasks that went idle on this worker (S9, see [`registry`]).
-    registry: Arc<registry::Registry>,
+    registry: Arc<crate::task::registry::Registry>,
     /// Set by the worker once it has drained its queues for the last time:
     /// from then on, whoever pushes to its inbox drops what it finds there.
     exited: AtomicBool,
@@ -95,7 +93,7 @@ pub(crate) struct Remote {
 pub(crate) struct PoolShared {
     injector: CachePadded<Injector<Job>>,
     stealers: Box<[Stealer<Job>]>,
-    sleep: Sleep,
+    parking: Parking,
     /// One cache line pair each: a worker bumps its counters on every job,
     /// and must not invalidate its neighbour's line when it does.
     remotes: Box<[CachePadded<Remote>]>,
@@ -184,7 +182,7 @@ impl PoolShared {
             reaper::reap(Self::take_all(&self.injector));
             return;
         }
-        match self.sleep.request(None, worker::pseudo_random() as usize) {
+        match self.parking.request(None, worker::pseudo_random() as usize) {
             Request::Wake(i) => {
                 self.external_sent.add_shared();
                 self.unpark(i);
@@ -258,7 +256,7 @@ impl PoolShared {
             }
         } else {
             fence(Ordering::SeqCst);
-            if let Request::Wake(j) = self.sleep.request(Some(i), (i + 1) % n) {
+            if let Request::Wake(j) = self.parking.request(Some(i), (i + 1) % n) {
                 self.unpark(j);
             }
         }
@@ -310,7 +308,7 @@ impl PoolShared {
             reaper::reap(Self::take_all(&remote.inbox));
             return;
         }
-        if self.sleep.notify(i) {
+        if self.parking.notify(i) {
             self.unpark(i);
         }
     }
@@ -403,7 +401,7 @@ impl PoolShared {
                 .remotes
                 .iter()
                 .enumerate()
-                .map(|(i, r)| r.counters.snapshot(i, !self.sleep.should_run(i)))
+                .map(|(i, r)| r.counters.snapshot(i, !self.parking.should_run(i)))
                 .collect(),
             injected: self.injected.get(),
             external_wake_requests_sent: self.external_sent.get(),
@@ -691,7 +689,7 @@ impl ThreadPoolBuilder {
         let shared = Arc::new(PoolShared {
             injector: CachePadded::new(Injector::new()),
             stealers: locals.iter().map(|w| w.stealer()).collect(),
-            sleep: Sleep::new(n),
+            parking: Parking::new(n),
             remotes: (0..n)
                 .map(|_| {
                     CachePadded::new(Remote {
@@ -699,7 +697,7 @@ impl ThreadPoolBuilder {
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),
                         in_blocking: AtomicBool::new(false),
-                        registry: registry::Registry::new(),
+                        registry: crate::task::registry::Registry::new(),
                         exited: AtomicBool::new(false),
                         timers: Default::default(),
                     })
@@ -717,7 +715,7 @@ impl ThreadPoolBuilder {
             thread_per_core: self.thread_per_core.unwrap_or_else(default_thread_per_core),
             stall_threshold: self
                 .stall_threshold
-                .unwrap_or_else(crate::stall::default_threshold),
+                .unwrap_or_else(crate::diagnostics::stall::default_threshold),
             blocking: Lane::new(
                 "gdex-blocking",
                 self.max_blocking_threads.unwrap_or(512),

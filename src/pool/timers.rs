@@ -20,7 +20,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::sync::Flag;
+use crate::util::Flag;
 
 /// A timer's entry in a worker's book, held by the timer while it waits on
 /// that worker's context.

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use crossbeam_deque::Steal;
 
-use super::sleep::Request;
+use super::parking::Request;
 use super::PoolShared;
-use crate::scheduler::source::{Hooks, SourceRef};
+use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
 
 /// Jobs a worker runs per dispatch before it lets its context dispatch due
@@ -67,7 +67,7 @@ pub(crate) struct Core {
     /// The slice's clock is read when `ran & clock_mask == 0`.
     clock_mask: Cell<usize>,
     /// What the stall watchdog watches of this worker.
-    runner: Arc<crate::stall::Runner>,
+    runner: Arc<crate::diagnostics::stall::Runner>,
     /// The fibers started on this worker, to cancel at shutdown.
     fibers: std::cell::RefCell<Vec<std::sync::Weak<crate::fiber::Shared>>>,
     /// X6: tokio I/O and timers work in this worker's tasks; entered at
@@ -193,7 +193,7 @@ pub(crate) fn register_fiber(fiber: std::sync::Weak<crate::fiber::Shared>) {
 /// book (see `pool::timers`); nothing off the pool.
 pub(crate) fn note_timer(
     deadline: i64,
-    flag: &Arc<crate::sync::Flag>,
+    flag: &Arc<crate::util::Flag>,
 ) -> Option<Arc<super::timers::Noted>> {
     with_current(|core| {
         core.map(|core| core.shared.remotes[core.index].timers.note(deadline, flag))
@@ -202,7 +202,7 @@ pub(crate) fn note_timer(
 
 /// The registry of idle tasks (S9) of the worker running on this thread, if
 /// any: where a task polled here records itself when it goes idle.
-pub(crate) fn current_registry() -> Option<Arc<super::registry::Registry>> {
+pub(crate) fn current_registry() -> Option<Arc<crate::task::registry::Registry>> {
     with_current(|core| core.map(|c| c.shared.remotes[c.index].registry.clone()))
 }
 
@@ -231,9 +231,9 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             pinned_turn: Cell::new(false),
             in_slice: Cell::new(false),
             woken: Default::default(),
-            slice_ticks: crate::clock::ticks(SLICE_TIME),
+            slice_ticks: crate::util::clock::ticks(SLICE_TIME),
             clock_mask: Cell::new(7),
-            runner: crate::stall::Runner::new(
+            runner: crate::diagnostics::stall::Runner::new(
                 format!("gdex-worker-{index}"),
                 shared.stall_threshold(),
                 Some((Arc::downgrade(&shared), index)),
@@ -243,7 +243,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             tokio: Default::default(),
         };
         CURRENT.with(|c| c.set(&core));
-        let _runner = crate::stall::enter(&core.runner);
+        let _runner = crate::diagnostics::stall::enter(&core.runner);
         let name = c"[gdex-worker]";
         let source = SourceRef::attach(
             &context,
@@ -279,7 +279,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         // one may be queued anywhere: the injector is emptied meanwhile, and
         // a peer empties its own queues before it exits.
         if remote.registry.outstanding() > 0 {
-            let deadline = std::time::Instant::now() + super::registry::LATE_WAKE;
+            let deadline = std::time::Instant::now() + crate::task::registry::LATE_WAKE;
             while remote.registry.outstanding() > 0 && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 shared.drain_injector();
@@ -312,7 +312,7 @@ struct WorkerHooks {
 impl Hooks for WorkerHooks {
     #[inline]
     fn ready(&self) -> bool {
-        self.shared.sleep.should_run(self.index) || self.shared.closed.load(Ordering::Acquire)
+        self.shared.parking.should_run(self.index) || self.shared.closed.load(Ordering::Acquire)
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
@@ -326,7 +326,7 @@ impl Hooks for WorkerHooks {
 }
 
 impl Core {
-    fn counters(&self) -> &super::metrics::WorkerCounters {
+    fn counters(&self) -> &crate::diagnostics::metrics::WorkerCounters {
         &self.shared.remotes[self.index].counters
     }
 
@@ -354,7 +354,7 @@ impl Core {
             }
         };
         self.local.push(job);
-        if self.shared.sleep.is_parked(self.index) {
+        if self.shared.parking.is_parked(self.index) {
             self.unpark_self();
         } else if !self.shared.thread_per_core && wants_help(self.local.len()) {
             self.request_help();
@@ -451,7 +451,7 @@ impl Core {
     /// woke a task) while it was parked: un-park, so the next iteration
     /// dispatches our source. No syscall: we are the thread that would poll.
     fn unpark_self(&self) {
-        let sleep = &self.shared.sleep;
+        let sleep = &self.shared.parking;
         if sleep.is_parked(self.index) && sleep.wake_up(self.index).received {
             self.counters().wake_requests_received.bump();
         }
@@ -462,7 +462,7 @@ impl Core {
         let counters = self.counters();
         match self
             .shared
-            .sleep
+            .parking
             .request(Some(self.index), (self.index + 1) % n)
         {
             Request::Wake(i) => {
@@ -485,7 +485,7 @@ impl Core {
         // A slice dispatched by a nested loop inside a fiber runs plain tasks.
         let _outside = crate::fiber::outside_fiber();
         self.runner.busy();
-        struct Idle<'a>(&'a crate::stall::Runner);
+        struct Idle<'a>(&'a crate::diagnostics::stall::Runner);
         impl Drop for Idle<'_> {
             fn drop(&mut self) {
                 self.0.idle();
@@ -500,11 +500,11 @@ impl Core {
             }
         }
         let _out = OutOfSlice(&self.in_slice);
-        let deadline = crate::clock::now().wrapping_add(self.slice_ticks);
+        let deadline = crate::util::clock::now().wrapping_add(self.slice_ticks);
         // Read the clock after every job if the last slice ran out of time
         // (long jobs), every 8th otherwise; this slice decides the next.
         let clock_mask = self.clock_mask.replace(7);
-        let sleep = &self.shared.sleep;
+        let sleep = &self.shared.parking;
         let counters = self.counters();
         // Leave the parked state if we were asleep. A busy worker keeps a
         // request it holds until its own deque is drained (P6): it consumes
@@ -534,7 +534,7 @@ impl Core {
                 spins = 0;
                 // P8 by time as well as by count (the clock read is cheap,
                 // not free).
-                if ran & clock_mask == 0 && crate::clock::now() >= deadline {
+                if ran & clock_mask == 0 && crate::util::clock::now() >= deadline {
                     self.clock_mask.set(0);
                     break;
                 }

@@ -54,8 +54,8 @@ use std::time::Duration;
 use crossbeam_deque::{Injector, Steal};
 use glib::translate::ToGlibPtr;
 
-use super::source::{Hooks, SourceRef};
 use super::thread_token;
+use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
@@ -124,7 +124,7 @@ pub(crate) struct ContextShared {
     wakeups: AtomicU64,
     is_main: bool,
     /// What the stall watchdog watches of this scheduler.
-    runner: Arc<crate::stall::Runner>,
+    runner: Arc<crate::diagnostics::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
     dispatch_ticks: u64,
     /// Ourselves, for the idle watch thread.
@@ -212,7 +212,7 @@ struct ProgressHooks {
 impl Hooks for ProgressHooks {
     fn ready(&self) -> bool {
         self.pending.notified.load(Ordering::Acquire)
-            && crate::clock::now().wrapping_sub(self.pending.since.load(Ordering::Relaxed))
+            && crate::util::clock::now().wrapping_sub(self.pending.since.load(Ordering::Relaxed))
                 >= self.bound
     }
 
@@ -271,7 +271,7 @@ impl ContextShared {
                     Box::new(ProgressHooks {
                         shared: weak.clone(),
                         pending: pending.clone(),
-                        bound: crate::clock::ticks(PROGRESS_BOUND),
+                        bound: crate::util::clock::ticks(PROGRESS_BOUND),
                     }),
                     true,
                     c"[gdex-main-progress]",
@@ -288,16 +288,16 @@ impl ContextShared {
                 pending,
                 wakeups: AtomicU64::new(0),
                 is_main,
-                runner: crate::stall::Runner::new(
+                runner: crate::diagnostics::stall::Runner::new(
                     if is_main {
                         "the main scheduler".to_owned()
                     } else {
                         "a gdex context scheduler".to_owned()
                     },
-                    crate::stall::default_threshold(),
+                    crate::diagnostics::stall::default_threshold(),
                     None,
                 ),
-                dispatch_ticks: crate::clock::ticks(DISPATCH_TIME),
+                dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
                 me: weak.clone(),
                 watch: OnceLock::new(),
                 watch_sleeping: AtomicBool::new(false),
@@ -358,7 +358,7 @@ impl ContextShared {
             // idle watch.
             self.pending
                 .since
-                .store(crate::clock::now(), Ordering::Relaxed);
+                .store(crate::util::clock::now(), Ordering::Relaxed);
             self.source.set_ready();
             self.wake_watch();
         } else {
@@ -375,7 +375,7 @@ impl ContextShared {
         let here = thread::current();
         let name = here.name().unwrap_or("<unnamed>");
         if self.is_main {
-            let main_thread = crate::block_on::is_main_thread();
+            let main_thread = crate::blocking::block_on::is_main_thread();
             if main_thread && self.context.acquire().is_ok() {
                 return;
             }
@@ -462,7 +462,7 @@ impl ContextShared {
     /// Runs up to a batch of jobs, taking turns between the shared queue
     /// and the calling thread's `!Send` queue; `None` if both ran out.
     fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
-        let deadline = crate::clock::now().wrapping_add(self.dispatch_ticks);
+        let deadline = crate::util::clock::now().wrapping_add(self.dispatch_ticks);
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
@@ -492,7 +492,7 @@ impl ContextShared {
             job.run();
             self.runner.leave_job();
             ran += 1;
-            if crate::clock::now() >= deadline {
+            if crate::util::clock::now() >= deadline {
                 break;
             }
         }
@@ -516,7 +516,7 @@ impl ContextShared {
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();
-        let _runner = crate::stall::enter(&self.runner);
+        let _runner = crate::diagnostics::stall::enter(&self.runner);
         self.runner.busy();
         let local = self.local_queue_here();
         self.run_jobs(local.as_deref());
@@ -562,8 +562,8 @@ impl ContextShared {
 fn drop_orphan(job: Job) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(job)))
     {
-        crate::panic::report(
-            crate::panic::PanicSource::Source,
+        crate::diagnostics::panic::report(
+            crate::diagnostics::panic::PanicSource::Source,
             crate::error::panic_message(&*payload),
         );
     }
@@ -573,7 +573,7 @@ fn drop_orphan(job: Job) {
 /// has waited `delay` for a thread to iterate the default main context,
 /// once per episode. Sleeps for good while there is nothing to watch.
 fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
-    let delay_ticks = crate::clock::ticks(delay);
+    let delay_ticks = crate::util::clock::ticks(delay);
     let mut reported: Option<u64> = None;
     loop {
         let Some(main) = shared.upgrade() else { return };
@@ -592,7 +592,7 @@ fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
             continue;
         }
         let episode = pending.dispatches.load(Ordering::Acquire);
-        let waited = crate::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
+        let waited = crate::util::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
         if waited < delay_ticks {
             let left = delay.mul_f64((delay_ticks - waited) as f64 / delay_ticks as f64);
             drop(main);

@@ -5,8 +5,8 @@
 //! or a thread pool. The handle is cheap to clone and `Send + Sync`; spawning
 //! through it is the same call whatever is behind it.
 
+pub(crate) mod bound;
 pub(crate) mod context;
-pub(crate) mod source;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -81,7 +81,7 @@ impl Scheduler {
     ///   `G_PRIORITY_HIGH`).
     /// - **Somebody must iterate the default main context**: run a
     ///   `GMainLoop` or a GTK application, or wait with
-    ///   [`block_on`](crate::block_on). Work that has waited 3 s with nobody
+    ///   [`block_on`](crate::blocking::block_on). Work that has waited 3 s with nobody
     ///   running it is reported once with a `g_warning` (domain `gdex`);
     ///   `GDEX_MAIN_IDLE_WARN_MS=<ms>` sets that delay, `0` turns it off.
     pub fn main() -> Scheduler {
@@ -213,7 +213,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.spawn(crate::stall::Named::new(name.into(), future))
+        self.spawn(crate::diagnostics::stall::Named::new(name.into(), future))
     }
 
     /// Spawns a `!Send` future on a context scheduler (S1, S10). The future

@@ -35,8 +35,8 @@ use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
 
+use crate::diagnostics::panic::PanicSource;
 use crate::error::panic_message;
-use crate::panic::PanicSource;
 use crate::{Error, Scheduler, Task};
 
 /// What a member of a [`TaskGroup`] gives, seen by the group: whether it
@@ -281,11 +281,11 @@ impl<T> Drop for Shared<T> {
         // never collected) goes to the panic handler (X5).
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let First::Here(Err(Error::Panicked(message))) = &mut state.first {
-            crate::panic::report(PanicSource::Task, std::mem::take(message));
+            crate::diagnostics::panic::report(PanicSource::Task, std::mem::take(message));
         }
         for result in state.results.iter_mut().flatten() {
             if let Err(Error::Panicked(message)) = result {
-                crate::panic::report(PanicSource::Task, std::mem::take(message));
+                crate::diagnostics::panic::report(PanicSource::Task, std::mem::take(message));
             }
         }
     }
@@ -307,7 +307,7 @@ thread_local! {
 /// Drops `value`, sending a panic of its destructor to the panic handler.
 fn drop_contained<V>(value: V, source: PanicSource) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        crate::panic::report(source, panic_message(&*payload));
+        crate::diagnostics::panic::report(source, panic_message(&*payload));
     }
 }
 
@@ -327,7 +327,7 @@ impl<T: GroupOutput> Guard<T> {
         let Some(shared) = self.group.upgrade() else {
             // The group is gone: nobody will read the outcome.
             if let Err(Error::Panicked(message)) = outcome {
-                crate::panic::report(PanicSource::Task, message);
+                crate::diagnostics::panic::report(PanicSource::Task, message);
             } else {
                 drop_contained(outcome, PanicSource::Output);
             }
@@ -386,7 +386,7 @@ impl<T: GroupOutput> Guard<T> {
         drop(cancel);
         match unread {
             Some(Err(Error::Panicked(message))) => {
-                crate::panic::report(PanicSource::Task, message);
+                crate::diagnostics::panic::report(PanicSource::Task, message);
             }
             Some(outcome) => drop_contained(outcome, PanicSource::Output),
             None => {}
@@ -453,7 +453,7 @@ where
         // group (and a close waiting for it) hears that the member ended.
         let future = &mut this.future;
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| *future = None)) {
-            crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
         this.guard.finish(outcome, false);
         Poll::Ready(())
@@ -653,7 +653,7 @@ impl<T: GroupOutput> TaskGroup<T> {
     /// reaches them.
     ///
     /// It is set while a member's future is being polled (for a member
-    /// polled inside [`block_on`](crate::block_on) on this thread, too).
+    /// polled inside [`block_on`](crate::blocking::block_on) on this thread, too).
     ///
     /// # Panics
     /// If the running member's group has another output type than `T`,
@@ -807,7 +807,7 @@ impl<T: GroupOutput> TaskGroup<T> {
             for result in results.into_iter().flatten() {
                 match result {
                     Err(Error::Panicked(message)) => {
-                        crate::panic::report(PanicSource::Task, message);
+                        crate::diagnostics::panic::report(PanicSource::Task, message);
                     }
                     result => drop_contained(result, PanicSource::Output),
                 }

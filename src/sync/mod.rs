@@ -1,49 +1,7 @@
-//! The future toolkit (libdex parity): promises, future sets, cancellables,
-//! delayed results, channels, semaphores, limiters and task groups.
+//! Coordination between tasks: channels, semaphores and limiters, task
+//! groups, and the cancel-safe wait queue they share.
 
-pub(crate) mod cancellable;
 pub(crate) mod channel;
 pub(crate) mod group;
-pub(crate) mod promise;
 pub(crate) mod semaphore;
-pub(crate) mod sets;
-pub(crate) mod signal;
-mod wait_queue;
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Context;
-
-use futures::task::AtomicWaker;
-
-/// A one-way flag a future can wait on: raised once, from any thread.
-#[derive(Default, Debug)]
-pub(crate) struct Flag {
-    pub(crate) set: AtomicBool,
-    waker: AtomicWaker,
-}
-
-impl Flag {
-    pub(crate) fn raise(&self) {
-        self.set.store(true, Ordering::Release);
-        // Raised from GLib callbacks (where unwinding aborts), gdex's
-        // timer sources and the watchdog's thread (which a panic would
-        // kill): a waker's panic goes to the panic handler instead (X5).
-        if let Some(waker) = self.waker.take() {
-            crate::panic::wake(waker);
-        }
-    }
-
-    /// True once raised.
-    pub(crate) fn is_raised(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-
-    /// True if raised; otherwise registers the task to be woken when it is.
-    pub(crate) fn poll_raised(&self, cx: &mut Context<'_>) -> bool {
-        if self.set.load(Ordering::Acquire) {
-            return true;
-        }
-        self.waker.register(cx.waker());
-        self.set.load(Ordering::Acquire)
-    }
-}
+pub(crate) mod wait_queue;

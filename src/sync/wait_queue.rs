@@ -115,7 +115,7 @@ impl<T> Drop for Locked<'_, T> {
         // One at a time, without holding the queue: a wake may lock a
         // primitive again and defer more (its own release wakes those).
         while let Some(waker) = next {
-            crate::panic::wake(waker);
+            crate::diagnostics::panic::wake(waker);
             next = DEFERRED.with(|d| if d.held.get() == 0 { d.pop() } else { None });
         }
     }
@@ -134,7 +134,7 @@ pub(crate) fn wake_unlocked(waker: Waker) {
         }
     });
     if let Some(waker) = now {
-        crate::panic::wake(waker);
+        crate::diagnostics::panic::wake(waker);
     }
 }
 

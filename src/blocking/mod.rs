@@ -15,6 +15,9 @@
 //! saying no thread could start, and its closure never runs. The next job
 //! tries to start a thread again.
 
+pub(crate) mod block_on;
+pub mod thread;
+
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -241,7 +244,7 @@ impl Lane {
             // it goes to the panic handler (X5).
             drop(state);
             for waker in wakers {
-                crate::panic::wake(waker);
+                crate::diagnostics::panic::wake(waker);
             }
         }
     }

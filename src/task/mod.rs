@@ -23,6 +23,8 @@
 //! Each block also carries the task's `gio::Cancellable` (X1), made on first
 //! use by [`current_cancellable`] and cancelled when the task is.
 
+pub(crate) mod registry;
+
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,8 +37,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use gio::prelude::*;
 use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
 
+use crate::diagnostics::panic::PanicSource;
 use crate::error::{panic_message, Error};
-use crate::panic::PanicSource;
 
 /// A task's `Runnable`, with the task's [`TaskMeta`] in its block.
 pub(crate) type Runnable = async_task::Runnable<TaskMeta>;
@@ -246,7 +248,7 @@ impl Drop for Work {
         // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
         let drop_closure = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
-            crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
     }
 }
@@ -265,12 +267,15 @@ impl Job {
                 let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
                 CURRENT.set(previous);
                 if let Err(payload) = result {
-                    crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+                    crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
                 }
             }
             Job::Work(work) => {
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(work.into_inner())) {
-                    crate::panic::report(PanicSource::WorkItem, panic_message(&*payload));
+                    crate::diagnostics::panic::report(
+                        PanicSource::WorkItem,
+                        panic_message(&*payload),
+                    );
                 }
             }
         }
@@ -302,7 +307,7 @@ impl PanicReport {
 impl Drop for PanicReport {
     fn drop(&mut self) {
         if let Some(message) = self.message.take() {
-            crate::panic::report_from(PanicSource::Task, message, self.thread.take());
+            crate::diagnostics::panic::report_from(PanicSource::Task, message, self.thread.take());
         }
     }
 }
@@ -333,7 +338,7 @@ impl<T> Drop for Output<T> {
         // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
         let drop_value = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_value)) {
-            crate::panic::report(PanicSource::Output, panic_message(&*payload));
+            crate::diagnostics::panic::report(PanicSource::Output, panic_message(&*payload));
         }
     }
 }
@@ -376,7 +381,7 @@ impl<F> CatchUnwind<F> {
 /// A task's entry in a worker's registry of idle tasks (S9).
 struct Idle {
     /// The registry holding the task's waker, if it holds it.
-    registry: Option<std::sync::Arc<crate::pool::registry::Registry>>,
+    registry: Option<std::sync::Arc<crate::task::registry::Registry>>,
     /// The entry in `registry`; [`UNTRACKED`] with no registry if the task
     /// went idle on a thread that is no pool worker (a main-scheduler task):
     /// no registry will ever hold it, and it stops asking.
@@ -436,7 +441,7 @@ impl<F> Drop for CatchUnwind<F> {
         // dropping in place), and never used afterwards.
         let drop_inner = || unsafe { std::mem::ManuallyDrop::drop(&mut self.future) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_inner)) {
-            crate::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
         self.idle.done();
     }
@@ -476,7 +481,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 /// A handle to a spawned task; itself a future of the task's output (S4).
 ///
 /// Await it from any scheduler, a fiber or a plain thread
-/// ([`block_on`](crate::block_on)); the waiter resumes on its own scheduler.
+/// ([`block_on`](crate::blocking::block_on)); the waiter resumes on its own scheduler.
 /// It resolves to `Ok(output)`, `Err(Error::Panicked(message))` if the task
 /// panicked, or `Err(Error::Cancelled)` if the task was dropped unfinished
 /// (its scheduler shut down).
@@ -701,13 +706,13 @@ struct ContainedWaker(Waker);
 impl Wake for ContainedWaker {
     fn wake(self: Arc<Self>) {
         match Arc::try_unwrap(self) {
-            Ok(ContainedWaker(waker)) => crate::panic::wake(waker),
-            Err(this) => crate::panic::wake_by_ref(&this.0),
+            Ok(ContainedWaker(waker)) => crate::diagnostics::panic::wake(waker),
+            Err(this) => crate::diagnostics::panic::wake_by_ref(&this.0),
         }
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        crate::panic::wake_by_ref(&self.0);
+        crate::diagnostics::panic::wake_by_ref(&self.0);
     }
 }
 

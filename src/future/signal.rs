@@ -24,9 +24,9 @@ use futures::task::AtomicWaker;
 use glib::translate::ToGlibPtr;
 use glib_sys as ffi;
 
-use super::Flag;
 use crate::scheduler::context::idle_warn_delay;
-use crate::scheduler::source::{Hooks, SourceRef};
+use crate::source::{Hooks, SourceRef};
+use crate::util::Flag;
 
 extern "C" {
     // In glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
@@ -108,7 +108,7 @@ unsafe extern "C" fn release_arc<T>(data: ffi::gpointer) {
 ///
 /// As in libdex and GLib, the signal is delivered through the **default
 /// main context**: it must be running (a GTK app's main loop, or
-/// [`block_on`](crate::block_on) on the main thread). If nobody iterates it
+/// [`block_on`](crate::blocking::block_on) on the main thread). If nobody iterates it
 /// while the future waits, a `g_warning` (domain `gdex`) says so once after
 /// 3 s (`GDEX_MAIN_IDLE_WARN_MS=<ms>` sets the delay, `0` turns it off).
 ///
@@ -210,7 +210,7 @@ unsafe extern "C" fn on_signals(data: ffi::gpointer) -> ffi::gboolean {
     arrivals.arrived.store(true, Ordering::Release);
     // Unwinding out of this C callback would abort (X5).
     if let Some(waker) = arrivals.waker.take() {
-        crate::panic::wake(waker);
+        crate::diagnostics::panic::wake(waker);
     }
     ffi::G_SOURCE_CONTINUE
 }
@@ -231,7 +231,7 @@ unsafe extern "C" fn on_signals(data: ffi::gpointer) -> ffi::gboolean {
 ///
 /// Like [`unix_signal`], it is delivered through the **default main
 /// context**, which some thread must iterate (a GTK app's main loop, or
-/// [`block_on`](crate::block_on) on the main thread); if nobody does while a
+/// [`block_on`](crate::blocking::block_on) on the main thread); if nobody does while a
 /// `recv` waits, a `g_warning` (domain `gdex`) says so once after 3 s
 /// (`GDEX_MAIN_IDLE_WARN_MS=<ms>` sets the delay, `0` turns it off).
 ///

@@ -43,7 +43,7 @@
 //!
 //! A worker that published local work, a thief that found backlog, or an
 //! outside thread that pushed to the injector asks for help with
-//! [`Sleep::request`]:
+//! [`Parking::request`]:
 //!
 //! 1. a sleeper is already on its way (`waking > 0`): *coalesced*, no syscall.
 //!    That sleeper will ask for the next helper itself if its steal leaves
@@ -57,13 +57,13 @@
 //! # Parking
 //!
 //! A worker that found no work in its deque, the injector or any peer calls
-//! [`Sleep::try_park`] (`0 → PARKED`; refused if it holds a request, which it
+//! [`Parking::try_park`] (`0 → PARKED`; refused if it holds a request, which it
 //! then consumes and searches again), and then **re-checks every queue**. A
 //! publisher to the injector pushes first and reads the states after a
 //! `SeqCst` fence; the parker announces first and reads the queues after one. Of two such
 //! threads, at least one sees the other: either the publisher finds the
 //! `PARKED` worker and wakes it, or the parker finds the work and cancels its
-//! park with [`Sleep::wake_up`]. No wake-up is lost.
+//! park with [`Parking::wake_up`]. No wake-up is lost.
 
 // Under `--cfg gdex_loom` the protocol runs on loom's atomics, so that the
 // models in `loom_pool.rs` explore the interleavings of it.
@@ -100,16 +100,16 @@ pub(crate) struct Woke {
     pub(crate) received: bool,
 }
 
-pub(crate) struct Sleep {
+pub(crate) struct Parking {
     states: Box<[CachePadded<AtomicU32>]>,
     sleepers: CachePadded<AtomicUsize>,
     /// Signed: see the module docs (it may dip to -1 for a moment).
     waking: CachePadded<AtomicIsize>,
 }
 
-impl Sleep {
-    pub(crate) fn new(workers: usize) -> Sleep {
-        Sleep {
+impl Parking {
+    pub(crate) fn new(workers: usize) -> Parking {
+        Parking {
             states: (0..workers)
                 .map(|_| CachePadded::new(AtomicU32::new(0)))
                 .collect(),
@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn remote_request_wakes_one_sleeper_then_coalesces() {
-        let s = Sleep::new(3);
+        let s = Parking::new(3);
         for i in 0..3 {
             assert!(s.try_park(i));
         }
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn local_request_marks_a_busy_peer_once() {
-        let s = Sleep::new(2);
+        let s = Parking::new(2);
         assert_eq!(s.request(Some(0), 1), Request::Marked(1));
         assert_eq!(s.request(Some(0), 1), Request::Coalesced);
         assert_eq!(s.request(None, 1), Request::Nobody);
@@ -322,10 +322,10 @@ mod tests {
     /// worker is not "on its way" and must not absorb the request.
     #[test]
     fn a_request_skips_awake_workers_to_wake_a_sleeper() {
-        let s = Sleep::new(3);
+        let s = Parking::new(3);
         assert!(s.try_park(2));
         assert_eq!(s.request(None, 0), Request::Wake(2));
-        let s = Sleep::new(3);
+        let s = Parking::new(3);
         assert!(s.try_park(1));
         assert_eq!(s.request(Some(2), 0), Request::Wake(1));
         assert!(!s.notify(0), "an awake worker needs no wake-up");
@@ -337,22 +337,22 @@ mod tests {
     /// remote request or a lone worker has nobody to mark (P6).
     #[test]
     fn local_requests_mark_the_peer_at_start_skipping_the_requester() {
-        let ask = |from, start| Sleep::new(3).request(Some(from), start);
+        let ask = |from, start| Parking::new(3).request(Some(from), start);
         assert_eq!(ask(0, 2), Request::Marked(2));
         assert_eq!(ask(2, 2), Request::Marked(0), "the requester is skipped");
         assert_eq!(ask(0, 4), Request::Marked(1), "start wraps");
-        let s = Sleep::new(3);
+        let s = Parking::new(3);
         assert_eq!(s.request(Some(0), 2), Request::Marked(2));
         assert_eq!(s.request(Some(1), 2), Request::Coalesced, "2 holds one");
         assert_eq!(s.request(None, 1), Request::Nobody);
-        let lone = Sleep::new(1);
+        let lone = Parking::new(1);
         assert_eq!(lone.request(Some(0), 1), Request::Nobody);
         assert!(lone.try_park(0), "a lone worker holds no request");
     }
 
     #[test]
     fn a_directed_notify_wakes_only_a_parked_worker() {
-        let s = Sleep::new(2);
+        let s = Parking::new(2);
         assert!(!s.notify(1), "an awake worker needs no wake-up");
         assert!(!s.is_parked(1) && s.should_run(1));
         assert!(s.try_park(1));
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn self_unpark_is_not_a_received_request() {
-        let s = Sleep::new(2);
+        let s = Parking::new(2);
         assert!(s.try_park(0));
         assert_eq!(s.wake_up(0), Woke { received: false });
         assert_eq!(s.sleepers.load(SeqCst), 0);

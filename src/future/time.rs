@@ -31,8 +31,8 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::scheduler::source::{Hooks, SourceRef};
-use crate::sync::Flag;
+use crate::source::{Hooks, SourceRef};
+use crate::util::Flag;
 use crate::{Error, Scheduler};
 
 /// A one-shot timer on a GLib context.

@@ -6,10 +6,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::wait_queue::Locked;
+use crate::sync::wait_queue::Locked;
 use std::task::{Context, Poll};
 
-use super::wait_queue::WaitQueue;
+use crate::sync::wait_queue::WaitQueue;
 use crate::Error;
 
 /// The resolving side of a promise (libdex's `DexPromise`): resolve or
@@ -52,7 +52,7 @@ enum State<T> {
 
 impl<T> Inner<T> {
     fn lock(&self) -> Locked<'_, State<T>> {
-        super::wait_queue::lock(&self.state)
+        crate::sync::wait_queue::lock(&self.state)
     }
 
     fn complete(&self, result: Result<T, Error>) {

@@ -168,7 +168,10 @@ fn with_hooks(source: *mut ffi::GSource, f: impl FnOnce(Option<&dyn Hooks>) -> b
         f(unsafe { hooks(source) })
     }))
     .unwrap_or_else(|payload| {
-        crate::panic::report(crate::panic::PanicSource::Source, panic_message(&*payload));
+        crate::diagnostics::panic::report(
+            crate::diagnostics::panic::PanicSource::Source,
+            panic_message(&*payload),
+        );
         true
     })
 }
@@ -201,6 +204,9 @@ unsafe extern "C" fn finalize(source: *mut ffi::GSource) {
     // reference is gone; nothing reads `hooks` afterwards.
     let hooks = unsafe { (*(source as *mut HookSource)).hooks.take() };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(hooks))) {
-        crate::panic::report(crate::panic::PanicSource::Source, panic_message(&*payload));
+        crate::diagnostics::panic::report(
+            crate::diagnostics::panic::PanicSource::Source,
+            panic_message(&*payload),
+        );
     }
 }

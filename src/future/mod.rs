@@ -1,0 +1,8 @@
+//! The futures of the toolkit (libdex parity): time, future sets, promises,
+//! cancellables, delayed results and Unix signals.
+
+pub(crate) mod cancellable;
+pub(crate) mod promise;
+pub(crate) mod sets;
+pub(crate) mod signal;
+pub(crate) mod time;
