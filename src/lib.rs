@@ -118,6 +118,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod blocking;
+mod current;
 mod diagnostics;
 mod error;
 pub mod fiber;

@@ -33,7 +33,6 @@
 //! later replaces the wrapper (the app's hook is then the only one, as it
 //! asked); the time spent in it then counts toward a stall again.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +40,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::current::{Entered, Role, Slot};
 use crate::pool::PoolShared;
 
 /// One thing that runs jobs and can get stuck in one: a pool worker, or a
@@ -217,7 +217,7 @@ fn wrap_panic_hook() {
     }
     let wrapped = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let runner = CURRENT.try_with(Cell::get).unwrap_or(std::ptr::null());
+        let runner = CURRENT.get();
         // SAFETY: CURRENT points at a runner that outlives the scope of
         // `enter` on this thread (set by the worker loop or a context
         // dispatch); a panic hook runs on the panicking thread, inside that
@@ -228,14 +228,13 @@ fn wrap_panic_hook() {
     }));
 }
 
-thread_local! {
-    /// The runner whose job is being polled on this thread.
-    static CURRENT: Cell<*const Runner> = const { Cell::new(std::ptr::null()) };
-}
+/// The runner whose job is being polled on this thread.
+// SAFETY: `diagnostics::stall` owns `Role::Runner`; this is its one slot.
+const CURRENT: Slot<Runner> = unsafe { Slot::new(Role::Runner) };
 
 /// Makes `runner` this thread's current runner until the guard drops.
-pub(crate) fn enter(runner: &Runner) -> impl Drop {
-    crate::util::scoped(&CURRENT, runner as *const Runner)
+pub(crate) fn enter(runner: &Runner) -> Entered {
+    CURRENT.enter(runner)
 }
 
 /// How long a pool worker may sit in one poll before the jobs queued behind
@@ -287,7 +286,7 @@ impl<F: Future> Future for Named<F> {
         // SAFETY: `future` is structurally pinned (never moved out), `name`
         // is not.
         let this = unsafe { self.get_unchecked_mut() };
-        let runner = CURRENT.with(Cell::get);
+        let runner = CURRENT.get();
         // SAFETY: CURRENT points at a runner that outlives the poll running
         // on this thread (set by the worker loop or a context dispatch).
         let runner = unsafe { runner.as_ref() };

@@ -46,6 +46,7 @@ use std::task::{Context, Poll};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use futures::task::AtomicWaker;
 
+use crate::current::{Role, Slot};
 use crate::error::Error;
 use crate::scheduler::Scheduler;
 use crate::task::Task;
@@ -100,22 +101,21 @@ struct FiberCtx {
     registered: Cell<bool>,
 }
 
-thread_local! {
-    /// The fiber running on this thread, if any: set by its task's poll for
-    /// the duration of the switch into it.
-    static CURRENT: Cell<*const FiberCtx> = const { Cell::new(std::ptr::null()) };
-}
+/// The fiber running on this thread, if any: entered by its task's poll for
+/// the duration of the switch into it.
+// SAFETY: `fiber` owns `Role::Fiber`; this is its one slot.
+const CURRENT: Slot<FiberCtx> = unsafe { Slot::new(Role::Fiber) };
 
 /// Hides the running fiber (if any) until the returned guard drops: used
 /// where a nested main loop inside a fiber runs other tasks, so that their
 /// `wait` calls do not mistake themselves for the fiber.
 pub(crate) fn outside_fiber() -> impl Drop {
-    crate::util::scoped(&CURRENT, std::ptr::null())
+    CURRENT.enter(std::ptr::null())
 }
 
 /// True when called from inside a fiber.
 pub fn in_fiber() -> bool {
-    CURRENT.with(|c| !c.get().is_null())
+    crate::current::holds(Role::Fiber)
 }
 
 /// Waits for `future` inside a fiber, suspending only the fiber (F3): its
@@ -152,7 +152,7 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
         // SAFETY: CURRENT is non-null (checked above, and every resume of
         // this fiber sets it again to the same `FiberCtx`), and points into
         // the fiber's task, which outlives the fiber's execution.
-        let ctx = unsafe { &*CURRENT.with(Cell::get) };
+        let ctx = unsafe { &*CURRENT.get() };
         // F4: once the fiber is cancelled, a wait it was suspended in
         // reports it, even if its future became ready meanwhile (a yield's
         // always does): `loop { work(); yield_now()?; }` must not run
@@ -391,7 +391,7 @@ where
             crate::pool::register_fiber(Arc::downgrade(&this.ctx.shared));
             let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
                 // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
-                let ctx = unsafe { &*CURRENT.with(Cell::get) };
+                let ctx = unsafe { &*CURRENT.get() };
                 ctx.yielder.set(yielder);
                 f()
             });
@@ -405,7 +405,7 @@ where
             .set((cx as *mut Context<'_>).cast::<Context<'static>>());
         let result = {
             let _guard = stack::enter(this.ctx.guard.get());
-            let _current = crate::util::scoped(&CURRENT, &this.ctx as *const FiberCtx);
+            let _current = CURRENT.enter(&this.ctx);
             // `cx` lives only for this poll: null again once it returns
             // (or unwinds), so that a wait outside a poll sees no context.
             let _cx = ResetCx(&this.ctx.cx);
@@ -447,7 +447,7 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 self.ctx.shared.cancelled.store(true, Ordering::SeqCst);
                 self.ctx.cx.set(std::ptr::null_mut());
                 let _guard = stack::enter(self.ctx.guard.get());
-                let _current = crate::util::scoped(&CURRENT, &self.ctx as *const FiberCtx);
+                let _current = CURRENT.enter(&self.ctx);
                 coroutine.force_unwind();
             }
             stack::release(coroutine.into_stack());

@@ -65,9 +65,7 @@ use crate::scheduler::Scheduler;
 use crate::task::Job;
 use parking::{Parking, Request};
 
-pub(crate) use worker::{
-    current_index, current_pool, current_registry, enter_blocking, note_timer, register_fiber,
-};
+pub(crate) use worker::{current_index, current_pool, enter_blocking, note_timer, register_fiber};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;

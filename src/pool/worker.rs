@@ -13,6 +13,7 @@ use crossbeam_deque::Steal;
 
 use super::parking::Request;
 use super::PoolShared;
+use crate::current::{Role, Slot};
 use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
 
@@ -76,10 +77,12 @@ pub(crate) struct Core {
     tokio: crate::tokio_rt::LazyEnter,
 }
 
+/// The worker running on this thread, if any. Entered for the worker's
+/// whole life, left before its `Core` is dropped.
+// SAFETY: `pool::worker` owns `Role::Worker`; this is its one slot.
+const CURRENT: Slot<Core> = unsafe { Slot::new(Role::Worker) };
+
 thread_local! {
-    /// The worker running on this thread, if any. Set for the worker's whole
-    /// life, cleared before its `Core` is dropped.
-    static CURRENT: Cell<*const Core> = const { Cell::new(std::ptr::null()) };
     static RNG: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -100,13 +103,11 @@ pub(crate) fn pseudo_random() -> u32 {
 }
 
 fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
-    CURRENT.with(|current| {
-        let ptr = current.get();
-        // SAFETY: CURRENT is only non-null while `run` keeps the `Core` it
-        // points to alive on this very thread, and a `Core` is never moved
-        // while published.
-        f(unsafe { ptr.as_ref() })
-    })
+    let ptr = CURRENT.get();
+    // SAFETY: CURRENT is only non-null while `run` keeps the `Core` it points
+    // to alive on this very thread, and a `Core` is never moved while
+    // published.
+    f(unsafe { ptr.as_ref() })
 }
 
 /// The pool whose worker is running on this thread, if any.
@@ -200,12 +201,6 @@ pub(crate) fn note_timer(
     })
 }
 
-/// The registry of idle tasks (S9) of the worker running on this thread, if
-/// any: where a task polled here records itself when it goes idle.
-pub(crate) fn current_registry() -> Option<Arc<crate::task::registry::Registry>> {
-    with_current(|core| core.map(|c| c.shared.remotes[c.index].registry.clone()))
-}
-
 /// The index of the worker running on this thread, if it belongs to `pool`.
 pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
     with_current(|core| match core {
@@ -242,7 +237,9 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             #[cfg(feature = "tokio")]
             tokio: Default::default(),
         };
-        CURRENT.with(|c| c.set(&core));
+        // Left (in reverse order) before `core` drops, also on unwind.
+        let _worker = CURRENT.enter(&core);
+        let _registry = crate::task::registry::enter(&shared.remotes[index].registry);
         let _runner = crate::diagnostics::stall::enter(&core.runner);
         let name = c"[gdex-worker]";
         let source = SourceRef::attach(
@@ -292,7 +289,6 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         remote.exited.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         PoolShared::drain(inbox);
-        CURRENT.with(|c| c.set(std::ptr::null()));
     });
     if let Err(e) = result {
         glib::g_critical!(

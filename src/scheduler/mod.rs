@@ -12,6 +12,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
+use crate::current::{Entered, Role, Slot};
 use crate::error::Error;
 use crate::pool::PoolShared;
 use crate::task::{self, CatchUnwind, Job, Outcome, Task};
@@ -39,20 +40,19 @@ enum Kind {
     Pool(Arc<PoolShared>),
 }
 
-thread_local! {
-    /// The context scheduler whose source is dispatching on this thread.
-    static DISPATCHING: Cell<*const ContextShared> = const { Cell::new(std::ptr::null()) };
-}
+/// The context scheduler whose source is dispatching on this thread.
+// SAFETY: `scheduler` owns `Role::Dispatching`; this is its one slot.
+const DISPATCHING: Slot<ContextShared> = unsafe { Slot::new(Role::Dispatching) };
 
 /// Marks `shared` as the scheduler dispatching on this thread until the guard
 /// drops (restoring the outer one for nested loops).
-pub(crate) fn enter_context(shared: &ContextShared) -> impl Drop {
-    crate::util::scoped(&DISPATCHING, shared as *const ContextShared)
+pub(crate) fn enter_context(shared: &ContextShared) -> Entered {
+    DISPATCHING.enter(shared)
 }
 
 /// True while a context scheduler's source dispatches on this thread.
 pub(crate) fn dispatching() -> bool {
-    DISPATCHING.with(|d| !d.get().is_null())
+    crate::current::holds(Role::Dispatching)
 }
 
 impl Scheduler {
@@ -107,7 +107,7 @@ impl Scheduler {
         if let Some(pool) = crate::pool::current_pool() {
             return Some(Scheduler::from_pool(pool));
         }
-        let dispatching = DISPATCHING.with(|d| d.get());
+        let dispatching = DISPATCHING.get();
         if !dispatching.is_null() {
             // DISPATCHING is only non-null while a dispatch of that scheduler,
             // which holds a strong reference to it, runs on this thread.

@@ -37,6 +37,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use gio::prelude::*;
 use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
 
+use crate::current::{Role, Slot};
 use crate::diagnostics::panic::PanicSource;
 use crate::error::{panic_message, Error};
 
@@ -142,13 +143,17 @@ impl Drop for TaskMeta {
     }
 }
 
+/// The metadata of the task this thread is running, or null.
+// SAFETY: `task` owns `Role::Task`; this is its one slot.
+const CURRENT: Slot<TaskMeta> = unsafe { Slot::new(Role::Task) };
+
+/// The waker of the gdex task whose future is being polled on this thread
+/// (entered by `CatchUnwind::poll` for the poll), or null: see
+/// [`contain_waker`].
+// SAFETY: `task` owns `Role::Polling`; this is its one slot.
+const POLLING: Slot<Waker> = unsafe { Slot::new(Role::Polling) };
+
 thread_local! {
-    /// The metadata of the task this thread is running, or null.
-    static CURRENT: Cell<*const TaskMeta> = const { Cell::new(ptr::null()) };
-    /// The waker of the gdex task whose future is being polled on this
-    /// thread (set by `CatchUnwind::poll` for the poll), or null: see
-    /// [`contain_waker`].
-    static POLLING: Cell<*const Waker> = const { Cell::new(ptr::null()) };
     /// The last panic-containing wrapper made on this thread (see
     /// [`contain_waker`]).
     static CONTAINED: Cell<std::sync::Weak<ContainedWaker>> = const { Cell::new(std::sync::Weak::new()) };
@@ -157,7 +162,7 @@ thread_local! {
 /// Identifies the task this thread is running right now (null if none): a
 /// job run inside it (a nested loop's) has another.
 pub(crate) fn running_task() -> *const () {
-    CURRENT.with(Cell::get).cast()
+    CURRENT.get().cast()
 }
 
 /// The `gio::Cancellable` of the gdex task (or fiber, or blocking job) that
@@ -179,7 +184,7 @@ pub(crate) fn running_task() -> *const () {
 /// assert!(gdex::current_cancellable().is_none());
 /// ```
 pub fn current_cancellable() -> Option<gio::Cancellable> {
-    let meta = CURRENT.with(Cell::get);
+    let meta = CURRENT.get();
     // SAFETY: CURRENT is set only while `Job::run` runs the task whose block
     // holds this metadata, and reset before the block can go away.
     unsafe { meta.as_ref() }.map(TaskMeta::cancellable)
@@ -188,7 +193,7 @@ pub fn current_cancellable() -> Option<gio::Cancellable> {
 /// Cancels the running task's cancellable (for a task that stops itself
 /// because it was cancelled from elsewhere: a disposed object).
 pub(crate) fn cancel_current_cancellable() {
-    let meta = CURRENT.with(Cell::get);
+    let meta = CURRENT.get();
     // SAFETY: as in `current_cancellable`.
     if let Some(cancellable) = unsafe { meta.as_ref() }.and_then(TaskMeta::to_cancel) {
         cancellable.cancel();
@@ -261,11 +266,11 @@ impl Job {
     pub(crate) fn run(self) {
         match self {
             Job::Task(runnable) => {
-                let previous = CURRENT.replace(runnable.metadata());
+                let running = CURRENT.enter(runnable.metadata());
                 // Neither the poll nor the drop of a gdex task's future
                 // unwinds (CatchUnwind below); this guards the rest.
                 let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
-                CURRENT.set(previous);
+                drop(running);
                 if let Err(payload) = result {
                     crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
                 }
@@ -411,7 +416,7 @@ impl Idle {
         if let Some(old) = self.registry.take() {
             old.remove(self.key);
         }
-        let Some(registry) = crate::pool::current_registry() else {
+        let Some(registry) = registry::current() else {
             self.key = UNTRACKED;
             return;
         };
@@ -458,7 +463,7 @@ impl<F: Future> Future for CatchUnwind<F> {
         let this = unsafe { self.get_unchecked_mut() };
         // SAFETY: as above.
         let future = unsafe { Pin::new_unchecked(&mut *this.future) };
-        let _polling = crate::util::scoped(&POLLING, cx.waker() as *const Waker);
+        let _polling = POLLING.enter(cx.waker());
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => {
                 this.idle.pending(cx.waker());
@@ -665,7 +670,7 @@ fn contain_waker<R>(
     finished: bool,
     mut poll: impl FnMut(&mut Context<'_>) -> Poll<R>,
 ) -> Poll<R> {
-    let polling = POLLING.with(Cell::get);
+    let polling = POLLING.get();
     // SAFETY: POLLING is non-null only for the extent of a
     // `CatchUnwind::poll` on this thread (scoped: reset when that poll
     // returns or unwinds; scopes nest across fiber switches too, since a

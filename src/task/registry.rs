@@ -41,6 +41,34 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
 
+use crate::current::{Entered, Role, Slot};
+
+/// The registry of the pool worker running on this thread, if any.
+// SAFETY: `task::registry` owns `Role::Registry`; this is its one slot.
+const CURRENT: Slot<Registry> = unsafe { Slot::new(Role::Registry) };
+
+/// Makes `registry` this thread's (a pool worker's, for its whole life):
+/// where a task polled here records itself when it goes idle.
+pub(crate) fn enter(registry: &Arc<Registry>) -> Entered {
+    CURRENT.enter(Arc::as_ptr(registry))
+}
+
+/// The registry of idle tasks (S9) of the worker running on this thread, if
+/// any.
+pub(crate) fn current() -> Option<Arc<Registry>> {
+    let ptr = CURRENT.get();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null pointer was entered by `enter` from an `Arc` that
+    // the worker keeps (through its pool) until it leaves the role; a new
+    // strong count makes the returned `Arc` its own.
+    unsafe {
+        Arc::increment_strong_count(ptr);
+        Some(Arc::from_raw(ptr))
+    }
+}
+
 /// How long an exiting worker waits for the tasks its registry gave back
 /// and that are still out (see the module docs). A wake-up straddles the
 /// close only for a few instructions; the bound is for a waking thread that

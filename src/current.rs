@@ -1,0 +1,145 @@
+//! What this thread is doing right now: the per-thread state of every layer
+//! in one thread-local, and the guard that enters and leaves each role.
+//!
+//! A thread can hold several roles at once, nested: a pool worker
+//! ([`Role::Worker`]) runs a fiber ([`Role::Fiber`]) that polls a task
+//! ([`Role::Task`]); the main thread dispatching its scheduler
+//! ([`Role::Dispatching`]) may run a nested loop that dispatches it again.
+//! Each role is a pointer to its owner's state, null when the thread does not
+//! hold it. [`Slot::enter`] sets it and the guard puts the previous value
+//! back when it drops, also on unwind, so roles nest.
+//!
+//! This module sits below every other one and names none of their types: a
+//! role's pointer is stored untyped, and the one module that owns the role
+//! gives it its type through a [`Slot`]. Lower layers that only need to know
+//! whether a role is held (is this thread a pool worker?) ask [`holds`].
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr;
+
+/// The roles a thread can hold, and the module that owns each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The metadata of the task whose `Runnable` is running
+    /// (`task::TaskMeta`, owned by `task`).
+    Task,
+    /// The waker of the gdex task whose future is being polled
+    /// (`std::task::Waker`, owned by `task`).
+    Polling,
+    /// The book of tasks that went idle on this pool worker (S9,
+    /// `task::registry::Registry`, owned by `task::registry`; entered by the
+    /// worker for its whole life).
+    Registry,
+    /// The fiber running on this thread (`fiber::FiberCtx`, owned by
+    /// `fiber`).
+    Fiber,
+    /// The pool worker this thread is (`pool::worker::Core`, owned by
+    /// `pool::worker`).
+    Worker,
+    /// The context scheduler being dispatched on this thread
+    /// (`scheduler::context::ContextShared`, owned by `scheduler`).
+    Dispatching,
+    /// The runner the stall watchdog watches on this thread
+    /// (`diagnostics::stall::Runner`, owned by `diagnostics::stall`).
+    Runner,
+}
+
+const ROLES: usize = 7;
+
+thread_local! {
+    static STATE: [Cell<*const ()>; ROLES] = const {
+        [const { Cell::new(ptr::null()) }; ROLES]
+    };
+}
+
+fn cell<R>(role: Role, f: impl FnOnce(&Cell<*const ()>) -> R) -> R {
+    STATE.with(|state| f(&state[role as usize]))
+}
+
+/// True if this thread holds `role` right now.
+#[inline]
+pub(crate) fn holds(role: Role) -> bool {
+    cell(role, |c| !c.get().is_null())
+}
+
+/// The typed handle of one role, made once, by the module that owns the role.
+pub(crate) struct Slot<T: 'static> {
+    role: Role,
+    _type: PhantomData<fn() -> *const T>,
+}
+
+impl<T: 'static> Slot<T> {
+    /// The slot of `role`, whose pointer is a `*const T`.
+    ///
+    /// # Safety
+    /// This must be the only `Slot` of `role` in the crate (each role's
+    /// documentation names its owner), so that every pointer entered for
+    /// `role` is a `T`.
+    pub(crate) const unsafe fn new(role: Role) -> Self {
+        Slot {
+            role,
+            _type: PhantomData,
+        }
+    }
+
+    /// The pointer this thread holds for the role, or null.
+    #[inline]
+    pub(crate) fn get(&self) -> *const T {
+        cell(self.role, Cell::get).cast()
+    }
+
+    /// Holds the role with `value` (null: not at all) until the guard drops;
+    /// then the previous value is back.
+    #[inline]
+    pub(crate) fn enter(&self, value: *const T) -> Entered {
+        Entered {
+            role: self.role,
+            previous: cell(self.role, |c| c.replace(value.cast())),
+        }
+    }
+}
+
+/// The guard of [`Slot::enter`].
+#[must_use = "the role is left when the guard drops"]
+pub(crate) struct Entered {
+    role: Role,
+    previous: *const (),
+}
+
+impl Drop for Entered {
+    #[inline]
+    fn drop(&mut self) {
+        let previous = self.previous;
+        // `try_with`: a guard may drop while the thread's other
+        // thread-locals are being destroyed; this one has no destructor, so
+        // it only fails if the thread is already past all of them.
+        let _ = STATE.try_with(|state| state[self.role as usize].set(previous));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_nest_and_come_back_on_unwind() {
+        // SAFETY: a test-only slot; no other code enters `Runner` on this
+        // test thread.
+        let slot: Slot<u32> = unsafe { Slot::new(Role::Runner) };
+        let (a, b) = (1u32, 2u32);
+        assert!(!holds(Role::Runner));
+        let outer = slot.enter(&a);
+        assert_eq!(slot.get(), &a as *const u32);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _inner = slot.enter(&b);
+            assert_eq!(slot.get(), &b as *const u32);
+            panic!("leave by unwinding");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(slot.get(), &a as *const u32, "the outer value is back");
+        assert!(!holds(Role::Worker), "roles are independent");
+        drop(outer);
+        assert!(slot.get().is_null() && !holds(Role::Runner));
+    }
+}
