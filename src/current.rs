@@ -37,6 +37,9 @@ pub(crate) enum Role {
     /// The pool worker this thread is (`pool::worker::Core`, owned by
     /// `pool::worker`).
     Worker,
+    /// What the layers below the pool may ask of that worker (a
+    /// `&dyn WorkerHooks` on the worker's stack; see [`enter_worker_hooks`]).
+    WorkerHooks,
     /// The context scheduler being dispatched on this thread
     /// (`scheduler::context::ContextShared`, owned by `scheduler`).
     Dispatching,
@@ -45,7 +48,7 @@ pub(crate) enum Role {
     Runner,
 }
 
-const ROLES: usize = 7;
+const ROLES: usize = 8;
 
 thread_local! {
     static STATE: [Cell<*const ()>; ROLES] = const {
@@ -61,6 +64,38 @@ fn cell<R>(role: Role, f: impl FnOnce(&Cell<*const ()>) -> R) -> R {
 #[inline]
 pub(crate) fn holds(role: Role) -> bool {
     cell(role, |c| !c.get().is_null())
+}
+
+/// What the layers below the pool (the blocking lane's
+/// `gdex::blocking::blocking`) may ask of the pool worker this thread is.
+pub(crate) trait WorkerHooks {
+    /// The thread is about to block (B5): the worker hands its queue to its
+    /// peers and wakes them, and does not count the wait as a stall.
+    fn enter_blocking(&self);
+    /// The blocking call of [`enter_blocking`](Self::enter_blocking)
+    /// returned.
+    fn leave_blocking(&self);
+}
+
+// SAFETY: `current` owns `Role::WorkerHooks`; this is its one slot.
+const WORKER_HOOKS: Slot<&'static dyn WorkerHooks> = unsafe { Slot::new(Role::WorkerHooks) };
+
+/// Makes `hooks` the hooks of this thread's pool worker until the guard
+/// drops. `hooks` must outlive the guard (the worker keeps it on its stack
+/// for its whole life).
+pub(crate) fn enter_worker_hooks<'a>(hooks: &'a &'a dyn WorkerHooks) -> Entered {
+    let hooks: *const &'a dyn WorkerHooks = hooks;
+    WORKER_HOOKS.enter(hooks.cast())
+}
+
+/// Runs `f` with this thread's pool worker's hooks, if it is one.
+pub(crate) fn with_worker_hooks<R>(f: impl FnOnce(&dyn WorkerHooks) -> R) -> Option<R> {
+    let hooks = WORKER_HOOKS.get();
+    // SAFETY: a non-null pointer was entered by `enter_worker_hooks`, whose
+    // caller keeps the reference it points to (and what that refers to)
+    // alive until the guard drops, which resets the slot; the 'static in the
+    // slot's type is never handed out: `f` gets a borrow for this call only.
+    unsafe { hooks.as_ref() }.map(|hooks| f(*hooks))
 }
 
 /// The typed handle of one role, made once, by the module that owns the role.

@@ -117,6 +117,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod block_on;
 pub mod blocking;
 mod current;
 mod diagnostics;
@@ -136,7 +137,7 @@ mod util;
 
 use std::future::Future;
 
-pub use blocking::block_on::{block_on, wait_for};
+pub use block_on::{block_on, wait_for};
 pub use blocking::thread;
 pub use blocking::LaneStats;
 pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};

@@ -15,7 +15,6 @@
 //! saying no thread could start, and its closure never runs. The next job
 //! tries to start a thread again.
 
-pub(crate) mod block_on;
 pub mod thread;
 
 use std::cell::{Cell, RefCell};
@@ -492,6 +491,15 @@ pub fn blocking<F, R>(f: F) -> R
 where
     F: FnOnce() -> R,
 {
-    let _blocking = crate::pool::enter_blocking();
+    struct Declared(bool);
+    impl Drop for Declared {
+        fn drop(&mut self) {
+            if self.0 {
+                crate::current::with_worker_hooks(|worker| worker.leave_blocking());
+            }
+        }
+    }
+    let _declared =
+        Declared(crate::current::with_worker_hooks(|worker| worker.enter_blocking()).is_some());
     f()
 }

@@ -41,7 +41,22 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::current::{Entered, Role, Slot};
-use crate::pool::PoolShared;
+
+/// A pool worker, as the watchdog sees it: what the monitor can do for one
+/// that is stuck in a poll. The pool implements it; once the pool is gone,
+/// every method does nothing (and answers `false`).
+pub(crate) trait Worker: Send + Sync {
+    /// The worker has peers to hand its queue to.
+    fn has_peers(&self) -> bool;
+    /// The pool runs thread-per-core (P9).
+    fn thread_per_core(&self) -> bool;
+    /// Fires the worker's overdue gdex timers from the calling thread.
+    fn fire_overdue_timers(&self);
+    /// Hands the worker's queue to its peers and wakes them (P6).
+    fn help(&self);
+    /// The worker declared that it blocks (`gdex::blocking::blocking`).
+    fn in_blocking(&self) -> bool;
+}
 
 /// One thing that runs jobs and can get stuck in one: a pool worker, or a
 /// context scheduler.
@@ -55,8 +70,8 @@ pub(crate) struct Runner {
     /// "gdex-worker-1", "the main scheduler", ...
     label: String,
     threshold: Duration,
-    /// For a worker: its pool and index, to wake peers for its queue.
-    worker: Option<(Weak<PoolShared>, usize)>,
+    /// For a worker: what the monitor can do for it.
+    worker: Option<Box<dyn Worker>>,
     /// A worker of a pool with peers: its queue and overdue timers are
     /// handed over after [`HAND_OVER_AFTER`] in one poll (P6), so it is
     /// sampled every tick while busy. (A lone worker has nobody to hand
@@ -94,12 +109,9 @@ impl Runner {
     pub(crate) fn new(
         label: String,
         threshold: Duration,
-        worker: Option<(Weak<PoolShared>, usize)>,
+        worker: Option<Box<dyn Worker>>,
     ) -> Arc<Runner> {
-        let hands_over = worker
-            .as_ref()
-            .and_then(|(pool, _)| pool.upgrade())
-            .is_some_and(|pool| pool.workers() > 1);
+        let hands_over = worker.as_ref().is_some_and(|w| w.has_peers());
         let runner = Arc::new(Runner {
             seq: AtomicU64::new(0),
             active: AtomicBool::new(false),
@@ -453,11 +465,7 @@ impl Monitor {
             return true;
         }
         let stuck_for = now.duration_since(track.since.unwrap_or(now));
-        let pool = runner
-            .worker
-            .as_ref()
-            .and_then(|(p, i)| Some((p.upgrade()?, *i)));
-        if let Some((pool, i)) = &pool {
+        if let Some(worker) = &runner.worker {
             if runner.hands_over && stuck_for >= HAND_OVER_AFTER {
                 // P6: whatever sits on a worker's deque behind one long poll
                 // goes to a peer, whether or not the poll counts as a stall
@@ -465,25 +473,25 @@ impl Monitor {
                 // for help, since one queued job asks for none). Its overdue
                 // gdex timers fire from here, their tasks woken for a peer
                 // to run (issue 19 point 1).
-                pool.fire_overdue_timers(*i);
+                worker.fire_overdue_timers();
                 // In thread-per-core mode (P9) tasks stay home unless the
                 // poll is a stall (below).
-                if !pool.thread_per_core() {
-                    pool.help_stuck_worker(*i);
+                if !worker.thread_per_core() {
+                    worker.help();
                 }
             }
         }
         if runner.threshold.is_zero() || stuck_for < runner.threshold {
             return true;
         }
-        if let Some((pool, i)) = &pool {
-            if pool.in_blocking(*i) {
+        if let Some(worker) = &runner.worker {
+            if worker.in_blocking() {
                 // Declared with gdex::blocking::blocking: not a stall.
                 return true;
             }
-            if pool.thread_per_core() {
+            if worker.thread_per_core() {
                 // A stall: even thread-per-core hands its queue over.
-                pool.help_stuck_worker(*i);
+                worker.help();
             }
         }
         // Time in the panic hook (a backtrace being symbolized) is the panic
@@ -513,7 +521,7 @@ impl Monitor {
                 runner.label,
                 task,
                 stuck_for.as_millis(),
-                if pool.is_some() {
+                if runner.worker.is_some() {
                     " Its queued tasks go to its peers meanwhile."
                 } else {
                     ""

@@ -48,7 +48,6 @@ use futures::task::AtomicWaker;
 
 use crate::current::{Role, Slot};
 use crate::error::Error;
-use crate::scheduler::Scheduler;
 use crate::task::Task;
 
 pub use stack::stacks_mapped;
@@ -105,6 +104,41 @@ struct FiberCtx {
 /// the duration of the switch into it.
 // SAFETY: `fiber` owns `Role::Fiber`; this is its one slot.
 const CURRENT: Slot<FiberCtx> = unsafe { Slot::new(Role::Fiber) };
+
+thread_local! {
+    /// The fibers started on this thread, if it is a pool worker: the worker
+    /// cancels them when it shuts down (F4, shutdown step 3).
+    static ON_WORKER: std::cell::RefCell<Vec<std::sync::Weak<Shared>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Books a fiber started on this thread, if it is a pool worker.
+fn register_on_worker(fiber: std::sync::Weak<Shared>) {
+    if !crate::current::holds(Role::Worker) {
+        return;
+    }
+    ON_WORKER.with_borrow_mut(|fibers| {
+        if fibers.len() == fibers.capacity() {
+            // Forget the finished ones before growing.
+            fibers.retain(|f| f.strong_count() > 0);
+        }
+        fibers.push(fiber);
+    });
+}
+
+/// For a pool worker that shuts down: cancels every live fiber started on
+/// this thread and not cancelled by an earlier call (F4), and says whether
+/// there was one. Their waits return at once; the worker then runs them to
+/// their return.
+pub(crate) fn cancel_those_on_this_worker() -> bool {
+    let fibers = ON_WORKER.with_borrow_mut(std::mem::take);
+    let mut any = false;
+    for fiber in fibers.iter().filter_map(std::sync::Weak::upgrade) {
+        fiber.cancel();
+        any = true;
+    }
+    any
+}
 
 /// Hides the running fiber (if any) until the returned guard drops: used
 /// where a nested main loop inside a fiber runs other tasks, so that their
@@ -237,26 +271,27 @@ impl Builder {
         self
     }
 
-    /// Spawns `f` as a fiber on `scheduler`. On a pool it is placed on one
-    /// worker (round-robin) and never leaves it (F2).
+    /// The future that runs `f` as a fiber (with `default_stack` bytes of
+    /// stack unless [`stack_size`](Self::stack_size) said otherwise), to be
+    /// spawned pinned, and the fiber's cancellation state for its handle
+    /// ([`Fiber::new`]).
     ///
-    /// Its stack is mapped on that thread before `f` starts (or reused
-    /// from the thread's pool, F1). If the kernel refuses the mapping (the
-    /// address space or the map count is exhausted), the fiber resolves to
-    /// [`Error::Failed`] naming the stack size and the OS's reason, and `f`
-    /// never runs; the scheduler goes on.
-    pub fn spawn<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
+    /// Until its first poll the future holds only `f`, an `Arc` of
+    /// `Send + Sync` data and plain integers: it may move to the thread that
+    /// first polls it, and must stay there from then on.
+    pub(crate) fn prepare<F, T>(
+        self,
+        default_stack: usize,
+        f: F,
+    ) -> (impl Future<Output = Result<T, Error>>, Arc<Shared>)
     where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
+        F: FnOnce() -> T + 'static,
+        T: 'static,
     {
         let shared = Arc::new(Shared {
             cancelled: AtomicBool::new(false),
             waker: AtomicWaker::new(),
         });
-        let stack_size = self
-            .stack_size
-            .unwrap_or_else(|| scheduler.fiber_stack_size());
         let future = FiberFuture {
             state: State::Start(f),
             ctx: FiberCtx {
@@ -266,17 +301,9 @@ impl Builder {
                 guard: Cell::new((0, 0)),
                 registered: Cell::new(false),
             },
-            stack_size,
+            stack_size: self.stack_size.unwrap_or(default_stack),
         };
-        // Until its first poll a FiberFuture holds only `f` (Send), an `Arc`
-        // of Send + Sync data and plain integers; from the first poll on,
-        // `spawn_pinned_unchecked` keeps it on that thread.
-        // SAFETY: so moving it to the thread that first polls it is sound.
-        let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
-        Fiber {
-            task: Some(task),
-            shared,
-        }
+        (future, shared)
     }
 }
 
@@ -294,6 +321,15 @@ pub struct Fiber<T> {
 }
 
 impl<T> Fiber<T> {
+    /// The handle of the fiber whose pinned task is `task`, with the
+    /// cancellation state [`Builder::prepare`] gave.
+    pub(crate) fn new(task: Task<Result<T, Error>>, shared: Arc<Shared>) -> Self {
+        Fiber {
+            task: Some(task),
+            shared,
+        }
+    }
+
     /// Lets the fiber run to completion with nobody holding it (libdex's
     /// `dex_future_disown`).
     pub fn detach(mut self) {
@@ -388,7 +424,7 @@ where
             };
             this.ctx.guard.set(stack.guard());
             // Its worker cancels it if the pool shuts down first.
-            crate::pool::register_fiber(Arc::downgrade(&this.ctx.shared));
+            register_on_worker(Arc::downgrade(&this.ctx.shared));
             let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
                 // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
                 let ctx = unsafe { &*CURRENT.get() };

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use gio::prelude::*;
 
-use crate::util::Flag;
+use crate::task::flag::Flag;
 use crate::Error;
 
 /// A cancellation flag whose future only rejects (libdex's

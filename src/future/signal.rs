@@ -26,7 +26,7 @@ use glib_sys as ffi;
 
 use crate::scheduler::context::idle_warn_delay;
 use crate::source::{Hooks, SourceRef};
-use crate::util::Flag;
+use crate::task::flag::Flag;
 
 extern "C" {
     // In glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
@@ -108,7 +108,7 @@ unsafe extern "C" fn release_arc<T>(data: ffi::gpointer) {
 ///
 /// As in libdex and GLib, the signal is delivered through the **default
 /// main context**: it must be running (a GTK app's main loop, or
-/// [`block_on`](crate::blocking::block_on) on the main thread). If nobody iterates it
+/// [`block_on`](crate::block_on) on the main thread). If nobody iterates it
 /// while the future waits, a `g_warning` (domain `gdex`) says so once after
 /// 3 s (`GDEX_MAIN_IDLE_WARN_MS=<ms>` sets the delay, `0` turns it off).
 ///
@@ -231,7 +231,7 @@ unsafe extern "C" fn on_signals(data: ffi::gpointer) -> ffi::gboolean {
 ///
 /// Like [`unix_signal`], it is delivered through the **default main
 /// context**, which some thread must iterate (a GTK app's main loop, or
-/// [`block_on`](crate::blocking::block_on) on the main thread); if nobody does while a
+/// [`block_on`](crate::block_on) on the main thread); if nobody does while a
 /// `recv` waits, a `g_warning` (domain `gdex`) says so once after 3 s
 /// (`GDEX_MAIN_IDLE_WARN_MS=<ms>` sets the delay, `0` turns it off).
 ///

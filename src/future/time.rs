@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::source::{Hooks, SourceRef};
-use crate::util::Flag;
+use crate::task::flag::Flag;
 use crate::{Error, Scheduler};
 
 /// A one-shot timer on a GLib context.

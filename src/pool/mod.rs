@@ -61,11 +61,10 @@ use crossbeam_utils::CachePadded;
 use crate::blocking::{Lane, LaneStats};
 use crate::diagnostics::metrics::{Counter, PoolMetrics, WorkerCounters};
 use crate::error::Error;
-use crate::scheduler::Scheduler;
 use crate::task::Job;
 use parking::{Parking, Request};
 
-pub(crate) use worker::{current_index, current_pool, enter_blocking, note_timer, register_fiber};
+pub(crate) use worker::{current_index, current_pool, note_timer};
 
 /// The largest worker count a pool accepts.
 pub const MAX_WORKERS: usize = 1024;
@@ -112,6 +111,24 @@ pub(crate) struct PoolShared {
     stall_threshold: std::time::Duration,
 }
 
+/// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
+/// work-stealing mode, onto the waking worker's deque, or the injector.
+impl crate::task::Owner for PoolShared {
+    #[inline]
+    fn schedule(&self, runnable: crate::task::Runnable, keep: &Arc<dyn crate::task::Owner>) {
+        // If the job goes to this worker's deque, the worker's own `Arc`
+        // keeps the pool alive after the push (the task may then finish and
+        // go), and `push_local_if` only compares the pointer with the
+        // worker's pool.
+        let local = worker::push_local_if(self, None, Job::Task(runnable));
+        let Err(job) = local else { return };
+        // Not on one of its workers: hold the pool ourselves before the job
+        // (and with it, perhaps, the last other reference) leaves.
+        let _keep = keep.clone();
+        self.inject(job);
+    }
+}
+
 impl PoolShared {
     pub(crate) fn workers(&self) -> usize {
         self.remotes.len()
@@ -124,38 +141,6 @@ impl PoolShared {
     /// Queues a job: on the calling worker's own deque if it is one of ours,
     /// on the injector otherwise.
     #[inline]
-    /// The schedule function of a task spawned by
-    /// [`pool_builder`](crate::task::pool_builder): a plain function (no
-    /// captures), which finds the pool in the task's metadata. Like
-    /// [`schedule`](Self::schedule) in work-stealing mode: the waking
-    /// worker's deque, or the injector.
-    pub(crate) fn schedule_task(runnable: crate::task::Runnable) {
-        let pool: *const PoolShared = match &runnable.metadata().pool {
-            Some(pool) => Arc::as_ptr(pool),
-            None => unreachable!("a pool task's metadata names its pool"),
-        };
-        // The runnable holds a reference to its task, whose metadata holds
-        // the pool, so the pool is alive when the call starts. If the job
-        // goes to this worker's deque, the worker's own `Arc` keeps the pool
-        // alive after the push (the task may then finish and go), and
-        // `push_local_if` only compares the pointer with the worker's pool.
-        // SAFETY: so `pool` stays valid for the whole call.
-        let pool = unsafe { &*pool };
-        let local = worker::push_local_if(pool, None, Job::Task(runnable));
-        let Err(job) = local else { return };
-        // Not on one of its workers: hold the pool ourselves before the job
-        // (and with it, perhaps, the last other reference) leaves.
-        let Job::Task(runnable) = &job else {
-            unreachable!("push_local_if gives back what it was given")
-        };
-        let pool = runnable
-            .metadata()
-            .pool
-            .clone()
-            .expect("a pool task's metadata names its pool");
-        pool.inject(job);
-    }
-
     pub(crate) fn schedule(&self, job: Job) {
         if let Err(job) = worker::push_local_if(self, None, job) {
             if self.thread_per_core {
@@ -500,9 +485,9 @@ impl ThreadPool {
         self.handle.shared.workers()
     }
 
-    /// A scheduler handle that spawns onto this pool.
-    pub fn scheduler(&self) -> Scheduler {
-        Scheduler::from_pool(self.handle.shared.clone())
+    /// The pool's shared state, for the layers above.
+    pub(crate) fn shared(&self) -> &Arc<PoolShared> {
+        &self.handle.shared
     }
 
     /// Spawns a `!Send` future built on one worker by `make`, pinned there

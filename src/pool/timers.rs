@@ -20,7 +20,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::util::Flag;
+use crate::task::flag::Flag;
 
 /// A timer's entry in a worker's book, held by the timer while it waits on
 /// that worker's context.

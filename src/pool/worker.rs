@@ -69,8 +69,6 @@ pub(crate) struct Core {
     clock_mask: Cell<usize>,
     /// What the stall watchdog watches of this worker.
     runner: Arc<crate::diagnostics::stall::Runner>,
-    /// The fibers started on this worker, to cancel at shutdown.
-    fibers: std::cell::RefCell<Vec<std::sync::Weak<crate::fiber::Shared>>>,
     /// X6: tokio I/O and timers work in this worker's tasks; entered at
     /// its first job, so a pool that runs nothing starts no tokio runtime.
     #[cfg(feature = "tokio")]
@@ -132,33 +130,6 @@ pub(crate) fn push_local_if(pool: &PoolShared, only: Option<usize>, job: Job) ->
     })
 }
 
-/// Declares that the calling thread is about to block. On a pool worker,
-/// the jobs on its deque are handed to its peers first (to the injector, or
-/// in thread-per-core mode to the other workers' inboxes), and peers are
-/// woken to take them. The returned guard ends the declaration.
-pub(crate) fn enter_blocking() -> impl Drop {
-    struct Done(Option<Arc<PoolShared>>, usize);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            if let Some(pool) = &self.0 {
-                pool.remotes[self.1]
-                    .in_blocking
-                    .store(false, Ordering::Release);
-            }
-        }
-    }
-    with_current(|core| match core {
-        Some(core) => {
-            core.shared.remotes[core.index]
-                .in_blocking
-                .store(true, Ordering::Release);
-            core.offload();
-            Done(Some(core.shared.clone()), core.index)
-        }
-        None => Done(None, 0),
-    })
-}
-
 /// If the calling thread is worker `i` of `pool`, queues `job` on its
 /// thread-local pinned queue (no atomics), makes sure the worker is not
 /// parked, and returns `Ok`. Gives the job back otherwise.
@@ -174,27 +145,11 @@ pub(crate) fn push_pinned_local(pool: &PoolShared, i: usize, job: Job) -> Result
     })
 }
 
-/// Records a fiber that started on the calling worker, so that the worker
-/// cancels it if the pool shuts down while it waits. Elsewhere (a context
-/// scheduler's thread) nothing is recorded.
-pub(crate) fn register_fiber(fiber: std::sync::Weak<crate::fiber::Shared>) {
-    with_current(|core| {
-        if let Some(core) = core {
-            let mut fibers = core.fibers.borrow_mut();
-            if fibers.len() == fibers.capacity() {
-                // Forget the finished ones before growing.
-                fibers.retain(|f| f.strong_count() > 0);
-            }
-            fibers.push(fiber);
-        }
-    });
-}
-
 /// Notes a gdex timer attached to this worker's context in the worker's
 /// book (see `pool::timers`); nothing off the pool.
 pub(crate) fn note_timer(
     deadline: i64,
-    flag: &Arc<crate::util::Flag>,
+    flag: &Arc<crate::task::flag::Flag>,
 ) -> Option<Arc<super::timers::Noted>> {
     with_current(|core| {
         core.map(|core| core.shared.remotes[core.index].timers.note(deadline, flag))
@@ -231,15 +186,19 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             runner: crate::diagnostics::stall::Runner::new(
                 format!("gdex-worker-{index}"),
                 shared.stall_threshold(),
-                Some((Arc::downgrade(&shared), index)),
+                Some(Box::new(Watched {
+                    pool: Arc::downgrade(&shared),
+                    index,
+                })),
             ),
-            fibers: Default::default(),
             #[cfg(feature = "tokio")]
             tokio: Default::default(),
         };
         // Left (in reverse order) before `core` drops, also on unwind.
         let _worker = CURRENT.enter(&core);
         let _registry = crate::task::registry::enter(&shared.remotes[index].registry);
+        let hooks: &dyn crate::current::WorkerHooks = &core;
+        let _hooks = crate::current::enter_worker_hooks(&hooks);
         let _runner = crate::diagnostics::stall::enter(&core.runner);
         let name = c"[gdex-worker]";
         let source = SourceRef::attach(
@@ -363,15 +322,9 @@ impl Core {
     /// own thread. Pinned tasks woken meanwhile run too. What is still
     /// queued after that is dropped by the caller (a fiber then unwinds).
     fn finish_fibers(&self) {
-        let fibers: Vec<_> = self.fibers.borrow_mut().drain(..).collect();
-        let live: Vec<_> = fibers.iter().filter_map(std::sync::Weak::upgrade).collect();
-        if live.is_empty() {
+        if !crate::fiber::cancel_those_on_this_worker() {
             return;
         }
-        for fiber in &live {
-            fiber.cancel();
-        }
-        drop((live, fibers));
         // A cancelled fiber's waits return at once, so one pass over the
         // pinned work normally finishes them all; the deadline bounds a
         // fiber that loops on its own.
@@ -380,10 +333,7 @@ impl Core {
         while std::time::Instant::now() < deadline {
             // A fiber first polled during this phase registers itself now:
             // cancel it too (F4), so that it returns rather than unwinds.
-            let late: Vec<_> = self.fibers.borrow_mut().drain(..).collect();
-            for fiber in late.iter().filter_map(std::sync::Weak::upgrade) {
-                fiber.cancel();
-            }
+            crate::fiber::cancel_those_on_this_worker();
             match self.find_pinned() {
                 Some(job) => job.run(),
                 None => break,
@@ -740,5 +690,60 @@ mod tests {
             .join()
             .unwrap();
         assert_ne!(a, b, "two threads draw the same sequence");
+    }
+}
+
+/// Worker `index` of `pool`, for the stall watchdog.
+struct Watched {
+    pool: std::sync::Weak<PoolShared>,
+    index: usize,
+}
+
+impl crate::diagnostics::stall::Worker for Watched {
+    fn has_peers(&self) -> bool {
+        self.pool.upgrade().is_some_and(|pool| pool.workers() > 1)
+    }
+
+    fn thread_per_core(&self) -> bool {
+        self.pool
+            .upgrade()
+            .is_some_and(|pool| pool.thread_per_core())
+    }
+
+    fn fire_overdue_timers(&self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.fire_overdue_timers(self.index);
+        }
+    }
+
+    fn help(&self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.help_stuck_worker(self.index);
+        }
+    }
+
+    fn in_blocking(&self) -> bool {
+        self.pool
+            .upgrade()
+            .is_some_and(|pool| pool.in_blocking(self.index))
+    }
+}
+
+/// B5, `gdex::blocking::blocking` on this worker: while it blocks, its
+/// deque is handed to its peers (to the injector, or in thread-per-core mode
+/// to the other workers' inboxes), peers are woken to take it, and the
+/// stall watchdog does not count the wait.
+impl crate::current::WorkerHooks for Core {
+    fn enter_blocking(&self) {
+        self.shared.remotes[self.index]
+            .in_blocking
+            .store(true, Ordering::Release);
+        self.offload();
+    }
+
+    fn leave_blocking(&self) {
+        self.shared.remotes[self.index]
+            .in_blocking
+            .store(false, Ordering::Release);
     }
 }

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use glib::prelude::*;
 
+use crate::task::flag::Flag;
 use crate::task::{CatchUnwind, Failure, Outcome};
-use crate::util::Flag;
 use crate::{Error, Scheduler, Task};
 
 /// A task's future, stopped when its object is disposed.

@@ -375,7 +375,7 @@ impl ContextShared {
         let here = thread::current();
         let name = here.name().unwrap_or("<unnamed>");
         if self.is_main {
-            let main_thread = crate::blocking::block_on::is_main_thread();
+            let main_thread = crate::util::is_main_thread();
             if main_thread && self.context.acquire().is_ok() {
                 return;
             }

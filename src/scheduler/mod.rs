@@ -7,6 +7,7 @@
 
 pub(crate) mod bound;
 pub(crate) mod context;
+mod fiber;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -50,9 +51,11 @@ pub(crate) fn enter_context(shared: &ContextShared) -> Entered {
     DISPATCHING.enter(shared)
 }
 
-/// True while a context scheduler's source dispatches on this thread.
-pub(crate) fn dispatching() -> bool {
-    crate::current::holds(Role::Dispatching)
+impl crate::ThreadPool {
+    /// A scheduler handle that spawns onto this pool.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::from_pool(self.shared().clone())
+    }
 }
 
 impl Scheduler {
@@ -81,7 +84,7 @@ impl Scheduler {
     ///   `G_PRIORITY_HIGH`).
     /// - **Somebody must iterate the default main context**: run a
     ///   `GMainLoop` or a GTK application, or wait with
-    ///   [`block_on`](crate::blocking::block_on). Work that has waited 3 s with nobody
+    ///   [`block_on`](crate::block_on). Work that has waited 3 s with nobody
     ///   running it is reported once with a `g_warning` (domain `gdex`);
     ///   `GDEX_MAIN_IDLE_WARN_MS=<ms>` sets that delay, `0` turns it off.
     pub fn main() -> Scheduler {
@@ -188,8 +191,8 @@ impl Scheduler {
                     )
                 } else {
                     // A capture-less schedule function: see TaskMeta::pool.
-                    task::pool_builder(pool.clone())
-                        .spawn(move |_| future, PoolShared::schedule_task)
+                    task::owned_builder(pool.clone())
+                        .spawn(move |_| future, task::schedule_on_owner)
                 }
             }
         };
@@ -345,26 +348,6 @@ impl Scheduler {
         // SAFETY: a Deferred holds only `make` (Send) until its first poll,
         // and builds the !Send future on the thread that polls it.
         unsafe { self.spawn_pinned_unchecked(Deferred::Make(Some(make))) }
-    }
-
-    /// Spawns `f` as a fiber (F1) with the scheduler's default stack size;
-    /// see [`fiber::Builder`](crate::fiber::Builder) for options.
-    ///
-    /// ```
-    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-    /// let fiber = pool.scheduler().spawn_fiber(|| {
-    ///     let t = std::time::Duration::from_millis(1);
-    ///     gdex::fiber::wait(glib::timeout_future(t)).unwrap();
-    ///     "waited"
-    /// });
-    /// assert_eq!(gdex::block_on(fiber).unwrap(), "waited");
-    /// ```
-    pub fn spawn_fiber<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        crate::fiber::Builder::new().spawn(self, f)
     }
 
     /// The default stack size for fibers spawned here.

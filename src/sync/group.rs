@@ -653,7 +653,7 @@ impl<T: GroupOutput> TaskGroup<T> {
     /// reaches them.
     ///
     /// It is set while a member's future is being polled (for a member
-    /// polled inside [`block_on`](crate::blocking::block_on) on this thread, too).
+    /// polled inside [`block_on`](crate::block_on) on this thread, too).
     ///
     /// # Panics
     /// If the running member's group has another output type than `T`,

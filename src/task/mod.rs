@@ -23,6 +23,7 @@
 //! Each block also carries the task's `gio::Cancellable` (X1), made on first
 //! use by [`current_cancellable`] and cancelled when the task is.
 
+pub(crate) mod flag;
 pub(crate) mod registry;
 
 use std::cell::Cell;
@@ -52,13 +53,14 @@ pub(crate) struct TaskMeta {
     /// reference to the task's `GCancellable`, kept until the block is freed.
     cancellable: AtomicPtr<gio::ffi::GCancellable>,
     /// For a stealable task of a pool: its pool, so that the task's
-    /// schedule function captures nothing. async-task makes a temporary
-    /// waker (two atomic operations on the task's state) around every call
-    /// of a schedule function that has captures: a task yielding on its
-    /// worker would pay it on every yield. (Pinned and thread-per-core
-    /// tasks, which also need a worker index, keep capturing closures: the
-    /// index here would make every block 16 bytes bigger.)
-    pub(crate) pool: Option<std::sync::Arc<crate::pool::PoolShared>>,
+    /// schedule function ([`schedule_on_owner`]) captures nothing.
+    /// async-task makes a temporary waker (two atomic operations on the
+    /// task's state) around every call of a schedule function that has
+    /// captures: a task yielding on its worker would pay it on every yield.
+    /// (Pinned and thread-per-core tasks, which also need a worker index,
+    /// keep capturing closures: the index here would make every block 16
+    /// bytes bigger.)
+    owner: Option<Arc<dyn Owner>>,
 }
 
 /// The mark for "cancelled before a cancellable was made" (never a real
@@ -69,7 +71,7 @@ impl TaskMeta {
     pub(crate) const fn new() -> Self {
         TaskMeta {
             cancellable: AtomicPtr::new(ptr::null_mut()),
-            pool: None,
+            owner: None,
         }
     }
 
@@ -206,15 +208,40 @@ pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
     async_task::Builder::new().metadata(TaskMeta::new())
 }
 
-/// A builder for a stealable task of `pool`, whose schedule function is
-/// [`PoolShared::schedule_task`](crate::pool::PoolShared::schedule_task).
+/// Who runs a stealable task wherever it is woken: its pool. The task core
+/// knows its owner only through this trait.
+pub(crate) trait Owner: Send + Sync + 'static {
+    /// Queues `runnable`, woken on whatever thread. `keep` is the task's
+    /// own reference to `self`: an owner that lets `runnable` go before it
+    /// is done with `self` (the task may then finish and free its block,
+    /// and with it perhaps the last other reference) clones it first.
+    fn schedule(&self, runnable: Runnable, keep: &Arc<dyn Owner>);
+}
+
+/// A builder for a stealable task of `owner`, to be spawned with
+/// [`schedule_on_owner`] as its schedule function.
 #[inline]
-pub(crate) fn pool_builder(
-    pool: std::sync::Arc<crate::pool::PoolShared>,
-) -> async_task::Builder<TaskMeta> {
+pub(crate) fn owned_builder(owner: Arc<dyn Owner>) -> async_task::Builder<TaskMeta> {
     let mut meta = TaskMeta::new();
-    meta.pool = Some(pool);
+    meta.owner = Some(owner);
     async_task::Builder::new().metadata(meta)
+}
+
+/// The schedule function of a task built by [`owned_builder`]: hands the
+/// task to the owner named in its metadata. A plain function, so that
+/// async-task makes no temporary waker around it.
+#[inline]
+pub(crate) fn schedule_on_owner(runnable: Runnable) {
+    let Some(owner) = &runnable.metadata().owner else {
+        unreachable!("an owned task's metadata names its owner")
+    };
+    let owner: *const Arc<dyn Owner> = owner;
+    // SAFETY: the metadata lives in the task's block, which `runnable`
+    // keeps alive for as long as `runnable` lives; `Owner::schedule`'s
+    // contract makes it clone `keep` before it lets `runnable` go if it
+    // still needs it, and it does not use `keep` after that.
+    let owner = unsafe { &*owner };
+    owner.schedule(runnable, owner)
 }
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item
@@ -486,7 +513,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 /// A handle to a spawned task; itself a future of the task's output (S4).
 ///
 /// Await it from any scheduler, a fiber or a plain thread
-/// ([`block_on`](crate::blocking::block_on)); the waiter resumes on its own scheduler.
+/// ([`block_on`](crate::block_on)); the waiter resumes on its own scheduler.
 /// It resolves to `Ok(output)`, `Err(Error::Panicked(message))` if the task
 /// panicked, or `Err(Error::Cancelled)` if the task was dropped unfinished
 /// (its scheduler shut down).

@@ -3,11 +3,7 @@
 pub(crate) mod clock;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Context;
 use std::thread::LocalKey;
-
-use futures::task::AtomicWaker;
 
 /// Sets a thread-local `Cell` for a scope: the previous value comes back when
 /// the guard drops, also on unwind, so scopes nest (a nested main loop, a
@@ -31,35 +27,15 @@ impl<T: Copy + 'static> Drop for Scoped<T> {
     }
 }
 
-/// A one-way flag a future can wait on: raised once, from any thread.
-#[derive(Default, Debug)]
-pub(crate) struct Flag {
-    pub(crate) set: AtomicBool,
-    waker: AtomicWaker,
-}
-
-impl Flag {
-    pub(crate) fn raise(&self) {
-        self.set.store(true, Ordering::Release);
-        // Raised from GLib callbacks (where unwinding aborts), gdex's
-        // timer sources and the watchdog's thread (which a panic would
-        // kill): a waker's panic goes to the panic handler instead (X5).
-        if let Some(waker) = self.waker.take() {
-            crate::diagnostics::panic::wake(waker);
-        }
+/// True on the process's initial thread, the one GTK calls the main thread.
+pub(crate) fn is_main_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and getpid have no preconditions.
+        unsafe { libc::gettid() == libc::getpid() }
     }
-
-    /// True once raised.
-    pub(crate) fn is_raised(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-
-    /// True if raised; otherwise registers the task to be woken when it is.
-    pub(crate) fn poll_raised(&self, cx: &mut Context<'_>) -> bool {
-        if self.set.load(Ordering::Acquire) {
-            return true;
-        }
-        self.waker.register(cx.waker());
-        self.set.load(Ordering::Acquire)
+    #[cfg(not(target_os = "linux"))]
+    {
+        std::thread::current().name() == Some("main")
     }
 }

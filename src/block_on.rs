@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use crate::current::Role;
+
 /// How a blocked thread sleeps, and so how its waker wakes it.
 enum Sleeper {
     /// In its context's poll (`block_on`): woken by `g_main_context_wakeup`.
@@ -97,7 +99,7 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 /// assert_eq!(gdex::block_on(on_main).unwrap(), 21);
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    if crate::pool::current_pool().is_some() {
+    if crate::current::holds(Role::Worker) {
         panic!(
             "gdex::block_on called on pool worker {:?}: blocking a worker stalls every task queued \
              behind it and can deadlock the pool. Await the future instead (or move the blocking \
@@ -109,7 +111,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     // thread-default at all: ownership tells that case apart.)
     let context = match glib::MainContext::thread_default() {
         Some(context) => context,
-        None if is_main_thread() || glib::MainContext::default().is_owner() => {
+        None if crate::util::is_main_thread() || glib::MainContext::default().is_owner() => {
             glib::MainContext::default()
         }
         None => glib::MainContext::new(),
@@ -125,19 +127,6 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
                 .expect("a fresh GMainContext is free to acquire");
             drive(&private, future)
         }
-    }
-}
-
-/// True on the process's initial thread, the one GTK calls the main thread.
-pub(crate) fn is_main_thread() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid and getpid have no preconditions.
-        unsafe { libc::gettid() == libc::getpid() }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        std::thread::current().name() == Some("main")
     }
 }
 
@@ -193,26 +182,26 @@ pub fn wait_for<F: Future>(future: F) -> F::Output {
              of the fiber's thread. Use gdex::fiber::wait, which suspends only the fiber."
         );
     }
-    if crate::pool::current_pool().is_some() {
+    if crate::current::holds(Role::Worker) {
         panic!(
             "gdex::wait_for called on pool worker {name:?}: blocking a worker stalls every task \
              queued behind it and can deadlock the pool. Await the future instead."
         );
     }
-    if crate::scheduler::dispatching() {
+    if crate::current::holds(Role::Dispatching) {
         panic!(
             "gdex::wait_for called inside a task of a context scheduler on thread {name:?}: it \
              would block that context's loop, which the future may need. Await the future, or \
              use gdex::block_on, which keeps the loop running."
         );
     }
-    if is_main_thread() || glib::MainContext::default().is_owner() {
+    if crate::util::is_main_thread() || glib::MainContext::default().is_owner() {
         panic!(
             "gdex::wait_for called on thread {name:?}, {}: the main scheduler runs on this \
              thread, and blocking it without iterating the default main context would never \
              let main-scheduler work the future may need run. Use gdex::block_on, which waits \
              while iterating the main context (or await the future inside a task).",
-            if is_main_thread() {
+            if crate::util::is_main_thread() {
                 "the process's main thread"
             } else {
                 "which holds the default main context"

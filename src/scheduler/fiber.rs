@@ -1,0 +1,50 @@
+//! Spawning fibers (F1, F2): where the fiber core (`crate::fiber`) meets
+//! the schedulers.
+
+use crate::fiber::{Builder, Fiber};
+use crate::Scheduler;
+
+impl Scheduler {
+    /// Spawns `f` as a fiber (F1) with the scheduler's default stack size;
+    /// see [`fiber::Builder`](crate::fiber::Builder) for options.
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    /// let fiber = pool.scheduler().spawn_fiber(|| {
+    ///     let t = std::time::Duration::from_millis(1);
+    ///     gdex::fiber::wait(glib::timeout_future(t)).unwrap();
+    ///     "waited"
+    /// });
+    /// assert_eq!(gdex::block_on(fiber).unwrap(), "waited");
+    /// ```
+    pub fn spawn_fiber<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        crate::fiber::Builder::new().spawn(self, f)
+    }
+}
+
+impl Builder {
+    /// Spawns `f` as a fiber on `scheduler`. On a pool it is placed on one
+    /// worker (round-robin) and never leaves it (F2).
+    ///
+    /// Its stack is mapped on that thread before `f` starts (or reused
+    /// from the thread's pool, F1). If the kernel refuses the mapping (the
+    /// address space or the map count is exhausted), the fiber resolves to
+    /// [`Error::Failed`](crate::Error::Failed) naming the stack size and the OS's reason, and `f`
+    /// never runs; the scheduler goes on.
+    pub fn spawn<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
+        // SAFETY: `prepare`'s future may move to the thread that first polls
+        // it (it holds only `Send` data until then), and
+        // `spawn_pinned_unchecked` keeps it on that thread from then on.
+        let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
+        Fiber::new(task, shared)
+    }
+}
