@@ -1,0 +1,298 @@
+//! The crate's shape (issue 14): its modules form layers, with no import
+//! cycle between them.
+//!
+//! This reads `src/` as text: every `crate::…` and `super::…` path outside
+//! comments and `#[cfg(test)] mod tests` (names re-exported at the crate
+//! root count as their defining module) is an edge from the module that
+//! writes it to the module it names. Two graphs must be acyclic:
+//! - the top-level modules (`task`, `pool`, `scheduler`, …), each folder
+//!   counted as one;
+//! - inside each folder, its files other than `mod.rs` (a folder's
+//!   `mod.rs` is the module itself, which its parts may use and which
+//!   declares them).
+//!
+//! `docs/architecture.md` ("Layers and modules") gives the order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// Module path ("pool::worker") → source with comments and unit tests cut.
+fn modules() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(&root).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            let name = if parts == ["lib"] {
+                String::new()
+            } else {
+                parts.join("::")
+            };
+            (name, strip(&std::fs::read_to_string(&path).unwrap()))
+        })
+        .collect()
+}
+
+/// Cuts line comments (doc comments included) and the unit-test module.
+fn strip(source: &str) -> String {
+    let source = match source.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &source[..at],
+        None => source,
+    };
+    source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path that follows `prefix` ("crate::" or "super::"), with `{a, b::c}`
+/// groups expanded one level: "pool::worker::Core", "Error", …
+fn paths_after(source: &str, prefix: &str) -> Vec<String> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // `foo_crate::` or `super::super::`
+        }
+        let end = rest.find(|c: char| !ident(c)).unwrap_or(rest.len());
+        let head = rest[..end].trim_end_matches(':').to_owned();
+        if rest[end..].starts_with('{') || (head.is_empty() && rest.starts_with('{')) {
+            let group = &rest[end + 1..rest[end..].find('}').map_or(rest.len(), |e| end + e)];
+            for item in group.split(',') {
+                let item: String = item.trim().chars().take_while(|&c| ident(c)).collect();
+                if !item.is_empty() && item != "self" {
+                    out.push(if head.is_empty() {
+                        item
+                    } else {
+                        format!("{head}::{item}")
+                    });
+                }
+            }
+        }
+        if !head.is_empty() {
+            out.push(head);
+        }
+    }
+    out
+}
+
+/// The graph between modules: `a → b` if `a`'s source names `b`.
+fn graph(modules: &BTreeMap<String, String>) -> Graph {
+    // Root re-exports: `pub use pool::{ThreadPool, …}` names `pool`.
+    let mut reexported: BTreeMap<String, String> = BTreeMap::new();
+    for statement in modules[""].split(';') {
+        let Some(body) = statement.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let (module, names) = match body.find("::{") {
+            Some(at) => (&body[..at], body[at + 3..].trim_end_matches('}')),
+            None => body.rsplit_once("::").unwrap_or(("", body)),
+        };
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            reexported.insert(name.to_owned(), module.to_owned());
+        }
+    }
+    let resolve = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        for k in (1..=parts.len()).rev() {
+            let candidate = parts[..k].join("::");
+            if modules.contains_key(&candidate) {
+                return Some(candidate);
+            }
+        }
+        reexported.get(parts[0]).cloned()
+    };
+    let mut graph = Graph::new();
+    for (name, source) in modules {
+        if name.is_empty() {
+            continue; // the crate root assembles the API from every module
+        }
+        let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
+        let mut named: Vec<String> = paths_after(source, "crate::");
+        for path in paths_after(source, "super::") {
+            let up = if parent.is_empty() {
+                path
+            } else {
+                format!("{parent}::{path}")
+            };
+            named.push(up);
+        }
+        for target in named.iter().filter_map(|p| resolve(p)) {
+            if &target != name {
+                graph.entry(name.clone()).or_default().insert(target);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle of `graph`, if it has one.
+fn cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &Graph,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_owned(), 1);
+        stack.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            match state.get(next.as_str()) {
+                Some(1) => {
+                    let from = stack.iter().position(|n| n == next).unwrap();
+                    let mut found = stack[from..].to_vec();
+                    found.push(next.clone());
+                    return Some(found);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(found) = visit(next, graph, state, stack) {
+                        return Some(found);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(node.to_owned(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if !state.contains_key(node) {
+            if let Some(found) = visit(node, graph, &mut state, &mut Vec::new()) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// `graph` with each node cut to its first `depth` segments, keeping only
+/// the edges whose both ends start with `within` (and are not `within`).
+fn project(graph: &Graph, within: &str, depth: usize) -> Graph {
+    let cut = |name: &str| -> Option<String> {
+        let rest = if within.is_empty() {
+            name
+        } else {
+            name.strip_prefix(within)?.strip_prefix("::")?
+        };
+        let head: Vec<&str> = rest.split("::").take(depth).collect();
+        Some(if within.is_empty() {
+            head.join("::")
+        } else {
+            format!("{within}::{}", head.join("::"))
+        })
+    };
+    let mut out = Graph::new();
+    for (from, targets) in graph {
+        for to in targets {
+            if let (Some(a), Some(b)) = (cut(from), cut(to)) {
+                if a != b {
+                    out.entry(a).or_default().insert(b);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn show(graph: &Graph) -> String {
+    graph
+        .iter()
+        .map(|(from, to)| {
+            format!(
+                "  {from} -> {}\n",
+                to.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_top_level_modules_have_no_import_cycle() {
+    let modules = modules();
+    let top = project(&graph(&modules), "", 1);
+    assert!(
+        top.contains_key("pool") && top.contains_key("scheduler"),
+        "the reader found no edges:\n{}",
+        show(&top)
+    );
+    if let Some(found) = cycle(&top) {
+        panic!(
+            "import cycle between top-level modules: {}\nthe graph:\n{}",
+            found.join(" -> "),
+            show(&top)
+        );
+    }
+}
+
+#[test]
+fn the_files_of_each_folder_have_no_import_cycle() {
+    let modules = modules();
+    let all = graph(&modules);
+    let folders: BTreeSet<&str> = modules
+        .keys()
+        .filter_map(|m| m.rsplit_once("::").map(|(p, _)| p))
+        .collect();
+    for folder in folders {
+        let inside = project(&all, folder, 1);
+        if let Some(found) = cycle(&inside) {
+            panic!(
+                "import cycle inside {folder}/: {}\nthe graph:\n{}",
+                found.join(" -> "),
+                show(&inside)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_reader_sees_a_cycle_when_there_is_one() {
+    let mut modules = BTreeMap::new();
+    modules.insert(String::new(), "pub use b::B;".to_owned());
+    modules.insert("a".to_owned(), "use crate::B;".to_owned());
+    modules.insert("b".to_owned(), "use crate::c::{x, y};".to_owned());
+    modules.insert(
+        "c".to_owned(),
+        "fn f() { crate::a::g() } // crate::d".to_owned(),
+    );
+    modules.insert("c::x".to_owned(), "use super::y::Y;".to_owned());
+    modules.insert("c::y".to_owned(), "use super::x::X;".to_owned());
+    let all = graph(&modules);
+    let top = project(&all, "", 1);
+    assert_eq!(cycle(&top).unwrap(), ["a", "b", "c", "a"]);
+    assert_eq!(
+        cycle(&project(&all, "c", 1)).unwrap(),
+        ["c::x", "c::y", "c::x"]
+    );
+    modules.insert("c".to_owned(), "fn f() {}".to_owned());
+    assert_eq!(cycle(&project(&graph(&modules), "", 1)), None);
+}
