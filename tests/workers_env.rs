@@ -145,4 +145,21 @@ fn stall_watchdog_from_the_environment() {
         !stderr.contains("env-spinner"),
         "GDEX_STALL_MS=0 is quiet:\n{stderr}"
     );
+    // An unusable value is reported once, naming it, and the default holds.
+    let (_, stderr) = run_child_with(&[("GDEX_TEST_SPIN", "1"), ("GDEX_STALL_MS", "soon")]);
+    let warnings: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("GDEX_STALL_MS"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning:\n{stderr}");
+    assert!(
+        warnings[0].contains("\"soon\"") && warnings[0].contains("using 100"),
+        "{}",
+        warnings[0]
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("env-spinner")).count(),
+        1,
+        "the 100 ms default still reports:\n{stderr}"
+    );
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::task::{CatchUnwind, Failure, Job, Task};
+use crate::util::Unpoisoned;
 
 /// How a [`BlockingPool`] closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +87,7 @@ impl Lane {
     }
 
     fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unpoisoned()
     }
 
     /// Spawns a task running `f` on this lane; `Closed` if the lane is.
@@ -213,15 +214,12 @@ impl Lane {
             state.idle += 1;
             let timed_out = match self.keep_alive {
                 Some(keep_alive) => {
-                    let (s, result) = self
-                        .cond
-                        .wait_timeout(state, keep_alive)
-                        .unwrap_or_else(|e| e.into_inner());
+                    let (s, result) = self.cond.wait_timeout(state, keep_alive).unpoisoned();
                     state = s;
                     result.timed_out()
                 }
                 None => {
-                    state = self.cond.wait(state).unwrap_or_else(|e| e.into_inner());
+                    state = self.cond.wait(state).unpoisoned();
                     false
                 }
             };

@@ -27,6 +27,7 @@
 //! `glib::timeout_future`, a GIO `*_future` call): its panic is then the
 //! task's, [`Error::Panicked`](crate::Error::Panicked) for its waiter.
 
+use crate::util::Unpoisoned;
 use std::sync::{Arc, RwLock};
 
 /// Where an unobserved panic came from.
@@ -107,12 +108,12 @@ pub fn set_panic_handler<F>(handler: F)
 where
     F: Fn(&PanicEvent) + Send + Sync + 'static,
 {
-    *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(handler));
+    *HANDLER.write().unpoisoned() = Some(Arc::new(handler));
 }
 
 /// Goes back to the default handler (`g_critical`, keep running).
 pub fn reset_panic_handler() {
-    *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = None;
+    *HANDLER.write().unpoisoned() = None;
 }
 
 /// Wakes `waker`; a panic in its `wake` goes to the panic handler
@@ -159,7 +160,7 @@ pub(crate) fn report(source: PanicSource, message: String) {
 /// (which may not be the thread reporting it: a task's panic is reported
 /// when its report is dropped unread, wherever that is).
 pub(crate) fn report_from(source: PanicSource, message: String, thread: Option<String>) {
-    let handler = HANDLER.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let handler = HANDLER.read().unpoisoned().clone();
     let event = PanicEvent {
         source,
         message,

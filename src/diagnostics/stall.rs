@@ -41,6 +41,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::current::{Entered, Role, Slot};
+use crate::util::Unpoisoned;
 
 /// A pool worker, as the watchdog sees it: what the monitor can do for one
 /// that is stuck in a poll. The pool implements it; once the pool is gone,
@@ -177,7 +178,7 @@ impl Runner {
             return None;
         }
         {
-            let mut time = self.in_panic_hook.lock().unwrap_or_else(|e| e.into_inner());
+            let mut time = self.in_panic_hook.lock().unpoisoned();
             if time.seq != seq {
                 *time = HookTime {
                     seq,
@@ -192,7 +193,7 @@ impl Runner {
     /// How much of job `seq`'s time, up to `now`, was spent in the panic
     /// hook.
     fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
-        let time = self.in_panic_hook.lock().unwrap_or_else(|e| e.into_inner());
+        let time = self.in_panic_hook.lock().unpoisoned();
         if time.seq != seq {
             return Duration::ZERO;
         }
@@ -208,11 +209,7 @@ struct InPanicHook<'a>(&'a Runner);
 
 impl Drop for InPanicHook<'_> {
     fn drop(&mut self) {
-        let mut time = self
-            .0
-            .in_panic_hook
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut time = self.0.in_panic_hook.lock().unpoisoned();
         if let Some(since) = time.since.take() {
             time.total += since.elapsed();
         }
@@ -259,23 +256,14 @@ pub(crate) const HAND_OVER_AFTER: Duration = Duration::from_millis(1);
 /// once.
 pub(crate) fn default_threshold() -> Duration {
     static DEFAULT: OnceLock<Duration> = OnceLock::new();
-    *DEFAULT.get_or_init(|| match std::env::var_os("GDEX_STALL_MS") {
-        None => Duration::from_millis(100),
-        Some(raw) => {
-            let text = raw.to_string_lossy();
-            match text.trim().parse::<u64>() {
-                Ok(ms) => Duration::from_millis(ms),
-                Err(_) => {
-                    glib::g_warning!(
-                        "gdex",
-                        "GDEX_STALL_MS={:?} is not a number of milliseconds (0 turns the stall \
-                         watchdog off); using 100",
-                        text
-                    );
-                    Duration::from_millis(100)
-                }
-            }
-        }
+    *DEFAULT.get_or_init(|| {
+        crate::util::env_setting(
+            "GDEX_STALL_MS",
+            "a number of milliseconds (0 turns the stall watchdog off)",
+            || "using 100".to_owned(),
+            |text| text.parse().ok().map(Duration::from_millis),
+        )
+        .unwrap_or(Duration::from_millis(100))
     })
 }
 
@@ -303,13 +291,13 @@ impl<F: Future> Future for Named<F> {
         // on this thread (set by the worker loop or a context dispatch).
         let runner = unsafe { runner.as_ref() };
         if let Some(r) = runner {
-            *r.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(this.name.clone());
+            *r.name.lock().unpoisoned() = Some(this.name.clone());
         }
         struct Clear<'a>(Option<&'a Runner>);
         impl Drop for Clear<'_> {
             fn drop(&mut self) {
                 if let Some(r) = self.0 {
-                    *r.name.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    *r.name.lock().unpoisoned() = None;
                 }
             }
         }
@@ -343,7 +331,7 @@ impl Monitor {
     fn register(&'static self, runner: &Arc<Runner>) {
         self.runners
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unpoisoned()
             .push(Arc::downgrade(runner));
         self.thread.get_or_init(|| {
             wrap_panic_hook();
@@ -378,7 +366,7 @@ impl Monitor {
     fn run(&self) {
         loop {
             let runners: Vec<Arc<Runner>> = {
-                let mut list = self.runners.lock().unwrap_or_else(|e| e.into_inner());
+                let mut list = self.runners.lock().unpoisoned();
                 list.retain(|w| w.strong_count() > 0);
                 list.iter().filter_map(Weak::upgrade).collect()
             };
@@ -432,7 +420,7 @@ impl Monitor {
                 let any_active = self
                     .runners
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unpoisoned()
                     .iter()
                     .filter_map(Weak::upgrade)
                     .any(|r| r.active.load(Ordering::SeqCst));
@@ -448,7 +436,7 @@ impl Monitor {
     /// Looks at one runner; true if it is working.
     fn check(&self, runner: &Runner, now: Instant) -> bool {
         let seq = runner.seq.load(Ordering::Relaxed);
-        let mut track = runner.track.lock().unwrap_or_else(|e| e.into_inner());
+        let mut track = runner.track.lock().unpoisoned();
         if seq & 1 == 0 {
             *track = Track {
                 seq,
@@ -503,11 +491,7 @@ impl Monitor {
         }
         if !track.reported {
             track.reported = true;
-            let name = runner
-                .name
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let name = runner.name.lock().unpoisoned().clone();
             let task = match name {
                 Some(name) => format!("task \"{name}\""),
                 None => "an unnamed task (name tasks with Scheduler::spawn_named to see them here)"

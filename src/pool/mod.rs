@@ -55,13 +55,14 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
-use crossbeam_deque::{Injector, Steal, Stealer};
+use crossbeam_deque::{Injector, Stealer};
 use crossbeam_utils::CachePadded;
 
 use crate::blocking::{Lane, LaneStats};
 use crate::diagnostics::metrics::{Counter, PoolMetrics, WorkerCounters};
 use crate::error::Error;
 use crate::task::Job;
+use crate::util::{drain, Unpoisoned};
 use parking::{Parking, Request};
 
 pub(crate) use worker::{current_index, current_pool, note_timer};
@@ -226,16 +227,8 @@ impl PoolShared {
             return;
         }
         if self.thread_per_core {
-            let mut k = 0;
-            loop {
-                match self.stealers[i].steal() {
-                    Steal::Success(job) => {
-                        self.push_inbox((i + 1 + k % (n - 1)) % n, job);
-                        k += 1;
-                    }
-                    Steal::Retry => continue,
-                    Steal::Empty => break,
-                }
+            for (k, job) in drain(|| self.stealers[i].steal()).enumerate() {
+                self.push_inbox((i + 1 + k % (n - 1)) % n, job);
             }
         } else {
             fence(Ordering::SeqCst);
@@ -309,24 +302,11 @@ impl PoolShared {
     /// Drops every job in `queue`, here.
     /// Takes every job in `queue`.
     fn take_all(queue: &Injector<Job>) -> Vec<Job> {
-        let mut jobs = Vec::new();
-        loop {
-            match queue.steal() {
-                Steal::Success(job) => jobs.push(job),
-                Steal::Retry => continue,
-                Steal::Empty => return jobs,
-            }
-        }
+        drain(|| queue.steal()).collect()
     }
 
     fn drain(queue: &Injector<Job>) {
-        loop {
-            match queue.steal() {
-                Steal::Success(job) => drop(job),
-                Steal::Retry => continue,
-                Steal::Empty => break,
-            }
-        }
+        drain(|| queue.steal()).for_each(drop);
     }
 
     fn shutdown(&self) {
@@ -356,7 +336,7 @@ impl PoolShared {
     /// Joins every worker thread but the caller's, holding the list while it
     /// does, so that a second caller waits for the first.
     fn join_workers(&self) {
-        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut threads = self.threads.lock().unpoisoned();
         let me = std::thread::current().id();
         let mut own = Vec::new();
         for thread in threads.drain(..) {
@@ -397,18 +377,12 @@ impl Drop for PoolShared {
     fn drop(&mut self) {
         let mut leaked = 0;
         for remote in self.remotes.iter() {
-            loop {
-                match remote.inbox.steal() {
-                    Steal::Success(job) => {
-                        // A pinned job woken after its worker exited: its
-                        // future may only be dropped on that worker's thread,
-                        // which is gone. Leak it rather than drop it here.
-                        std::mem::forget(job);
-                        leaked += 1;
-                    }
-                    Steal::Retry => continue,
-                    Steal::Empty => break,
-                }
+            for job in drain(|| remote.inbox.steal()) {
+                // A pinned job woken after its worker exited: its future may
+                // only be dropped on that worker's thread, which is gone.
+                // Leak it rather than drop it here.
+                std::mem::forget(job);
+                leaked += 1;
             }
         }
         if leaked > 0 {
@@ -727,11 +701,7 @@ impl ThreadPoolBuilder {
                         &format!("cannot start thread gdex-worker-{index}: {e}"),
                     ))
                 })?;
-            shared
-                .threads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(handle);
+            shared.threads.lock().unpoisoned().push(handle);
         }
         glib::g_debug!(
             "gdex",
@@ -749,26 +719,13 @@ fn default_workers() -> usize {
     static DEFAULT: OnceLock<usize> = OnceLock::new();
     *DEFAULT.get_or_init(|| {
         let cpus = num_cpus::get().clamp(1, MAX_WORKERS);
-        match std::env::var_os("GDEX_WORKERS") {
-            None => cpus,
-            Some(raw) => {
-                let text = raw.to_string_lossy();
-                match text.trim().parse::<usize>() {
-                    Ok(n) if (1..=MAX_WORKERS).contains(&n) => n,
-                    _ => {
-                        glib::g_warning!(
-                            "gdex",
-                            "GDEX_WORKERS={:?} is not a usable worker count (a whole number from 1 \
-                             to {}); using {}, the number of online CPUs",
-                            text,
-                            MAX_WORKERS,
-                            cpus
-                        );
-                        cpus
-                    }
-                }
-            }
-        }
+        crate::util::env_setting(
+            "GDEX_WORKERS",
+            &format!("a usable worker count (a whole number from 1 to {MAX_WORKERS})"),
+            || format!("using {cpus}, the number of online CPUs"),
+            |text| text.parse().ok().filter(|n| (1..=MAX_WORKERS).contains(n)),
+        )
+        .unwrap_or(cpus)
     })
 }
 
@@ -777,23 +734,17 @@ fn default_workers() -> usize {
 /// reported once with `g_warning` and ignored.
 fn default_thread_per_core() -> bool {
     static DEFAULT: OnceLock<bool> = OnceLock::new();
-    *DEFAULT.get_or_init(|| match std::env::var_os("GDEX_THREAD_PER_CORE") {
-        None => false,
-        Some(raw) => {
-            let text = raw.to_string_lossy();
-            match text.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" | "" => false,
-                _ => {
-                    glib::g_warning!(
-                        "gdex",
-                        "GDEX_THREAD_PER_CORE={:?} is not a usable switch (use 1 or 0); \
-                         thread-per-core mode stays off",
-                        text
-                    );
-                    false
-                }
-            }
-        }
+    *DEFAULT.get_or_init(|| {
+        crate::util::env_setting(
+            "GDEX_THREAD_PER_CORE",
+            "a usable switch (use 1 or 0)",
+            || "thread-per-core mode stays off".to_owned(),
+            |text| match text.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => Some(true),
+                "0" | "false" | "no" | "off" | "" => Some(false),
+                _ => None,
+            },
+        )
+        .unwrap_or(false)
     })
 }

@@ -17,6 +17,7 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::task::Job;
+use crate::util::Unpoisoned;
 
 struct Reaper {
     jobs: Mutex<Option<Sender<Vec<Job>>>>,
@@ -41,7 +42,7 @@ fn reaper() -> &'static Reaper {
                 for jobs in rx {
                     drop(jobs);
                     let r = reaper();
-                    r.count.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+                    r.count.lock().unpoisoned().1 += 1;
                     r.dropped.notify_all();
                 }
             })
@@ -61,14 +62,14 @@ pub(crate) fn reap(jobs: Vec<Job>) {
     }
     let r = reaper();
     let jobs = {
-        let sender = r.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = r.jobs.lock().unpoisoned();
         match sender.as_ref() {
             Some(tx) => {
-                r.count.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+                r.count.lock().unpoisoned().0 += 1;
                 match tx.send(jobs) {
                     Ok(()) => return,
                     Err(e) => {
-                        r.count.lock().unwrap_or_else(|e| e.into_inner()).0 -= 1;
+                        r.count.lock().unpoisoned().0 -= 1;
                         e.0
                     }
                 }
@@ -89,17 +90,13 @@ pub(crate) fn flush(limit: Duration) {
     }
     let r = reaper();
     let deadline = Instant::now() + limit;
-    let mut count = r.count.lock().unwrap_or_else(|e| e.into_inner());
+    let mut count = r.count.lock().unpoisoned();
     let target = count.0;
     while count.1 < target {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return;
         }
-        count = r
-            .dropped
-            .wait_timeout(count, left)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+        count = r.dropped.wait_timeout(count, left).unpoisoned().0;
     }
 }

@@ -21,6 +21,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::task::flag::Flag;
+use crate::util::Unpoisoned;
 
 /// A timer's entry in a worker's book, held by the timer while it waits on
 /// that worker's context.
@@ -45,7 +46,7 @@ const MIN_PRUNE_AT: usize = 64;
 impl TimerBook {
     fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
         // Nothing panics while holding the lock.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unpoisoned()
     }
 
     /// Notes a timer attached to this worker's context; the timer keeps the

@@ -16,6 +16,7 @@ use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
+use crate::util::steal_one;
 
 /// Jobs a worker runs per dispatch before it lets its context dispatch due
 /// timers and other sources (P8).
@@ -363,10 +364,9 @@ impl Core {
                 drop(job);
                 continue;
             }
-            match inbox.steal() {
-                Steal::Success(job) => drop(job),
-                Steal::Retry => continue,
-                Steal::Empty => break,
+            match steal_one(|| inbox.steal()) {
+                Some(job) => drop(job),
+                None => break,
             }
         }
     }
@@ -536,16 +536,10 @@ impl Core {
             return pinned;
         }
         let inbox = &self.shared.remotes[self.index].inbox;
-        if !inbox.is_empty() {
-            loop {
-                match inbox.steal() {
-                    Steal::Success(job) => return Some(job),
-                    Steal::Retry => continue,
-                    Steal::Empty => break,
-                }
-            }
+        if inbox.is_empty() {
+            return None;
         }
-        None
+        steal_one(|| inbox.steal())
     }
 
     /// Own deque and the injector.
@@ -567,20 +561,13 @@ impl Core {
         if self.shared.injector.is_empty() {
             return None;
         }
-        loop {
-            match self.shared.injector.steal_batch_and_pop(&self.local) {
-                Steal::Success(job) => {
-                    self.counters().injector_pulls.bump();
-                    if !self.shared.injector.is_empty() || !self.local.is_empty() {
-                        // Useful backlog remains: grow parallelism by one.
-                        self.request_help();
-                    }
-                    return Some(job);
-                }
-                Steal::Empty => return None,
-                Steal::Retry => continue,
-            }
+        let job = steal_one(|| self.shared.injector.steal_batch_and_pop(&self.local))?;
+        self.counters().injector_pulls.bump();
+        if !self.shared.injector.is_empty() || !self.local.is_empty() {
+            // Useful backlog remains: grow parallelism by one.
+            self.request_help();
         }
+        Some(job)
     }
 
     /// P5: a pseudo-random first victim, then round-robin over the others.

@@ -57,6 +57,7 @@ use glib::translate::ToGlibPtr;
 use super::thread_token;
 use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
+use crate::util::{drain, steal_one, Unpoisoned};
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
 pub(crate) const DISPATCH_BATCH: usize = 128;
@@ -85,10 +86,13 @@ const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
 pub(crate) fn idle_warn_delay() -> Option<Duration> {
     static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
     *DELAY.get_or_init(|| {
-        let ms = std::env::var("GDEX_MAIN_IDLE_WARN_MS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(3000);
+        let ms = crate::util::env_setting(
+            "GDEX_MAIN_IDLE_WARN_MS",
+            "a number of milliseconds (0 turns the report off)",
+            || "using 3000".to_owned(),
+            |text| text.parse::<u64>().ok(),
+        )
+        .unwrap_or(3000);
         (ms > 0).then(|| Duration::from_millis(ms))
     })
 }
@@ -166,7 +170,7 @@ pub(crate) fn holds_a_scheduler_context() -> bool {
     // the last reference to a scheduler takes the registry lock.
     let live: Vec<Arc<ContextShared>> = registry()
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unpoisoned()
         .values()
         .filter_map(Weak::upgrade)
         .collect();
@@ -231,7 +235,7 @@ impl ContextShared {
     /// The scheduler of `context`, created on first use.
     pub(crate) fn for_context(context: &glib::MainContext) -> Arc<ContextShared> {
         let key = context_key(context);
-        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = registry().lock().unpoisoned();
         if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
             return shared;
         }
@@ -411,7 +415,7 @@ impl ContextShared {
     pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> Arc<LocalQueue> {
         self.check_local_owner(what);
         let me = thread_token();
-        let mut locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locals = self.locals.lock().unpoisoned();
         if let Some(queue) = locals.iter().find(|q| q.owner == me) {
             return queue.clone();
         }
@@ -441,21 +445,15 @@ impl ContextShared {
             return None;
         }
         let me = thread_token();
-        let locals = self.locals.lock().unwrap_or_else(|e| e.into_inner());
+        let locals = self.locals.lock().unpoisoned();
         locals.iter().find(|q| q.owner == me).cloned()
     }
 
     /// Drops the jobs left in `queue` here, on the calling thread.
     fn drain(&self, queue: &LocalQueue) {
-        loop {
-            match queue.jobs.steal() {
-                Steal::Success(job) => {
-                    self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
-                    drop_orphan(job);
-                }
-                Steal::Retry => continue,
-                Steal::Empty => break,
-            }
+        for job in drain(|| queue.jobs.steal()) {
+            self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
+            drop_orphan(job);
         }
     }
 
@@ -467,25 +465,10 @@ impl ContextShared {
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
             local_turn = local.is_some() && !local_turn;
+            let shared = || steal_one(|| self.queue.steal());
             let job = match (local_turn, local) {
-                (true, Some(local)) => match self.steal_local(local) {
-                    Steal::Success(job) => Some(job),
-                    Steal::Retry => continue,
-                    Steal::Empty => match self.queue.steal() {
-                        Steal::Success(job) => Some(job),
-                        Steal::Retry => continue,
-                        Steal::Empty => None,
-                    },
-                },
-                _ => match self.queue.steal() {
-                    Steal::Success(job) => Some(job),
-                    Steal::Retry => continue,
-                    Steal::Empty => match local.map(|l| self.steal_local(l)) {
-                        Some(Steal::Success(job)) => Some(job),
-                        Some(Steal::Retry) => continue,
-                        Some(Steal::Empty) | None => None,
-                    },
-                },
+                (true, Some(local)) => steal_one(|| self.steal_local(local)).or_else(shared),
+                _ => shared().or_else(|| local.and_then(|l| steal_one(|| self.steal_local(l)))),
             };
             let job = job?;
             self.runner.enter_job();
@@ -631,7 +614,7 @@ impl Drop for OwnedQueues {
                 shared
                     .locals
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unpoisoned()
                     .retain(|q| !Arc::ptr_eq(q, &queue));
                 // On the owner thread: the futures are dropped in place.
                 shared.drain(&queue);
@@ -647,7 +630,7 @@ impl Drop for ContextShared {
             progress.destroy();
         }
         let key = context_key(&self.context);
-        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = registry().lock().unpoisoned();
         if map.get(&key).is_some_and(|w| w.strong_count() == 0) {
             map.remove(&key);
         }

@@ -37,6 +37,7 @@ use slab::Slab;
 
 use crate::diagnostics::panic::PanicSource;
 use crate::error::panic_message;
+use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, Task};
 
 /// What a member of a [`TaskGroup`] gives, seen by the group: whether it
@@ -279,7 +280,7 @@ impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
         // A panic nobody read (the group was never closed, or its results
         // never collected) goes to the panic handler (X5).
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.get_mut().unpoisoned();
         if let First::Here(Err(Error::Panicked(message))) = &mut state.first {
             crate::diagnostics::panic::report(PanicSource::Task, std::mem::take(message));
         }

@@ -7,6 +7,7 @@
 //! entry, and one that had been notified but never acted on hands the
 //! notification to the next waiter ([`WaitQueue::remove`] tells it so).
 
+use crate::util::Unpoisoned;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
@@ -79,7 +80,7 @@ pub(crate) struct Locked<'a, T> {
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> Locked<'_, T> {
-    let guard = mutex.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = mutex.lock().unpoisoned();
     DEFERRED.with(|d| d.held.set(d.held.get() + 1));
     Locked {
         guard: ManuallyDrop::new(guard),

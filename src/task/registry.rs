@@ -42,6 +42,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use crate::current::{Entered, Role, Slot};
+use crate::util::Unpoisoned;
 
 /// The registry of the pool worker running on this thread, if any.
 // SAFETY: `task::registry` owns `Role::Registry`; this is its one slot.
@@ -99,7 +100,7 @@ impl Registry {
     fn lock(&self) -> MutexGuard<'_, slab::Slab<Waker>> {
         // Nothing panics while holding the lock; a poisoned lock still
         // holds a consistent slab.
-        self.wakers.lock().unwrap_or_else(|e| e.into_inner())
+        self.wakers.lock().unpoisoned()
     }
 
     /// True once the worker has woken everything recorded here.

@@ -3,7 +3,10 @@
 pub(crate) mod clock;
 
 use std::cell::Cell;
+use std::sync::{LockResult, PoisonError};
 use std::thread::LocalKey;
+
+use crossbeam_deque::Steal;
 
 /// Sets a thread-local `Cell` for a scope: the previous value comes back when
 /// the guard drops, also on unwind, so scopes nest (a nested main loop, a
@@ -38,4 +41,66 @@ pub(crate) fn is_main_thread() -> bool {
     {
         std::thread::current().name() == Some("main")
     }
+}
+
+/// Takes a lock's guard whether or not the lock is poisoned. gdex's own locks
+/// guard state that a panic cannot leave half-updated (no user code runs
+/// while one is held: see `sync::wait_queue`), so a poisoned lock's data is
+/// used as it is, and one panic does not turn into a panic on every later
+/// lock.
+pub(crate) trait Unpoisoned<G> {
+    /// The guard, poisoned or not.
+    fn unpoisoned(self) -> G;
+}
+
+impl<G> Unpoisoned<G> for LockResult<G> {
+    #[inline]
+    fn unpoisoned(self) -> G {
+        self.unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One steal from a crossbeam queue, retried until it gives an item or finds
+/// the queue empty (`Steal::Retry` only means a race with another thief was
+/// lost).
+#[inline]
+pub(crate) fn steal_one<T>(mut steal: impl FnMut() -> Steal<T>) -> Option<T> {
+    loop {
+        match steal() {
+            Steal::Success(item) => return Some(item),
+            Steal::Empty => return None,
+            Steal::Retry => continue,
+        }
+    }
+}
+
+/// Every item a crossbeam queue gives until it is empty, one steal at a time.
+pub(crate) fn drain<T>(mut steal: impl FnMut() -> Steal<T>) -> impl Iterator<Item = T> {
+    std::iter::from_fn(move || steal_one(&mut steal))
+}
+
+/// A setting read from the environment variable `name` (trimmed, then given
+/// to `parse`): `None` if it is unset, or if `parse` refuses it, which one
+/// `g_warning` reports as "`name`=value is not `expected`; `fallback`". The
+/// caller uses its default in both cases.
+pub(crate) fn env_setting<T>(
+    name: &str,
+    expected: &str,
+    fallback: impl FnOnce() -> String,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Option<T> {
+    let raw = std::env::var_os(name)?;
+    let text = raw.to_string_lossy();
+    let parsed = parse(text.trim());
+    if parsed.is_none() {
+        glib::g_warning!(
+            "gdex",
+            "{}={:?} is not {}; {}",
+            name,
+            text,
+            expected,
+            fallback()
+        );
+    }
+    parsed
 }
