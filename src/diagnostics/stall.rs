@@ -267,10 +267,13 @@ pub(crate) fn default_threshold() -> Duration {
     })
 }
 
-/// A future that publishes its task's name on the runner polling it.
-pub(crate) struct Named<F> {
-    name: Arc<str>,
-    future: F,
+pin_project_lite::pin_project! {
+    /// A future that publishes its task's name on the runner polling it.
+    pub(crate) struct Named<F> {
+        name: Arc<str>,
+        #[pin]
+        future: F,
+    }
 }
 
 impl<F> Named<F> {
@@ -283,9 +286,7 @@ impl<F: Future> Future for Named<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: `future` is structurally pinned (never moved out), `name`
-        // is not.
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.project();
         let runner = CURRENT.get();
         // SAFETY: CURRENT points at a runner that outlives the poll running
         // on this thread (set by the worker loop or a context dispatch).
@@ -302,8 +303,7 @@ impl<F: Future> Future for Named<F> {
             }
         }
         let _clear = Clear(runner);
-        // SAFETY: see above.
-        unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx)
+        this.future.poll(cx)
     }
 }
 

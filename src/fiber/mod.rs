@@ -392,6 +392,12 @@ struct FiberFuture<F, T> {
     stack_size: usize,
 }
 
+/// Nothing in a `FiberFuture` relies on its address between polls (`CURRENT`
+/// and the `cx` cell point into it only during a poll; the coroutine's state
+/// lives on its own stack), and no field is ever pinned: it is `Unpin`
+/// whatever `F` and `T` are.
+impl<F, T> Unpin for FiberFuture<F, T> {}
+
 impl<F, T> Future for FiberFuture<F, T>
 where
     F: FnOnce() -> T + 'static,
@@ -400,10 +406,7 @@ where
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
-        // SAFETY: nothing in FiberFuture relies on its address between polls
-        // (CURRENT and the `cx` cell are only used during this poll), so we
-        // may treat it as Unpin.
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.get_mut();
         if let State::Start(_) = this.state {
             let State::Start(f) = std::mem::replace(&mut this.state, State::Done) else {
                 unreachable!()

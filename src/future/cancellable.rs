@@ -156,25 +156,29 @@ impl<T> std::fmt::Debug for Cancelled<T> {
     }
 }
 
-/// Holds a future's result until released (libdex's `DexDelayed`): the
-/// wrapped future runs as soon as this is polled, but its output is given
-/// only once [`Release::release`] is called (or the `Release` is dropped,
-/// so that nothing is held forever). Dropping the `Delayed` drops the
-/// wrapped future.
-///
-/// ```
-/// let (delayed, release) = gdex::Delayed::new(async { 5 });
-/// let waiter = gdex::spawn(delayed);
-/// std::thread::sleep(std::time::Duration::from_millis(5));
-/// assert!(!waiter.is_finished());
-/// release.release();
-/// assert_eq!(gdex::block_on(waiter).unwrap(), 5);
-/// ```
-#[must_use = "futures do nothing unless awaited"]
-pub struct Delayed<F: Future> {
-    future: Option<F>,
-    output: Option<F::Output>,
-    gate: Arc<Flag>,
+pin_project_lite::pin_project! {
+    /// Holds a future's result until released (libdex's `DexDelayed`): the
+    /// wrapped future runs as soon as this is polled, but its output is given
+    /// only once [`Release::release`] is called (or the `Release` is dropped,
+    /// so that nothing is held forever). Dropping the `Delayed` drops the
+    /// wrapped future.
+    ///
+    /// ```
+    /// let (delayed, release) = gdex::Delayed::new(async { 5 });
+    /// let waiter = gdex::spawn(delayed);
+    /// std::thread::sleep(std::time::Duration::from_millis(5));
+    /// assert!(!waiter.is_finished());
+    /// release.release();
+    /// assert_eq!(gdex::block_on(waiter).unwrap(), 5);
+    /// ```
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Delayed<F: Future> {
+        // Dropped in place (`Pin::set`) once it has given its output.
+        #[pin]
+        future: Option<F>,
+        output: Option<F::Output>,
+        gate: Arc<Flag>,
+    }
 }
 
 /// Releases a [`Delayed`]. Dropping it releases too.
@@ -216,15 +220,11 @@ impl<F: Future> Future for Delayed<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: `future` is structurally pinned: never moved, only
-        // dropped in place through `Pin::set`. `output` and `gate` are not
-        // pinned, and Delayed has no Drop impl.
-        let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: as above.
-        let mut future = unsafe { Pin::new_unchecked(&mut this.future) };
+        let this = self.project();
+        let mut future = this.future;
         if let Some(inner) = future.as_mut().as_pin_mut() {
             if let Poll::Ready(value) = inner.poll(cx) {
-                this.output = Some(value);
+                *this.output = Some(value);
                 future.set(None);
             }
         }

@@ -248,24 +248,23 @@ pub fn with_deadline<F: Future>(deadline: Instant, future: F) -> WithTimeout<F> 
     }
 }
 
-/// The future of [`with_timeout`] and [`with_deadline`].
-#[must_use = "futures do nothing unless awaited"]
-pub struct WithTimeout<F> {
-    /// `None` once dropped at the deadline.
-    future: Option<F>,
-    timer: Timer,
+pin_project_lite::pin_project! {
+    /// The future of [`with_timeout`] and [`with_deadline`].
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct WithTimeout<F> {
+        // `None` once dropped in place (`Pin::set`) at the deadline.
+        #[pin]
+        future: Option<F>,
+        timer: Timer,
+    }
 }
 
 impl<F: Future> Future for WithTimeout<F> {
     type Output = Result<F::Output, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `future` is structurally pinned (never moved out; only
-        // dropped in place through `Pin::set`), `timer` is not pinned, and
-        // WithTimeout has no Drop impl that could move `future`.
-        let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: see above; `future` stays where it is.
-        let mut future = unsafe { Pin::new_unchecked(&mut this.future) };
+        let this = self.project();
+        let mut future = this.future;
         let Some(inner) = future.as_mut().as_pin_mut() else {
             return Poll::Ready(Err(Error::TimedOut));
         };

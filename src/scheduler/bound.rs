@@ -12,15 +12,25 @@ use crate::task::flag::Flag;
 use crate::task::{CatchUnwind, Failure, Outcome};
 use crate::{Error, Scheduler, Task};
 
-/// A task's future, stopped when its object is disposed.
-struct Bound<F, O: ObjectType> {
-    future: CatchUnwind<F>,
-    /// Raised by the object's weak-ref notification.
-    disposed: Arc<Flag>,
-    /// Only to unhook the notification when the task ends first. (Its type
-    /// is the caller's: upgrading it where the task ends must be allowed,
-    /// which for a `Send` task means `O: Send + Sync`.)
-    object: glib::WeakRef<O>,
+pin_project_lite::pin_project! {
+    /// A task's future, stopped when its object is disposed.
+    struct Bound<F, O: ObjectType> {
+        #[pin]
+        future: CatchUnwind<F>,
+        // Raised by the object's weak-ref notification.
+        disposed: Arc<Flag>,
+        // Only to unhook the notification when the task ends first. (Its
+        // type is the caller's: upgrading it where the task ends must be
+        // allowed, which for a `Send` task means `O: Send + Sync`.)
+        object: glib::WeakRef<O>,
+    }
+
+    impl<F, O: ObjectType> PinnedDrop for Bound<F, O> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            unhook(this.disposed, this.object);
+        }
+    }
 }
 
 impl<F, O: ObjectType> Bound<F, O> {
@@ -60,47 +70,43 @@ impl<F: Future, O: ObjectType> Future for Bound<F, O> {
     type Output = Outcome<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `future` is structurally pinned (never moved out of
-        // self); `disposed` and `object` are not pinned. Drop only reads
-        // `disposed` and `object`.
-        let this = unsafe { self.get_unchecked_mut() };
+        let this = self.project();
         if this.disposed.poll_raised(cx) {
             // Stop like a cancelled task: its GIO calls too (X1). The
             // future is dropped by async-task right after this.
             crate::task::cancel_current_cancellable();
             return Poll::Ready(Err(Failure::Error(Error::Cancelled)));
         }
-        // SAFETY: see above.
-        unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx)
+        this.future.poll(cx)
     }
 }
 
-impl<F, O: ObjectType> Drop for Bound<F, O> {
-    fn drop(&mut self) {
-        if self.disposed.set.load(std::sync::atomic::Ordering::Acquire) {
-            return; // the notification has run and taken its count
-        }
-        // While we hold a strong reference the object cannot be disposed by
-        // its last unref, so the notification cannot run meanwhile. (An
-        // explicit g_object_run_dispose on another thread right now would
-        // be the one race; GLib gives no way to close it.)
-        if let Some(object) = self.object.upgrade() {
-            let data = Arc::as_ptr(&self.disposed);
-            // SAFETY: the notification registered in `new` is still hooked
-            // (not raised), so unhooking it succeeds and GLib's count of
-            // the flag comes back to us.
-            unsafe {
-                glib::gobject_ffi::g_object_weak_unref(
-                    object.as_ptr() as *mut glib::gobject_ffi::GObject,
-                    Some(on_dispose),
-                    data as glib::ffi::gpointer,
-                );
-                drop(Arc::from_raw(data));
-            }
-        }
-        // Otherwise the object is being disposed: the notification will run
-        // and take its count.
+/// The end of a bound task's future: unhooks the disposal notification
+/// unless it has run.
+fn unhook<O: ObjectType>(disposed: &Arc<Flag>, object: &glib::WeakRef<O>) {
+    if disposed.set.load(std::sync::atomic::Ordering::Acquire) {
+        return; // the notification has run and taken its count
     }
+    // While we hold a strong reference the object cannot be disposed by
+    // its last unref, so the notification cannot run meanwhile. (An
+    // explicit g_object_run_dispose on another thread right now would
+    // be the one race; GLib gives no way to close it.)
+    if let Some(object) = object.upgrade() {
+        let data = Arc::as_ptr(disposed);
+        // SAFETY: the notification registered in `new` is still hooked
+        // (not raised), so unhooking it succeeds and GLib's count of
+        // the flag comes back to us.
+        unsafe {
+            glib::gobject_ffi::g_object_weak_unref(
+                object.as_ptr() as *mut glib::gobject_ffi::GObject,
+                Some(on_dispose),
+                data as glib::ffi::gpointer,
+            );
+            drop(Arc::from_raw(data));
+        }
+    }
+    // Otherwise the object is being disposed: the notification will run
+    // and take its count.
 }
 
 impl Scheduler {

@@ -347,7 +347,7 @@ impl Scheduler {
     {
         // SAFETY: a Deferred holds only `make` (Send) until its first poll,
         // and builds the !Send future on the thread that polls it.
-        unsafe { self.spawn_pinned_unchecked(Deferred::Make(Some(make))) }
+        unsafe { self.spawn_pinned_unchecked(Deferred::Make { make: Some(make) }) }
     }
 
     /// The default stack size for fibers spawned here.
@@ -521,11 +521,14 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
-/// A future built on first poll by a `Send` closure: how a `!Send` future is
-/// made on the thread that will run it.
-enum Deferred<M, F> {
-    Make(Option<M>),
-    Running(F),
+pin_project_lite::pin_project! {
+    /// A future built on first poll by a `Send` closure: how a `!Send`
+    /// future is made on the thread that will run it.
+    #[project = DeferredProj]
+    enum Deferred<M, F> {
+        Make { make: Option<M> },
+        Running { #[pin] future: F },
+    }
 }
 
 impl<M, F> Future for Deferred<M, F>
@@ -539,20 +542,16 @@ where
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        // SAFETY: we never move the `Running` future out of its place; the
-        // only move is of `M` out of `Make`, which is not structurally pinned.
-        let this = unsafe { self.get_unchecked_mut() };
-        if let Deferred::Make(make) = this {
+        let mut this = self;
+        if let DeferredProj::Make { make } = this.as_mut().project() {
             let make = make
                 .take()
                 .expect("a gdex pinned task was polled after a panic");
-            *this = Deferred::Running(make());
+            this.set(Deferred::Running { future: make() });
         }
-        match this {
-            // SAFETY: `this` is pinned and the future stays in place until
-            // `Deferred` drops.
-            Deferred::Running(future) => unsafe { std::pin::Pin::new_unchecked(future) }.poll(cx),
-            Deferred::Make(_) => unreachable!(),
+        match this.project() {
+            DeferredProj::Running { future } => future.poll(cx),
+            DeferredProj::Make { .. } => unreachable!(),
         }
     }
 }

@@ -406,13 +406,16 @@ impl<T: GroupOutput> Drop for Guard<T> {
     }
 }
 
-/// A member's future: the user's future, polled with the group as the
-/// current group, its panics caught, and its end reported to the group.
-struct Member<F, T: GroupOutput> {
-    /// Structurally pinned; set to `None` (dropped in place) when it
-    /// finishes, before the group hears of it.
-    future: Option<F>,
-    guard: Guard<T>,
+pin_project_lite::pin_project! {
+    /// A member's future: the user's future, polled with the group as the
+    /// current group, its panics caught, and its end reported to the group.
+    struct Member<F, T: GroupOutput> {
+        // Set to `None` (dropped in place, `Pin::set`) when it finishes,
+        // before the group hears of it.
+        #[pin]
+        future: Option<F>,
+        guard: Guard<T>,
+    }
 }
 
 impl<F, T> Future for Member<F, T>
@@ -423,19 +426,14 @@ where
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // SAFETY: `future` is structurally pinned: never moved out, only
-        // dropped in place (by assigning `None` through this reference, or
-        // with `self`). `guard` is not pinned.
-        let this = unsafe { self.get_unchecked_mut() };
+        let mut this = self.project();
         if this.guard.done {
             return Poll::Ready(());
         }
         this.guard.started = true;
-        let Some(future) = this.future.as_mut() else {
+        let Some(future) = this.future.as_mut().as_pin_mut() else {
             return Poll::Ready(());
         };
-        // SAFETY: as above.
-        let future = unsafe { Pin::new_unchecked(future) };
         let group = (&this.guard.group as *const Weak<Shared<T>>).cast::<()>();
         let previous = CURRENT.replace(Some((
             TypeId::of::<T>(),
@@ -452,8 +450,8 @@ where
         };
         // Stopped means stopped: the future's own state goes before the
         // group (and a close waiting for it) hears that the member ended.
-        let future = &mut this.future;
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| *future = None)) {
+        let mut future = this.future;
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| future.set(None))) {
             crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
         this.guard.finish(outcome, false);
