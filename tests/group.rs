@@ -431,3 +431,36 @@ fn a_spawn_refused_by_a_closed_pool_fails_and_leaves_nothing() {
         gdex::block_on(group.close()).unwrap();
     });
 }
+
+/// `TaskGroup::current()` names the member whose poll is running, not a
+/// task that a nested loop inside that poll runs: that one is no member
+/// (mutant: with the running task unidentified, every task polled inside a
+/// member's poll passed for the member).
+#[test]
+fn a_task_polled_in_a_members_nested_loop_is_no_member() {
+    watchdog(
+        "a_task_polled_in_a_members_nested_loop_is_no_member",
+        30,
+        || {
+            common::on_main(|| {
+                let group = gdex::TaskGroup::<()>::on(gdex::Scheduler::main());
+                group
+                    .spawn(async {
+                        assert!(
+                            gdex::TaskGroup::<()>::current().is_some(),
+                            "the member is one"
+                        );
+                        let other = gdex::Scheduler::main()
+                            .spawn(async { gdex::TaskGroup::<()>::current().is_none() });
+                        // A nested loop inside the member's poll runs `other`.
+                        assert!(
+                            gdex::block_on(other).unwrap(),
+                            "a task of the nested loop is no member"
+                        );
+                    })
+                    .unwrap();
+                gdex::block_on(group.close()).unwrap();
+            })
+        },
+    );
+}

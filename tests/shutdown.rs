@@ -441,3 +441,146 @@ fn shutdown_resolves_tasks_that_moved_between_workers() {
         }
     });
 }
+
+/// S9, shutdown step 3: a task that went idle on worker A, then was woken
+/// and is running on worker B when A closes its book of idle tasks, still
+/// ends with the shutdown: A's close wakes it (async-task queues it again
+/// once the poll returns), and B drops it with its queue when it exits. Its
+/// handle resolves to `Cancelled`.
+///
+/// The placement is arranged with two pinned tasks, one per worker
+/// (round-robin): P1 spawns T and U on its worker A, then spins there so
+/// that A cannot take T back; P2 wakes T on worker B. An attempt where the
+/// first polls did not land on A (a peer stole one) is started again.
+#[test]
+fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
+    use futures::channel::oneshot;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    fn name() -> String {
+        std::thread::current().name().unwrap_or("").to_owned()
+    }
+    /// Sets its flag when dropped.
+    struct OnDrop(Arc<AtomicBool>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    common::watchdog(
+        "a_task_running_elsewhere_when_its_worker_closes",
+        60,
+        || {
+            for _attempt in 0..20 {
+                let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+                let s = pool.scheduler();
+                let (wake_t, t_woken) = oneshot::channel::<()>();
+                let (never_tx, never) = oneshot::channel::<()>();
+                let t_first = Arc::new(std::sync::Mutex::new(String::new()));
+                let t_on_b = Arc::new(std::sync::Mutex::new(String::new()));
+                let u_first = Arc::new(std::sync::Mutex::new(String::new()));
+                let u_dropped = Arc::new(AtomicBool::new(false));
+                let (spin_tx, spin_rx) = oneshot::channel::<()>();
+                let (go_tx, go_rx) = oneshot::channel::<oneshot::Sender<()>>();
+                // P1, on worker A: spawns T and U here, then spins when told.
+                let (t_handle_tx, t_handle_rx) = std::sync::mpsc::channel();
+                let p1 = {
+                    let (s, t_first, t_on_b, u_first, u_dropped) = (
+                        s.clone(),
+                        t_first.clone(),
+                        t_on_b.clone(),
+                        u_first.clone(),
+                        u_dropped.clone(),
+                    );
+                    pool.spawn_pinned(move || async move {
+                        let a = name();
+                        let t = {
+                            let (t_first, t_on_b, u_first, u_dropped) = (
+                                t_first.clone(),
+                                t_on_b.clone(),
+                                u_first.clone(),
+                                u_dropped.clone(),
+                            );
+                            s.spawn(async move {
+                                *t_first.lock().unwrap() = name();
+                                let _ = t_woken.await;
+                                // Running again. If on another worker (B) than
+                                // the one where T and U first ran (A), wait here
+                                // until A has closed its book (U, idle on A, is
+                                // dropped by A's close).
+                                let here = name();
+                                let first = t_first.lock().unwrap().clone();
+                                let arranged = first != here && first == *u_first.lock().unwrap();
+                                *t_on_b.lock().unwrap() = here;
+                                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                                while arranged
+                                    && !u_dropped.load(Ordering::SeqCst)
+                                    && std::time::Instant::now() < deadline
+                                {
+                                    std::thread::yield_now();
+                                }
+                                let _ = never.await;
+                            })
+                        };
+                        t_handle_tx.send(t).unwrap();
+                        let on_drop = OnDrop(u_dropped);
+                        s.spawn(async move {
+                            let _on_drop = on_drop;
+                            *u_first.lock().unwrap() = name();
+                            std::future::pending::<()>().await
+                        })
+                        .detach();
+                        let _ = spin_rx.await;
+                        // Keep A busy until T runs on B (or give up).
+                        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                        while t_on_b.lock().unwrap().is_empty()
+                            && std::time::Instant::now() < deadline
+                        {
+                            std::thread::yield_now();
+                        }
+                        a
+                    })
+                };
+                // P2, on worker B: wakes T from there when told.
+                let p2 = pool.spawn_pinned(move || async move {
+                    let wake_t = go_rx.await.unwrap();
+                    let _ = wake_t.send(());
+                    name()
+                });
+                let t = t_handle_rx.recv().unwrap();
+                common::wait_until(|| {
+                    !t_first.lock().unwrap().is_empty() && !u_first.lock().unwrap().is_empty()
+                });
+                spin_tx.send(()).unwrap();
+                go_tx.send(wake_t).unwrap();
+                let b = gdex::wait_for(p2).unwrap();
+                let a = gdex::wait_for(p1).unwrap_or_default();
+                let arranged = {
+                    let (tf, uf, tb) = (
+                        t_first.lock().unwrap(),
+                        u_first.lock().unwrap(),
+                        t_on_b.lock().unwrap(),
+                    );
+                    a != b && *tf == a && *uf == a && *tb == b
+                };
+                if !arranged {
+                    drop(never_tx);
+                    pool.shutdown();
+                    continue;
+                }
+                // T is running on B (waiting for A's close); shut down.
+                let closer = std::thread::spawn(move || pool.shutdown());
+                // `never_tx` stays alive: only the shutdown may end T.
+                common::wait_until(|| t.is_finished());
+                assert!(
+                    matches!(gdex::wait_for(t), Err(gdex::Error::Cancelled)),
+                    "T is dropped by B's shutdown"
+                );
+                closer.join().unwrap();
+                drop(never_tx);
+                return;
+            }
+            panic!("20 attempts, and the placement was never the one under test");
+        },
+    );
+}

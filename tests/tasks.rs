@@ -241,3 +241,36 @@ fn wait_for_blocks_a_plain_thread_and_refuses_on_schedulers() {
         }
     });
 }
+
+/// X1: a task's cancellable is one object: every `current_cancellable()`
+/// in the task gives the same one (mutant: a second call made a new one,
+/// so cancelling the task missed the first). And it is released with the
+/// task's block (mutant: the block's reference leaked).
+#[test]
+fn a_tasks_cancellable_is_one_object_released_with_the_task() {
+    use glib::prelude::*;
+    common::watchdog("a_tasks_cancellable_is_one_object", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let task = pool.scheduler().spawn(async {
+            let first = gdex::current_cancellable().unwrap();
+            let second = gdex::current_cancellable().unwrap();
+            assert_eq!(first, second, "the same GCancellable each time");
+            first.downgrade()
+        });
+        let weak = gdex::block_on(task).unwrap();
+        // The block is freed once the task has finished and its handle is
+        // gone; the task's own reference goes with it.
+        common::wait_until(|| weak.upgrade().is_none());
+    });
+}
+
+/// A task handle's `Debug` says what it is and whether it has finished.
+#[test]
+fn a_task_handle_debugs_as_a_task() {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = pool.scheduler().spawn(async move { rx.await.ok() });
+    assert_eq!(format!("{task:?}"), "Task { finished: false }");
+    drop(tx);
+    assert_eq!(gdex::block_on(task).unwrap(), None);
+}

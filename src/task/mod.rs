@@ -802,4 +802,27 @@ mod tests {
     fn a_task_handle_is_two_words() {
         assert!(std::mem::size_of::<super::Task<u64>>() <= 2 * std::mem::size_of::<usize>());
     }
+
+    /// The panic-containing wrapper passes both kinds of wake-up on
+    /// (async-task itself only wakes by value; anyone holding the wrapper
+    /// may wake by reference).
+    #[test]
+    fn a_contained_waker_passes_every_wake_on() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let contained = std::task::Waker::from(Arc::new(super::ContainedWaker(
+            std::task::Waker::from(count.clone()),
+        )));
+        contained.wake_by_ref();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "by reference");
+        contained.wake();
+        assert_eq!(count.0.load(Ordering::SeqCst), 2, "by value");
+    }
 }
