@@ -77,7 +77,7 @@ fn main() {
             // 4. A fiber: straight-line code that waits without blocking its worker.
             let s2 = pool_scheduler.clone();
             let fiber = pool_scheduler.spawn_fiber(move || {
-                let a = gdex::fiber::wait(s2.spawn(async { 20 })).unwrap().unwrap();
+                let a = gdex::fiber::wait(s2.spawn(async { 20 })).unwrap();
                 gdex::fiber::wait(glib::timeout_future(Duration::from_millis(5))).unwrap();
                 a + 22
             });

@@ -1,7 +1,7 @@
 //! `block_on`: drive a future on the calling thread while iterating its
 //! context (S8).
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -98,7 +98,8 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 /// // This example runs on the main thread, which iterates the main context.
 /// assert_eq!(gdex::block_on(on_main).unwrap(), 21);
 /// ```
-pub fn block_on<F: Future>(future: F) -> F::Output {
+pub fn block_on<F: IntoFuture>(future: F) -> F::Output {
+    let future = future.into_future();
     if crate::current::holds(Role::Worker) {
         panic!(
             "gdex::block_on called on pool worker {:?}: blocking a worker stalls every task queued \
@@ -173,7 +174,8 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
 /// let answer = std::thread::spawn(move || gdex::wait_for(task)).join().unwrap();
 /// assert_eq!(answer.unwrap(), 42);
 /// ```
-pub fn wait_for<F: Future>(future: F) -> F::Output {
+pub fn wait_for<F: IntoFuture>(future: F) -> F::Output {
+    let future = future.into_future();
     let here = std::thread::current();
     let name = here.name().unwrap_or("<unnamed>");
     if crate::fiber::in_fiber() {

@@ -68,6 +68,51 @@ impl Error {
     }
 }
 
+/// A future's output that gdex can merge with its own errors, so that a
+/// wait or a timeout on it gives one `Result<T, gdex::Error>` rather than a
+/// `Result` of a `Result`: a `Result<T, E>` whose error converts into
+/// [`Error`] (gdex's own futures, and GIO's with their `glib::Error`), or
+/// `()` (a plain timer, a yield).
+///
+/// [`fiber::wait`](crate::fiber::wait), [`timeout`](crate::timeout) and
+/// [`timeout_at`](crate::timeout_at) take futures with such outputs; for any
+/// other output use [`fiber::wait_output`](crate::fiber::wait_output), or
+/// wrap the future: `async { Ok::<_, gdex::Error>(fut.await) }`.
+///
+/// ```
+/// use gdex::IntoResult;
+/// let io: Result<u8, glib::Error> = Err(glib::Error::new(glib::FileError::Noent, "gone"));
+/// assert!(matches!(io.into_result(), Err(gdex::Error::Failed(_))));
+/// assert!(().into_result().is_ok());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an output gdex can merge its errors into",
+    note = "fiber::wait, timeout and timeout_at give `Result<T, gdex::Error>`: the future must give `Result<T, E>` with `E: Into<gdex::Error>` (gdex's and GIO's futures) or `()`",
+    note = "for another output use gdex::fiber::wait_output, or wrap the future: `async {{ Ok::<_, gdex::Error>(fut.await) }}`"
+)]
+pub trait IntoResult {
+    /// The value when there is no error.
+    type Ok;
+    /// This output as gdex's result.
+    fn into_result(self) -> Result<Self::Ok, Error>;
+}
+
+impl<T, E: Into<Error>> IntoResult for Result<T, E> {
+    type Ok = T;
+
+    fn into_result(self) -> Result<T, Error> {
+        self.map_err(Into::into)
+    }
+}
+
+impl IntoResult for () {
+    type Ok = ();
+
+    fn into_result(self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -124,6 +169,14 @@ const PANICKED: &str = "the task panicked: ";
 /// assert_eq!(err.domain().as_str(), "gdex-error-quark");
 /// assert!(matches!(gdex::Error::from(err), gdex::Error::TimedOut));
 /// ```
+/// A `futures` oneshot whose sender was dropped: the other side of the
+/// channel is gone, which gdex calls [`Error::Closed`].
+impl From<futures::channel::oneshot::Canceled> for Error {
+    fn from(_: futures::channel::oneshot::Canceled) -> Self {
+        Error::Closed
+    }
+}
+
 impl From<Error> for glib::Error {
     fn from(err: Error) -> Self {
         match err.code() {

@@ -22,7 +22,7 @@
 //!   so `!Send` glib-rs and GIO objects can be used in pool work;
 //! - libdex's **future toolkit**: [`Promise`], the sets [`all`],
 //!   [`all_race`], [`any`] and [`first`], timers ([`sleep`], [`timeout`],
-//!   [`with_timeout`]), [`Cancellable`] (one object with
+//!   [`timeout_at`], [`reject_after`]), [`Cancellable`] (one object with
 //!   `gio::Cancellable`), [`Delayed`], [`unix_signal`] and
 //!   [`unix_signals`], a cancel-safe
 //!   [`channel`], [`Semaphore`], [`Limiter`] and [`TaskGroup`]; the
@@ -97,13 +97,13 @@
 //!     (1..=10u64).product::<u64>()
 //! });
 //! // A fiber waits for the pool task in straight-line code...
-//! let fiber = pool.scheduler().spawn_fiber(move || gdex::fiber::wait(work).unwrap().unwrap());
+//! let fiber = pool.scheduler().spawn_fiber(move || gdex::fiber::wait(work).unwrap());
 //! // ...a main-scheduler task awaits the fiber and resumes on the main thread...
 //! let on_main = gdex::Scheduler::main().spawn_local(async move { fiber.await.unwrap() });
 //! // ...a plain thread waits for that one...
 //! let waiter = gdex::thread::spawn("waiter", move || gdex::wait_for(on_main).unwrap());
 //! // ...and the main thread runs its loop until the waiter is done.
-//! let answer = gdex::block_on(std::future::IntoFuture::into_future(waiter)).unwrap();
+//! let answer = gdex::block_on(waiter).unwrap();
 //! assert_eq!(answer, 3_628_800);
 //! ```
 //!
@@ -115,6 +115,7 @@
 //! [libdex]: https://gitlab.gnome.org/GNOME/libdex
 
 #![warn(missing_docs, missing_debug_implementations)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod block_on;
@@ -142,13 +143,13 @@ pub use blocking::thread;
 pub use blocking::LaneStats;
 pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
-pub use error::{Error, ErrorCode};
+pub use error::{Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
 pub use future::cancellable::{Cancellable, Cancelled, Delayed, Release};
 pub use future::promise::{Promise, PromiseFuture};
 pub use future::sets::{all, all_race, any, first};
 pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
-pub use future::time::{sleep, timeout, with_deadline, with_timeout, Sleep, Timeout, WithTimeout};
+pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sleep, Timeout};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::bound::spawn_bound;
 pub use scheduler::Scheduler;
@@ -159,7 +160,14 @@ pub use sync::group::{GroupOutput, TaskGroup, TaskGroupBuilder, TaskGroupRef};
 pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use tokio_rt::tokio_handle;
+
+/// The `gio` crate gdex is built on (see [`glib`](mod@glib)).
+pub use gio;
+/// The `glib` crate gdex is built on, so that an app can name the same
+/// version (as `gtk4::glib` does).
+pub use glib;
 
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///

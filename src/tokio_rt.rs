@@ -69,6 +69,7 @@ fn runtime() -> Result<&'static Runtime, &'static str> {
 /// assert_eq!(gdex::block_on(task).unwrap(), "tokio timers work in gdex tasks");
 /// # drop(handle);
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub fn tokio_handle() -> &'static Handle {
     match runtime() {
         Ok(runtime) => runtime.handle(),

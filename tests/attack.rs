@@ -209,7 +209,7 @@ fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
 /// loops on its own"). But once a fiber is cancelled, `wait` returns
 /// `Cancelled` *without suspending* (the check right after registering the
 /// waker, and the `resumed` check), so a fiber that loops on
-/// `let _ = gdex::fiber::yield_now();` (fine and fair before the shutdown:
+/// `let _ = gdex::fiber::yield_fiber();` (fine and fair before the shutdown:
 /// it yields every turn) never gives its worker back: `finish_fibers` is
 /// stuck inside `job.run()`, the deadline is never checked, and
 /// `shutdown()` never returns.
@@ -226,7 +226,7 @@ fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
             let mut turns = 0u64;
             // A polite background loop: yields every turn, ignores the result.
             while !sp.load(Ordering::SeqCst) {
-                let _ = gdex::fiber::yield_now();
+                let _ = gdex::fiber::yield_fiber();
                 turns += 1;
             }
             turns
@@ -547,7 +547,7 @@ fn held_shutdown_racing_spawns_from_other_threads() {
                             _ => {
                                 let f = s.spawn_fiber(move || {
                                     let _g = guard;
-                                    while gdex::fiber::yield_now().is_ok() {}
+                                    while gdex::fiber::yield_fiber().is_ok() {}
                                 });
                                 tasks.push(Box::new(move || f.is_finished()));
                             }
@@ -650,7 +650,7 @@ fn held_shutdown_from_inside_a_pool_task() {
             // With `by_drop`, the killer's clone is the last handle: its drop
             // inside the task shuts the pool down from a worker.
             drop(pool);
-            let _ = gdex::wait_for(gdex::with_timeout(Duration::from_secs(5), killer));
+            let _ = gdex::wait_for(gdex::timeout(Duration::from_secs(5), killer));
             let t0 = Instant::now();
             while !tasks.iter().all(|t| t.is_finished()) && t0.elapsed() < Duration::from_secs(5) {
                 std::thread::sleep(Duration::from_millis(5));
@@ -847,16 +847,16 @@ fn held_fibers_on_context_schedulers_are_cancelled_by_handle_drop() {
             struct Flush(Arc<Mutex<Vec<String>>>);
             impl Drop for Flush {
                 fn drop(&mut self) {
-                    let r = gdex::fiber::wait(std::future::ready(1));
+                    let r = gdex::fiber::wait_output(std::future::ready(1));
                     self.0.lock().unwrap().push(format!("flush {r:?}"));
                 }
             }
             let _flush = Flush(l.clone());
             let r = gdex::fiber::wait(rx);
             l.lock().unwrap().push(format!("wait {r:?}"));
-            let r = gdex::fiber::wait(std::future::ready(2));
+            let r = gdex::fiber::wait_output(std::future::ready(2));
             l.lock().unwrap().push(format!("ready {r:?}"));
-            let r = gdex::fiber::yield_now();
+            let r = gdex::fiber::yield_fiber();
             l.lock().unwrap().push(format!("yield {r:?}"));
         });
         context

@@ -109,7 +109,7 @@ fn poll_on(pool: &gdex::ThreadPool, timer: &Arc<Mutex<Pin<Box<gdex::Sleep>>>>) {
 }
 
 /// Sequence: one long timer (an hour) whose task keeps moving between two
-/// workers, as a `with_timeout(1h, loop { rx.recv() })` session does when
+/// workers, as a `timeout(1h, loop { rx.recv() })` session does when
 /// woken from different workers; here `spawn_pinned` places the polls on
 /// worker 0, 1, 0, 1, ... Each poll on the other context destroys the
 /// source, attaches a new one, and `note_timer`s it again in that worker's

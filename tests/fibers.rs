@@ -43,14 +43,14 @@ fn a_fiber_never_leaves_its_thread() {
             for i in 0..1000 {
                 match i % 3 {
                     // A task that may run on any worker.
-                    0 => assert_eq!(fiber::wait(s2.spawn(async move { i })).unwrap().unwrap(), i),
+                    0 => assert_eq!(fiber::wait(s2.spawn(async move { i })).unwrap(), i),
                     // A wake-up from a plain thread.
                     1 => {
                         let (tx, rx) = oneshot::channel();
                         std::thread::spawn(move || tx.send(i).unwrap());
-                        assert_eq!(fiber::wait(rx).unwrap().unwrap(), i);
+                        assert_eq!(fiber::wait(rx).unwrap(), i);
                     }
-                    _ => fiber::yield_now().unwrap(),
+                    _ => fiber::yield_fiber().unwrap(),
                 }
                 if std::thread::current().id() != home {
                     moved += 1;
@@ -132,7 +132,7 @@ fn a_fiber_waits_for_a_task_on_its_own_worker() {
                 glib::timeout_future(Duration::from_millis(2)).await;
                 std::thread::current().id()
             });
-            let ran_on = fiber::wait(task).unwrap().unwrap();
+            let ran_on = fiber::wait(task).unwrap();
             (ran_on, std::thread::current().id())
         });
         let (task_thread, fiber_thread) = gdex::block_on(fiber).unwrap();
@@ -151,7 +151,7 @@ fn ten_thousand_fibers_waiting_on_promises_finish() {
         let (senders, fibers): (Vec<_>, Vec<_>) = (0..n)
             .map(|i| {
                 let (tx, rx) = oneshot::channel::<usize>();
-                let fiber = s.spawn_fiber(move || fiber::wait(rx).unwrap().unwrap() + i);
+                let fiber = s.spawn_fiber(move || fiber::wait(rx).unwrap() + i);
                 (tx, fiber)
             })
             .unzip();
@@ -176,13 +176,13 @@ fn wait_outside_a_fiber_is_an_error_at_once() {
             fiber::wait(std::future::pending::<()>()),
             Err(gdex::Error::NotOnFiber)
         ));
-        assert!(matches!(fiber::yield_now(), Err(gdex::Error::NotOnFiber)));
+        assert!(matches!(fiber::yield_fiber(), Err(gdex::Error::NotOnFiber)));
         assert!(t.elapsed() < Duration::from_secs(5));
         // Inside a plain pool task too.
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let r = gdex::block_on(
             pool.scheduler()
-                .spawn(async { fiber::wait(async { 1 }).is_err() }),
+                .spawn(async { fiber::wait_output(async { 1 }).is_err() }),
         );
         assert!(r.unwrap());
     });
@@ -206,7 +206,7 @@ fn dropping_a_fiber_cancels_its_waits_and_it_returns() {
             let second = fiber::wait(std::future::pending::<()>());
             log2.lock().unwrap().push(format!("second: {second:?}"));
             // A ready future still gives its value.
-            let ready = fiber::wait(async { 5 });
+            let ready = fiber::wait_output(async { 5 });
             log2.lock().unwrap().push(format!("ready: {ready:?}"));
             log2.lock().unwrap().push("returned".into());
         });
@@ -253,7 +253,7 @@ fn a_fiber_panic_reaches_the_waiter() {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
         let bad = s.spawn_fiber(|| {
-            fiber::yield_now().unwrap();
+            fiber::yield_fiber().unwrap();
             panic!("fiber boom {}", 7);
         });
         match gdex::block_on(bad) {
@@ -285,7 +285,7 @@ fn fibers_on_context_schedulers() {
             let context = glib::MainContext::new();
             let s = gdex::Scheduler::for_context(&context);
             let f = s.spawn_fiber(|| {
-                fiber::yield_now().unwrap();
+                fiber::yield_fiber().unwrap();
                 std::thread::current().id()
             });
             let runner = std::thread::spawn(move || {
@@ -375,7 +375,7 @@ fn a_yielding_fiber_does_not_starve_tasks() {
         let (stop2, yields2) = (stop.clone(), yields.clone());
         let yielder = s.spawn_fiber(move || {
             while !stop2.load(Ordering::Acquire) {
-                fiber::yield_now().unwrap();
+                fiber::yield_fiber().unwrap();
                 yields2.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -419,7 +419,7 @@ fn gio_futures_in_fibers_and_pinned_tasks() {
         let p = path.clone();
         let fiber = pool.scheduler().spawn_fiber(move || {
             let file = gio::File::for_path(&p);
-            let (bytes, _etag) = fiber::wait(file.load_contents_future()).unwrap().unwrap();
+            let (bytes, _etag) = fiber::wait(file.load_contents_future()).unwrap();
             bytes.to_vec()
         });
         assert_eq!(gdex::block_on(fiber).unwrap(), b"fiber data");
@@ -464,7 +464,7 @@ fn a_yield_pending_when_the_fiber_is_cancelled_reports_it() {
                             let _ = go.recv();
                         });
                     }
-                    fiber::yield_now()?;
+                    fiber::yield_fiber()?;
                 }
             };
             *out.lock().unwrap() = Some(work());
@@ -517,7 +517,7 @@ fn is_finished_follows_the_fiber() {
         let (tx, rx) = futures::channel::oneshot::channel::<u32>();
         let fiber = pool
             .scheduler()
-            .spawn_fiber(move || gdex::fiber::wait(rx).unwrap().unwrap());
+            .spawn_fiber(move || gdex::fiber::wait(rx).unwrap());
         assert!(!fiber.is_finished(), "a waiting fiber is not finished");
         assert_eq!(format!("{fiber:?}"), "Fiber { finished: false }");
         tx.send(7).unwrap();

@@ -111,7 +111,7 @@ fn run(env: Env, node: Node) -> Pin<Box<dyn Future<Output = ()> + Send>> {
                     let f = pool.spawn_fiber(move || {
                         let t = env2.pool.spawn(run(env2.clone(), child));
                         match fiber::wait(t) {
-                            Ok(child) => child.unwrap(),
+                            Ok(()) => {}
                             // The parent was cancelled, and the fiber with it.
                             Err(gdex::Error::Cancelled) => {}
                             Err(e) => panic!("fiber wait: {e}"),

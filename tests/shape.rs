@@ -296,3 +296,27 @@ fn the_reader_sees_a_cycle_when_there_is_one() {
     modules.insert("c".to_owned(), "fn f() {}".to_owned());
     assert_eq!(cycle(&project(&graph(&modules), "", 1)), None);
 }
+
+/// Issue 14: a wait or a timeout on something that already gives
+/// `Result<T, gdex::Error>` gives one `Result` (`IntoResult`), and
+/// `block_on`/`wait_for` take `IntoFuture`: the places a new user reads
+/// first show neither a `Result` in a `Result` nor a manual `into_future`.
+#[test]
+fn the_first_pages_a_user_reads_have_no_nested_results() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for page in [
+        "README.md",
+        "src/lib.rs",
+        "examples/tour.rs",
+        "docs/libdex.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            assert!(
+                !line.contains(".unwrap().unwrap()") && !line.contains("IntoFuture::into_future"),
+                "{page}:{}: {line}",
+                n + 1
+            );
+        }
+    }
+}

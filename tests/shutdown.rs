@@ -377,9 +377,9 @@ fn shutdown_resolves_every_task_whatever_it_waits_on() {
         drop(senders);
         let mut tasks = tasks.into_iter();
         let (_, first) = tasks.next().unwrap();
-        let in_time = gdex::wait_for(gdex::with_timeout(std::time::Duration::from_secs(2), first));
+        let in_time = gdex::wait_for(gdex::timeout(std::time::Duration::from_secs(2), first));
         assert!(
-            matches!(in_time, Ok(Err(gdex::Error::Cancelled))),
+            matches!(in_time, Err(gdex::Error::Cancelled)),
             "{in_time:?}"
         );
         for (what, task) in tasks {

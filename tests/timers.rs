@@ -82,15 +82,17 @@ fn a_timer_fires_on_time_after_its_task_moved_off_a_blocked_worker() {
                         gdex::sleep(short).await;
                         true
                     }),
-                    "timeout" => Box::pin(async move { gdex::timeout::<()>(short).await.is_err() }),
+                    "timeout" => {
+                        Box::pin(async move { gdex::reject_after::<()>(short).await.is_err() })
+                    }
                     "with_timeout" => Box::pin(async move {
-                        gdex::with_timeout(short, std::future::pending::<()>())
+                        gdex::timeout(short, std::future::pending::<()>())
                             .await
                             .is_err()
                     }),
                     _ => Box::pin(async move {
                         let at = std::time::Instant::now() + short;
-                        gdex::with_deadline(at, std::future::pending::<()>())
+                        gdex::timeout_at(at, std::future::pending::<()>())
                             .await
                             .is_err()
                     }),
@@ -151,7 +153,7 @@ fn a_timer_survives_the_pool_of_its_first_worker() {
             }))
             .unwrap();
         pool.shutdown();
-        let result = gdex::block_on(gdex::with_timeout(Duration::from_secs(1), sleep));
+        let result = gdex::block_on(gdex::timeout(Duration::from_secs(1), sleep));
         assert!(
             result.is_ok(),
             "a sleep first polled on a shut-down pool never fired: {result:?}"

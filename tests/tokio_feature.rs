@@ -67,7 +67,7 @@ fn tokio_tcp_and_timers_inside_gdex_tasks() {
 
         let fiber = pool
             .scheduler()
-            .spawn_fiber(move || gdex::fiber::wait(round_trip(addr, "fiber")).unwrap());
+            .spawn_fiber(move || gdex::fiber::wait_output(round_trip(addr, "fiber")).unwrap());
         assert_eq!(gdex::block_on(fiber).unwrap(), "fiber");
 
         let blocking = pool.spawn_blocking(move || {

@@ -261,7 +261,7 @@ fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
         let d = Duration::from_millis(20);
         let on_pool = p.scheduler().spawn(async move {
             let start = Instant::now();
-            let r = gdex::timeout::<()>(d).await;
+            let r = gdex::reject_after::<()>(d).await;
             (r, start.elapsed())
         });
         let (r, elapsed) = gdex::block_on(on_pool).unwrap();
@@ -273,7 +273,8 @@ fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
         let in_fiber = p.scheduler().spawn_fiber(move || {
             let start = Instant::now();
             gdex::fiber::wait(gdex::sleep(d)).unwrap();
-            let r = gdex::fiber::wait(gdex::with_timeout(d, std::future::pending::<()>())).unwrap();
+            // One result: the timeout's error, not a `Result` in a `Result`.
+            let r = gdex::fiber::wait(gdex::timeout(d, std::future::pending::<()>()));
             (r, start.elapsed())
         });
         let (r, elapsed) = gdex::block_on(in_fiber).unwrap();
@@ -285,7 +286,7 @@ fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
         on_main(|| {
             let on_main = gdex::Scheduler::main().spawn_local(async move {
                 let start = Instant::now();
-                let r = gdex::timeout::<u8>(d).await;
+                let r = gdex::reject_after::<u8>(d).await;
                 assert!(matches!(r, Err(gdex::Error::TimedOut)));
                 start.elapsed()
             });
@@ -296,11 +297,11 @@ fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
         let guard = Counted(dropped.clone());
         let pending = async move {
             let _guard = guard;
-            std::future::pending::<u32>().await
+            std::future::pending::<Result<u32, gdex::Error>>().await
         };
         let check = dropped.clone();
         let task = p.scheduler().spawn(async move {
-            let mut wrapped = pin!(gdex::with_timeout(d, pending));
+            let mut wrapped = pin!(gdex::timeout(d, pending));
             let r = wrapped.as_mut().await;
             // Dropped at the deadline, before the wrapper goes.
             (r, check.load(Ordering::SeqCst))
@@ -310,9 +311,13 @@ fn timeouts_on_every_scheduler_and_with_timeout_drops_the_future() {
         assert_eq!(dropped_then, 1);
 
         let deadline = Instant::now() + d;
-        let r = gdex::block_on(gdex::with_deadline(deadline, async { 5 }));
-        assert_eq!(r.unwrap(), 5);
-        let r = gdex::block_on(gdex::with_deadline(deadline, gdex::sleep(10 * d)));
+        let r = gdex::block_on(gdex::timeout_at(deadline, gdex::spawn(async { 5 })));
+        assert_eq!(
+            r.unwrap(),
+            5,
+            "one Result: the task's value or either error"
+        );
+        let r = gdex::block_on(gdex::timeout_at(deadline, gdex::sleep(10 * d)));
         assert!(matches!(r, Err(gdex::Error::TimedOut)) && Instant::now() >= deadline);
     });
 }

@@ -37,7 +37,7 @@
 pub(crate) mod stack;
 
 use std::cell::Cell;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,7 +47,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 use futures::task::AtomicWaker;
 
 use crate::current::{Role, Slot};
-use crate::error::Error;
+use crate::error::{Error, IntoResult};
 use crate::task::Task;
 
 pub use stack::stacks_mapped;
@@ -156,7 +156,7 @@ pub fn in_fiber() -> bool {
 /// thread goes on running other tasks and fibers, and the fiber resumes on
 /// the same thread when the future wakes it.
 ///
-/// Returns the future's output, or:
+/// Gives the future's value, or its error, or:
 /// - [`Error::NotOnFiber`] at once when not called from a fiber (it never
 ///   blocks the thread);
 /// - [`Error::Cancelled`] if the fiber was cancelled (every handle dropped)
@@ -164,19 +164,42 @@ pub fn in_fiber() -> bool {
 ///   cancelled and the future is not ready at once
 ///   (F4). The future is dropped.
 ///
+/// The future gives a `Result<T, E>` whose error converts into
+/// [`Error`] (a task, a fiber, a GIO call), merged into the one result, or
+/// `()`; see [`IntoResult`](crate::IntoResult). For a future with any other
+/// output, use [`wait_output`].
+///
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// let s = pool.scheduler();
 /// let s2 = s.clone();
-/// let fiber = s.spawn_fiber(move || {
-///     let task = s2.spawn(async { 20 });
-///     let twenty = gdex::fiber::wait(task).unwrap().unwrap();
-///     twenty + 1
+/// let fiber = s.spawn_fiber(move || -> Result<i32, gdex::Error> {
+///     let twenty = gdex::fiber::wait(s2.spawn(async { 20 }))?;
+///     gdex::fiber::wait(gdex::sleep(std::time::Duration::from_millis(1)))?;
+///     Ok(twenty + 1)
 /// });
-/// assert_eq!(gdex::block_on(fiber).unwrap(), 21);
-/// assert!(matches!(gdex::fiber::wait(async { 1 }), Err(gdex::Error::NotOnFiber)));
+/// assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 21);
+/// assert!(matches!(gdex::fiber::wait(gdex::spawn(async { 1 })), Err(gdex::Error::NotOnFiber)));
 /// ```
-pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
+pub fn wait<F>(future: F) -> Result<<F::Output as IntoResult>::Ok, Error>
+where
+    F: IntoFuture,
+    F::Output: IntoResult,
+{
+    wait_output(future).and_then(IntoResult::into_result)
+}
+
+/// [`wait`] for a future whose output is not a `Result` gdex can merge
+/// with its own errors: gives that output as it is, or the fiber's error
+/// ([`Error::NotOnFiber`], [`Error::Cancelled`]), as [`wait`] does.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let fiber = pool.scheduler().spawn_fiber(|| gdex::fiber::wait_output(async { 7 }));
+/// assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 7);
+/// ```
+pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
+    let future = future.into_future();
     if !in_fiber() {
         return Err(Error::NotOnFiber);
     }
@@ -234,10 +257,11 @@ pub fn wait<F: Future>(future: F) -> Result<F::Output, Error> {
     }
 }
 
-/// Lets the fiber's scheduler run other work, then resumes the fiber (F6).
+/// Lets the fiber's scheduler run other work, then resumes the fiber (F6):
+/// the fiber's counterpart of the async [`gdex::yield_now`](crate::yield_now).
 /// Returns [`Error::Cancelled`] once the fiber is cancelled, and
 /// [`Error::NotOnFiber`] outside a fiber.
-pub fn yield_now() -> Result<(), Error> {
+pub fn yield_fiber() -> Result<(), Error> {
     wait(crate::yield_now())
 }
 

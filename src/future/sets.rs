@@ -79,7 +79,7 @@ where
 /// ```
 /// use futures::FutureExt;
 /// let work = std::future::pending::<Result<u32, gdex::Error>>().boxed();
-/// let deadline = gdex::timeout(std::time::Duration::from_millis(5)).boxed();
+/// let deadline = gdex::reject_after(std::time::Duration::from_millis(5)).boxed();
 /// assert!(matches!(gdex::block_on(gdex::first([work, deadline])), Err(gdex::Error::TimedOut)));
 /// ```
 pub async fn first<I, T, E>(futures: I) -> Result<T, E>

@@ -1,4 +1,4 @@
-//! Time: [`sleep`], [`timeout`], [`with_timeout`], [`with_deadline`].
+//! Time: [`sleep`], [`timeout`], [`timeout_at`], [`reject_after`].
 //!
 //! A timer is one ready-time `GSource` attached to the context of the
 //! scheduler that polls it: a pool worker's own context, the main context,
@@ -24,13 +24,14 @@
 //! about a millisecond late when its context sleeps (a 100 µs sleep takes
 //! about 1.1 ms), and on time while the context is busy and checks it.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::error::IntoResult;
 use crate::source::{Hooks, SourceRef};
 use crate::task::flag::Flag;
 use crate::{Error, Scheduler};
@@ -183,27 +184,28 @@ impl std::fmt::Debug for Sleep {
 
 /// A future that only rejects: with [`Error::TimedOut`] once `duration` has
 /// passed (libdex's `dex_timeout_new_*`). Its value type is whatever the
-/// futures it races with need, so it fits in [`first`](crate::first).
+/// futures it races with need, so it fits in [`first`](crate::first). To
+/// bound a future by a time, use [`timeout`].
 ///
 /// ```
-/// let t = gdex::timeout::<u32>(std::time::Duration::from_millis(1));
+/// let t = gdex::reject_after::<u32>(std::time::Duration::from_millis(1));
 /// assert!(matches!(gdex::block_on(t), Err(gdex::Error::TimedOut)));
 /// ```
-pub fn timeout<T>(duration: Duration) -> Timeout<T> {
-    Timeout {
+pub fn reject_after<T>(duration: Duration) -> RejectAfter<T> {
+    RejectAfter {
         timer: Timer::after(duration),
         _value: PhantomData,
     }
 }
 
-/// The future of [`timeout`].
+/// The future of [`reject_after`].
 #[must_use = "futures do nothing unless awaited"]
-pub struct Timeout<T> {
+pub struct RejectAfter<T> {
     timer: Timer,
     _value: PhantomData<fn() -> T>,
 }
 
-impl<T> Future for Timeout<T> {
+impl<T> Future for RejectAfter<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -214,44 +216,55 @@ impl<T> Future for Timeout<T> {
     }
 }
 
-impl<T> std::fmt::Debug for Timeout<T> {
+impl<T> std::fmt::Debug for RejectAfter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Timeout")
+        f.debug_struct("RejectAfter")
             .field("deadline_us", &self.timer.deadline)
             .finish()
     }
 }
 
-/// Gives `future`'s output if it arrives within `duration`; otherwise drops
-/// `future` (cancelling it) and rejects with [`Error::TimedOut`].
+/// Gives `future`'s value if it arrives within `duration`; otherwise drops
+/// `future` (cancelling it) and rejects with [`Error::TimedOut`]. As with
+/// tokio's `timeout`; the result is one `Result<T, gdex::Error>`: a future
+/// that itself gives `Result<T, E>` (a task, a GIO call) has its error
+/// merged in (see [`IntoResult`](crate::IntoResult)).
 ///
 /// ```
 /// use std::time::Duration;
 /// let slow = gdex::sleep(Duration::from_secs(60));
-/// let r = gdex::block_on(gdex::with_timeout(Duration::from_millis(5), slow));
+/// let r = gdex::block_on(gdex::timeout(Duration::from_millis(5), slow));
 /// assert!(matches!(r, Err(gdex::Error::TimedOut)));
-/// let quick = async { 3 };
-/// assert_eq!(gdex::block_on(gdex::with_timeout(Duration::from_secs(5), quick)).unwrap(), 3);
+/// let quick = gdex::spawn(async { 3 });
+/// assert_eq!(gdex::block_on(gdex::timeout(Duration::from_secs(5), quick)).unwrap(), 3);
 /// ```
-pub fn with_timeout<F: Future>(duration: Duration, future: F) -> WithTimeout<F> {
-    WithTimeout {
-        future: Some(future),
+pub fn timeout<F>(duration: Duration, future: F) -> Timeout<F::IntoFuture>
+where
+    F: IntoFuture,
+    F::Output: IntoResult,
+{
+    Timeout {
+        future: Some(future.into_future()),
         timer: Timer::after(duration),
     }
 }
 
-/// [`with_timeout`] with a deadline instead of a duration.
-pub fn with_deadline<F: Future>(deadline: Instant, future: F) -> WithTimeout<F> {
-    WithTimeout {
-        future: Some(future),
+/// [`timeout`] with a deadline instead of a duration.
+pub fn timeout_at<F>(deadline: Instant, future: F) -> Timeout<F::IntoFuture>
+where
+    F: IntoFuture,
+    F::Output: IntoResult,
+{
+    Timeout {
+        future: Some(future.into_future()),
         timer: Timer::at(deadline),
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The future of [`with_timeout`] and [`with_deadline`].
+    /// The future of [`timeout`] and [`timeout_at`].
     #[must_use = "futures do nothing unless awaited"]
-    pub struct WithTimeout<F> {
+    pub struct Timeout<F> {
         // `None` once dropped in place (`Pin::set`) at the deadline.
         #[pin]
         future: Option<F>,
@@ -259,8 +272,12 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F: Future> Future for WithTimeout<F> {
-    type Output = Result<F::Output, Error>;
+impl<F> Future for Timeout<F>
+where
+    F: Future,
+    F::Output: IntoResult,
+{
+    type Output = Result<<F::Output as IntoResult>::Ok, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -269,7 +286,7 @@ impl<F: Future> Future for WithTimeout<F> {
             return Poll::Ready(Err(Error::TimedOut));
         };
         if let Poll::Ready(value) = inner.poll(cx) {
-            return Poll::Ready(Ok(value));
+            return Poll::Ready(value.into_result());
         }
         match this.timer.poll_fired(cx) {
             Poll::Ready(()) => {
@@ -282,9 +299,9 @@ impl<F: Future> Future for WithTimeout<F> {
     }
 }
 
-impl<F> std::fmt::Debug for WithTimeout<F> {
+impl<F> std::fmt::Debug for Timeout<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WithTimeout")
+        f.debug_struct("Timeout")
             .field("deadline_us", &self.timer.deadline)
             .field("dropped", &self.future.is_none())
             .finish()
