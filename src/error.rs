@@ -25,8 +25,18 @@ pub enum Error {
     Panicked(String),
     /// A deadline passed before the value arrived.
     TimedOut,
-    /// The scheduler (or channel, pool, …) was closed: nothing new is accepted.
+    /// The scheduler (or channel, blocking pool, …) was closed: nothing new
+    /// is accepted.
     Closed,
+    /// The thread pool has shut down: [`ThreadPool::shutdown`] was called,
+    /// or its last [`ThreadPool`] handle was dropped. A
+    /// [`Scheduler`](crate::Scheduler) does not keep its pool running: keep
+    /// the `ThreadPool` for as long as you spawn on it
+    /// (`ThreadPool::builder().build()?.scheduler()` drops it at once).
+    ///
+    /// [`ThreadPool`]: crate::ThreadPool
+    /// [`ThreadPool::shutdown`]: crate::ThreadPool::shutdown
+    ShutDown,
     /// A fiber-only call was made outside a fiber.
     NotOnFiber,
     /// A [`Promise`](crate::Promise) was dropped before it gave a value.
@@ -56,6 +66,7 @@ impl Error {
             Error::Panicked(_) => ErrorCode::Panicked,
             Error::TimedOut => ErrorCode::TimedOut,
             Error::Closed => ErrorCode::Closed,
+            Error::ShutDown => ErrorCode::ShutDown,
             Error::NotOnFiber => ErrorCode::NotOnFiber,
             Error::Dropped => ErrorCode::Dropped,
             Error::Failed(_) => return None,
@@ -120,6 +131,10 @@ impl fmt::Display for Error {
             Error::Panicked(msg) => write!(f, "{PANICKED}{msg}"),
             Error::TimedOut => f.write_str("the operation timed out"),
             Error::Closed => f.write_str("the scheduler or queue is closed"),
+            Error::ShutDown => f.write_str(
+                "the thread pool has shut down (ThreadPool::shutdown was called, or its last \
+                 ThreadPool handle was dropped: a Scheduler does not keep its pool running)",
+            ),
             Error::NotOnFiber => f.write_str("this call is only valid inside a fiber"),
             Error::Dropped => f.write_str("the promise was dropped before it gave a value"),
             Error::Failed(err) => write!(f, "{err}"),
@@ -150,6 +165,7 @@ impl From<glib::Error> for Error {
             ),
             Some(ErrorCode::TimedOut) => Error::TimedOut,
             Some(ErrorCode::Closed) => Error::Closed,
+            Some(ErrorCode::ShutDown) => Error::ShutDown,
             Some(ErrorCode::NotOnFiber) => Error::NotOnFiber,
             Some(ErrorCode::Dropped) => Error::Dropped,
             None => Error::Failed(err),
@@ -158,6 +174,14 @@ impl From<glib::Error> for Error {
 }
 
 const PANICKED: &str = "the task panicked: ";
+
+/// A `futures` oneshot whose sender was dropped: the other side of the
+/// channel is gone, which gdex calls [`Error::Closed`].
+impl From<futures::channel::oneshot::Canceled> for Error {
+    fn from(_: futures::channel::oneshot::Canceled) -> Self {
+        Error::Closed
+    }
+}
 
 /// A gdex error as a `glib::Error`, for GObject code that hands errors to C
 /// callers: gdex's own errors in the `gdex-error-quark` domain
@@ -169,14 +193,6 @@ const PANICKED: &str = "the task panicked: ";
 /// assert_eq!(err.domain().as_str(), "gdex-error-quark");
 /// assert!(matches!(gdex::Error::from(err), gdex::Error::TimedOut));
 /// ```
-/// A `futures` oneshot whose sender was dropped: the other side of the
-/// channel is gone, which gdex calls [`Error::Closed`].
-impl From<futures::channel::oneshot::Canceled> for Error {
-    fn from(_: futures::channel::oneshot::Canceled) -> Self {
-        Error::Closed
-    }
-}
-
 impl From<Error> for glib::Error {
     fn from(err: Error) -> Self {
         match err.code() {
@@ -207,6 +223,8 @@ pub enum ErrorCode {
     NotOnFiber = 5,
     /// [`Error::Dropped`].
     Dropped = 6,
+    /// [`Error::ShutDown`].
+    ShutDown = 7,
 }
 
 impl glib::error::ErrorDomain for ErrorCode {
@@ -227,6 +245,7 @@ impl glib::error::ErrorDomain for ErrorCode {
             4 => ErrorCode::Closed,
             5 => ErrorCode::NotOnFiber,
             6 => ErrorCode::Dropped,
+            7 => ErrorCode::ShutDown,
             _ => return None,
         })
     }
@@ -255,6 +274,7 @@ mod tests {
             Error::Panicked("boom".into()),
             Error::TimedOut,
             Error::Closed,
+            Error::ShutDown,
             Error::NotOnFiber,
             Error::Dropped,
         ] {

@@ -822,7 +822,7 @@ fn held_waiters_on_plain_threads_during_shutdown() {
             match i % 3 {
                 1 => assert_eq!(r, None, "{i}"),
                 _ => assert!(
-                    r.as_deref() == Some("Cancelled") || r.as_deref() == Some("Closed"),
+                    r.as_deref() == Some("Cancelled") || r.as_deref() == Some("ShutDown"),
                     "{i}: {r:?}"
                 ),
             }

@@ -340,7 +340,7 @@ fn shutdown_cancels_queued_tasks_and_refuses_new_ones() {
         }
         assert!(matches!(
             gdex::block_on(s.spawn(async { 1 })),
-            Err(gdex::Error::Closed)
+            Err(gdex::Error::ShutDown)
         ));
     });
 }

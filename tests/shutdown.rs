@@ -1,7 +1,7 @@
 //! Shutdown under load (issue: reliability): a pool with many queued tasks
 //! and tasks awaiting each other shuts down promptly, joins every worker
 //! thread, drops every future exactly once, and refuses later spawns with
-//! `Error::Closed`.
+//! `Error::ShutDown`.
 
 mod common;
 
@@ -108,7 +108,7 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
         assert_eq!(drops.load(Ordering::Relaxed), queued + 2 * pairs);
         assert!(matches!(
             gdex::block_on(s.spawn(async { 1 })),
-            Err(gdex::Error::Closed)
+            Err(gdex::Error::ShutDown)
         ));
         eprintln!("shutdown with {queued} queued tasks took {took:?}");
     });

@@ -179,7 +179,7 @@ impl Scheduler {
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
-                    return Task::failed(Error::Closed);
+                    return Task::failed(Error::ShutDown);
                 }
                 if pool.thread_per_core() {
                     // P9: the task keeps the worker it was placed on.
@@ -383,7 +383,7 @@ impl Scheduler {
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
-                    return Task::failed(Error::Closed);
+                    return Task::failed(Error::ShutDown);
                 }
                 let worker = pool.pick_worker();
                 let pool = pool.clone();
