@@ -2,7 +2,7 @@
 //!
 //! *Start* spawns a few thousand pool tasks into a `TaskGroup`; a progress
 //! bar and a live counter are updated on the main thread by a task bound to
-//! the window (`gdex::spawn_bound`, X2); *Cancel* stops the work with
+//! the window (`gdex::spawn_local_bound`, X2); *Cancel* stops the work with
 //! `TaskGroup::cancel().await`, which returns once every task has stopped
 //! (X1), so the counter it shows is final; the spinner keeps turning
 //! throughout: the work runs on the pool, and what runs on the main thread
@@ -136,7 +136,7 @@ fn build_ui(app: &gtk::Application) {
         }
     });
     let dialogs = ui.clone();
-    gdex::spawn_bound(&window, async move {
+    gdex::spawn_local_bound(&window, async move {
         while let Ok(message) = panic_messages.recv().await {
             show_dialog(&dialogs, &message);
         }
@@ -146,7 +146,7 @@ fn build_ui(app: &gtk::Application) {
     // The live view: a main-thread task bound to the window (X2), so it
     // stops when the window goes.
     let view = ui.clone();
-    gdex::spawn_bound(&window, async move {
+    gdex::spawn_local_bound(&window, async move {
         loop {
             refresh(&view);
             gdex::sleep(Duration::from_millis(30)).await;

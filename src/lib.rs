@@ -59,14 +59,14 @@
 //! **2. Spawn pool work from GObject code.** A method hands CPU or GIO work
 //! to the pool and gets the result back on the main thread; the work is
 //! cancelled when the caller loses interest (the task is dropped) or the
-//! object goes away ([`spawn_bound`]).
+//! object goes away ([`spawn_local_bound`]).
 //!
 //! ```
 //! use glib::prelude::*;
 //!
 //! fn checksum_in_background(object: &glib::Object, data: Vec<u8>) -> gdex::Task<String> {
 //!     // Only a weak reference is held: disposing `object` cancels the task.
-//!     gdex::spawn_bound(object, async move {
+//!     gdex::spawn_local_bound(object, async move {
 //!         let pool_work = gdex::spawn(async move {
 //!             glib::compute_checksum_for_data(glib::ChecksumType::Sha256, &data).unwrap()
 //!         });
@@ -145,13 +145,13 @@ pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
-pub use future::cancellable::{Cancellable, Cancelled, Delayed, Release};
+pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
 pub use future::promise::{Promise, PromiseFuture};
 pub use future::sets::{all, all_race, any, first};
 pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
 pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sleep, Timeout};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
-pub use scheduler::bound::spawn_bound;
+pub use scheduler::bound::{spawn_bound, spawn_local_bound};
 pub use scheduler::Scheduler;
 pub use sync::channel::{
     channel, Receiver, RecvAllFuture, RecvFuture, SendError, SendFuture, Sender, TrySendError,

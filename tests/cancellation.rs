@@ -244,7 +244,7 @@ fn disposing_an_object_cancels_its_bound_task() {
             let guard = Counted(dropped.clone());
             let weak = object.downgrade();
             let polled = Arc::new(AtomicUsize::new(0));
-            let task = gdex::spawn_bound(
+            let task = gdex::spawn_local_bound(
                 &object,
                 common::after_first_poll(&polled, async move {
                     let _guard = guard;
@@ -267,7 +267,7 @@ fn disposing_an_object_cancels_its_bound_task() {
             // Finishing first unhooks the weak notification.
             let object = glib::Object::new::<glib::Object>();
             for _ in 0..100 {
-                let t = gdex::spawn_bound(&object, async { 1 });
+                let t = gdex::spawn_local_bound(&object, async { 1 });
                 assert_eq!(gdex::block_on(t).unwrap(), 1);
             }
             let watched = Arc::new(AtomicUsize::new(0));

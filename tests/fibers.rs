@@ -526,3 +526,55 @@ fn is_finished_follows_the_fiber() {
         assert_eq!(gdex::block_on(fiber).unwrap(), 7);
     });
 }
+
+/// Issue 14: a fiber may capture `!Send` values when it is spawned from the
+/// thread that runs it: on the main scheduler from the main thread (a
+/// widget, an `Rc`), on a pool from inside a pool task. From another thread
+/// the spawn is refused with `spawn_local`'s message.
+#[test]
+fn a_local_fiber_captures_thread_bound_values() {
+    common::watchdog("a_local_fiber_captures_thread_bound_values", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        common::on_main(|| {
+            let label = Rc::new(std::cell::RefCell::new(String::new()));
+            let l = label.clone();
+            let main_thread = std::thread::current().id();
+            let fiber = gdex::Scheduler::main().spawn_fiber_local(move || {
+                let n = fiber::wait(s.spawn(async { 6 * 7 }))?;
+                assert_eq!(std::thread::current().id(), main_thread);
+                *l.borrow_mut() = format!("{n}");
+                Ok::<_, gdex::Error>(())
+            });
+            gdex::block_on(fiber).unwrap().unwrap();
+            assert_eq!(*label.borrow(), "42");
+        });
+        // On a pool: from a pool task, on that task's worker.
+        let task = pool.scheduler().spawn(async {
+            let here = std::thread::current().id();
+            let fiber = gdex::Scheduler::thread_default()
+                .unwrap()
+                .spawn_fiber_local(move || {
+                    let rc = Rc::new(5);
+                    fiber::yield_fiber().unwrap();
+                    (*rc, std::thread::current().id() == here)
+                });
+            fiber.await
+        });
+        assert_eq!(gdex::block_on(task).unwrap().unwrap(), (5, true));
+        // From a plain thread: refused, with spawn_local's rule.
+        let s = pool.scheduler();
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(s.spawn_fiber_local(|| ()));
+        }))
+        .expect_err("a plain thread cannot spawn a local fiber on a pool");
+        let message = refused
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            message.contains("Scheduler::spawn_fiber_local") && message.contains("spawn_pinned"),
+            "{message}"
+        );
+    });
+}

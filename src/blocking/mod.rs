@@ -372,9 +372,9 @@ impl BlockingPool {
     /// nothing: after `close(Drain)`, a `close(CancelQueued)` cancels no
     /// queued job. Its future, like the first one's, completes when the
     /// first close's work is done and the threads have exited.
-    pub fn close(&self, mode: CloseMode) -> Closed {
+    pub fn close(&self, mode: CloseMode) -> CloseFuture {
         self.lane.close(mode);
-        Closed {
+        CloseFuture {
             lane: self.lane.clone(),
             key: None,
         }
@@ -407,13 +407,13 @@ impl std::fmt::Debug for BlockingPool {
 /// polled (replaced only by a waker that would wake another task); dropping
 /// it removes that waker.
 #[must_use = "futures do nothing unless awaited"]
-pub struct Closed {
+pub struct CloseFuture {
     lane: Arc<Lane>,
     /// Its entry in `on_exit`, once it has waited.
     key: Option<u64>,
 }
 
-impl Future for Closed {
+impl Future for CloseFuture {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -445,7 +445,7 @@ impl Future for Closed {
     }
 }
 
-impl Drop for Closed {
+impl Drop for CloseFuture {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             let mut state = self.lane.lock();
@@ -454,9 +454,9 @@ impl Drop for Closed {
     }
 }
 
-impl std::fmt::Debug for Closed {
+impl std::fmt::Debug for CloseFuture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Closed").finish_non_exhaustive()
+        f.debug_struct("CloseFuture").finish_non_exhaustive()
     }
 }
 

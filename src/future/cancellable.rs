@@ -58,8 +58,8 @@ impl Cancellable {
     /// A future that never resolves and rejects with [`Error::Cancelled`]
     /// once this is cancelled. Its value type is whatever the futures it
     /// races with need, so it fits in [`first`](crate::first).
-    pub fn future<T>(&self) -> Cancelled<T> {
-        Cancelled {
+    pub fn future<T>(&self) -> CancelledFuture<T> {
+        CancelledFuture {
             gio: self.gio.clone(),
             shared: Arc::default(),
             handler: None,
@@ -117,14 +117,14 @@ impl AsRef<gio::Cancellable> for Cancellable {
 
 /// The future of [`Cancellable::future`].
 #[must_use = "futures do nothing unless awaited"]
-pub struct Cancelled<T> {
+pub struct CancelledFuture<T> {
     gio: gio::Cancellable,
     shared: Arc<Flag>,
     handler: Option<gio::CancelledHandlerId>,
     _value: PhantomData<fn() -> T>,
 }
 
-impl<T> Future for Cancelled<T> {
+impl<T> Future for CancelledFuture<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -142,7 +142,7 @@ impl<T> Future for Cancelled<T> {
     }
 }
 
-impl<T> Drop for Cancelled<T> {
+impl<T> Drop for CancelledFuture<T> {
     fn drop(&mut self) {
         if let Some(id) = self.handler.take() {
             self.gio.disconnect_cancelled(id);
@@ -150,9 +150,9 @@ impl<T> Drop for Cancelled<T> {
     }
 }
 
-impl<T> std::fmt::Debug for Cancelled<T> {
+impl<T> std::fmt::Debug for CancelledFuture<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cancelled").finish_non_exhaustive()
+        f.debug_struct("CancelledFuture").finish_non_exhaustive()
     }
 }
 

@@ -114,7 +114,7 @@ impl Scheduler {
     /// weak reference to it (so the object's type must be `Send + Sync`; for
     /// widgets and other thread-bound objects use
     /// [`spawn_local_bound`](Scheduler::spawn_local_bound) or
-    /// [`gdex::spawn_bound`](crate::spawn_bound) on their thread), and is
+    /// [`gdex::spawn_local_bound`](crate::spawn_local_bound) on their thread), and is
     /// cancelled (its future dropped, its
     /// [`current_cancellable`](crate::current_cancellable) cancelled) when
     /// the object is disposed, for example when a widget is destroyed or
@@ -154,18 +154,22 @@ impl Scheduler {
 /// only a weak reference, and is cancelled when the object is disposed. The
 /// way to tie work to a widget or window on the main thread.
 ///
+/// # Panics
+/// As [`spawn_local`](crate::spawn_local): on a thread that does not own
+/// its scheduler's context.
+///
 /// ```
 /// use glib::prelude::*;
 /// let object = glib::Object::new::<glib::Object>();
 /// let weak = object.downgrade();
-/// let task = gdex::spawn_bound(&object, async move {
+/// let task = gdex::spawn_local_bound(&object, async move {
 ///     gdex::sleep(std::time::Duration::from_secs(60)).await;
 ///     weak.upgrade().is_some()
 /// });
 /// drop(object); // disposed: the task stops
 /// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
 /// ```
-pub fn spawn_bound<O, F>(object: &O, future: F) -> Task<F::Output>
+pub fn spawn_local_bound<O, F>(object: &O, future: F) -> Task<F::Output>
 where
     O: IsA<glib::Object>,
     F: Future + 'static,
@@ -173,7 +177,29 @@ where
 {
     Scheduler::thread_default()
         .unwrap_or_else(Scheduler::main)
-        .spawn_local_outcome("gdex::spawn_bound", Bound::new(object, future))
+        .spawn_local_outcome("gdex::spawn_local_bound", Bound::new(object, future))
+}
+
+/// Spawns a `Send` future bound to `object` (X2) on the default pool (as
+/// [`spawn`](crate::spawn) does); see [`Scheduler::spawn_bound`]. For a
+/// widget, or any object that must stay on its thread, use
+/// [`spawn_local_bound`].
+///
+/// ```
+/// let object = gio::Cancellable::new(); // any Send + Sync GObject
+/// let task = gdex::spawn_bound(&object, std::future::pending::<()>());
+/// drop(object);
+/// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+/// ```
+pub fn spawn_bound<O, F>(object: &O, future: F) -> Task<F::Output>
+where
+    O: IsA<glib::Object> + Send + Sync,
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    crate::ThreadPool::default()
+        .scheduler()
+        .spawn_bound(object, future)
 }
 
 #[cfg(test)]

@@ -24,6 +24,36 @@ impl Scheduler {
     {
         crate::fiber::Builder::new().spawn(self, f)
     }
+
+    /// Spawns `f` as a fiber that runs on the calling thread, which must be
+    /// the one this scheduler's `!Send` work runs on (as for
+    /// [`spawn_local`](Scheduler::spawn_local)): so `f` may capture `!Send`
+    /// values, a widget or an `Rc`. On the main scheduler, call it from the
+    /// main thread (the one that owns the default main context); on a pool,
+    /// from inside a pool task (the fiber stays on that worker).
+    ///
+    /// # Panics
+    /// As [`spawn_local`](Scheduler::spawn_local), on any other thread.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// let label = Rc::new(std::cell::RefCell::new(String::new())); // !Send, like a widget
+    /// let l = label.clone();
+    /// let fiber = gdex::Scheduler::main().spawn_fiber_local(move || {
+    ///     let n = gdex::fiber::wait(gdex::spawn(async { 6 * 7 }))?;
+    ///     *l.borrow_mut() = format!("{n}");
+    ///     Ok::<_, gdex::Error>(())
+    /// });
+    /// gdex::block_on(fiber).unwrap().unwrap();
+    /// assert_eq!(*label.borrow(), "42");
+    /// ```
+    pub fn spawn_fiber_local<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
+    where
+        F: FnOnce() -> T + 'static,
+        T: 'static,
+    {
+        crate::fiber::Builder::new().spawn_local(self, f)
+    }
 }
 
 impl Builder {
@@ -45,6 +75,22 @@ impl Builder {
         // it (it holds only `Send` data until then), and
         // `spawn_pinned_unchecked` keeps it on that thread from then on.
         let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
+        Fiber::new(task, shared)
+    }
+
+    /// Spawns `f` as a fiber on the calling thread, which must be the one
+    /// `scheduler`'s `!Send` work runs on; see
+    /// [`Scheduler::spawn_fiber_local`].
+    pub fn spawn_local<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
+    where
+        F: FnOnce() -> T + 'static,
+        T: 'static,
+    {
+        let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
+        let task = scheduler.spawn_local_outcome(
+            "Scheduler::spawn_fiber_local",
+            crate::task::CatchUnwind::new(future),
+        );
         Fiber::new(task, shared)
     }
 }
