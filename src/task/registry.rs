@@ -17,10 +17,13 @@
 //! *closes* its registry and wakes every task in it: each is queued on that
 //! worker (a pinned task or fiber in its thread-local queue) and dropped with
 //! the worker's queues right after, on its own thread. Their handles resolve
-//! to `Cancelled`. A task that goes idle again after the registry it is
-//! recorded in was closed (it was running on another worker at that moment)
-//! records itself in the registry of the worker running it, which has not
-//! closed yet (a worker closes its registry only once it runs no more tasks).
+//! to `Cancelled`. A task running on another worker when the registry it
+//! is recorded in closes is woken by that close too: async-task queues it
+//! again on the worker running it once its poll returns, and that worker
+//! drops it with its queue when it exits (it stops running tasks once the
+//! pool is closed). Should it go idle again before that, it records itself
+//! in that worker's registry, which has not closed yet (a worker closes its
+//! registry only once it runs no more tasks).
 //!
 //! A wake-up from another thread can straddle that close: async-task marks
 //! the task scheduled, and only then calls the schedule function that
