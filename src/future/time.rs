@@ -243,10 +243,7 @@ where
     F: IntoFuture,
     F::Output: IntoResult,
 {
-    Timeout {
-        future: Some(future.into_future()),
-        timer: Timer::after(duration),
-    }
+    Timeout::new(Timer::after(duration), future.into_future())
 }
 
 /// [`timeout`] with a deadline instead of a duration.
@@ -255,10 +252,7 @@ where
     F: IntoFuture,
     F::Output: IntoResult,
 {
-    Timeout {
-        future: Some(future.into_future()),
-        timer: Timer::at(deadline),
-    }
+    Timeout::new(Timer::at(deadline), future.into_future())
 }
 
 pin_project_lite::pin_project! {
@@ -269,6 +263,15 @@ pin_project_lite::pin_project! {
         #[pin]
         future: Option<F>,
         timer: Timer,
+    }
+}
+
+impl<F> Timeout<F> {
+    fn new(timer: Timer, future: F) -> Self {
+        Timeout {
+            future: Some(future),
+            timer,
+        }
     }
 }
 
