@@ -218,6 +218,14 @@ fn thread_per_core_keeps_tasks_home() {
         );
         let m = pool.metrics();
         assert!(m.workers.iter().all(|w| w.steals == 0), "{m:?}");
+        // Nobody steals, so a growing deque asks no peer for help (mutant:
+        // every push of the 1,000 woke or marked the peer for nothing).
+        let asked: u64 = m
+            .workers
+            .iter()
+            .map(|w| w.wake_requests_sent + w.wake_requests_coalesced)
+            .sum();
+        assert_eq!(asked, 0, "wake requests for local pushes: {m:?}");
 
         let outside: Vec<_> = (0..100)
             .map(|_| s.spawn(async { std::thread::current().name().unwrap().to_owned() }))
@@ -332,5 +340,70 @@ fn a_job_no_thread_can_run_fails_instead_of_waiting_forever() {
         assert_eq!(gdex::block_on(fixed.submit(|| 3)).unwrap(), 3);
         assert_eq!(fixed.stats().threads, 1);
         gdex::block_on(fixed.close(CloseMode::Drain));
+    });
+}
+
+/// B5 with P9: a worker of a thread-per-core pool that declares it blocks
+/// hands its queued tasks to its peers' inboxes, round-robin (nobody would
+/// steal them), so they run while it blocks; a pool of one worker has no
+/// peer and keeps them (nothing to divide by: no panic), and they run after.
+#[test]
+fn blocking_in_thread_per_core_hands_queued_tasks_to_every_peer() {
+    common::watchdog("blocking_in_thread_per_core_hands_queued_tasks", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(3)
+            .thread_per_core(true)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let outcome = s.spawn(async move {
+            let me = std::thread::current().name().unwrap().to_owned();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let tasks: Vec<_> = (0..4)
+                .map(|_| {
+                    let ran = ran.clone();
+                    s2.spawn(async move {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        std::thread::current().name().unwrap().to_owned()
+                    })
+                })
+                .collect();
+            // Block until the four queued tasks have run elsewhere.
+            let all_ran = gdex::blocking::blocking(|| {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while ran.load(Ordering::SeqCst) < 4 && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                ran.load(Ordering::SeqCst) == 4
+            });
+            let mut ran_on = Vec::new();
+            for t in tasks {
+                ran_on.push(t.await.unwrap());
+            }
+            (me, all_ran, ran_on)
+        });
+        let (me, all_ran, ran_on) = gdex::block_on(outcome).unwrap();
+        assert!(
+            all_ran,
+            "the queued tasks ran while their worker blocked: {ran_on:?}"
+        );
+        assert!(!ran_on.contains(&me), "{me} kept one: {ran_on:?}");
+        let peers: std::collections::HashSet<_> = ran_on.iter().collect();
+        assert_eq!(peers.len(), 2, "spread over both peers: {ran_on:?}");
+
+        let lone = gdex::ThreadPool::builder()
+            .workers(1)
+            .thread_per_core(true)
+            .build()
+            .unwrap();
+        let s = lone.scheduler();
+        let s2 = s.clone();
+        let after = s.spawn(async move {
+            let queued = s2.spawn(async { 7 });
+            gdex::blocking::blocking(|| ());
+            queued.await.unwrap()
+        });
+        assert_eq!(gdex::block_on(after).unwrap(), 7);
     });
 }

@@ -435,3 +435,36 @@ fn thread_per_core_a_task_woken_from_another_worker_resumes_at_home() {
         assert_eq!(after, before, "the task left its home worker");
     });
 }
+
+/// P6: a worker whose deque grows asks a peer for help as the deque reaches
+/// 2, 4, 8, ... jobs, not on every push: 1,000 local spawns make about ten
+/// requests (mutant: a request per push, a thousand).
+#[test]
+fn a_burst_of_local_spawns_asks_for_help_only_as_the_deque_doubles() {
+    common::watchdog("a_burst_of_local_spawns_asks_for_help", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let burst = s.spawn(async move {
+            let tasks: Vec<_> = (0..1000)
+                .map(|_| s2.spawn(async { std::hint::black_box(1) }))
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        gdex::block_on(burst).unwrap();
+        let m = pool.metrics();
+        let asked: u64 = m
+            .workers
+            .iter()
+            .map(|w| w.wake_requests_sent + w.wake_requests_coalesced)
+            .sum();
+        // Ten doublings, plus one per steal that left backlog behind.
+        let steals: u64 = m.workers.iter().map(|w| w.steals).sum();
+        assert!(
+            asked <= 20 + steals,
+            "{asked} requests for 1,000 pushes: {m:?}"
+        );
+    });
+}
