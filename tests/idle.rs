@@ -34,9 +34,18 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
         let before = pool.metrics();
         let cpu = process_cpu();
+        let watchdog_waits = watchdog_wakeups();
         // Deliberate: the idle second under test.
         std::thread::sleep(Duration::from_secs(1));
         let spent = process_cpu() - cpu;
+        // The stall watchdog's monitor sleeps for good once no worker is
+        // busy (mutant: a worker left "busy" after its slice kept it ticking
+        // every millisecond, a thousand wake-ups a second).
+        let watchdog_waits = watchdog_wakeups() - watchdog_waits;
+        assert!(
+            watchdog_waits < 50,
+            "the watchdog woke {watchdog_waits} times in an idle second"
+        );
         let after = pool.metrics();
         for (b, a) in before.workers.iter().zip(&after.workers) {
             assert!(
@@ -52,4 +61,26 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
             "an idle pool spent {spent:?} of CPU in 1 s"
         );
     });
+}
+
+/// How often the `gdex-watchdog` thread has gone to sleep so far (its
+/// voluntary context switches), or 0 if it has not started.
+fn watchdog_wakeups() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "gdex-watchdog" {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+    }
+    0
 }
