@@ -468,3 +468,47 @@ fn a_burst_of_local_spawns_asks_for_help_only_as_the_deque_doubles() {
         );
     });
 }
+
+/// P8: a task woken by one of its worker's own GLib sources (here a
+/// `glib::timeout_future`) between two run slices runs first in the next
+/// one, not behind the whole deque (mutant: once the first slice had ended,
+/// the worker believed itself inside a slice for ever, and the timer's task
+/// waited behind the 50 queued jobs).
+#[test]
+fn a_task_woken_by_its_workers_timer_runs_before_the_queue() {
+    common::watchdog("a_task_woken_by_its_workers_timer_runs_first", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let ran_before = s.spawn(async move {
+            let done = Arc::new(AtomicUsize::new(0));
+            let d = done.clone();
+            let timer_task = s2.spawn(async move {
+                glib::timeout_future(std::time::Duration::from_millis(5)).await;
+                d.load(Ordering::SeqCst)
+            });
+            // Queued behind it: the timer task is polled, and its source
+            // attached to the worker's context, before the burst below.
+            gdex::yield_now().await;
+            let burst: Vec<_> = (0..50)
+                .map(|_| {
+                    let done = done.clone();
+                    s2.spawn(async move {
+                        common::spin(std::time::Duration::from_millis(1));
+                        done.fetch_add(1, Ordering::SeqCst);
+                    })
+                })
+                .collect();
+            let ran_before = timer_task.await.unwrap();
+            for t in burst {
+                t.await.unwrap();
+            }
+            ran_before
+        });
+        let ran_before = gdex::block_on(ran_before).unwrap();
+        assert!(
+            ran_before < 25,
+            "the timer's task waited for {ran_before} of the 50 queued jobs"
+        );
+    });
+}
