@@ -20,6 +20,14 @@ fn process_cpu() -> Duration {
 #[test]
 fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
     common::watchdog("idle_pool", 60, || {
+        // Nothing in a plain burst may reach the panic handler (mutant: a
+        // slice's job counter that went down panicked after every job; the
+        // worker's source contained it, and only the handler heard).
+        let panics = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let p = panics.clone();
+        gdex::set_panic_handler(move |_| {
+            p.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
         let pool = gdex::ThreadPool::builder().workers(4).build().unwrap();
         // A burst first, so every worker has run and gone back to sleep.
         let tasks: Vec<_> = (0..10_000)
@@ -59,6 +67,12 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
         assert!(
             spent < Duration::from_millis(20),
             "an idle pool spent {spent:?} of CPU in 1 s"
+        );
+        gdex::reset_panic_handler();
+        assert_eq!(
+            panics.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "panics reported"
         );
     });
 }
