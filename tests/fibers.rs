@@ -578,3 +578,31 @@ fn a_local_fiber_captures_thread_bound_values() {
         );
     });
 }
+
+/// F3: a future that `fiber::wait` polls is plain async code: a `wait`
+/// inside it gets `NotOnFiber` instead of suspending the fiber in the middle
+/// of that poll (which left the future holding the `Context` of a poll that
+/// had returned by the time the fiber resumed; found by an attack review).
+#[test]
+fn a_wait_inside_a_waited_future_is_not_on_a_fiber() {
+    common::watchdog(
+        "a_wait_inside_a_waited_future_is_not_on_a_fiber",
+        30,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let fiber = pool.scheduler().spawn_fiber(|| {
+                let inner = fiber::wait_output(async {
+                    let seen = fiber::in_fiber();
+                    let nested = fiber::wait(gdex::sleep(Duration::from_millis(1)));
+                    (seen, nested)
+                })
+                .unwrap();
+                (fiber::in_fiber(), inner)
+            });
+            let (outside, (inside, nested)) = gdex::block_on(fiber).unwrap();
+            assert!(outside, "the fiber's own code is on the fiber");
+            assert!(!inside, "code polled by a wait is not");
+            assert!(matches!(nested, Err(gdex::Error::NotOnFiber)), "{nested:?}");
+        },
+    );
+}

@@ -584,3 +584,28 @@ fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
         },
     );
 }
+
+/// Shutdown step 1 for `spawn_local` too: a pool task still running after
+/// the shutdown began cannot start new pinned work on its worker; the
+/// spawn resolves at once to `ShutDown`, as every other spawn does.
+#[test]
+fn spawn_local_on_a_worker_of_a_closing_pool_is_refused() {
+    common::watchdog("spawn_local_on_a_closing_pool", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (closer, watch) = (pool.clone(), pool.clone());
+        let task = pool.scheduler().spawn(async move {
+            let here = gdex::Scheduler::thread_default().unwrap();
+            let shutting = std::thread::spawn(move || closer.shutdown());
+            // The shutdown sets `closed` first, then waits for this worker.
+            while !watch.is_closed() {
+                std::thread::yield_now();
+            }
+            let late = here.spawn_local(async { 1 });
+            (late.is_finished(), late, shutting)
+        });
+        let (finished, late, shutting) = gdex::wait_for(task).unwrap();
+        assert!(finished, "refused at once");
+        assert!(matches!(gdex::wait_for(late), Err(gdex::Error::ShutDown)));
+        shutting.join().unwrap();
+    });
+}

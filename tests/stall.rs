@@ -102,8 +102,13 @@ fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
             .build()
             .unwrap();
         let t = pool.scheduler().spawn_named("declared-blocker", async {
-            // Deliberate: the declared blocking call under test.
-            gdex::blocking::blocking(|| std::thread::sleep(Duration::from_millis(200)));
+            // Deliberate: the declared blocking call under test, with a
+            // short declaration nested in it first: the outer one still
+            // holds once the inner one ends (it used to clear the flag).
+            gdex::blocking::blocking(|| {
+                gdex::blocking::blocking(|| ());
+                std::thread::sleep(Duration::from_millis(200))
+            });
         });
         gdex::block_on(t).unwrap();
         // The declaration ends with the call: the same worker's next stall

@@ -158,7 +158,9 @@ pub fn in_fiber() -> bool {
 ///
 /// Gives the future's value, or its error, or:
 /// - [`Error::NotOnFiber`] at once when not called from a fiber (it never
-///   blocks the thread);
+///   blocks the thread), and from inside a future that a `wait` is polling:
+///   that future is plain async code, which must not suspend the fiber in
+///   the middle of its poll (await there instead);
 /// - [`Error::Cancelled`] if the fiber was cancelled (every handle dropped)
 ///   while waiting (even if the future became ready meanwhile), or is
 ///   cancelled and the future is not ready at once
@@ -227,6 +229,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
             // value (a destructor that flushes must not panic during the
             // unwind: that aborts); any other wait is cancelled.
             let mut noop = Context::from_waker(std::task::Waker::noop());
+            let _hidden = outside_fiber();
             return match future.as_mut().poll(&mut noop) {
                 Poll::Ready(value) => Ok(value),
                 Poll::Pending => Err(Error::Cancelled),
@@ -235,7 +238,15 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         // SAFETY: a non-null `cx` was set by the poll that resumed us and is
         // reset to null before that poll returns, so it is live here.
         let cx = unsafe { &mut *cx };
-        if let Poll::Ready(value) = future.as_mut().poll(cx) {
+        // The future is polled as plain async code, the fiber hidden: a
+        // `wait` inside it must not suspend the fiber in the middle of this
+        // poll (the future would keep this poll's `Context`, which is gone
+        // by the time the fiber resumes), so it gets `NotOnFiber`.
+        let polled = {
+            let _hidden = outside_fiber();
+            future.as_mut().poll(cx)
+        };
+        if let Poll::Ready(value) = polled {
             return Ok(value);
         }
         if !ctx.registered.get() {

@@ -12,14 +12,14 @@
 //! goes to one `Injector`. A worker whose deque is empty pulls a batch from
 //! the injector, then steals a batch from its peers, starting at a
 //! pseudo-random victim and going round-robin, then parks in its context's
-//! poll. Who wakes whom is decided in [`sleep`], which holds no GLib type.
+//! poll. Who wakes whom is decided in [`parking`], which holds no GLib type.
 //! Each worker also has an inbox that only it pops, for fibers and pinned
 //! tasks (and, in thread-per-core mode, for every task whose home it is).
 //!
 //! # Shutdown
 //!
 //! 1. `closed` is set; from then on a spawn returns a task that resolves to
-//!    [`Error::Closed`](crate::Error::Closed).
+//!    [`Error::ShutDown`](crate::Error::ShutDown).
 //! 2. Every worker's context is woken; each worker leaves its loop after the
 //!    current dispatch. The blocking lane drops its queued jobs; running ones
 //!    finish on their own.
@@ -51,7 +51,7 @@ mod reaper;
 pub(crate) mod timers;
 mod worker;
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -78,8 +78,8 @@ pub(crate) struct Remote {
     /// Any thread pushes; only the worker pops. Never stolen.
     inbox: Injector<Job>,
     /// Inside `gdex::blocking::blocking`: the stall watchdog leaves it be.
-    in_blocking: AtomicBool,
-    /// The tasks that went idle on this worker (S9, see [`registry`]).
+    in_blocking: AtomicUsize,
+    /// The tasks that went idle on this worker (S9, see [`crate::task::registry`]).
     registry: Arc<crate::task::registry::Registry>,
     /// Set by the worker once it has drained its queues for the last time:
     /// from then on, whoever pushes to its inbox drops what it finds there.
@@ -116,7 +116,7 @@ pub(crate) struct PoolShared {
 /// work-stealing mode, onto the waking worker's deque, or the injector.
 impl crate::task::Owner for PoolShared {
     #[inline]
-    fn schedule(&self, runnable: crate::task::Runnable, keep: &Arc<dyn crate::task::Owner>) {
+    fn schedule(&self, runnable: crate::task::Runnable) {
         // If the job goes to this worker's deque, the worker's own `Arc`
         // keeps the pool alive after the push (the task may then finish and
         // go), and `push_local_if` only compares the pointer with the
@@ -125,7 +125,10 @@ impl crate::task::Owner for PoolShared {
         let Err(job) = local else { return };
         // Not on one of its workers: hold the pool ourselves before the job
         // (and with it, perhaps, the last other reference) leaves.
-        let _keep = keep.clone();
+        let Job::Task(runnable) = &job else {
+            unreachable!("push_local_if gives back what it was given")
+        };
+        let _keep = crate::task::owner_of(runnable);
         self.inject(job);
     }
 }
@@ -215,7 +218,7 @@ impl PoolShared {
     }
 
     pub(crate) fn in_blocking(&self, i: usize) -> bool {
-        self.remotes[i].in_blocking.load(Ordering::Acquire)
+        self.remotes[i].in_blocking.load(Ordering::Acquire) > 0
     }
 
     /// Worker `i` is stuck in one poll (B5): its deque must not be held
@@ -513,7 +516,7 @@ impl ThreadPool {
     /// the pool has resolved ([`Error::Cancelled`] unless it had finished),
     /// every future has been dropped exactly once (a `!Send` one on its own
     /// thread), every worker thread is joined, and later spawns resolve to
-    /// [`Error::Closed`]. Blocking-lane jobs already running finish on their
+    /// [`Error::ShutDown`]. Blocking-lane jobs already running finish on their
     /// own; queued ones are cancelled. Idempotent; also done when the last
     /// handle of a pool from [`builder`](ThreadPool::builder) is dropped.
     /// Called from one of the pool's own workers, it returns without joining
@@ -653,7 +656,7 @@ impl ThreadPoolBuilder {
                         context: glib::MainContext::new(),
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),
-                        in_blocking: AtomicBool::new(false),
+                        in_blocking: AtomicUsize::new(0),
                         registry: crate::task::registry::Registry::new(),
                         exited: AtomicBool::new(false),
                         timers: Default::default(),

@@ -722,15 +722,17 @@ impl crate::diagnostics::stall::Worker for Watched {
 /// stall watchdog does not count the wait.
 impl crate::current::WorkerHooks for Core {
     fn enter_blocking(&self) {
+        // A count, not a flag: declarations nest (a `blocking` inside
+        // another, or two fibers of this worker each inside one).
         self.shared.remotes[self.index]
             .in_blocking
-            .store(true, Ordering::Release);
+            .fetch_add(1, Ordering::AcqRel);
         self.offload();
     }
 
     fn leave_blocking(&self) {
         self.shared.remotes[self.index]
             .in_blocking
-            .store(false, Ordering::Release);
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -32,6 +32,11 @@ impl Scheduler {
     /// main thread (the one that owns the default main context); on a pool,
     /// from inside a pool task (the fiber stays on that worker).
     ///
+    /// Like every `!Send` job, a local fiber still queued when its thread
+    /// exits is dropped there, during the thread's teardown: its stack is
+    /// unwound then, and a destructor on it that uses a thread-local already
+    /// gone would abort. Let a thread's local fibers finish before it ends.
+    ///
     /// # Panics
     /// As [`spawn_local`](Scheduler::spawn_local), on any other thread.
     ///

@@ -304,6 +304,12 @@ impl Scheduler {
                         std::thread::current().name().unwrap_or("<unnamed>")
                     )
                 };
+                if pool.is_closed() {
+                    // A fiber or task still running during the shutdown:
+                    // nothing new starts, as for every other spawn.
+                    drop(future);
+                    return Task::failed(Error::ShutDown);
+                }
                 let future = ThreadBound::new(future);
                 let pool = pool.clone();
                 // The future is already on its worker's thread, and the

@@ -211,11 +211,20 @@ pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
 /// Who runs a stealable task wherever it is woken: its pool. The task core
 /// knows its owner only through this trait.
 pub(crate) trait Owner: Send + Sync + 'static {
-    /// Queues `runnable`, woken on whatever thread. `keep` is the task's
-    /// own reference to `self`: an owner that lets `runnable` go before it
-    /// is done with `self` (the task may then finish and free its block,
-    /// and with it perhaps the last other reference) clones it first.
-    fn schedule(&self, runnable: Runnable, keep: &Arc<dyn Owner>);
+    /// Queues `runnable`, woken on whatever thread. Once `runnable` is
+    /// queued, the task may run, finish and free its block (and with it
+    /// perhaps the last other reference to `self`) on another thread: an
+    /// owner that still needs `self` after giving `runnable` away holds
+    /// [`owner_of`] it first.
+    fn schedule(&self, runnable: Runnable);
+}
+
+/// A new reference to the owner of a task built by [`owned_builder`].
+pub(crate) fn owner_of(runnable: &Runnable) -> Arc<dyn Owner> {
+    match &runnable.metadata().owner {
+        Some(owner) => owner.clone(),
+        None => unreachable!("an owned task's metadata names its owner"),
+    }
 }
 
 /// A builder for a stealable task of `owner`, to be spawned with
@@ -235,13 +244,14 @@ pub(crate) fn schedule_on_owner(runnable: Runnable) {
     let Some(owner) = &runnable.metadata().owner else {
         unreachable!("an owned task's metadata names its owner")
     };
-    let owner: *const Arc<dyn Owner> = owner;
-    // SAFETY: the metadata lives in the task's block, which `runnable`
-    // keeps alive for as long as `runnable` lives; `Owner::schedule`'s
-    // contract makes it clone `keep` before it lets `runnable` go if it
-    // still needs it, and it does not use `keep` after that.
+    let owner: *const dyn Owner = Arc::as_ptr(owner);
+    // SAFETY: the owner is alive now (the metadata, in the block `runnable`
+    // keeps alive, holds a strong reference), and `Owner::schedule`'s
+    // contract makes it hold a reference of its own before it gives
+    // `runnable` away if it still needs `self` after that. Only the owner
+    // is borrowed for the call, not the block.
     let owner = unsafe { &*owner };
-    owner.schedule(runnable, owner)
+    owner.schedule(runnable)
 }
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item
