@@ -211,6 +211,17 @@ fn thread_per_core_keeps_tasks_home() {
             }
             (me, names)
         });
+        // Meanwhile the other worker runs a few tasks of its own and then
+        // looks for work with its queues empty: it must not take the first
+        // worker's backlog (mutant: thread-per-core pools stole).
+        let s3 = s.clone();
+        let short = s.spawn(async move {
+            let tasks: Vec<_> = (0..10).map(|_| s3.spawn(async {})).collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        gdex::block_on(short).unwrap();
         let (home, names) = gdex::block_on(homes).unwrap();
         assert!(
             names.iter().all(|n| *n == home),

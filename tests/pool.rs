@@ -512,3 +512,25 @@ fn a_task_woken_by_its_workers_timer_runs_before_the_queue() {
         );
     });
 }
+
+/// P5 beyond two workers: the peers of a worker with a local burst steal
+/// from it (mutant: a pool of more than two workers never stole).
+#[test]
+fn a_local_burst_is_stolen_by_the_peers_of_a_three_worker_pool() {
+    common::watchdog("a_local_burst_is_stolen_by_peers_of_three", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let burst = s.spawn(async move {
+            let tasks: Vec<_> = (0..1000)
+                .map(|_| s2.spawn(async { spin(Duration::from_micros(20)) }))
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        gdex::block_on(burst).unwrap();
+        let steals: u64 = pool.metrics().workers.iter().map(|w| w.steals).sum();
+        assert!(steals > 0, "nobody stole: {:?}", pool.metrics());
+    });
+}
