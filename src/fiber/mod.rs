@@ -168,7 +168,7 @@ pub fn in_fiber() -> bool {
 ///
 /// The future gives a `Result<T, E>` whose error converts into
 /// [`Error`] (a task, a fiber, a GIO call), merged into the one result, or
-/// `()`; see [`IntoResult`](crate::IntoResult). For a future with any other
+/// `()`; see [`IntoResult`]. For a future with any other
 /// output, use [`wait_output`].
 ///
 /// ```

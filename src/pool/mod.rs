@@ -406,7 +406,7 @@ impl Drop for PoolShared {
 /// pool, [`ThreadPool::default`], starts on first use and lives for the
 /// process. A pool made with [`ThreadPool::builder`] shuts down when its last
 /// `ThreadPool` handle is dropped, or on [`shutdown`](ThreadPool::shutdown);
-/// [`Scheduler`] handles do not keep it running.
+/// [`Scheduler`](crate::Scheduler) handles do not keep it running.
 ///
 /// Inside a pool task, GLib works as on any thread that runs a main loop:
 /// `glib::timeout_future`, `glib::timeout_add_local`, idle sources and GIO
@@ -468,7 +468,7 @@ impl ThreadPool {
     }
 
     /// Spawns a `!Send` future built on one worker by `make`, pinned there
-    /// for its whole life; see [`Scheduler::spawn_pinned`].
+    /// for its whole life; see [`Scheduler::spawn_pinned`](crate::Scheduler::spawn_pinned).
     pub fn spawn_pinned<M, F>(&self, make: M) -> crate::Task<F::Output>
     where
         M: FnOnce() -> F + Send + 'static,
