@@ -812,3 +812,11 @@ fn a_dropped_woken_receive_wakes_the_next_receiver() {
     ));
     assert_eq!(rx.try_recv(), Some(4));
 }
+
+/// The channel's ends say what they are in `Debug` output.
+#[test]
+fn channel_ends_debug_as_what_they_are() {
+    let (tx, rx) = gdex::channel::<u8>(1);
+    assert_eq!(format!("{tx:?}"), "Sender { .. }");
+    assert_eq!(format!("{rx:?}"), "Receiver { .. }");
+}
