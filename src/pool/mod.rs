@@ -88,7 +88,11 @@ pub(crate) struct Remote {
     timers: timers::TimerBook,
 }
 
+// `repr(C)`: the owner header must come first (the `Owner` contract).
+#[repr(C)]
 pub(crate) struct PoolShared {
+    /// How a task's block reaches this pool through one thin pointer.
+    owner: crate::task::OwnerHeader,
     injector: CachePadded<Injector<Job>>,
     stealers: Box<[Stealer<Job>]>,
     parking: Parking,
@@ -114,7 +118,13 @@ pub(crate) struct PoolShared {
 
 /// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
 /// work-stealing mode, onto the waking worker's deque, or the injector.
-impl crate::task::Owner for PoolShared {
+// SAFETY: `PoolShared` is `repr(C)` with `owner`, made by
+// `OwnerHeader::new::<PoolShared>()`, as its first field.
+unsafe impl crate::task::Owner for PoolShared {
+    fn header(&self) -> &crate::task::OwnerHeader {
+        &self.owner
+    }
+
     #[inline]
     fn schedule(&self, runnable: crate::task::Runnable) {
         // If the job goes to this worker's deque, the worker's own `Arc`
@@ -647,6 +657,7 @@ impl ThreadPoolBuilder {
             .map(|_| crossbeam_deque::Worker::new_fifo())
             .collect();
         let shared = Arc::new(PoolShared {
+            owner: crate::task::OwnerHeader::new::<PoolShared>(),
             injector: CachePadded::new(Injector::new()),
             stealers: locals.iter().map(|w| w.stealer()).collect(),
             parking: Parking::new(n),

@@ -57,10 +57,10 @@ pub(crate) struct TaskMeta {
     /// async-task makes a temporary waker (two atomic operations on the
     /// task's state) around every call of a schedule function that has
     /// captures: a task yielding on its worker would pay it on every yield.
-    /// (Pinned and thread-per-core tasks, which also need a worker index,
-    /// keep capturing closures: the index here would make every block 16
-    /// bytes bigger.)
-    owner: Option<Arc<dyn Owner>>,
+    /// One pointer wide ([`OwnerRef`]). (Pinned and thread-per-core tasks,
+    /// which also need a worker index, keep capturing closures: the index
+    /// here would make every block 8 bytes bigger.)
+    owner: Option<OwnerRef>,
 }
 
 /// The mark for "cancelled before a cancellable was made" (never a real
@@ -209,18 +209,131 @@ pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
 }
 
 /// Who runs a stealable task wherever it is woken: its pool. The task core
-/// knows its owner only through this trait.
-pub(crate) trait Owner: Send + Sync + 'static {
+/// knows its owner only through this trait, and each task's block holds
+/// its owner through one thin pointer ([`OwnerRef`]): a fat `Arc<dyn _>`
+/// would make every block 8 bytes bigger.
+///
+/// # Safety
+///
+/// An implementor is `#[repr(C)]` with its [`OwnerHeader`] as its first
+/// field, made by `OwnerHeader::new::<Self>()`, and returns that field from
+/// [`header`](Owner::header): a pointer to the header is then a pointer to
+/// the owner, and the header's vtable is the owner's own.
+pub(crate) unsafe trait Owner: Send + Sync + Sized + 'static {
     /// Queues `runnable`, woken on whatever thread. Once `runnable` is
     /// queued, the task may run, finish and free its block (and with it
     /// perhaps the last other reference to `self`) on another thread: an
     /// owner that still needs `self` after giving `runnable` away holds
     /// [`owner_of`] it first.
     fn schedule(&self, runnable: Runnable);
+
+    /// The header that starts `self`.
+    fn header(&self) -> &OwnerHeader;
+}
+
+/// The first field of an [`Owner`]: the owner's vtable, so that a thin
+/// pointer to the header is enough to schedule on, retain and release it.
+pub(crate) struct OwnerHeader {
+    vtable: &'static OwnerVtable,
+}
+
+struct OwnerVtable {
+    schedule: unsafe fn(NonNull<OwnerHeader>, Runnable),
+    retain: unsafe fn(NonNull<OwnerHeader>),
+    release: unsafe fn(NonNull<OwnerHeader>),
+}
+
+/// The vtable of owners of type `T`.
+struct VtableOf<T>(std::marker::PhantomData<T>);
+
+impl<T: Owner> VtableOf<T> {
+    const VTABLE: OwnerVtable = OwnerVtable {
+        schedule: Self::schedule,
+        retain: Self::retain,
+        release: Self::release,
+    };
+
+    /// # Safety
+    /// `header` starts a live `T` (the `Owner` contract).
+    unsafe fn schedule(header: NonNull<OwnerHeader>, runnable: Runnable) {
+        // SAFETY: by the caller, `header` is the address of a live `T`.
+        // Only the owner is borrowed for the call, not the block: see
+        // `Owner::schedule` for who keeps the owner alive after the job
+        // leaves.
+        let owner = unsafe { header.cast::<T>().as_ref() };
+        owner.schedule(runnable)
+    }
+
+    /// # Safety
+    /// `header` starts a `T` in an `Arc` with a strong count we hold.
+    unsafe fn retain(header: NonNull<OwnerHeader>) {
+        // SAFETY: by the caller, the pointer came from `Arc::into_raw` of a
+        // live `Arc<T>` (the `Owner` contract puts the header at the
+        // owner's address).
+        unsafe { Arc::increment_strong_count(header.cast::<T>().as_ptr()) }
+    }
+
+    /// # Safety
+    /// As for `retain`; releases one strong count we own.
+    unsafe fn release(header: NonNull<OwnerHeader>) {
+        // SAFETY: as in `retain`, and the caller gives up the count.
+        unsafe { Arc::decrement_strong_count(header.cast::<T>().as_ptr()) }
+    }
+}
+
+impl OwnerHeader {
+    /// The header for an owner of type `T`.
+    pub(crate) const fn new<T: Owner>() -> Self {
+        OwnerHeader {
+            vtable: &VtableOf::<T>::VTABLE,
+        }
+    }
+}
+
+/// A strong reference to a task's owner, one pointer wide.
+pub(crate) struct OwnerRef(NonNull<OwnerHeader>);
+
+// SAFETY: an `Owner` is `Send + Sync`, and an `OwnerRef` is an `Arc` of one.
+unsafe impl Send for OwnerRef {}
+// SAFETY: as above.
+unsafe impl Sync for OwnerRef {}
+
+impl OwnerRef {
+    fn new<T: Owner>(owner: Arc<T>) -> Self {
+        assert!(
+            ptr::eq(
+                owner.header() as *const OwnerHeader as *const u8,
+                Arc::as_ptr(&owner) as *const u8
+            ),
+            "an Owner's header is its first field (#[repr(C)])"
+        );
+        // SAFETY: `Arc::into_raw` is never null; by the assertion and the
+        // `Owner` contract, the owner's address is its header's.
+        OwnerRef(unsafe { NonNull::new_unchecked(Arc::into_raw(owner) as *mut OwnerHeader) })
+    }
+}
+
+impl Clone for OwnerRef {
+    fn clone(&self) -> Self {
+        // SAFETY: we hold a strong reference to the owner this header starts.
+        unsafe { (self.0.as_ref().vtable.retain)(self.0) };
+        OwnerRef(self.0)
+    }
+}
+
+impl Drop for OwnerRef {
+    fn drop(&mut self) {
+        // SAFETY: we give up the strong reference we hold; the vtable is
+        // read before the release that may free the owner.
+        unsafe {
+            let release = self.0.as_ref().vtable.release;
+            release(self.0)
+        }
+    }
 }
 
 /// A new reference to the owner of a task built by [`owned_builder`].
-pub(crate) fn owner_of(runnable: &Runnable) -> Arc<dyn Owner> {
+pub(crate) fn owner_of(runnable: &Runnable) -> OwnerRef {
     match &runnable.metadata().owner {
         Some(owner) => owner.clone(),
         None => unreachable!("an owned task's metadata names its owner"),
@@ -230,9 +343,9 @@ pub(crate) fn owner_of(runnable: &Runnable) -> Arc<dyn Owner> {
 /// A builder for a stealable task of `owner`, to be spawned with
 /// [`schedule_on_owner`] as its schedule function.
 #[inline]
-pub(crate) fn owned_builder(owner: Arc<dyn Owner>) -> async_task::Builder<TaskMeta> {
+pub(crate) fn owned_builder<T: Owner>(owner: Arc<T>) -> async_task::Builder<TaskMeta> {
     let mut meta = TaskMeta::new();
-    meta.owner = Some(owner);
+    meta.owner = Some(OwnerRef::new(owner));
     async_task::Builder::new().metadata(meta)
 }
 
@@ -244,14 +357,13 @@ pub(crate) fn schedule_on_owner(runnable: Runnable) {
     let Some(owner) = &runnable.metadata().owner else {
         unreachable!("an owned task's metadata names its owner")
     };
-    let owner: *const dyn Owner = Arc::as_ptr(owner);
-    // SAFETY: the owner is alive now (the metadata, in the block `runnable`
-    // keeps alive, holds a strong reference), and `Owner::schedule`'s
-    // contract makes it hold a reference of its own before it gives
-    // `runnable` away if it still needs `self` after that. Only the owner
-    // is borrowed for the call, not the block.
-    let owner = unsafe { &*owner };
-    owner.schedule(runnable)
+    // Copied out of the block so that `runnable` can move into the call.
+    let header = owner.0;
+    // SAFETY: the block `runnable` keeps alive holds a strong reference to
+    // the owner, so the header starts a live owner whose vtable it holds;
+    // `Owner::schedule`'s contract covers the owner's life after `runnable`
+    // is given away.
+    unsafe { (header.as_ref().vtable.schedule)(header, runnable) }
 }
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item
@@ -811,6 +923,97 @@ mod tests {
     #[test]
     fn a_task_handle_is_two_words() {
         assert!(std::mem::size_of::<super::Task<u64>>() <= 2 * std::mem::size_of::<usize>());
+    }
+
+    /// Every task's block carries its metadata: the cancellable's pointer
+    /// and a thin pointer to its owner, no more (a fat `Arc<dyn Owner>`
+    /// made each block 8 bytes bigger).
+    #[test]
+    fn task_metadata_is_two_words() {
+        assert_eq!(
+            std::mem::size_of::<super::TaskMeta>(),
+            2 * std::mem::size_of::<usize>()
+        );
+    }
+
+    /// An owner that counts what it is given.
+    #[repr(C)]
+    struct Counting {
+        header: super::OwnerHeader,
+        scheduled: std::sync::Mutex<Vec<super::Runnable>>,
+    }
+
+    // SAFETY: `repr(C)`, its header first, made for `Counting`.
+    unsafe impl super::Owner for Counting {
+        fn schedule(&self, runnable: super::Runnable) {
+            self.scheduled.lock().unwrap().push(runnable);
+        }
+        fn header(&self) -> &super::OwnerHeader {
+            &self.header
+        }
+    }
+
+    /// A task built by `owned_builder` reaches its owner through the thin
+    /// pointer on every wake-up, holds one reference to it while the block
+    /// lives and gives it back when the block is freed; `owner_of` hands out
+    /// references of its own.
+    #[test]
+    fn an_owned_task_schedules_on_and_releases_its_owner() {
+        let owner = std::sync::Arc::new(Counting {
+            header: super::OwnerHeader::new::<Counting>(),
+            scheduled: Default::default(),
+        });
+        let (runnable, task) =
+            super::owned_builder(owner.clone()).spawn(|_| async { 7 }, super::schedule_on_owner);
+        assert_eq!(std::sync::Arc::strong_count(&owner), 2);
+        let extra = super::owner_of(&runnable);
+        assert_eq!(std::sync::Arc::strong_count(&owner), 3);
+        drop(extra);
+        assert_eq!(std::sync::Arc::strong_count(&owner), 2);
+        runnable.schedule();
+        let queued = owner
+            .scheduled
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("scheduled on its owner");
+        queued.run();
+        assert_eq!(futures::executor::block_on(task), 7);
+        assert_eq!(
+            std::sync::Arc::strong_count(&owner),
+            1,
+            "the block let its owner go"
+        );
+    }
+
+    /// An owner whose header is not where the thin pointer points is
+    /// refused at spawn, not followed into another field.
+    #[repr(C)]
+    struct Misplaced {
+        first: u64,
+        header: super::OwnerHeader,
+    }
+
+    // SAFETY: deliberately broken (header not first), to check that
+    // `OwnerRef::new` refuses it before anything follows the pointer.
+    unsafe impl super::Owner for Misplaced {
+        fn schedule(&self, _: super::Runnable) {
+            unreachable!()
+        }
+        fn header(&self) -> &super::OwnerHeader {
+            &self.header
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "an Owner's header is its first field")]
+    fn an_owner_with_its_header_elsewhere_is_refused() {
+        let owner = std::sync::Arc::new(Misplaced {
+            first: 1,
+            header: super::OwnerHeader::new::<Misplaced>(),
+        });
+        assert_eq!(owner.first, 1);
+        let _ = super::owned_builder(owner);
     }
 
     /// The panic-containing wrapper passes both kinds of wake-up on
