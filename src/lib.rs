@@ -146,6 +146,7 @@ pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent,
 pub use error::{Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
 pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
+pub use future::fd::{unix_fd, UnixFd};
 pub use future::promise::{Promise, PromiseFuture};
 pub use future::sets::{all, all_race, any, first};
 pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};

@@ -45,6 +45,9 @@ struct HookSource {
     /// Written once right after `g_source_new` (which zero-fills, and an
     /// all-zero `Option<Box<_>>` is `None`); taken in `finalize`.
     hooks: Option<Box<dyn Hooks>>,
+    /// The tag of the one unix fd the source polls ([`SourceRef::attach_fd`]),
+    /// or null. Written before the source is attached, then only read.
+    fd_tag: ffi::gpointer,
 }
 
 /// Owns one reference to a gdex `GSource`.
@@ -86,6 +89,36 @@ impl SourceRef {
             ffi::g_source_set_name(raw, name.as_ptr());
             ffi::g_source_set_priority(raw, priority);
             ffi::g_source_set_can_recurse(raw, can_recurse as ffi::gboolean);
+            ffi::g_source_attach(raw, context.to_glib_none().0);
+            SourceRef { raw }
+        }
+    }
+
+    /// Creates a ready-time source that also polls `fd` for `events` and
+    /// attaches it to `context`: it dispatches when the fd is ready (see
+    /// [`fd_revents`] for what it was ready for) or when its ready time
+    /// comes.
+    ///
+    /// The caller keeps `fd` open until the source is destroyed.
+    pub(crate) fn attach_fd(
+        context: &glib::MainContext,
+        hooks: Box<dyn Hooks>,
+        fd: std::os::fd::RawFd,
+        events: glib::IOCondition,
+        name: &'static CStr,
+        priority: i32,
+    ) -> SourceRef {
+        let size = std::mem::size_of::<HookSource>() as u32;
+        // SAFETY: as in `attach`; the fd is added and its tag written
+        // before the source is attached, so no callback sees either unset.
+        unsafe {
+            let raw = ffi::g_source_new(&READY_TIME as *const _ as *mut _, size);
+            let hook_source = raw as *mut HookSource;
+            std::ptr::addr_of_mut!((*hook_source).hooks).write(Some(hooks));
+            let tag = ffi::g_source_add_unix_fd(raw, fd, events.bits());
+            std::ptr::addr_of_mut!((*hook_source).fd_tag).write(tag);
+            ffi::g_source_set_name(raw, name.as_ptr());
+            ffi::g_source_set_priority(raw, priority);
             ffi::g_source_attach(raw, context.to_glib_none().0);
             SourceRef { raw }
         }
@@ -150,6 +183,23 @@ static POLLED: ffi::GSourceFuncs = ffi::GSourceFuncs {
     closure_callback: None,
     closure_marshal: None,
 };
+
+/// For a source made by [`SourceRef::attach_fd`], called from its
+/// [`Hooks::dispatch`]: what its fd was found ready for in this iteration
+/// (empty if the source dispatched for another reason).
+pub(crate) fn fd_revents(source: *mut ffi::GSource) -> glib::IOCondition {
+    // SAFETY: `dispatch` passes its own live source, a `HookSource`, whose
+    // `fd_tag` was written before it was attached.
+    let tag = unsafe { (*(source as *mut HookSource)).fd_tag };
+    assert!(
+        !tag.is_null(),
+        "gdex: fd_revents on a source that polls no fd"
+    );
+    // SAFETY: the tag is this source's own, from `g_source_add_unix_fd`; we
+    // are in its dispatch, on the thread that iterates its context.
+    let bits = unsafe { ffi::g_source_query_unix_fd(source, tag) };
+    glib::IOCondition::from_bits_truncate(bits)
+}
 
 /// # Safety
 /// `source` must be a live source created by [`SourceRef::attach`].

@@ -75,7 +75,7 @@ impl Timer {
         if self.fired.poll_raised(cx) {
             return Poll::Ready(());
         }
-        let here = timer_context();
+        let here = waiting_context();
         if matches!(&self.source, Some((_, home, _)) if *home == here) {
             return Poll::Pending;
         }
@@ -116,8 +116,8 @@ impl Drop for Timer {
     }
 }
 
-/// The context a timer polled here attaches to.
-fn timer_context() -> glib::MainContext {
+/// The context a timer (or an fd wait) polled here attaches to.
+pub(crate) fn waiting_context() -> glib::MainContext {
     if let Some(context) = glib::MainContext::thread_default() {
         return context; // a pool worker's, or one the thread pushed
     }
