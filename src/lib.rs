@@ -145,6 +145,7 @@ pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
+pub use future::async_result::AsyncResult;
 pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
 pub use future::fd::{unix_fd, UnixFd};
 pub use future::promise::{Promise, PromiseFuture};

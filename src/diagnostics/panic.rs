@@ -52,6 +52,9 @@ pub enum PanicSource {
     /// timer or signal wait was last polled with). The wake-up counts as
     /// done.
     Waker,
+    /// The Rust callback of an [`AsyncResult`](crate::AsyncResult), which
+    /// GIO calls from its main context, where a panic cannot unwind.
+    Callback,
 }
 
 /// A panic that reached the panic handler.
@@ -75,6 +78,7 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Output => "a task's output panicked while being dropped",
             PanicSource::Source => "a gdex source panicked",
             PanicSource::Waker => "a waker panicked when gdex woke it",
+            PanicSource::Callback => "an AsyncResult's callback panicked",
         };
         write!(f, "{what}: {}", self.message)
     }

@@ -1,0 +1,498 @@
+//! Issue 15 point 1: a GObject method pair `sum_async`/`sum_finish`
+//! implemented with `gdex::AsyncResult`, called the way C callers call GIO:
+//! an `extern "C"` `_async` with a `GAsyncReadyCallback` and `user_data`,
+//! and a `_finish` taking the `GAsyncResult` and a `GError**`. Called from
+//! the main loop, from a pool worker's context and from a fiber, the
+//! callback runs on the caller's thread and thread-default context; the
+//! caller's cancellable drops the pool work and gives
+//! `G_IO_ERROR_CANCELLED`; a panic becomes an error; misuse of `_finish`
+//! is an error that says so; and the same object implements
+//! `GAsyncInitable` through it.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use common::{on_main, pump_until, wait_until, watchdog, Counted};
+use gdex::gio::prelude::*;
+use gdex::glib::translate::{
+    from_glib_borrow, Borrowed, FromGlibPtrBorrow, IntoGlibPtr, ToGlibPtr,
+};
+use gdex::{fiber, gio, glib, AsyncResult};
+
+/// The pool the object's work runs on.
+fn pool() -> &'static gdex::ThreadPool {
+    static POOL: OnceLock<gdex::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| gdex::ThreadPool::builder().workers(2).build().unwrap())
+}
+
+/// What the cancellable test watches.
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+static DROPPED: OnceLock<Arc<AtomicUsize>> = OnceLock::new();
+static TASK_CANCELLABLE_CANCELLED: AtomicBool = AtomicBool::new(false);
+
+/// Asks `sum_async` to wait forever (for the cancellation test).
+const FOREVER: u64 = u64::MAX;
+/// Asks `sum_async` to panic.
+const PANIC: u64 = 13;
+
+mod imp {
+    use super::*;
+    use gdex::gio::subclass::prelude::*;
+
+    #[derive(Default)]
+    pub struct Summer {
+        /// Set by the `GAsyncInitable` implementation, on a pool worker.
+        pub initialised_on: Mutex<Option<String>>,
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for Summer {
+        const NAME: &'static str = "GdexTestSummer";
+        type Type = super::Summer;
+        type ParentType = glib::Object;
+        type Interfaces = (gio::AsyncInitable,);
+    }
+
+    impl ObjectImpl for Summer {}
+
+    /// Replaced by `init_async`/`init_finish` below (see `summer_type`):
+    /// the interface's C vfuncs are what callers reach.
+    impl AsyncInitableImpl for Summer {}
+}
+
+glib::wrapper! {
+    pub struct Summer(ObjectSubclass<imp::Summer>) @implements gio::AsyncInitable;
+}
+
+/// The `GAsyncInitable` vfuncs, written as a C library would, with gdex:
+/// the initialisation runs on the pool.
+unsafe extern "C" fn init_async(
+    initable: *mut gio::ffi::GAsyncInitable,
+    _io_priority: i32,
+    cancellable: *mut gio::ffi::GCancellable,
+    callback: gio::ffi::GAsyncReadyCallback,
+    user_data: glib::ffi::gpointer,
+) {
+    // SAFETY: GIO calls the vfunc with a live object of our type and the
+    // caller's cancellable, callback and data.
+    let result =
+        unsafe { AsyncResult::from_raw(initable.cast(), cancellable, callback, user_data) };
+    result.set_source_tag(init_async as *const c_void);
+    // SAFETY: a live object, borrowed for the call.
+    let this: Borrowed<glib::Object> =
+        unsafe { from_glib_borrow(initable as *mut glib::gobject_ffi::GObject) };
+    let this = this.downcast_ref::<Summer>().expect("our vfunc, our type");
+    let this = this.clone();
+    result.spawn(&pool().scheduler(), async move {
+        let worker = std::thread::current().name().unwrap_or("?").to_owned();
+        *this.imp().initialised_on.lock().unwrap() = Some(worker);
+        Ok::<_, glib::Error>(())
+    });
+}
+
+unsafe extern "C" fn init_finish(
+    initable: *mut gio::ffi::GAsyncInitable,
+    result: *mut gio::ffi::GAsyncResult,
+    error: *mut *mut glib::ffi::GError,
+) -> glib::ffi::gboolean {
+    // SAFETY: GIO passes live objects for the call.
+    let (this, result): (Borrowed<glib::Object>, Borrowed<gio::AsyncResult>) = unsafe {
+        (
+            from_glib_borrow(initable as *mut glib::gobject_ffi::GObject),
+            gio::AsyncResult::from_glib_borrow(result),
+        )
+    };
+    assert!(is_tagged(&result, init_async as *const c_void));
+    match AsyncResult::propagate::<()>(&*result, Some(&*this)) {
+        Ok(()) => glib::ffi::GTRUE,
+        Err(e) => {
+            if !error.is_null() {
+                // SAFETY: GIO's out-pointer for the error.
+                unsafe { *error = e.into_glib_ptr() };
+            }
+            glib::ffi::GFALSE
+        }
+    }
+}
+
+/// GIO's `g_async_result_is_tagged`: the check a `_finish` makes.
+fn is_tagged(result: &gio::AsyncResult, tag: *const c_void) -> bool {
+    // SAFETY: a live result; the tag is only compared.
+    unsafe {
+        gio::ffi::g_async_result_is_tagged(result.to_glib_none().0, tag as glib::ffi::gpointer) != 0
+    }
+}
+
+/// The type, with its `GAsyncInitable` vfuncs set to gdex's ones (what a C
+/// library does in its interface init).
+fn summer_type() -> glib::Type {
+    static PATCHED: OnceLock<()> = OnceLock::new();
+    PATCHED.get_or_init(|| {
+        // SAFETY: the class is referenced (and kept: type classes are not
+        // unloaded for static types) before its interface vtable is read,
+        // and the vfuncs are set before any instance exists.
+        unsafe {
+            let class = glib::gobject_ffi::g_type_class_ref(Summer::static_type().into_glib());
+            let iface = glib::gobject_ffi::g_type_interface_peek(
+                class,
+                gio::AsyncInitable::static_type().into_glib(),
+            ) as *mut gio::ffi::GAsyncInitableIface;
+            (*iface).init_async = Some(init_async);
+            (*iface).init_finish = Some(init_finish);
+        }
+    });
+    Summer::static_type()
+}
+
+use glib::subclass::prelude::ObjectSubclassIsExt;
+use glib::translate::IntoGlib;
+
+/// `gdex_test_summer_sum_async`: sums `0..n` on the pool.
+unsafe extern "C" fn sum_async(
+    this: *mut glib::gobject_ffi::GObject,
+    n: u64,
+    cancellable: *mut gio::ffi::GCancellable,
+    callback: gio::ffi::GAsyncReadyCallback,
+    user_data: glib::ffi::gpointer,
+) {
+    // SAFETY: the caller's live object, cancellable, callback and data.
+    let result = unsafe { AsyncResult::from_raw(this, cancellable, callback, user_data) };
+    result.set_source_tag(sum_async as *const c_void);
+    result.set_name("sum_async");
+    result.spawn(&pool().scheduler(), async move {
+        assert!(std::thread::current()
+            .name()
+            .unwrap()
+            .starts_with("gdex-worker"));
+        if n == FOREVER {
+            let _counted = Counted(DROPPED.get().unwrap().clone());
+            let mine = gdex::current_cancellable().expect("inside a gdex task");
+            mine.connect_cancelled(|_| TASK_CANCELLABLE_CANCELLED.store(true, Ordering::SeqCst));
+            STARTED.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        if n == PANIC {
+            panic!("thirteen is unlucky");
+        }
+        gdex::yield_now().await;
+        Ok::<_, glib::Error>((0..n).sum::<u64>())
+    });
+}
+
+/// `gdex_test_summer_sum_finish`.
+unsafe extern "C" fn sum_finish(
+    this: *mut glib::gobject_ffi::GObject,
+    result: *mut gio::ffi::GAsyncResult,
+    error: *mut *mut glib::ffi::GError,
+) -> u64 {
+    // SAFETY: GIO passes live objects for the call.
+    let (this, result): (Borrowed<glib::Object>, Borrowed<gio::AsyncResult>) = unsafe {
+        (
+            from_glib_borrow(this),
+            gio::AsyncResult::from_glib_borrow(result),
+        )
+    };
+    assert!(is_tagged(&result, sum_async as *const c_void));
+    match AsyncResult::propagate::<u64>(&*result, Some(&*this)) {
+        Ok(v) => v,
+        Err(e) => {
+            // SAFETY: GIO's out-pointer for the error.
+            unsafe { *error = e.into_glib_ptr() };
+            0
+        }
+    }
+}
+
+/// What the C callback saw.
+#[derive(Debug)]
+struct Seen {
+    thread: std::thread::ThreadId,
+    context: glib::MainContext,
+    value: Result<u64, glib::Error>,
+}
+
+type Record = Arc<Mutex<Option<Seen>>>;
+
+/// The caller's `GAsyncReadyCallback`: finishes the call and records where
+/// it ran.
+unsafe extern "C" fn on_ready(
+    source: *mut glib::gobject_ffi::GObject,
+    result: *mut gio::ffi::GAsyncResult,
+    user_data: glib::ffi::gpointer,
+) {
+    // SAFETY: `call` leaked one `Arc` for this one call.
+    let record = unsafe { Arc::from_raw(user_data as *const Mutex<Option<Seen>>) };
+    let mut error = ptr::null_mut();
+    // SAFETY: the source and result GIO gave us; a valid out-pointer.
+    let value = unsafe { sum_finish(source, result, &mut error) };
+    let value = if error.is_null() {
+        Ok(value)
+    } else {
+        // SAFETY: the error `sum_finish` handed over.
+        Err(unsafe { glib::translate::from_glib_full(error) })
+    };
+    *record.lock().unwrap() = Some(Seen {
+        thread: std::thread::current().id(),
+        context: glib::MainContext::ref_thread_default(),
+        value,
+    });
+}
+
+/// Calls `sum_async` as C would; the record fills when the callback runs.
+fn call(object: &Summer, n: u64, cancellable: Option<&gio::Cancellable>) -> Record {
+    let record: Record = Arc::default();
+    let data = Arc::into_raw(record.clone()) as glib::ffi::gpointer;
+    let raw: *mut glib::gobject_ffi::GObject = object.upcast_ref::<glib::Object>().to_glib_none().0;
+    let cancellable = cancellable.map_or(ptr::null_mut(), |c| c.to_glib_none().0);
+    // SAFETY: live object and cancellable; `on_ready` takes `data` back.
+    unsafe { sum_async(raw, n, cancellable, Some(on_ready), data) };
+    record
+}
+
+/// A `Summer`, made as C makes one (`g_object_new`): glib-rs's
+/// `Object::new` insists on `AsyncInitable::new` for initable types, which
+/// would run the initialisation under test.
+fn new_summer() -> Summer {
+    // SAFETY: a registered, instantiable type with no construct-only
+    // properties; we take the one reference `g_object_new` gives.
+    unsafe {
+        let raw = glib::gobject_ffi::g_object_new_with_properties(
+            summer_type().into_glib(),
+            0,
+            ptr::null_mut(),
+            ptr::null(),
+        );
+        glib::translate::from_glib_full(
+            raw as *mut <imp::Summer as glib::subclass::types::ObjectSubclass>::Instance,
+        )
+    }
+}
+
+#[test]
+fn called_from_the_main_loop_the_callback_runs_on_the_main_context() {
+    watchdog("gio_async_main", 60, || {
+        on_main(|| {
+            let object = new_summer();
+            let record = call(&object, 100, None);
+            let main = glib::MainContext::default();
+            pump_until(&main, || record.lock().unwrap().is_some());
+            let seen = record.lock().unwrap().take().unwrap();
+            assert_eq!(seen.thread, std::thread::current().id());
+            assert_eq!(seen.context, main);
+            assert_eq!(seen.value.unwrap(), 4950);
+        })
+    });
+}
+
+#[test]
+fn called_from_a_pool_task_the_callback_runs_on_that_workers_context() {
+    watchdog("gio_async_worker", 60, || {
+        // A pool of its own: the caller's worker must not be the one the
+        // object's pool uses, or this would not show the hop back.
+        let callers = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let object = new_summer();
+        let task = callers.scheduler().spawn(async move {
+            let record = call(&object, 10, None);
+            let context = glib::MainContext::thread_default().expect("a worker's context");
+            (record, std::thread::current().id(), context)
+        });
+        let (record, thread, context) = gdex::block_on(task).unwrap();
+        wait_until(|| record.lock().unwrap().is_some());
+        let seen = record.lock().unwrap().take().unwrap();
+        assert_eq!(seen.thread, thread, "the caller's worker thread");
+        assert_eq!(seen.context, context, "the caller's worker context");
+        assert_eq!(seen.value.unwrap(), 45);
+    });
+}
+
+#[test]
+fn called_from_a_fiber_the_fiber_waits_for_its_callback() {
+    watchdog("gio_async_fiber", 60, || {
+        let callers = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let object = new_summer();
+        let fiber = callers.scheduler().spawn_fiber(move || {
+            let record = call(&object, 1000, None);
+            // The callback runs on this worker's context, which runs while
+            // the fiber waits.
+            let polled = record.clone();
+            fiber::wait(std::future::poll_fn(move |cx| {
+                if polled.lock().unwrap().is_some() {
+                    std::task::Poll::Ready(Ok::<_, gdex::Error>(()))
+                } else {
+                    // Asked again on the next pass of the worker's loop.
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            }))
+            .unwrap();
+            let seen = record.lock().unwrap().take().unwrap();
+            assert_eq!(seen.thread, std::thread::current().id());
+            assert_eq!(Some(seen.context), glib::MainContext::thread_default());
+            seen.value.unwrap()
+        });
+        assert_eq!(gdex::block_on(fiber).unwrap(), 499_500);
+    });
+}
+
+#[test]
+fn cancelling_the_callers_cancellable_drops_the_pool_work() {
+    watchdog("gio_async_cancel", 60, || {
+        let dropped = DROPPED.get_or_init(Arc::default).clone();
+        on_main(|| {
+            let object = new_summer();
+            let cancellable = gio::Cancellable::new();
+            let record = call(&object, FOREVER, Some(&cancellable));
+            wait_until(|| STARTED.load(Ordering::SeqCst) == 1);
+            cancellable.cancel();
+            // The future is dropped on its worker, and the task's own
+            // cancellable (current_cancellable) is cancelled with it.
+            wait_until(|| dropped.load(Ordering::SeqCst) == 1);
+            wait_until(|| TASK_CANCELLABLE_CANCELLED.load(Ordering::SeqCst));
+            let main = glib::MainContext::default();
+            pump_until(&main, || record.lock().unwrap().is_some());
+            let seen = record.lock().unwrap().take().unwrap();
+            let err = seen.value.unwrap_err();
+            assert!(err.matches(gio::IOErrorEnum::Cancelled), "{err}");
+        })
+    });
+}
+
+#[test]
+fn an_already_cancelled_cancellable_never_starts_the_work() {
+    watchdog("gio_async_cancelled_before", 60, || {
+        on_main(|| {
+            let object = new_summer();
+            let cancellable = gio::Cancellable::new();
+            cancellable.cancel();
+            let record = call(&object, 5, Some(&cancellable));
+            let main = glib::MainContext::default();
+            pump_until(&main, || record.lock().unwrap().is_some());
+            let err = record.lock().unwrap().take().unwrap().value.unwrap_err();
+            assert!(err.matches(gio::IOErrorEnum::Cancelled), "{err}");
+        })
+    });
+}
+
+#[test]
+fn a_panic_in_the_work_reaches_the_caller_as_an_error() {
+    watchdog("gio_async_panic", 60, || {
+        on_main(|| {
+            let object = new_summer();
+            let record = call(&object, PANIC, None);
+            let main = glib::MainContext::default();
+            pump_until(&main, || record.lock().unwrap().is_some());
+            let err = record.lock().unwrap().take().unwrap().value.unwrap_err();
+            assert!(err.matches(gdex::ErrorCode::Panicked), "{err}");
+            assert!(err.message().contains("thirteen is unlucky"), "{err}");
+        })
+    });
+}
+
+#[test]
+fn the_object_initialises_through_gasyncinitable_on_the_pool() {
+    watchdog("gio_async_initable", 60, || {
+        on_main(|| {
+            let object = new_summer();
+            let done = Arc::new(Mutex::new(None));
+            let seen = done.clone();
+            // The plain GIO call; it reaches our vfuncs.
+            // SAFETY: a fresh object, initialised once.
+            unsafe {
+                object.init_async(glib::Priority::DEFAULT, gio::Cancellable::NONE, move |r| {
+                    *seen.lock().unwrap() = Some(r);
+                })
+            };
+            let main = glib::MainContext::default();
+            pump_until(&main, || done.lock().unwrap().is_some());
+            done.lock().unwrap().take().unwrap().unwrap();
+            let worker = object.imp().initialised_on.lock().unwrap().clone().unwrap();
+            assert!(worker.starts_with("gdex-worker"), "initialised on {worker}");
+        })
+    });
+}
+
+#[test]
+fn finishing_wrongly_is_an_error_that_says_what_was_wrong() {
+    watchdog("gio_async_misuse", 60, || {
+        on_main(|| {
+            let object = new_summer();
+            let other = new_summer();
+            let results: Arc<Mutex<Vec<gio::AsyncResult>>> = Arc::default();
+            let keep = results.clone();
+            let result = AsyncResult::new(Some(&object), None, move |_, r| {
+                keep.lock().unwrap().push(r.clone())
+            });
+            result.spawn(&pool().scheduler(), async { Ok::<_, glib::Error>(7u32) });
+            let main = glib::MainContext::default();
+            pump_until(&main, || !results.lock().unwrap().is_empty());
+            let r = results.lock().unwrap().pop().unwrap();
+            let wrong_object = AsyncResult::propagate::<u32>(&r, Some(&other)).unwrap_err();
+            assert!(
+                wrong_object.message().contains("for this source object"),
+                "{wrong_object}"
+            );
+            let wrong_type = AsyncResult::propagate::<u64>(&r, Some(&object)).unwrap_err();
+            assert!(wrong_type.message().contains("u32"), "{wrong_type}");
+            assert_eq!(AsyncResult::propagate::<u32>(&r, Some(&object)).unwrap(), 7);
+            let twice = AsyncResult::propagate::<u32>(&r, Some(&object)).unwrap_err();
+            assert!(twice.message().contains("already taken"), "{twice}");
+            // A GAsyncResult gdex did not make.
+            // SAFETY: the callback does nothing, and runs on this thread's
+            // context, which this thread iterates.
+            let foreign = unsafe {
+                gio::Task::<bool>::new(
+                    Some(&object),
+                    gio::Cancellable::NONE,
+                    |_, _: Option<&Summer>| {},
+                )
+            };
+            let err = AsyncResult::propagate::<u32>(&foreign, Some(&object)).unwrap_err();
+            assert!(
+                err.message().contains("not made by gdex::AsyncResult"),
+                "{err}"
+            );
+            // SAFETY: returned once, on the thread that made it.
+            unsafe { foreign.return_result(Ok(true)) };
+        })
+    });
+}
+
+#[test]
+fn a_rust_callback_due_on_another_thread_is_refused_not_run() {
+    watchdog("gio_async_wrong_thread", 60, || {
+        let reports = Arc::new(AtomicUsize::new(0));
+        let seen = reports.clone();
+        gdex::set_panic_handler(move |event| {
+            if event.source == gdex::PanicSource::Callback {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let context = glib::MainContext::new();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        context
+            .with_thread_default(|| {
+                let result = AsyncResult::new(None::<&glib::Object>, None, move |_, _| {
+                    flag.store(true, Ordering::SeqCst)
+                });
+                result.spawn(&pool().scheduler(), async { Ok::<_, glib::Error>(()) });
+            })
+            .unwrap();
+        // Another thread iterates the context the callback is due on.
+        let iterate = context.clone();
+        let seen = reports.clone();
+        std::thread::spawn(move || {
+            iterate
+                .with_thread_default(|| pump_until(&iterate, || seen.load(Ordering::SeqCst) == 1))
+                .unwrap();
+        })
+        .join()
+        .unwrap();
+        assert!(!ran.load(Ordering::SeqCst));
+        gdex::reset_panic_handler();
+    });
+}
