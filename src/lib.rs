@@ -125,6 +125,7 @@ mod diagnostics;
 mod error;
 pub mod fiber;
 mod future;
+mod interop;
 #[doc = include_str!("../docs/libdex.md")]
 pub mod libdex {}
 mod pool;
@@ -145,13 +146,14 @@ pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
-pub use future::async_result::AsyncResult;
 pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
 pub use future::fd::{unix_fd, UnixFd};
 pub use future::promise::{Promise, PromiseFuture};
 pub use future::sets::{all, all_race, any, first};
 pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
 pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sleep, Timeout};
+pub use interop::async_result::AsyncResult;
+pub use interop::dbus;
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::bound::{spawn_bound, spawn_local_bound};
 pub use scheduler::Scheduler;

@@ -1,7 +1,6 @@
 //! The futures of the toolkit (libdex parity): time, future sets, promises,
 //! cancellables, delayed results, Unix signals and file descriptors.
 
-pub(crate) mod async_result;
 pub(crate) mod cancellable;
 pub(crate) mod fd;
 pub(crate) mod promise;
