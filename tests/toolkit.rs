@@ -819,4 +819,18 @@ fn channel_ends_debug_as_what_they_are() {
     let (tx, rx) = gdex::channel::<u8>(1);
     assert_eq!(format!("{tx:?}"), "Sender { .. }");
     assert_eq!(format!("{rx:?}"), "Receiver { .. }");
+    // The waits say whether they are queued (mutants: both `fmt`s).
+    let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
+    gdex::block_on(tx.send(1)).unwrap();
+    let mut send = Box::pin(tx.send(2));
+    assert_eq!(format!("{send:?}"), "SendFuture { queued: false }");
+    assert!(send.as_mut().poll(noop).is_pending(), "the channel is full");
+    assert_eq!(format!("{send:?}"), "SendFuture { queued: true }");
+    drop(send);
+    let (_tx2, rx2) = gdex::channel::<u8>(1);
+    let mut recv = Box::pin(rx2.recv());
+    assert_eq!(format!("{recv:?}"), "RecvFuture { queued: false }");
+    assert!(recv.as_mut().poll(noop).is_pending(), "the channel is empty");
+    assert_eq!(format!("{recv:?}"), "RecvFuture { queued: true }");
+    drop(rx);
 }

@@ -404,7 +404,7 @@ impl<T> Drop for SendFuture<'_, T> {
 
 impl<T> std::fmt::Debug for SendFuture<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Send")
+        f.debug_struct("SendFuture")
             .field("queued", &self.key.is_some())
             .finish()
     }
@@ -479,7 +479,7 @@ impl<T> Drop for RecvFuture<'_, T> {
 
 impl<T> std::fmt::Debug for RecvFuture<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recv")
+        f.debug_struct("RecvFuture")
             .field("queued", &self.key.is_some())
             .finish()
     }
