@@ -140,6 +140,10 @@ fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
     run_until_ready(Sleeper::Context(context.clone()), future)
 }
 
+// SAFETY: `block_on` owns `Role::ParkedWait`; this is its one slot.
+const PARKED_WAIT: crate::current::Slot<()> =
+    unsafe { crate::current::Slot::new(Role::ParkedWait) };
+
 /// Blocks the calling thread until `future` completes (B4), iterating no
 /// context: for plain threads that have no main loop (a thread of your own,
 /// a C library's callback thread). A GLib thread that runs a context wants
@@ -220,5 +224,6 @@ pub fn wait_for<F: IntoFuture>(future: F) -> F::Output {
     }
     #[cfg(feature = "tokio")]
     let _tokio = crate::tokio_rt::enter();
+    let _parked = PARKED_WAIT.enter(std::ptr::NonNull::<()>::dangling().as_ptr());
     run_until_ready(Sleeper::Thread(here), future)
 }

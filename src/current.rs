@@ -46,9 +46,14 @@ pub(crate) enum Role {
     /// The runner the stall watchdog watches on this thread
     /// (`diagnostics::stall::Runner`, owned by `diagnostics::stall`).
     Runner,
+    /// The thread is parked in `gdex::wait_for`, iterating no context: a
+    /// marker (any non-null pointer, owned by `block_on`). Timers and fd
+    /// waits polled here then wait on the `gdex-timers` thread's context,
+    /// not on a thread-default context nobody iterates.
+    ParkedWait,
 }
 
-const ROLES: usize = 8;
+const ROLES: usize = 9;
 
 thread_local! {
     static STATE: [Cell<*const ()>; ROLES] = const {

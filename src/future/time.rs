@@ -118,10 +118,16 @@ impl Drop for Timer {
 
 /// The context a timer (or an fd wait) polled here attaches to.
 pub(crate) fn waiting_context() -> glib::MainContext {
-    if let Some(context) = glib::MainContext::thread_default() {
+    // Parked in `wait_for`: a context pushed on this thread is not iterated
+    // while it waits; the `gdex-timers` thread's is.
+    let parked = crate::current::holds(crate::current::Role::ParkedWait);
+    if let Some(context) = glib::MainContext::thread_default().filter(|_| !parked) {
         return context; // a pool worker's, or one the thread pushed
     }
-    if let Some(context) = Scheduler::thread_default().and_then(|s| s.context()) {
+    if let Some(context) = Scheduler::thread_default()
+        .filter(|_| !parked)
+        .and_then(|s| s.context())
+    {
         return context; // the main context on its owner, a context scheduler's
     }
     static TIMERS: OnceLock<glib::MainContext> = OnceLock::new();

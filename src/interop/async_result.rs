@@ -91,9 +91,18 @@ use crate::{Error, Scheduler, Task};
 ///     assert_eq!(answer.get(), Some(6));
 /// }).unwrap();
 /// ```
+///
+/// An `AsyncResult` is `Send` (make it on the caller's thread, spawn it
+/// anywhere) but not `Sync`: GIO's task setters are not safe to race.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<gdex::AsyncResult>();
+/// ```
 #[must_use = "an AsyncResult does nothing until spawned; dropped unspawned, its callback gets an error"]
 pub struct AsyncResult {
-    task: TaskRef,
+    /// `None` once spawned (the future's wrapper owns it then).
+    task: Option<TaskRef>,
     cancellable: Option<gio::Cancellable>,
 }
 
@@ -103,10 +112,9 @@ struct TaskRef(NonNull<gio::ffi::GTask>);
 // SAFETY: a `GTask`'s reference count, its `g_task_return_*` functions and
 // its finalization may be used from any thread (GIO's `GTask` docs: the
 // callback is always invoked in the task's own context, whichever thread
-// returns the value).
+// returns the value). Not `Sync`: setters such as `g_task_set_name` free
+// what they replace without a lock, so two threads must not share one.
 unsafe impl Send for TaskRef {}
-// SAFETY: as above; `&TaskRef` allows nothing more than `TaskRef` does.
-unsafe impl Sync for TaskRef {}
 
 impl TaskRef {
     fn as_ptr(&self) -> *mut gio::ffi::GTask {
@@ -122,10 +130,12 @@ impl Drop for TaskRef {
 }
 
 /// What gdex keeps on each of its `GTask`s (as qdata): the value type the
-/// future returns, and whether `_finish` took it.
+/// future returns, whether the outcome was returned to the task, and
+/// whether `_finish` took it.
 #[derive(Default)]
 struct Marks {
     value_type: OnceLock<(TypeId, &'static str)>,
+    returned: AtomicBool,
     taken: AtomicBool,
 }
 
@@ -227,7 +237,16 @@ impl AsyncResult {
             // SAFETY: a live cancellable, by the caller.
             unsafe { from_glib_borrow::<_, gio::Cancellable>(cancellable) }.clone()
         });
-        AsyncResult { task, cancellable }
+        AsyncResult {
+            task: Some(task),
+            cancellable,
+        }
+    }
+
+    fn task(&self) -> &TaskRef {
+        self.task
+            .as_ref()
+            .expect("an AsyncResult holds its task until spawned")
     }
 
     /// Tags the result with the `_async` function it came from (GIO's
@@ -235,20 +254,20 @@ impl AsyncResult {
     /// `AsyncResultExt::is_tagged`.
     pub fn set_source_tag(&self, tag: *const std::ffi::c_void) {
         // SAFETY: our live task; the tag is only compared, never read.
-        unsafe { gio::ffi::g_task_set_source_tag(self.task.as_ptr(), tag as glib::ffi::gpointer) }
+        unsafe { gio::ffi::g_task_set_source_tag(self.task().as_ptr(), tag as glib::ffi::gpointer) }
     }
 
     /// Names the operation (GIO's `g_task_set_name`), for debugging.
     pub fn set_name(&self, name: &str) {
         // SAFETY: our live task; GIO copies the string.
-        unsafe { gio::ffi::g_task_set_name(self.task.as_ptr(), name.to_glib_none().0) }
+        unsafe { gio::ffi::g_task_set_name(self.task().as_ptr(), name.to_glib_none().0) }
     }
 
     /// The operation as a `gio::AsyncResult` (the object `_finish` gets).
     pub fn as_async_result(&self) -> gio::AsyncResult {
         // SAFETY: our live task is a `GAsyncResult`; a new reference.
         unsafe {
-            glib::translate::from_glib_none(self.task.as_ptr() as *mut gio::ffi::GAsyncResult)
+            glib::translate::from_glib_none(self.task().as_ptr() as *mut gio::ffi::GAsyncResult)
         }
     }
 
@@ -286,14 +305,15 @@ impl AsyncResult {
         settle(slot, task);
     }
 
-    fn completing<F>(self, future: F) -> (Completing<F>, Arc<Mutex<Slot>>)
+    fn completing<F>(mut self, future: F) -> (Completing<F>, Arc<Mutex<Slot>>)
     where
         F: Future,
         F::Output: IntoResult,
         <F::Output as IntoResult>::Ok: Send + 'static,
     {
-        // SAFETY: our own task, alive while `self` is.
-        let marks = unsafe { marks(self.task.as_ptr()) }.expect("our own task is marked");
+        let task = self.task.take().expect("an AsyncResult is spawned once");
+        // SAFETY: our own task, alive while we hold it.
+        let marks = unsafe { marks(task.as_ptr()) }.expect("our own task is marked");
         let _ = marks.value_type.set((
             TypeId::of::<<F::Output as IntoResult>::Ok>(),
             std::any::type_name::<<F::Output as IntoResult>::Ok>(),
@@ -316,7 +336,6 @@ impl AsyncResult {
             });
             (cancellable.clone(), id)
         });
-        let AsyncResult { task, .. } = self;
         let completing = Completing {
             future: Some(future),
             task: Some(task),
@@ -365,6 +384,11 @@ impl AsyncResult {
                 )))
             }
         }
+        if !marks.returned.load(Ordering::Acquire) {
+            return Err(misuse(
+                "gdex: this operation has not completed yet; call _finish from its callback".into(),
+            ));
+        }
         if marks.taken.swap(true, Ordering::AcqRel) {
             return Err(misuse(
                 "gdex: the result of this operation was already taken; call _finish once".into(),
@@ -380,19 +404,35 @@ impl AsyncResult {
             return Err(unsafe { glib::translate::from_glib_full(error) });
         }
         if value.is_null() {
+            // Only a `_finish` racing the return from another thread.
             return Err(misuse(
                 "gdex: this operation has not completed yet; call _finish from its callback".into(),
             ));
         }
-        // SAFETY: see above: a `Box<T>` given by `return_value::<T>`.
+        // SAFETY: see above: a `Box<T>` given by `return_now::<T>`.
         Ok(*unsafe { Box::from_raw(value as *mut T) })
+    }
+}
+
+/// Dropped without being spawned: the caller still hears, with an error
+/// that says so, as GIO requires of every `_async`.
+impl Drop for AsyncResult {
+    fn drop(&mut self) {
+        let mut task = self.task.take();
+        if task.is_some() {
+            let error = glib::Error::new(
+                crate::ErrorCode::Dropped,
+                "gdex: the AsyncResult was dropped without being spawned, so the operation never ran",
+            );
+            complete::<()>(&mut task, &mut None, Err(error));
+        }
     }
 }
 
 impl std::fmt::Debug for AsyncResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncResult")
-            .field("task", &self.task.as_ptr())
+            .field("task", &self.task.as_ref().map(TaskRef::as_ptr))
             .field("cancellable", &self.cancellable.is_some())
             .finish()
     }
@@ -473,9 +513,16 @@ pin_project_lite::pin_project! {
 
     impl<F> PinnedDrop for Completing<F> {
         fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
+            let mut this = this.project();
             if this.task.is_some() {
                 // Dropped unfinished: cancelled, or its scheduler shut down.
+                // The work goes before the caller hears (who may start the
+                // next operation from its callback); a panic in its
+                // destructor must not keep the caller from hearing.
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| this.future.set(None))) {
+                    report(PanicSource::Drop, panic_message(&*payload));
+                    drop_payload(payload);
+                }
                 let error = if this.slot.lock().unpoisoned().cancelled {
                     glib::Error::new(gio::IOErrorEnum::Cancelled, "the operation was cancelled")
                 } else {
@@ -500,9 +547,15 @@ where
         let Some(future) = this.future.as_mut().as_pin_mut() else {
             return Poll::Ready(());
         };
-        let outcome = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            // The conversion is user code too (`Into<gdex::Error>`).
+            future
+                .poll(cx)
+                .map(|output| output.into_result().map_err(to_glib))
+        }));
+        let outcome = match polled {
             Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(output)) => output.into_result().map_err(to_glib),
+            Ok(Poll::Ready(outcome)) => outcome,
             Err(payload) => {
                 let message = panic_message(&*payload);
                 drop_payload(payload);
@@ -544,6 +597,42 @@ fn complete<T: Send + 'static>(
         // and a handle's drop never drops the future in place), so this
         // does not wait on itself.
         cancellable.disconnect_cancelled(id);
+    }
+    // SAFETY: our live task; the context is borrowed from it.
+    let context = unsafe { gio::ffi::g_task_get_context(task.as_ptr()) };
+    // SAFETY: a live context (the task holds it).
+    if unsafe { glib::ffi::g_main_context_is_owner(context) } == 0 {
+        // Another thread's context: GIO queues the callback there.
+        return_now(task, outcome);
+        return;
+    }
+    // On the caller's own context (the operation ran on its scheduler):
+    // GIO would call the callback right here, inside the operation's task
+    // (its cancellable current, its time charged to it). Return from the
+    // context's next iteration instead.
+    // SAFETY: a live context; a new reference for the source to attach to.
+    let context: glib::MainContext = unsafe { glib::translate::from_glib_none(context) };
+    let mut pending = Some((task, outcome));
+    let source = glib::idle_source_new(
+        Some("gdex AsyncResult return"),
+        glib::Priority::DEFAULT,
+        move || {
+            if let Some((task, outcome)) = pending.take() {
+                return_now(task, outcome);
+            }
+            glib::ControlFlow::Break
+        },
+    );
+    source.attach(Some(&context));
+}
+
+/// Returns `outcome` to the `GTask` now.
+fn return_now<T: Send + 'static>(task: TaskRef, outcome: Result<T, glib::Error>) {
+    // SAFETY: our own live task.
+    if let Some(marks) = unsafe { marks(task.as_ptr()) } {
+        // Before the return, which may call the callback (and `_finish`)
+        // at once.
+        marks.returned.store(true, Ordering::Release);
     }
     match outcome {
         Ok(value) => {
