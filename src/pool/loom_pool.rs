@@ -21,10 +21,9 @@
 //!
 //! # The models, their bound and their time
 //!
-//! Every model but one runs with a preemption bound of 4
-//! (`GDEX_LOOM_BOUND` overrides it). Times are one run of each model alone,
-//! `--release`, on the project's 2-core machine; `cargo test` runs them two
-//! at a time, a little over a minute in all.
+//! Every model runs with a preemption bound of 4 (`GDEX_LOOM_BOUND`
+//! overrides it). Times are one run of each model alone, `--release`, on
+//! the project's 2-core machine; `cargo test` runs them two at a time.
 //!
 //! | model | threads | bound | time |
 //! |-------|---------|-------|------|
@@ -32,7 +31,7 @@
 //! | [`loom_one_injector_two_workers`] | 1 injector, 2 parked workers | 4 | 24 s |
 //! | [`loom_self_unparking_worker`] | 2 injectors, 1 parked worker whose timer fires | 4 | 8 s |
 //! | [`loom_shutdown_racing_a_push`] | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 4 | 56 s |
-//! | [`loom_shutdown_racing_an_inject`] | as above, the pusher injects | 3 | 6 s |
+//! | [`loom_shutdown_racing_an_inject`] | as above, the pusher injects | 4 | 100 s |
 //! | [`loom_directed_notify_racing_a_park`] | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 4 | 3 s |
 //!
 //! Bound 3 is not enough to show the issue 12 defect in most of them: the
@@ -48,11 +47,10 @@
 //!
 //! 1. `issue12`: the lost wake-up of issue 12 point 2 (`waking` raised
 //!    before the `PARKED → PARKED|NOTIFIED` CAS and lowered after a failed
-//!    one). Fails four models. Not [`loom_one_injector_two_workers`], which
+//!    one). Fails five models. Not [`loom_one_injector_two_workers`], which
 //!    cannot show it: the job stranded by the bug belongs to a second
 //!    requester outside the pool (a worker that requests is awake, and
-//!    re-checks the queues before it parks), and that model has one. Nor
-//!    [`loom_shutdown_racing_an_inject`] at its bound of 3 (see the table).
+//!    re-checks the queues before it parks), and that model has one.
 //! 2. `coalesce-at-zero`: `request` coalesces when `waking >= 0` (always):
 //!    no sleeper is ever woken. Fails all six.
 //! 3. `wake-up-keeps-waking`: `wake_up` from `PARKED|NOTIFIED` does not
@@ -639,9 +637,9 @@ fn loom_shutdown_racing_a_push() {
 /// injector if it sees the pool closed.
 #[test]
 fn loom_shutdown_racing_an_inject() {
-    // Bound 3: its step-5 interleavings need fewer preemptions than the
-    // issue 12 one, which the model above already covers; 4 takes 100 s.
-    shutdown_racing(3, |w| w.inject(1, 0));
+    // Bound 4 (100 s): at 3 it misses the issue 12 lost wake-up, which
+    // needs one preemption more here than in the model above.
+    shutdown_racing(4, |w| w.inject(1, 0));
 }
 
 /// Pinned work is pushed to a worker's inbox while it re-checks the queues
