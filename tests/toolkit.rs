@@ -830,7 +830,10 @@ fn channel_ends_debug_as_what_they_are() {
     let (_tx2, rx2) = gdex::channel::<u8>(1);
     let mut recv = Box::pin(rx2.recv());
     assert_eq!(format!("{recv:?}"), "RecvFuture { queued: false }");
-    assert!(recv.as_mut().poll(noop).is_pending(), "the channel is empty");
+    assert!(
+        recv.as_mut().poll(noop).is_pending(),
+        "the channel is empty"
+    );
     assert_eq!(format!("{recv:?}"), "RecvFuture { queued: true }");
     drop(rx);
 }

@@ -48,11 +48,11 @@ use crate::task::flag::Flag;
 /// let (mut ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// let reader = pool.scheduler().spawn(async move {
-///     let ready = gdex::unix_fd(&ours, IOCondition::IN).await?;
+///     let ready = gdex::unix_fd(&ours, IOCondition::IN).await.expect("open");
 ///     assert!(ready.contains(IOCondition::IN));
 ///     let mut buf = [0; 5];
 ///     ours.read_exact(&mut buf).unwrap();
-///     Ok::<_, gdex::Error>(buf)
+///     buf
 /// });
 /// theirs.write_all(b"hello").unwrap();
 /// assert_eq!(&gdex::block_on(reader).unwrap(), b"hello");
