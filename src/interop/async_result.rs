@@ -47,7 +47,22 @@ use crate::{Error, Scheduler, Task};
 
 /// The running half of a GIO async operation: a `GTask` whose callback runs
 /// on the caller's thread-default main context, completed by a future on
-/// any gdex scheduler. See the [module docs](self) for what it guarantees.
+/// any gdex scheduler:
+///
+/// - the `GTask` is made on the caller's thread, so GIO runs the callback
+///   on the caller's thread-default main context, whichever thread the
+///   future finishes on (never inside the operation's own task);
+/// - cancelling the caller's `GCancellable` drops the future on its
+///   scheduler (S5) and cancels its
+///   [`current_cancellable`](crate::current_cancellable); `_finish` then
+///   gives `G_IO_ERROR_CANCELLED`. The work is dropped before the caller
+///   hears;
+/// - a panic in the future reaches the caller as a `gdex-error-quark`
+///   [`ErrorCode::Panicked`](crate::ErrorCode::Panicked) error; a panic in a
+///   Rust callback goes to the panic handler;
+/// - [`propagate`](AsyncResult::propagate) is the `_finish`: it checks that
+///   the result is one of gdex's, made for that source object, carrying
+///   that value type, complete, and not taken before.
 ///
 /// A GObject method pair written with it (the Rust callback flavour; a C
 /// `_async` uses [`from_raw`](AsyncResult::from_raw) with the caller's
