@@ -88,8 +88,6 @@ pub(crate) struct Remote {
     timers: timers::TimerBook,
 }
 
-// `repr(C)`: the owner header must come first (the `Owner` contract).
-#[repr(C)]
 pub(crate) struct PoolShared {
     /// How a task's block reaches this pool through one thin pointer.
     owner: crate::task::OwnerHeader,
@@ -118,9 +116,11 @@ pub(crate) struct PoolShared {
 
 /// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
 /// work-stealing mode, onto the waking worker's deque, or the injector.
-// SAFETY: `PoolShared` is `repr(C)` with `owner`, made by
-// `OwnerHeader::new::<PoolShared>()`, as its first field.
+// SAFETY: `owner` is `PoolShared`'s one header, made by
+// `OwnerHeader::new::<PoolShared>()`, at the offset given.
 unsafe impl crate::task::Owner for PoolShared {
+    const HEADER_OFFSET: usize = std::mem::offset_of!(PoolShared, owner);
+
     fn header(&self) -> &crate::task::OwnerHeader {
         &self.owner
     }

@@ -215,11 +215,17 @@ pub(crate) fn builder() -> async_task::Builder<TaskMeta> {
 ///
 /// # Safety
 ///
-/// An implementor is `#[repr(C)]` with its [`OwnerHeader`] as its first
-/// field, made by `OwnerHeader::new::<Self>()`, and returns that field from
-/// [`header`](Owner::header): a pointer to the header is then a pointer to
-/// the owner, and the header's vtable is the owner's own.
+/// An implementor has one [`OwnerHeader`] field, made by
+/// `OwnerHeader::new::<Self>()`, at [`HEADER_OFFSET`](Owner::HEADER_OFFSET)
+/// (`std::mem::offset_of!`), and returns that field from
+/// [`header`](Owner::header): the owner is then found `HEADER_OFFSET` bytes
+/// before its header, and the header's vtable is the owner's own. (No
+/// `repr(C)`: the compiler keeps its own field order, which the pool's hot
+/// atomics are laid out by.)
 pub(crate) unsafe trait Owner: Send + Sync + Sized + 'static {
+    /// Where the header is in `Self`: `std::mem::offset_of!(Self, field)`.
+    const HEADER_OFFSET: usize;
+
     /// Queues `runnable`, woken on whatever thread. Once `runnable` is
     /// queued, the task may run, finish and free its block (and with it
     /// perhaps the last other reference to `self`) on another thread: an
@@ -227,12 +233,12 @@ pub(crate) unsafe trait Owner: Send + Sync + Sized + 'static {
     /// [`owner_of`] it first.
     fn schedule(&self, runnable: Runnable);
 
-    /// The header that starts `self`.
+    /// The header of `self`, at `HEADER_OFFSET`.
     fn header(&self) -> &OwnerHeader;
 }
 
-/// The first field of an [`Owner`]: the owner's vtable, so that a thin
-/// pointer to the header is enough to schedule on, retain and release it.
+/// A field of an [`Owner`]: the owner's vtable, so that a thin pointer to
+/// the header is enough to schedule on, retain and release it.
 pub(crate) struct OwnerHeader {
     vtable: &'static OwnerVtable,
 }
@@ -253,31 +259,41 @@ impl<T: Owner> VtableOf<T> {
         release: Self::release,
     };
 
+    /// The owner whose header is at `header`.
+    ///
     /// # Safety
-    /// `header` starts a live `T` (the `Owner` contract).
+    /// `header` is the header of a live `T` (the `Owner` contract).
+    #[inline]
+    unsafe fn owner(header: NonNull<OwnerHeader>) -> NonNull<T> {
+        // SAFETY: by the caller and the `Owner` contract, the `T` starts
+        // `HEADER_OFFSET` bytes before its header, inside the same object.
+        unsafe { header.byte_sub(T::HEADER_OFFSET).cast::<T>() }
+    }
+
+    /// # Safety
+    /// `header` is the header of a live `T` (the `Owner` contract).
     unsafe fn schedule(header: NonNull<OwnerHeader>, runnable: Runnable) {
-        // SAFETY: by the caller, `header` is the address of a live `T`.
-        // Only the owner is borrowed for the call, not the block: see
-        // `Owner::schedule` for who keeps the owner alive after the job
-        // leaves.
-        let owner = unsafe { header.cast::<T>().as_ref() };
+        // SAFETY: by the caller, the `T` is live. Only the owner is
+        // borrowed for the call, not the block: see `Owner::schedule` for
+        // who keeps the owner alive after the job leaves.
+        let owner = unsafe { Self::owner(header).as_ref() };
         owner.schedule(runnable)
     }
 
     /// # Safety
-    /// `header` starts a `T` in an `Arc` with a strong count we hold.
+    /// `header` is the header of a `T` in an `Arc` with a strong count we
+    /// hold.
     unsafe fn retain(header: NonNull<OwnerHeader>) {
-        // SAFETY: by the caller, the pointer came from `Arc::into_raw` of a
-        // live `Arc<T>` (the `Owner` contract puts the header at the
-        // owner's address).
-        unsafe { Arc::increment_strong_count(header.cast::<T>().as_ptr()) }
+        // SAFETY: by the caller, the owner's pointer is the one
+        // `Arc::into_raw` gave (`OwnerRef::new`), of a live `Arc<T>`.
+        unsafe { Arc::increment_strong_count(Self::owner(header).as_ptr()) }
     }
 
     /// # Safety
     /// As for `retain`; releases one strong count we own.
     unsafe fn release(header: NonNull<OwnerHeader>) {
         // SAFETY: as in `retain`, and the caller gives up the count.
-        unsafe { Arc::decrement_strong_count(header.cast::<T>().as_ptr()) }
+        unsafe { Arc::decrement_strong_count(Self::owner(header).as_ptr()) }
     }
 }
 
@@ -300,16 +316,19 @@ unsafe impl Sync for OwnerRef {}
 
 impl OwnerRef {
     fn new<T: Owner>(owner: Arc<T>) -> Self {
+        let header: *const OwnerHeader = owner.header();
         assert!(
             ptr::eq(
-                owner.header() as *const OwnerHeader as *const u8,
-                Arc::as_ptr(&owner) as *const u8
+                header as *const u8,
+                (Arc::as_ptr(&owner) as *const u8).wrapping_add(T::HEADER_OFFSET)
             ),
-            "an Owner's header is its first field (#[repr(C)])"
+            "an Owner's header is at its HEADER_OFFSET (offset_of! its header field)"
         );
-        // SAFETY: `Arc::into_raw` is never null; by the assertion and the
-        // `Owner` contract, the owner's address is its header's.
-        OwnerRef(unsafe { NonNull::new_unchecked(Arc::into_raw(owner) as *mut OwnerHeader) })
+        let _ = Arc::into_raw(owner);
+        // SAFETY: a field's address is never null; the `Arc`'s count we
+        // gave up with `into_raw` is this reference's, and by the assertion
+        // the owner is found `HEADER_OFFSET` bytes before the header.
+        OwnerRef(unsafe { NonNull::new_unchecked(header as *mut OwnerHeader) })
     }
 }
 
@@ -936,15 +955,16 @@ mod tests {
         );
     }
 
-    /// An owner that counts what it is given.
-    #[repr(C)]
+    /// An owner that counts what it is given (its header not first).
     struct Counting {
+        _before: u64,
         header: super::OwnerHeader,
         scheduled: std::sync::Mutex<Vec<super::Runnable>>,
     }
 
-    // SAFETY: `repr(C)`, its header first, made for `Counting`.
+    // SAFETY: one header, made for `Counting`, at the offset given.
     unsafe impl super::Owner for Counting {
+        const HEADER_OFFSET: usize = std::mem::offset_of!(Counting, header);
         fn schedule(&self, runnable: super::Runnable) {
             self.scheduled.lock().unwrap().push(runnable);
         }
@@ -960,6 +980,7 @@ mod tests {
     #[test]
     fn an_owned_task_schedules_on_and_releases_its_owner() {
         let owner = std::sync::Arc::new(Counting {
+            _before: 0,
             header: super::OwnerHeader::new::<Counting>(),
             scheduled: Default::default(),
         });
@@ -986,7 +1007,7 @@ mod tests {
         );
     }
 
-    /// An owner whose header is not where the thin pointer points is
+    /// An owner whose header is not where its `HEADER_OFFSET` says is
     /// refused at spawn, not followed into another field.
     #[repr(C)]
     struct Misplaced {
@@ -994,9 +1015,10 @@ mod tests {
         header: super::OwnerHeader,
     }
 
-    // SAFETY: deliberately broken (header not first), to check that
-    // `OwnerRef::new` refuses it before anything follows the pointer.
+    // SAFETY: deliberately broken (the header is at 8, not 0), to check
+    // that `OwnerRef::new` refuses it before anything follows the pointer.
     unsafe impl super::Owner for Misplaced {
+        const HEADER_OFFSET: usize = 0;
         fn schedule(&self, _: super::Runnable) {
             unreachable!()
         }
@@ -1006,7 +1028,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "an Owner's header is its first field")]
+    #[should_panic(expected = "an Owner's header is at its HEADER_OFFSET")]
     fn an_owner_with_its_header_elsewhere_is_refused() {
         let owner = std::sync::Arc::new(Misplaced {
             first: 1,
