@@ -18,6 +18,7 @@ const XML: &str = r#"<node>
     <method name="Sum"><arg type="t" direction="in"/><arg type="t" direction="out"/></method>
     <method name="Hang"/>
     <method name="Panic"/>
+    <method name="PanicEarly"/>
   </interface>
 </node>"#;
 const PATH: &str = "/org/gdex/Test";
@@ -59,6 +60,12 @@ fn start_server(pool: &gdex::ThreadPool, server_state: &Arc<Server>) -> (gio::DB
         let interface = info.lookup_interface(IFACE).unwrap();
         let handler_state = state.clone();
         let export = gdex::dbus::export(connection, PATH, &interface, &scheduler, move |call| {
+            // A handler that panics before it makes its future (inside
+            // GIO's dispatch, where unwinding would abort).
+            assert_ne!(
+                call.method_name, "PanicEarly",
+                "the handler fell over early"
+            );
             let state = handler_state.clone();
             async move {
                 assert!(std::thread::current()
@@ -185,6 +192,8 @@ fn a_panicking_handler_answers_with_an_error() {
             let client = connect(&address);
             let err = gdex::block_on(call(&client, "Panic", None)).unwrap_err();
             assert!(err.message().contains("the handler fell over"), "{err}");
+            let err = gdex::block_on(call(&client, "PanicEarly", None)).unwrap_err();
+            assert!(err.message().contains("fell over early"), "{err}");
             let err = gdex::block_on(call(&client, "Nope", None)).unwrap_err();
             assert!(err.matches(gio::DBusError::UnknownMethod), "{err}");
             server.stop();

@@ -133,7 +133,17 @@ where
                     parameters,
                 };
                 let reply = Reply(Some(SendInvocation(invocation)));
-                let future = handler(call).into_future();
+                // The handler runs inside GIO's dispatch, where a panic
+                // cannot unwind: it becomes the caller's error.
+                let future = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(call))) {
+                    Ok(future) => future.into_future(),
+                    Err(payload) => {
+                        let message = panic_message(&*payload);
+                        crate::diagnostics::panic::drop_payload(payload);
+                        reply.send(Err(Error::Panicked(message).into()));
+                        return;
+                    }
+                };
                 let member = async move {
                     let outcome = AssertUnwindSafe(future).catch_unwind().await;
                     let outcome = match outcome {
