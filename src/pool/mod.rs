@@ -88,6 +88,14 @@ pub(crate) struct Remote {
     timers: timers::TimerBook,
 }
 
+/// The counters of [`PoolShared::inject`].
+#[derive(Default)]
+struct InjectCounters {
+    injected: Counter,
+    external_sent: Counter,
+    external_coalesced: Counter,
+}
+
 pub(crate) struct PoolShared {
     /// How a task's block reaches this pool through one thin pointer.
     owner: crate::task::OwnerHeader,
@@ -99,11 +107,14 @@ pub(crate) struct PoolShared {
     remotes: Box<[CachePadded<Remote>]>,
     closed: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    injected: Counter,
-    external_sent: Counter,
-    external_coalesced: Counter,
+    /// Written by every thread that injects; on a line of their own, so that
+    /// an injection does not invalidate the read-mostly fields the workers
+    /// check on every job (`closed`, `stealers`, `remotes`, …). Which line
+    /// those shared with the counters used to depend on field order: an
+    /// equivalent refactor moved the remote-spawn rows by up to 30%.
+    inject_counters: CachePadded<InjectCounters>,
     /// Round-robin cursor for placing pinned work.
-    next_pinned: std::sync::atomic::AtomicUsize,
+    next_pinned: CachePadded<std::sync::atomic::AtomicUsize>,
     /// Default stack size of fibers spawned on this pool.
     fiber_stack_size: usize,
     /// P9: tasks stay on the worker they were placed on; no stealing.
@@ -170,7 +181,7 @@ impl PoolShared {
     /// nobody is already on the way (P6).
     pub(crate) fn inject(&self, job: Job) {
         self.injector.push(job);
-        self.injected.add_shared();
+        self.inject_counters.injected.add_shared();
         fence(Ordering::SeqCst);
         if self.closed.load(Ordering::SeqCst) {
             // Shutdown step 5: the workers are gone or going. Not dropped
@@ -181,10 +192,10 @@ impl PoolShared {
         }
         match self.parking.request(None, worker::pseudo_random() as usize) {
             Request::Wake(i) => {
-                self.external_sent.add_shared();
+                self.inject_counters.external_sent.add_shared();
                 self.unpark(i);
             }
-            Request::Coalesced => self.external_coalesced.add_shared(),
+            Request::Coalesced => self.inject_counters.external_coalesced.add_shared(),
             Request::Marked(_) | Request::Nobody => {}
         }
     }
@@ -379,9 +390,9 @@ impl PoolShared {
                 .enumerate()
                 .map(|(i, r)| r.counters.snapshot(i, !self.parking.should_run(i)))
                 .collect(),
-            injected: self.injected.get(),
-            external_wake_requests_sent: self.external_sent.get(),
-            external_wake_requests_coalesced: self.external_coalesced.get(),
+            injected: self.inject_counters.injected.get(),
+            external_wake_requests_sent: self.inject_counters.external_sent.get(),
+            external_wake_requests_coalesced: self.inject_counters.external_coalesced.get(),
         }
     }
 }
@@ -676,10 +687,8 @@ impl ThreadPoolBuilder {
                 .collect(),
             closed: AtomicBool::new(false),
             threads: Mutex::new(Vec::with_capacity(n)),
-            injected: Counter::default(),
-            external_sent: Counter::default(),
-            external_coalesced: Counter::default(),
-            next_pinned: std::sync::atomic::AtomicUsize::new(0),
+            inject_counters: CachePadded::default(),
+            next_pinned: CachePadded::new(std::sync::atomic::AtomicUsize::new(0)),
             fiber_stack_size: self
                 .fiber_stack_size
                 .unwrap_or(crate::fiber::DEFAULT_STACK_SIZE),
