@@ -215,7 +215,20 @@ struct Seen {
     value: Result<u64, glib::Error>,
 }
 
-type Record = Arc<Mutex<Option<Seen>>>;
+/// Where the callback leaves what it saw, and whom it wakes.
+#[derive(Default)]
+struct Recorded {
+    seen: Mutex<Option<Seen>>,
+    waker: futures::task::AtomicWaker,
+}
+
+impl Recorded {
+    fn lock(&self) -> std::sync::LockResult<std::sync::MutexGuard<'_, Option<Seen>>> {
+        self.seen.lock()
+    }
+}
+
+type Record = Arc<Recorded>;
 
 /// The caller's `GAsyncReadyCallback`: finishes the call and records where
 /// it ran.
@@ -225,7 +238,7 @@ unsafe extern "C" fn on_ready(
     user_data: glib::ffi::gpointer,
 ) {
     // SAFETY: `call` leaked one `Arc` for this one call.
-    let record = unsafe { Arc::from_raw(user_data as *const Mutex<Option<Seen>>) };
+    let record = unsafe { Arc::from_raw(user_data as *const Recorded) };
     let mut error = ptr::null_mut();
     // SAFETY: the source and result GIO gave us; a valid out-pointer.
     let value = unsafe { sum_finish(source, result, &mut error) };
@@ -240,6 +253,7 @@ unsafe extern "C" fn on_ready(
         context: glib::MainContext::ref_thread_default(),
         value,
     });
+    record.waker.wake();
 }
 
 /// Calls `sum_async` as C would; the record fills when the callback runs.
@@ -320,11 +334,10 @@ fn called_from_a_fiber_the_fiber_waits_for_its_callback() {
             // the fiber waits.
             let polled = record.clone();
             fiber::wait(std::future::poll_fn(move |cx| {
+                polled.waker.register(cx.waker());
                 if polled.lock().unwrap().is_some() {
                     std::task::Poll::Ready(Ok::<_, gdex::Error>(()))
                 } else {
-                    // Asked again on the next pass of the worker's loop.
-                    cx.waker().wake_by_ref();
                     std::task::Poll::Pending
                 }
             }))
