@@ -154,9 +154,13 @@ struct Marks {
     taken: AtomicBool,
 }
 
+/// The qdata key of [`Marks`], with gdex's version in it: two copies of
+/// gdex in one process must not read each other's marks.
 fn marks_quark() -> glib::Quark {
     static QUARK: OnceLock<glib::Quark> = OnceLock::new();
-    *QUARK.get_or_init(|| glib::Quark::from_str("gdex-async-result"))
+    *QUARK.get_or_init(|| {
+        glib::Quark::from_str(concat!("gdex-async-result-", env!("CARGO_PKG_VERSION")))
+    })
 }
 
 unsafe extern "C" fn free_marks(data: glib::ffi::gpointer) {
