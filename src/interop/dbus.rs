@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use gio::prelude::*;
+use glib::translate::ToGlibPtr;
 
 use crate::error::panic_message;
 use crate::util::Unpoisoned;
@@ -51,7 +52,8 @@ pub struct MethodCall {
 /// `G_IO_ERROR_CANCELLED`).
 pub struct Export {
     connection: gio::DBusConnection,
-    registration: Option<gio::RegistrationId>,
+    /// The registration id (`g_dbus_connection_register_object_with_closures`).
+    registration: Option<u32>,
     closed_handler: Option<glib::SignalHandlerId>,
     calls: Arc<Calls>,
 }
@@ -78,8 +80,17 @@ impl Calls {
 /// `scheduler`; the future gives the reply's body (`Ok(None)` for a method
 /// without out-arguments, `Ok(Some(tuple))` otherwise) or a `glib::Error`
 /// (sent as a D-Bus error; a `gdex::Error` converts to one). `handler`
-/// itself runs on this thread's thread-default main context (where GIO
-/// dispatches the calls), so it should only make the future.
+/// itself runs where GIO dispatches the calls: on this thread's
+/// thread-default main context (the global default if none is pushed),
+/// whichever thread iterates it; so it is `Send + Sync`, and should only
+/// make the future.
+///
+/// A reply is checked against the method's out-arguments (`Ok(None)` is
+/// `()`, a lone value a one-element tuple); one of another type is answered
+/// with an error naming both types, where GLib would send nothing. The
+/// interface's properties are not served by GIO here: its
+/// `org.freedesktop.DBus.Properties` `Get`/`Set`/`GetAll` calls come to
+/// `handler` too (expecting `(v)`, `()` and `(a{sv})`).
 ///
 /// The calls in flight are cancelled when the connection closes or the
 /// returned [`Export`] is dropped; see the [module docs](self).
@@ -112,7 +123,7 @@ pub fn export<H, F>(
     handler: H,
 ) -> Result<Export, glib::Error>
 where
-    H: Fn(MethodCall) -> F + 'static,
+    H: Fn(MethodCall) -> F + Send + Sync + 'static,
     F: IntoFuture<Output = Result<Option<glib::Variant>, glib::Error>>,
     F::IntoFuture: Send + 'static,
 {
@@ -120,54 +131,125 @@ where
         group: Mutex::new(Some(TaskGroup::on(scheduler.clone()))),
     });
     let spawner = calls.clone();
-    let registration = connection
-        .register_object(object_path, interface)
-        .method_call(
-            move |connection, sender, path, iface, method, parameters, invocation| {
-                let call = MethodCall {
-                    connection,
-                    sender: sender.map(str::to_owned),
-                    object_path: path.to_owned(),
-                    interface_name: iface.unwrap_or_default().to_owned(),
-                    method_name: method.to_owned(),
-                    parameters,
-                };
-                let reply = Reply(Some(SendInvocation(invocation)));
-                // The handler runs inside GIO's dispatch, where a panic
-                // cannot unwind: it becomes the caller's error.
-                let future = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(call))) {
-                    Ok(future) => future.into_future(),
-                    Err(payload) => {
-                        let message = panic_message(&*payload);
-                        crate::diagnostics::panic::drop_payload(payload);
-                        reply.send(Err(Error::Panicked(message).into()));
-                        return;
-                    }
-                };
-                let member = async move {
-                    let outcome = AssertUnwindSafe(future).catch_unwind().await;
-                    let outcome = match outcome {
-                        Ok(result) => result,
-                        Err(payload) => Err(Error::Panicked(panic_message(&*payload)).into()),
-                    };
-                    reply.send(outcome);
-                };
-                // A member refused (the connection closed, the pool shut down)
-                // is dropped, and its reply guard answers the caller.
-                if let Some(group) = &*spawner.group.lock().unpoisoned() {
-                    let _ = group.spawn(member);
-                }
-            },
+    // A `Send + Sync` closure of our own (gio-rs's builder makes a
+    // thread-bound one): GIO calls it on the registration context and frees
+    // it there after `unregister`, which may be another thread than ours.
+    let method_call = glib::Closure::new(move |args: &[glib::Value]| -> Option<glib::Value> {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            dispatch(&handler, &spawner, args);
+        }));
+        if let Err(payload) = outcome {
+            crate::diagnostics::panic::report(
+                crate::diagnostics::panic::PanicSource::Source,
+                panic_message(&*payload),
+            );
+            crate::diagnostics::panic::drop_payload(payload);
+        }
+        None
+    });
+    let mut error = std::ptr::null_mut();
+    // SAFETY: live connection and interface info, a valid path string (GIO
+    // copies what it keeps), our closure (GIO takes a reference and sinks
+    // it), no property closures (GIO then routes
+    // `org.freedesktop.DBus.Properties` calls to `method_call`, see
+    // `expected_reply`), and an out-pointer for the error.
+    let id = unsafe {
+        gio::ffi::g_dbus_connection_register_object_with_closures(
+            connection.to_glib_none().0,
+            object_path.to_glib_none().0,
+            interface.to_glib_none().0,
+            method_call.to_glib_none().0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut error,
         )
-        .build()?;
+    };
+    if !error.is_null() {
+        // SAFETY: an error GIO handed over to us.
+        return Err(unsafe { glib::translate::from_glib_full(error) });
+    }
     let closing = calls.clone();
     let closed_handler = connection.connect_closed(move |_, _, _| closing.cancel_all());
     Ok(Export {
         connection: connection.clone(),
-        registration: Some(registration),
+        registration: Some(id),
         closed_handler: Some(closed_handler),
         calls,
     })
+}
+
+/// One method call, as GIO hands it to the closure: makes the call's
+/// future (a panic becomes the caller's error) and spawns it as a member of
+/// the export's group.
+fn dispatch<H, F>(handler: &H, calls: &Calls, args: &[glib::Value])
+where
+    H: Fn(MethodCall) -> F,
+    F: IntoFuture<Output = Result<Option<glib::Variant>, glib::Error>>,
+    F::IntoFuture: Send + 'static,
+{
+    let arg = |i: usize| &args[i];
+    // GLib passes the invocation `transfer full` into the closure (a
+    // known GLib leak that gio-rs's own builder works around the same way:
+    // glib!4427), so we take that reference over.
+    // SAFETY: argument 6 of GIO's method-call closure is the invocation, a
+    // live object whose reference GLib leaves to us.
+    let invocation: gio::DBusMethodInvocation = unsafe {
+        glib::translate::from_glib_full(glib::gobject_ffi::g_value_get_object(arg(6).as_ptr())
+            as *mut gio::ffi::GDBusMethodInvocation)
+    };
+    let reply = Reply(Some(SendInvocation(invocation)));
+    let call = MethodCall {
+        connection: arg(0)
+            .get::<gio::DBusConnection>()
+            .expect("GIO passes the connection"),
+        sender: arg(1)
+            .get::<Option<String>>()
+            .expect("GIO passes the sender"),
+        object_path: arg(2).get::<String>().expect("GIO passes the object path"),
+        interface_name: arg(3)
+            .get::<Option<String>>()
+            .expect("GIO passes the interface")
+            .unwrap_or_default(),
+        method_name: arg(4).get::<String>().expect("GIO passes the method"),
+        parameters: arg(5)
+            .get::<glib::Variant>()
+            .expect("GIO passes the parameters"),
+    };
+    // The handler and its `IntoFuture` run inside GIO's dispatch, where a
+    // panic cannot unwind: it becomes the caller's error.
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(call).into_future())) {
+        Ok(future) => future,
+        Err(payload) => {
+            let message = panic_message(&*payload);
+            crate::diagnostics::panic::drop_payload(payload);
+            reply.send(Err(Error::Panicked(message).into()));
+            return;
+        }
+    };
+    let member = async move {
+        let outcome = AssertUnwindSafe(future).catch_unwind().await;
+        let outcome = match outcome {
+            Ok(result) => result,
+            Err(payload) => Err(Error::Panicked(panic_message(&*payload)).into()),
+        };
+        reply.send(outcome);
+    };
+    // Only a handle is taken under the lock: a member refused (the
+    // connection closed, the pool shut down) is dropped inside `spawn`, and
+    // its future may own the `Export`, whose drop takes that lock. Its
+    // reply guard answers the caller.
+    let group = calls
+        .group
+        .lock()
+        .unpoisoned()
+        .as_ref()
+        .map(TaskGroup::handle);
+    match group {
+        Some(group) => {
+            let _ = group.spawn(member);
+        }
+        None => drop(member),
+    }
 }
 
 impl Export {
@@ -185,8 +267,11 @@ impl Export {
 impl Drop for Export {
     fn drop(&mut self) {
         if let Some(id) = self.registration.take() {
-            // Fails only if the connection unregistered it already (closed).
-            let _ = self.connection.unregister_object(id);
+            // SAFETY: a live connection and our registration's id; false
+            // only if it is gone already (the connection closed).
+            unsafe {
+                gio::ffi::g_dbus_connection_unregister_object(self.connection.to_glib_none().0, id);
+            }
         }
         if let Some(id) = self.closed_handler.take() {
             self.connection.disconnect(id);
@@ -220,10 +305,74 @@ struct Reply(Option<SendInvocation>);
 
 impl Reply {
     fn send(mut self, outcome: Result<Option<glib::Variant>, glib::Error>) {
-        if let Some(SendInvocation(invocation)) = self.0.take() {
-            invocation.return_result(outcome);
+        let Some(SendInvocation(invocation)) = self.0.take() else {
+            return;
+        };
+        let outcome = outcome.and_then(|body| checked_body(&invocation, body));
+        invocation.return_result(outcome);
+    }
+}
+
+/// The reply's body as GIO will send it (`None` is `()`, a lone value a
+/// one-element tuple, as gio-rs does), if it has the type the method's
+/// out-arguments say; otherwise an error naming both. GLib would only log
+/// the mismatch and send nothing, leaving the caller waiting for its
+/// timeout.
+fn checked_body(
+    invocation: &gio::DBusMethodInvocation,
+    body: Option<glib::Variant>,
+) -> Result<Option<glib::Variant>, glib::Error> {
+    let body = match body {
+        None => ().to_variant(),
+        Some(v) if v.type_().is_tuple() => v,
+        Some(v) => glib::Variant::tuple_from_iter([v]),
+    };
+    let Some(expected) = expected_reply(invocation) else {
+        return Ok(Some(body));
+    };
+    if body.type_().as_str() == expected {
+        return Ok(Some(body));
+    }
+    Err(glib::Error::new(
+        gio::DBusError::Failed,
+        &format!(
+            "gdex::dbus: the handler of {}.{} replied with a value of type {}, but the method's \
+             out-arguments are {expected}",
+            invocation.interface_name().unwrap_or_default(),
+            invocation.method_name(),
+            body.type_(),
+        ),
+    ))
+}
+
+/// The type of the reply body the call expects: its method's out-arguments
+/// as a tuple, or what the `org.freedesktop.DBus.Properties` calls that GIO
+/// routes to the method handler expect (`export` registers no property
+/// closures).
+fn expected_reply(invocation: &gio::DBusMethodInvocation) -> Option<String> {
+    if invocation.interface_name().as_deref() == Some("org.freedesktop.DBus.Properties") {
+        return match invocation.method_name().as_str() {
+            "Get" => Some("(v)".into()),
+            "Set" => Some("()".into()),
+            "GetAll" => Some("(a{sv})".into()),
+            _ => None,
+        };
+    }
+    let info = invocation.method_info()?;
+    let mut signature = String::from("(");
+    // SAFETY: the method info is live while we hold it; `out_args` is null
+    // or a null-terminated array of live arg infos, each with a signature
+    // string.
+    unsafe {
+        let mut arg = (*info.as_ptr()).out_args;
+        while !arg.is_null() && !(*arg).is_null() {
+            let sig = std::ffi::CStr::from_ptr((**arg).signature);
+            signature.push_str(&sig.to_string_lossy());
+            arg = arg.add(1);
         }
     }
+    signature.push(')');
+    Some(signature)
 }
 
 impl Drop for Reply {
