@@ -316,19 +316,22 @@ unsafe impl Sync for OwnerRef {}
 
 impl OwnerRef {
     fn new<T: Owner>(owner: Arc<T>) -> Self {
-        let header: *const OwnerHeader = owner.header();
         assert!(
             ptr::eq(
-                header as *const u8,
-                (Arc::as_ptr(&owner) as *const u8).wrapping_add(T::HEADER_OFFSET)
+                (Arc::as_ptr(&owner) as *const u8).wrapping_add(T::HEADER_OFFSET),
+                owner.header() as *const OwnerHeader as *const u8
             ),
             "an Owner's header is at its HEADER_OFFSET (offset_of! its header field)"
         );
-        let _ = Arc::into_raw(owner);
-        // SAFETY: a field's address is never null; the `Arc`'s count we
-        // gave up with `into_raw` is this reference's, and by the assertion
-        // the owner is found `HEADER_OFFSET` bytes before the header.
-        OwnerRef(unsafe { NonNull::new_unchecked(header as *mut OwnerHeader) })
+        // Derived from the `Arc`'s own pointer, not from the `&OwnerHeader`:
+        // its provenance covers the whole owner, which the vtable reaches
+        // back to.
+        let raw = Arc::into_raw(owner) as *const u8;
+        let header = raw.wrapping_add(T::HEADER_OFFSET) as *mut OwnerHeader;
+        // SAFETY: inside the owner's allocation (checked above), so not
+        // null; the `Arc`'s count we gave up with `into_raw` is this
+        // reference's.
+        OwnerRef(unsafe { NonNull::new_unchecked(header) })
     }
 }
 
