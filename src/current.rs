@@ -53,16 +53,47 @@ pub(crate) enum Role {
     ParkedWait,
 }
 
-const ROLES: usize = 9;
-
+// One thread-local per role (not one array of them): each is then its own
+// `#[thread_local]` static, which the hot paths (a poll, a fiber switch)
+// reach with one TLS-relative load; the array version made
+// main_pool_roundtrip 9% and fiber_switch across two workers 24-44% slower
+// in the default bench build (issue 14, bisected to the commit that made
+// it).
 thread_local! {
-    static STATE: [Cell<*const ()>; ROLES] = const {
-        [const { Cell::new(ptr::null()) }; ROLES]
-    };
+    static TLS_TASK: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_POLLING: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_REGISTRY: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_FIBER: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_WORKER: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_WORKER_HOOKS: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_DISPATCHING: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_RUNNER: Cell<*const ()> = const { Cell::new(ptr::null()) };
+    static TLS_PARKED_WAIT: Cell<*const ()> = const { Cell::new(ptr::null()) };
 }
 
+/// Runs `f` with this thread's cell of `role`; `Err` once the thread's
+/// locals are gone (its teardown).
+#[inline]
+fn try_cell<R>(
+    role: Role,
+    f: impl FnOnce(&Cell<*const ()>) -> R,
+) -> Result<R, std::thread::AccessError> {
+    match role {
+        Role::Task => TLS_TASK.try_with(f),
+        Role::Polling => TLS_POLLING.try_with(f),
+        Role::Registry => TLS_REGISTRY.try_with(f),
+        Role::Fiber => TLS_FIBER.try_with(f),
+        Role::Worker => TLS_WORKER.try_with(f),
+        Role::WorkerHooks => TLS_WORKER_HOOKS.try_with(f),
+        Role::Dispatching => TLS_DISPATCHING.try_with(f),
+        Role::Runner => TLS_RUNNER.try_with(f),
+        Role::ParkedWait => TLS_PARKED_WAIT.try_with(f),
+    }
+}
+
+#[inline]
 fn cell<R>(role: Role, f: impl FnOnce(&Cell<*const ()>) -> R) -> R {
-    STATE.with(|state| f(&state[role as usize]))
+    try_cell(role, f).expect("gdex: a thread's per-thread state used during its teardown")
 }
 
 /// True if this thread holds `role` right now.
@@ -154,7 +185,7 @@ impl Drop for Entered {
         // `try_with`: a guard may drop while the thread's other
         // thread-locals are being destroyed; this one has no destructor, so
         // it only fails if the thread is already past all of them.
-        let _ = STATE.try_with(|state| state[self.role as usize].set(previous));
+        let _ = try_cell(self.role, |c| c.set(previous));
     }
 }
 
