@@ -1,5 +1,5 @@
 //! What this thread is doing right now: the per-thread state of every layer
-//! in one thread-local, and the guard that enters and leaves each role.
+//! in one place (a thread-local per role), and the guard that enters and leaves each role.
 //!
 //! A thread can hold several roles at once, nested: a pool worker
 //! ([`Role::Worker`]) runs a fiber ([`Role::Fiber`]) that polls a task
