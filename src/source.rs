@@ -78,20 +78,7 @@ impl SourceRef {
         can_recurse: bool,
     ) -> SourceRef {
         let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
-        let size = std::mem::size_of::<HookSource>() as u32;
-        // SAFETY: `g_source_new` allocates at least `size` zeroed bytes
-        // whose prefix is a `GSource`; `funcs` is a `'static` table GLib
-        // only reads; `hooks` is written before the source is attached, so
-        // no callback can see it uninitialised.
-        unsafe {
-            let raw = ffi::g_source_new(funcs as *const _ as *mut _, size);
-            std::ptr::addr_of_mut!((*(raw as *mut HookSource)).hooks).write(Some(hooks));
-            ffi::g_source_set_name(raw, name.as_ptr());
-            ffi::g_source_set_priority(raw, priority);
-            ffi::g_source_set_can_recurse(raw, can_recurse as ffi::gboolean);
-            ffi::g_source_attach(raw, context.to_glib_none().0);
-            SourceRef { raw }
-        }
+        Self::create(context, hooks, funcs, None, name, priority, can_recurse)
     }
 
     /// Creates a ready-time source that also polls `fd` for `events` and
@@ -108,17 +95,35 @@ impl SourceRef {
         name: &'static CStr,
         priority: i32,
     ) -> SourceRef {
+        let fd = Some((fd, events));
+        Self::create(context, hooks, &READY_TIME, fd, name, priority, false)
+    }
+
+    fn create(
+        context: &glib::MainContext,
+        hooks: Box<dyn Hooks>,
+        funcs: &'static ffi::GSourceFuncs,
+        fd: Option<(std::os::fd::RawFd, glib::IOCondition)>,
+        name: &'static CStr,
+        priority: i32,
+        can_recurse: bool,
+    ) -> SourceRef {
         let size = std::mem::size_of::<HookSource>() as u32;
-        // SAFETY: as in `attach`; the fd is added and its tag written
-        // before the source is attached, so no callback sees either unset.
+        // SAFETY: `g_source_new` allocates at least `size` zeroed bytes
+        // whose prefix is a `GSource`; `funcs` is a `'static` table GLib
+        // only reads; `hooks`, the fd and its tag are written before the
+        // source is attached, so no callback can see them unset.
         unsafe {
-            let raw = ffi::g_source_new(&READY_TIME as *const _ as *mut _, size);
+            let raw = ffi::g_source_new(funcs as *const _ as *mut _, size);
             let hook_source = raw as *mut HookSource;
             std::ptr::addr_of_mut!((*hook_source).hooks).write(Some(hooks));
-            let tag = ffi::g_source_add_unix_fd(raw, fd, events.bits());
-            std::ptr::addr_of_mut!((*hook_source).fd_tag).write(tag);
+            if let Some((fd, events)) = fd {
+                let tag = ffi::g_source_add_unix_fd(raw, fd, events.bits());
+                std::ptr::addr_of_mut!((*hook_source).fd_tag).write(tag);
+            }
             ffi::g_source_set_name(raw, name.as_ptr());
             ffi::g_source_set_priority(raw, priority);
+            ffi::g_source_set_can_recurse(raw, can_recurse as ffi::gboolean);
             ffi::g_source_attach(raw, context.to_glib_none().0);
             SourceRef { raw }
         }

@@ -337,7 +337,7 @@ impl OwnerRef {
 
 impl Clone for OwnerRef {
     fn clone(&self) -> Self {
-        // SAFETY: we hold a strong reference to the owner this header starts.
+        // SAFETY: we hold a strong reference to the owner this header is in.
         unsafe { (self.0.as_ref().vtable.retain)(self.0) };
         OwnerRef(self.0)
     }
@@ -382,7 +382,7 @@ pub(crate) fn schedule_on_owner(runnable: Runnable) {
     // Copied out of the block so that `runnable` can move into the call.
     let header = owner.0;
     // SAFETY: the block `runnable` keeps alive holds a strong reference to
-    // the owner, so the header starts a live owner whose vtable it holds;
+    // the owner, so the header is in a live owner whose vtable it holds;
     // `Owner::schedule`'s contract covers the owner's life after `runnable`
     // is given away.
     unsafe { (header.as_ref().vtable.schedule)(header, runnable) }
