@@ -73,6 +73,18 @@ impl Error {
         })
     }
 
+    /// True if this is a GLib error ([`Error::Failed`]) with the code
+    /// `code`, in that code's domain: `err.matches(gio::IOErrorEnum::NotFound)`.
+    ///
+    /// ```
+    /// let err = gdex::Error::Failed(glib::Error::new(gdex::gio::IOErrorEnum::NotFound, "gone"));
+    /// assert!(err.matches(gdex::gio::IOErrorEnum::NotFound));
+    /// assert!(!gdex::Error::Cancelled.matches(gdex::gio::IOErrorEnum::NotFound));
+    /// ```
+    pub fn matches<E: glib::error::ErrorDomain>(&self, code: E) -> bool {
+        matches!(self, Error::Failed(err) if err.matches(code))
+    }
+
     /// True for [`Error::Panicked`].
     pub fn is_panicked(&self) -> bool {
         matches!(self, Error::Panicked(_))

@@ -118,6 +118,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod aio;
 mod block_on;
 pub mod blocking;
 mod current;

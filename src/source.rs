@@ -81,22 +81,24 @@ impl SourceRef {
         Self::create(context, hooks, funcs, None, name, priority, can_recurse)
     }
 
-    /// Creates a ready-time source that also polls `fd` for `events` and
-    /// attaches it to `context`: it dispatches when the fd is ready (see
-    /// [`fd_revents`] for what it was ready for) or when its ready time
-    /// comes.
+    /// Creates a source that also polls `fd` for `events` and attaches it
+    /// to `context`: it dispatches when the fd is ready (see [`fd_revents`]
+    /// for what it was ready for), when its ready time comes, and (if
+    /// `polled`) when its hooks say it is ready.
     ///
     /// The caller keeps `fd` open until the source is destroyed.
     pub(crate) fn attach_fd(
         context: &glib::MainContext,
         hooks: Box<dyn Hooks>,
+        polled: bool,
         fd: std::os::fd::RawFd,
         events: glib::IOCondition,
         name: &'static CStr,
         priority: i32,
     ) -> SourceRef {
+        let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
         let fd = Some((fd, events));
-        Self::create(context, hooks, &READY_TIME, fd, name, priority, false)
+        Self::create(context, hooks, funcs, fd, name, priority, false)
     }
 
     fn create(

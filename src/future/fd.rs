@@ -132,6 +132,7 @@ impl Future for UnixFd<'_> {
         let source = SourceRef::attach_fd(
             &here,
             Box::new(this.state.clone()),
+            false,
             this.raw,
             this.condition,
             c"gdex unix fd",

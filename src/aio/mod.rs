@@ -1,0 +1,720 @@
+//! File I/O the libdex way (A1): [`File::open`], [`File::read_at`],
+//! [`File::write_at`] and [`read_file`] as futures, on an io_uring ring of
+//! the scheduler that awaits them.
+//!
+//! # Where the I/O happens
+//!
+//! Each `GMainContext` a gdex scheduler waits on (a pool worker's, the main
+//! context, a context scheduler's) gets its own io_uring ring the first time
+//! an operation is polled there, so each pool worker and the main thread
+//! own one. The ring's fd is one source on that context:
+//!
+//! - an operation polled on the thread queues its request; all the requests
+//!   queued during one turn of the loop go to the kernel together, in one
+//!   `io_uring_enter`, when the context next prepares to poll;
+//! - the thread sleeps in its context's `poll` with the ring's fd in the set,
+//!   and when completions arrive the source wakes the awaiting tasks: no
+//!   extra thread, and a read that hits the page cache completes during the
+//!   submission itself.
+//!
+//! An operation keeps its ring for its whole life: a task that moves to
+//! another worker while a read is in flight gets its completion from the
+//! first worker's loop.
+//!
+//! # Buffers and cancellation
+//!
+//! Buffers are owned: [`File::read_at`] takes a `Vec<u8>` and gives it back
+//! with what was read appended, [`File::write_at`] takes one and gives it
+//! back with the count written. No borrowed buffer can be freed while the
+//! kernel writes into it. Dropping an operation's future while it is in
+//! flight cancels the request (`IORING_OP_ASYNC_CANCEL`) and the ring keeps
+//! the buffer (and the file) until the kernel has completed the request; an
+//! `open` whose future was dropped closes the file it opened. The cancel
+//! goes to the kernel with the drop, but a request the kernel has already
+//! completed stays done: a dropped read of a stream (a pipe, a socket) may
+//! have taken data, which is then lost with its buffer.
+//!
+//! # Without io_uring
+//!
+//! Where io_uring cannot be used (a kernel without it, `ENOSYS`, or one
+//! where it is refused, `EPERM` under a seccomp filter, or
+//! `/proc/sys/kernel/io_uring_disabled`), or when the environment variable
+//! `GDEX_AIO=blocking` asks for it, the same API runs each operation as a
+//! plain system call on the blocking lane ([`spawn_blocking`]). Dropping
+//! the future then drops an operation still queued; one already running
+//! finishes and its result is discarded. [`backend`] tells which is in use.
+//!
+//! Errors are [`Error::Failed`] with a `glib::Error` in `G_IO_ERROR`'s
+//! domain (`gio::IOErrorEnum`, from the errno as `g_io_error_from_errno`
+//! maps it), and a message that names the file, as GIO words its own.
+//!
+//! ```
+//! let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+//! let path = std::env::temp_dir().join(format!("gdex-aio-doc-{}", std::process::id()));
+//! let task = pool.scheduler().spawn({
+//!     let path = path.clone();
+//!     async move {
+//!         let file = gdex::aio::File::create(&path).await?;
+//!         file.write_all_at(b"hello, aio".to_vec(), 0).await?;
+//!         let file = gdex::aio::File::open(&path).await?;
+//!         let buf = file.read_at(Vec::with_capacity(64), 7).await?;
+//!         assert_eq!(buf, b"aio");
+//!         gdex::aio::read_file(&path).await
+//!     }
+//! });
+//! assert_eq!(gdex::block_on(task).unwrap().unwrap(), b"hello, aio");
+//! # std::fs::remove_file(&path).unwrap();
+//! ```
+//!
+//! [`spawn_blocking`]: crate::spawn_blocking
+
+mod uring;
+
+use std::ffi::CString;
+use std::fmt;
+use std::future::Future;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use crate::error::Error;
+use crate::task::Task;
+
+/// Which mechanism runs this process's AIO operations ([`backend`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// An io_uring ring per scheduler context.
+    IoUring,
+    /// Plain system calls on the blocking lane: io_uring is unavailable, or
+    /// `GDEX_AIO=blocking` asked for it.
+    BlockingLane,
+}
+
+/// The backend this process uses, chosen once, at the first call (or the
+/// first operation): `GDEX_AIO=blocking` forces the blocking lane,
+/// `GDEX_AIO=io_uring` (or no setting) uses io_uring if the kernel lets
+/// this process set up a ring, and the blocking lane otherwise.
+///
+/// ```
+/// let backend = gdex::aio::backend();
+/// assert!(matches!(backend, gdex::aio::Backend::IoUring | gdex::aio::Backend::BlockingLane));
+/// ```
+pub fn backend() -> Backend {
+    static BACKEND: OnceLock<Backend> = OnceLock::new();
+    *BACKEND.get_or_init(|| {
+        let forced = crate::util::env_setting(
+            "GDEX_AIO",
+            "`io_uring` or `blocking`",
+            || "using io_uring where the kernel allows it".into(),
+            |text| match text {
+                "io_uring" | "io-uring" | "uring" => Some(Backend::IoUring),
+                "blocking" | "posix" => Some(Backend::BlockingLane),
+                _ => None,
+            },
+        );
+        if forced == Some(Backend::BlockingLane) {
+            return Backend::BlockingLane;
+        }
+        match uring::probe() {
+            Ok(()) => Backend::IoUring,
+            Err(err) => {
+                glib::g_info!(
+                    "gdex",
+                    "io_uring is unavailable ({}); gdex::aio runs on the blocking lane",
+                    err
+                );
+                Backend::BlockingLane
+            }
+        }
+    })
+}
+
+/// An open file for AIO: cheap to clone (the clones share one descriptor,
+/// closed when the last of them, and the last operation using it, is
+/// gone). Made by [`File::open`], [`File::create`], [`OpenOptions::open`],
+/// or from a `std::fs::File` or an `OwnedFd`.
+#[derive(Clone)]
+pub struct File {
+    inner: Arc<FileInner>,
+}
+
+struct FileInner {
+    fd: OwnedFd,
+    /// For error messages; `None` for a file made from a descriptor.
+    path: Option<PathBuf>,
+}
+
+impl File {
+    /// Opens `path` for reading, like `std::fs::File::open`.
+    pub fn open(path: impl AsRef<Path>) -> Open {
+        OpenOptions::new().read(true).open(path)
+    }
+
+    /// Opens `path` for writing, creating it if needed and truncating it
+    /// if not, like `std::fs::File::create`.
+    pub fn create(path: impl AsRef<Path>) -> Open {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+    }
+
+    /// Reads up to the buffer's spare capacity (`capacity() - len()`, at
+    /// most `u32::MAX`) from the file at `offset`, appends what it read to
+    /// the buffer and gives the buffer back. Fewer bytes than asked is a
+    /// short read (read again from where it stopped); none at all is the end
+    /// of the file. On a stream (a pipe, a socket) `offset` must be 0, and
+    /// the read takes what the stream has, as `read(2)` does.
+    ///
+    /// # Panics
+    /// If the buffer has no spare capacity: there would be nothing to read
+    /// into. Reserve room first (`Vec::with_capacity`, `reserve`).
+    pub fn read_at(&self, buf: Vec<u8>, offset: u64) -> ReadAt {
+        assert!(
+            buf.capacity() > buf.len(),
+            "gdex::aio::File::read_at: the buffer has no spare capacity (len {} == capacity); \
+             a read appends to the buffer, so reserve room first, e.g. Vec::with_capacity(64 * 1024)",
+            buf.len()
+        );
+        ReadAt {
+            op: Op::new(Operation::Read {
+                file: self.inner.clone(),
+                buf,
+                offset,
+            }),
+        }
+    }
+
+    /// Writes the buffer (at most `u32::MAX` bytes of it) to the file at
+    /// `offset` and gives back how many bytes were written, which may be
+    /// fewer (see [`write_all_at`](Self::write_all_at)), and the buffer.
+    pub fn write_at(&self, buf: Vec<u8>, offset: u64) -> WriteAt {
+        WriteAt {
+            op: Op::new(Operation::Write {
+                file: self.inner.clone(),
+                buf,
+                offset,
+            }),
+        }
+    }
+
+    /// Writes the whole buffer at `offset`, going on after short writes,
+    /// and gives the buffer back.
+    pub async fn write_all_at(&self, mut buf: Vec<u8>, offset: u64) -> Result<Vec<u8>, Error> {
+        let total = buf.len();
+        let mut done = 0;
+        while done < total {
+            // Each write takes the rest of the buffer: move it to the front
+            // of a buffer of its own only after a short write (rare).
+            let (written, back) = if done == 0 {
+                self.write_at(buf, offset).await?
+            } else {
+                let rest = buf[done..].to_vec();
+                let (written, _) = self.write_at(rest, offset + done as u64).await?;
+                (written, buf)
+            };
+            buf = back;
+            if written == 0 {
+                return Err(self.error(
+                    libc::EIO,
+                    "writing to",
+                    "the system wrote nothing (0 bytes)",
+                ));
+            }
+            done += written;
+        }
+        Ok(buf)
+    }
+
+    /// The path this file was opened with, if it was opened by path.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    fn error(&self, errno: i32, doing: &str, why: &str) -> Error {
+        error_for(errno, doing, self.inner.path.as_deref(), why)
+    }
+}
+
+impl From<std::fs::File> for File {
+    fn from(file: std::fs::File) -> File {
+        OwnedFd::from(file).into()
+    }
+}
+
+impl From<OwnedFd> for File {
+    fn from(fd: OwnedFd) -> File {
+        File {
+            inner: Arc::new(FileInner { fd, path: None }),
+        }
+    }
+}
+
+impl AsFd for File {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.fd.as_fd()
+    }
+}
+
+impl AsRawFd for File {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.fd.as_raw_fd()
+    }
+}
+
+impl fmt::Debug for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("File")
+            .field("fd", &self.inner.fd.as_raw_fd())
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// How to open a file, as `std::fs::OpenOptions` says it (the same options
+/// and defaults, and the same `mode` default of `0o666` before the umask).
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    read: bool,
+    write: bool,
+    append: bool,
+    truncate: bool,
+    create: bool,
+    create_new: bool,
+    mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions::new()
+    }
+}
+
+impl OpenOptions {
+    /// Every option off; `mode` `0o666`.
+    pub fn new() -> OpenOptions {
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            mode: 0o666,
+        }
+    }
+    /// Open for reading.
+    pub fn read(&mut self, yes: bool) -> &mut Self {
+        self.read = yes;
+        self
+    }
+    /// Open for writing.
+    pub fn write(&mut self, yes: bool) -> &mut Self {
+        self.write = yes;
+        self
+    }
+    /// Open for appending (implies writing).
+    pub fn append(&mut self, yes: bool) -> &mut Self {
+        self.append = yes;
+        self
+    }
+    /// Truncate the file to 0 bytes if it exists (needs writing).
+    pub fn truncate(&mut self, yes: bool) -> &mut Self {
+        self.truncate = yes;
+        self
+    }
+    /// Create the file if it does not exist (needs writing).
+    pub fn create(&mut self, yes: bool) -> &mut Self {
+        self.create = yes;
+        self
+    }
+    /// Create the file, failing if it exists (needs writing).
+    pub fn create_new(&mut self, yes: bool) -> &mut Self {
+        self.create_new = yes;
+        self
+    }
+    /// The permission bits of a file created (before the umask).
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Opens `path` with these options.
+    ///
+    /// # Panics
+    /// If the options ask for nothing (neither read, write nor append), or
+    /// for creating or truncating without writing, or if `path` holds a NUL
+    /// byte: the same combinations `std::fs::OpenOptions::open` refuses.
+    pub fn open(&self, path: impl AsRef<Path>) -> Open {
+        let path = path.as_ref();
+        let access = match (self.read, self.write || self.append) {
+            (true, false) => libc::O_RDONLY,
+            (false, true) => libc::O_WRONLY,
+            (true, true) => libc::O_RDWR,
+            (false, false) => panic!(
+                "gdex::aio::OpenOptions::open({}): neither read, write nor append was asked for",
+                path.display()
+            ),
+        };
+        let writes = self.write || self.append;
+        assert!(
+            writes || !(self.truncate || self.create || self.create_new),
+            "gdex::aio::OpenOptions::open({}): create, create_new and truncate need write or append",
+            path.display()
+        );
+        let mut flags = access | libc::O_CLOEXEC;
+        if self.append {
+            flags |= libc::O_APPEND;
+        }
+        if self.create_new {
+            flags |= libc::O_CREAT | libc::O_EXCL;
+        } else if self.create {
+            flags |= libc::O_CREAT;
+        }
+        if self.truncate {
+            flags |= libc::O_TRUNC;
+        }
+        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_else(|_| {
+            panic!(
+                "gdex::aio::OpenOptions::open: the path {:?} holds a NUL byte, which no file name can",
+                path
+            )
+        });
+        Open {
+            op: Op::new(Operation::Open {
+                c_path,
+                path: path.to_path_buf(),
+                flags,
+                mode: self.mode,
+            }),
+        }
+    }
+}
+
+/// Reads the whole file at `path`, as `std::fs::read` (and GIO's
+/// `g_file_load_contents`) do: open, read to the end, close.
+///
+/// ```
+/// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+/// let task = pool.scheduler().spawn(gdex::aio::read_file("/nonexistent/gdex"));
+/// let err = gdex::block_on(task).unwrap().unwrap_err();
+/// assert!(err.matches(gdex::gio::IOErrorEnum::NotFound), "{err}");
+/// ```
+pub async fn read_file(path: impl AsRef<Path>) -> Result<Vec<u8>, Error> {
+    let file = File::open(path).await?;
+    // The size now is a hint (the file may grow or shrink meanwhile): read
+    // until a read gives nothing.
+    let hint = file_size(&file).unwrap_or(0);
+    let mut buf = Vec::with_capacity(hint.saturating_add(1).min(1 << 30));
+    loop {
+        if buf.capacity() == buf.len() {
+            buf.reserve((buf.len() / 2).max(64 * 1024));
+        }
+        let before = buf.len();
+        buf = file.read_at(buf, before as u64).await?;
+        if buf.len() == before {
+            return Ok(buf);
+        }
+    }
+}
+
+fn file_size(file: &File) -> Option<usize> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `fstat` writes a whole `stat` into the pointer on success; the
+    // fd is open (owned by `file`).
+    let ok = unsafe { libc::fstat(file.as_raw_fd(), stat.as_mut_ptr()) } == 0;
+    // SAFETY: initialised by the successful call above.
+    ok.then(|| unsafe { stat.assume_init() }.st_size)
+        .and_then(|size| usize::try_from(size).ok())
+}
+
+/// One operation and what it owns while the kernel may use it: the path of
+/// an open, the buffer and file of a read or write.
+enum Operation {
+    Open {
+        c_path: CString,
+        path: PathBuf,
+        flags: i32,
+        mode: u32,
+    },
+    Read {
+        file: Arc<FileInner>,
+        buf: Vec<u8>,
+        offset: u64,
+    },
+    Write {
+        file: Arc<FileInner>,
+        buf: Vec<u8>,
+        offset: u64,
+    },
+}
+
+/// What an operation gives: its result (`res` as the kernel gives it, a
+/// count, a new fd, or `-errno`) turned into the future's output.
+enum Outcome {
+    Opened(File),
+    Read(Vec<u8>),
+    Written(usize, Vec<u8>),
+}
+
+impl Operation {
+    /// Runs it here, as a plain system call (the blocking lane's way),
+    /// giving the result the way io_uring gives it.
+    fn run_blocking(&mut self) -> i32 {
+        let res = match self {
+            Operation::Open {
+                c_path,
+                flags,
+                mode,
+                ..
+            } => {
+                // SAFETY: the path is a NUL-terminated string this
+                // operation owns.
+                let fd = unsafe { libc::openat(libc::AT_FDCWD, c_path.as_ptr(), *flags, *mode) };
+                fd as isize
+            }
+            Operation::Read { file, buf, offset } => {
+                let fd = file.fd.as_raw_fd();
+                let spare = read_len(buf);
+                // SAFETY: the pointer is one past the buffer's initialised
+                // part, and `spare` bytes of capacity follow it; the fd is
+                // open (owned by the file this operation holds).
+                let into = unsafe { buf.as_mut_ptr().add(buf.len()) }.cast();
+                // SAFETY: as above.
+                let res = unsafe { libc::pread(fd, into, spare, *offset as libc::off_t) };
+                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
+                    // A stream (pipe, socket): io_uring reads it at offset
+                    // 0 as a plain read; do the same.
+                    // SAFETY: as above.
+                    unsafe { libc::read(fd, into, spare) }
+                } else {
+                    res
+                }
+            }
+            Operation::Write { file, buf, offset } => {
+                let fd = file.fd.as_raw_fd();
+                let from = buf.as_ptr().cast();
+                let len = write_len(buf);
+                // SAFETY: the buffer is this operation's own, `len` bytes
+                // long at least; the fd is open (owned by the file this
+                // operation holds).
+                let res = unsafe { libc::pwrite(fd, from, len, *offset as libc::off_t) };
+                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
+                    // SAFETY: as above.
+                    unsafe { libc::write(fd, from, len) }
+                } else {
+                    res
+                }
+            }
+        };
+        if res < 0 {
+            -errno()
+        } else {
+            res as i32
+        }
+    }
+
+    /// The output of an operation whose result is `res`.
+    ///
+    /// # Safety
+    /// `res` must be this operation's own result, from the kernel (or
+    /// [`run_blocking`](Self::run_blocking)): for a read, that many bytes
+    /// were written into the buffer's spare capacity; for an open, `res` is
+    /// a new fd nobody else owns.
+    unsafe fn finish(self, res: i32) -> Result<Outcome, Error> {
+        match self {
+            Operation::Open { path, .. } => {
+                if res < 0 {
+                    return Err(error_for(-res, "opening", Some(&path), ""));
+                }
+                // SAFETY: per the contract, a fresh fd we now own.
+                let fd = unsafe { OwnedFd::from_raw_fd(res) };
+                Ok(Outcome::Opened(File {
+                    inner: Arc::new(FileInner {
+                        fd,
+                        path: Some(path),
+                    }),
+                }))
+            }
+            Operation::Read { file, mut buf, .. } => {
+                if res < 0 {
+                    return Err(error_for(-res, "reading", file.path.as_deref(), ""));
+                }
+                let read = res as usize;
+                assert!(
+                    read <= read_len(&buf),
+                    "gdex::aio: the kernel read more than asked"
+                );
+                // SAFETY: per the contract, the kernel wrote `read` bytes
+                // (at most the spare capacity, checked) right after `len`.
+                unsafe { buf.set_len(buf.len() + read) };
+                Ok(Outcome::Read(buf))
+            }
+            Operation::Write { file, buf, .. } => {
+                if res < 0 {
+                    return Err(error_for(-res, "writing to", file.path.as_deref(), ""));
+                }
+                Ok(Outcome::Written(res as usize, buf))
+            }
+        }
+    }
+
+    /// Releases what a finished operation made that nobody will take: the
+    /// fd of an open whose future was dropped.
+    fn discard(self, res: i32) {
+        if let Operation::Open { .. } = self {
+            if res >= 0 {
+                // SAFETY: the open's own new fd; its future is gone, so
+                // nobody else will own it.
+                drop(unsafe { OwnedFd::from_raw_fd(res) });
+            }
+        }
+    }
+}
+
+/// This thread's `errno`.
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// How many bytes a read asks for: the spare capacity, capped as the
+/// kernel's `u32` length is.
+fn read_len(buf: &Vec<u8>) -> usize {
+    (buf.capacity() - buf.len()).min(u32::MAX as usize)
+}
+
+fn write_len(buf: &[u8]) -> usize {
+    buf.len().min(u32::MAX as usize)
+}
+
+/// A `G_IO_ERROR` from an errno, worded as GIO words its own ("Error
+/// opening file “/x”: No such file or directory").
+fn error_for(errno: i32, doing: &str, path: Option<&Path>, why: &str) -> Error {
+    let code = gio::io_error_from_errno(errno);
+    let os = std::io::Error::from_raw_os_error(errno).to_string();
+    let os = os.split(" (os error").next().unwrap_or(&os);
+    let why = if why.is_empty() { os } else { why };
+    let message = match path {
+        Some(path) => format!("Error {doing} file “{}”: {why}", path.display()),
+        None => format!("Error {doing} file: {why}"),
+    };
+    Error::Failed(glib::Error::new(code, &message))
+}
+
+/// The state every AIO future shares: not started, in flight on a ring, or
+/// in flight on the blocking lane.
+enum Op {
+    /// Not polled yet: the backend and ring are chosen at the first poll,
+    /// on the thread that awaits.
+    Start(Option<Operation>),
+    Ring(uring::InFlight),
+    Lane(Task<(Operation, i32)>),
+    Done,
+}
+
+impl Op {
+    fn new(operation: Operation) -> Op {
+        Op::Start(Some(operation))
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Outcome, Error>> {
+        loop {
+            match self {
+                Op::Start(operation) => {
+                    let mut operation = operation.take().expect("an operation starts once");
+                    if backend() == Backend::IoUring {
+                        match uring::InFlight::start(operation, cx.waker()) {
+                            Ok(in_flight) => {
+                                *self = Op::Ring(in_flight);
+                                continue;
+                            }
+                            Err(given_back) => operation = given_back,
+                        }
+                    }
+                    *self = Op::Lane(crate::spawn_blocking(move || {
+                        let res = operation.run_blocking();
+                        (operation, res)
+                    }));
+                }
+                Op::Ring(in_flight) => {
+                    let (operation, res) = std::task::ready!(in_flight.poll(cx));
+                    *self = Op::Done;
+                    // SAFETY: the ring gives each operation its own result.
+                    return Poll::Ready(unsafe { operation.finish(res) });
+                }
+                Op::Lane(task) => {
+                    let outcome = std::task::ready!(Pin::new(task).poll(cx));
+                    *self = Op::Done;
+                    return Poll::Ready(match outcome {
+                        // SAFETY: `run_blocking` gave this operation's own
+                        // result.
+                        Ok((operation, res)) => unsafe { operation.finish(res) },
+                        Err(err) => Err(err),
+                    });
+                }
+                Op::Done => panic!("gdex::aio: an operation's future polled after it completed"),
+            }
+        }
+    }
+
+    fn state(&self) -> &'static str {
+        match self {
+            Op::Start(_) => "not started",
+            Op::Ring(_) => "on io_uring",
+            Op::Lane(_) => "on the blocking lane",
+            Op::Done => "done",
+        }
+    }
+}
+
+macro_rules! op_future {
+    ($(#[$doc:meta])* $name:ident, $output:ty, $outcome:pat => $value:expr) => {
+        $(#[$doc])*
+        #[must_use = "futures do nothing unless awaited; dropping one cancels its operation"]
+        pub struct $name {
+            op: Op,
+        }
+
+        impl Future for $name {
+            type Output = Result<$output, Error>;
+
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                let outcome = std::task::ready!(self.get_mut().op.poll(cx));
+                Poll::Ready(outcome.map(|outcome| match outcome {
+                    $outcome => $value,
+                    _ => unreachable!("an operation gives its own kind of outcome"),
+                }))
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("state", &self.op.state())
+                    .finish()
+            }
+        }
+    };
+}
+
+op_future!(
+    /// The future of [`File::open`], [`File::create`] and
+    /// [`OpenOptions::open`]: the open file.
+    Open, File, Outcome::Opened(file) => file
+);
+op_future!(
+    /// The future of [`File::read_at`]: the buffer, with what was read
+    /// appended.
+    ReadAt, Vec<u8>, Outcome::Read(buf) => buf
+);
+op_future!(
+    /// The future of [`File::write_at`]: how many bytes were written, and
+    /// the buffer.
+    WriteAt, (usize, Vec<u8>), Outcome::Written(count, buf) => (count, buf)
+);
