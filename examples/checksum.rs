@@ -1,35 +1,92 @@
-//! SHA-256 of every file under a directory, the gdex way.
+//! SHA-256 of every file under a directory, the gdex way: `sha256sum`'s
+//! output, `find -type f`'s walk, and both cores busy.
 //!
-//! - The directory walk and the file reads are GIO async calls, made inside
-//!   pinned tasks on the pool's workers (each worker runs its own
-//!   `GMainContext`, where GIO delivers their callbacks).
-//! - Hashing (GLib's `GChecksum`) happens on the pool too, chunk by chunk
-//!   as the reads come in; a `Limiter` bounds how many files are open.
-//! - A task on the main scheduler redraws a progress line in place (on a
-//!   terminal) from the main loop, while `gdex::block_on` runs that loop.
+//! ```text
+//! checksum [PATH]...      sum every regular file under each PATH (a file
+//!                         is summed itself); `.` if none is given
+//! checksum -c SUMFILE     check the sums listed in SUMFILE (`-` for stdin)
+//! ```
+//!
+//! - The walk runs on the blocking lane (`gdex::spawn_blocking`), a
+//!   directory at a time, entries in byte order, symlinks not followed,
+//!   only regular files kept (what `find PATH -type f` lists). It hands the
+//!   files out through a bounded `gdex::channel` as it finds them, so the
+//!   hashing starts with the first file.
+//! - Hashing tasks on the pool (a few per worker) open and read each file
+//!   with `gdex::aio` (io_uring on each worker, or the blocking lane where
+//!   io_uring is not available) and hash it as the chunks come in.
+//! - The main thread prints the results in the walk's order, as soon as
+//!   each is next, and redraws a progress line on a terminal. A semaphore
+//!   bounds how many files are between the walk and the printer, so memory
+//!   stays bounded whatever the tree's size.
 //! - Ctrl-C (SIGINT) races the work through `gdex::first`: the work is
 //!   dropped, which cancels every task, and the program says so.
 //!
-//! Output: `<sha256>  <path>` per file on stdout, sorted by path, as
-//! `sha256sum` prints it; files that cannot be read are reported on stderr
-//! and the exit status is 1; a summary (files, bytes, MB/s) goes to stderr.
+//! Output is `sha256sum`'s, byte for byte: `<sha256>  <name>`, and a name
+//! with a backslash, newline or carriage return written escaped on a line
+//! that starts with a backslash. Files that cannot be read are reported on
+//! stderr and make the exit status 1. `-c` prints `<name>: OK`, `FAILED`
+//! or `FAILED open or read` and `sha256sum -c`'s warnings, with its exit
+//! status.
 //!
 //! Run it with `cargo run --release --example checksum -- <directory>`.
 
-use std::cell::Cell;
-use std::path::PathBuf;
-use std::rc::Rc;
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt;
-use gio::prelude::*;
+use sha2::{Digest, Sha256};
 
-/// How many files are read at once.
-const OPEN_FILES: usize = 16;
 /// Bytes per read.
 const CHUNK: usize = 256 * 1024;
+/// Hashing tasks per pool worker.
+const HASHERS_PER_WORKER: usize = 8;
+/// Files between the walk and the printer, at most.
+const WINDOW: usize = 4096;
+
+fn main() {
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let check = args.first().is_some_and(|a| a == "-c" || a == "--check");
+    if check {
+        args.remove(0);
+        if args.len() != 1 {
+            eprintln!("usage: checksum -c SUMFILE");
+            std::process::exit(2);
+        }
+    } else if args.is_empty() {
+        args.push(".".into());
+    }
+    let progress = Arc::new(Progress::default());
+    // SAFETY: isatty has no preconditions.
+    let terminal = unsafe { libc::isatty(2) } == 1;
+    let ticker = terminal.then(|| gdex::spawn_local(show_progress(progress.clone())));
+    let interrupted = gdex::unix_signal(libc::SIGINT)
+        .map(|()| Err(gdex::Error::Cancelled))
+        .boxed_local();
+    let work = run(args, check, progress.clone()).map(Ok).boxed_local();
+    let outcome = gdex::block_on(gdex::first([work, interrupted]));
+    if let Some(ticker) = ticker {
+        drop(ticker); // cancelled: no wait for its next tick
+        eprint!("\r\x1b[K");
+    }
+    match outcome {
+        Ok(status) => std::process::exit(status),
+        Err(_) => {
+            eprintln!(
+                "checksum: cancelled after {} files ({} bytes)",
+                progress.done.load(Ordering::Relaxed),
+                progress.bytes.load(Ordering::Relaxed)
+            );
+            std::process::exit(130);
+        }
+    }
+}
 
 /// Counters the workers bump and the progress line reads.
 #[derive(Default)]
@@ -39,204 +96,472 @@ struct Progress {
     bytes: AtomicU64,
 }
 
-/// One file's outcome.
-type Outcome = (PathBuf, Result<String, String>);
-
-fn main() {
-    let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
-        eprintln!("usage: checksum <directory>");
-        std::process::exit(2);
-    };
-    if !dir.is_dir() {
-        eprintln!("checksum: {} is not a directory", dir.display());
-        std::process::exit(2);
-    }
-    let progress = Arc::new(Progress::default());
-    let started = Instant::now();
-
-    // The progress line: a main-scheduler task, so it is drawn from the main
-    // loop that block_on runs below.
-    let finished = Rc::new(Cell::new(false));
-    let ticker = gdex::spawn_local(show_progress(progress.clone(), finished.clone()));
-
-    // Ctrl-C: the watch starts now; GLib delivers it through the main loop.
-    let interrupted = gdex::unix_signal(libc::SIGINT)
-        .map(|()| Err(gdex::Error::Cancelled))
-        .boxed_local();
-    let work = checksum_tree(dir, progress.clone()).map(Ok).boxed_local();
-    let outcome = gdex::block_on(gdex::first([work, interrupted]));
-    finished.set(true);
-    gdex::block_on(ticker).expect("the progress task");
-
-    let elapsed = started.elapsed();
-    let mut results = match outcome {
-        Ok(results) => results,
-        Err(_) => {
-            // The work future was dropped by `first`: every task it spawned
-            // has been cancelled with it.
-            eprintln!(
-                "checksum: cancelled after {} files ({} bytes)",
-                progress.done.load(Ordering::Relaxed),
-                progress.bytes.load(Ordering::Relaxed)
-            );
-            std::process::exit(130);
-        }
-    };
-    results.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut errors = 0;
-    for (path, result) in &results {
-        match result {
-            Ok(hex) => println!("{hex}  {}", path.display()),
-            Err(message) => {
-                errors += 1;
-                eprintln!("checksum: {}: {message}", path.display());
-            }
-        }
-    }
-    let bytes = progress.bytes.load(Ordering::Relaxed);
-    let secs = elapsed.as_secs_f64().max(1e-6);
-    eprintln!(
-        "{} files, {} bytes in {:.2} s ({:.1} MB/s), {} unreadable",
-        results.len() - errors,
-        bytes,
-        secs,
-        bytes as f64 / 1e6 / secs,
-        errors
-    );
-    if errors > 0 {
-        std::process::exit(1);
-    }
+/// One file to sum or check, in the order the walk (or the sum file) gives.
+struct Item {
+    index: u64,
+    work: Work,
+    /// Its place in the window; given back when it is printed.
+    _permit: gdex::Permit,
 }
 
-/// Walks `dir` and hashes every file found, on the default pool.
-async fn checksum_tree(dir: PathBuf, progress: Arc<Progress>) -> Vec<Outcome> {
+enum Work {
+    /// Sum this file.
+    Sum(PathBuf),
+    /// Check this file against this digest.
+    Check(PathBuf, [u8; 32]),
+    /// The walk could not list this directory (or find this argument).
+    Fail(PathBuf, String),
+}
+
+/// What the printer gets for an item.
+struct Done {
+    index: u64,
+    work: Work,
+    result: Result<[u8; 32], String>,
+    _permit: gdex::Permit,
+}
+
+/// The whole run; gives the exit status.
+async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
     let pool = gdex::ThreadPool::default().scheduler();
-    let limiter = gdex::Limiter::new(OPEN_FILES);
-    // The walk: one pinned task (gio-rs's async calls are !Send and want the
-    // worker's context) that finds every file.
-    let walk_progress = progress.clone();
-    let (files, mut outcomes) = pool
-        .spawn_pinned(move || walk(dir, walk_progress))
-        .await
-        .expect("the walk task");
-    // A group: if this future is dropped (Ctrl-C), the group goes with it
-    // and cancels every hash still running. It keeps each member's result
-    // for `close_with_results`.
-    let group = gdex::TaskGroup::builder()
-        .scheduler(pool.clone())
-        .keep_results(true)
-        .build();
-    for path in files {
-        let limiter = limiter.clone();
+    let window = gdex::Semaphore::new(WINDOW);
+    let (items, queue) = gdex::channel::<Item>(1024);
+    let (results, printed) = gdex::channel::<Done>(WINDOW);
+    // The feeder: the walk, or the sum file's lines.
+    let feeder = {
         let progress = progress.clone();
-        let hash = pool.spawn_pinned(move || hash_file(path, progress));
-        group
-            .spawn(async move { limiter.run(hash).await.and_then(|hashed| hashed) })
-            .expect("the group is open");
-    }
-    for result in group.close_with_results().await {
-        outcomes.push(result.expect("hash tasks neither panic nor are cancelled while awaited"));
-    }
-    outcomes
-}
-
-/// Lists the files under `dir` with GIO's async enumeration; what cannot be
-/// listed becomes an outcome of its own.
-async fn walk(dir: PathBuf, progress: Arc<Progress>) -> (Vec<PathBuf>, Vec<Outcome>) {
-    let mut files = Vec::new();
-    let mut failed = Vec::new();
-    let mut pending = vec![dir];
-    while let Some(dir) = pending.pop() {
-        let listing = gio::File::for_path(&dir)
-            .enumerate_children_future(
-                "standard::name,standard::type",
-                gio::FileQueryInfoFlags::NOFOLLOW_SYMLINKS,
-                glib::Priority::DEFAULT,
-            )
-            .await;
-        let enumerator = match listing {
-            Ok(enumerator) => enumerator,
-            Err(e) => {
-                failed.push((dir, Err(e.message().to_owned())));
-                continue;
-            }
-        };
-        loop {
-            let batch = match enumerator
-                .next_files_future(64, glib::Priority::DEFAULT)
-                .await
-            {
-                Ok(batch) => batch,
-                Err(e) => {
-                    failed.push((dir.clone(), Err(e.message().to_owned())));
-                    break;
+        let window = window.clone();
+        gdex::spawn_blocking(move || {
+            if check {
+                read_sum_file(&args[0], &items, &window, &progress)
+            } else {
+                let mut feed = Feed {
+                    items: &items,
+                    window: &window,
+                    progress: &progress,
+                    next: 0,
+                };
+                for arg in &args {
+                    feed.root(Path::new(arg));
                 }
-            };
-            if batch.is_empty() {
-                break;
+                Ok(SumFile::default())
             }
-            for info in batch {
-                let path = dir.join(info.name());
-                match info.file_type() {
-                    gio::FileType::Directory => pending.push(path),
-                    // FIFOs, sockets, devices: reading them could block.
-                    gio::FileType::Special => {}
-                    _ => {
-                        progress.found.fetch_add(1, Ordering::Relaxed);
-                        files.push(path);
+        })
+    };
+    // The hashers: a group, so that dropping `run` (Ctrl-C) cancels them.
+    let group = gdex::TaskGroup::builder().scheduler(pool.clone()).build();
+    let workers = gdex::ThreadPool::default().workers();
+    for _ in 0..workers * HASHERS_PER_WORKER {
+        let queue = queue.clone();
+        let results = results.clone();
+        let progress = progress.clone();
+        group
+            .spawn(async move {
+                let mut buf = Vec::with_capacity(CHUNK);
+                while let Ok(item) = queue.recv().await {
+                    let result = match &item.work {
+                        Work::Sum(path) | Work::Check(path, _) => {
+                            hash_file(path, &mut buf, &progress).await
+                        }
+                        Work::Fail(_, message) => Err(message.clone()),
+                    };
+                    progress.done.fetch_add(1, Ordering::Relaxed);
+                    let done = Done {
+                        index: item.index,
+                        work: item.work,
+                        result,
+                        _permit: item._permit,
+                    };
+                    if results.send(done).await.is_err() {
+                        break;
                     }
                 }
+            })
+            .expect("the group is open");
+    }
+    drop((queue, results));
+    // The printer: here, on the main thread, in the feeder's order.
+    let mut printer = Printer::new(check);
+    let mut waiting = BTreeMap::new();
+    let mut next = 0u64;
+    while let Ok(batch) = printed.recv_all().await {
+        for done in batch {
+            waiting.insert(done.index, done);
+        }
+        while let Some(done) = waiting.remove(&next) {
+            printer.print(done);
+            next += 1;
+        }
+        printer.flush();
+    }
+    group
+        .close()
+        .await
+        .expect("the hashers neither panic nor fail");
+    let feeder = feeder
+        .await
+        .expect("the feeder neither panics nor is cancelled");
+    printer.finish(feeder)
+}
+
+/// Hashes one file with AIO reads; the error is the system's words
+/// ("Permission denied").
+async fn hash_file(
+    path: &Path,
+    buf: &mut Vec<u8>,
+    progress: &Progress,
+) -> Result<[u8; 32], String> {
+    let os_words = |err: gdex::Error| {
+        let text = err.to_string();
+        text.rsplit(": ").next().unwrap_or(&text).to_owned()
+    };
+    let file = gdex::aio::File::open(path).await.map_err(os_words)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let mut hasher = Sha256::new();
+    let mut offset = 0u64;
+    loop {
+        let mut chunk = std::mem::take(buf);
+        chunk.clear();
+        if chunk.capacity() < CHUNK {
+            chunk.reserve(CHUNK);
+        }
+        let chunk = file.read_at(chunk, offset).await.map_err(os_words)?;
+        let read = chunk.len();
+        hasher.update(&chunk);
+        *buf = chunk;
+        offset += read as u64;
+        progress.bytes.fetch_add(read as u64, Ordering::Relaxed);
+        // The end: a read that gives nothing, or a short one at the size
+        // the file had when it was opened (which saves a read per file).
+        if read == 0 || (read < CHUNK && offset >= size) {
+            break;
+        }
+    }
+    Ok(hasher.finalize().into())
+}
+
+/// The walk's side of the pipeline: numbers the items and takes a window
+/// place for each, waiting (on this blocking-lane thread) while the window
+/// is full.
+struct Feed<'a> {
+    items: &'a gdex::Sender<Item>,
+    window: &'a gdex::Semaphore,
+    progress: &'a Progress,
+    next: u64,
+}
+
+impl Feed<'_> {
+    fn push(&mut self, work: Work) {
+        let permit = gdex::wait_for(self.window.acquire()).expect("the window stays open");
+        let item = Item {
+            index: self.next,
+            work,
+            _permit: permit,
+        };
+        self.next += 1;
+        self.progress.found.fetch_add(1, Ordering::Relaxed);
+        // Fails only if the hashers are gone (Ctrl-C): stop quietly.
+        let _ = gdex::wait_for(self.items.send(item));
+    }
+
+    /// A command-line argument: a directory is walked (followed if it is a
+    /// symlink, as `find -H` does), anything else summed as given.
+    fn root(&mut self, path: &Path) {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => self.walk(path.to_path_buf()),
+            Ok(_) => self.push(Work::Sum(path.to_path_buf())),
+            Err(err) => self.push(Work::Fail(path.to_path_buf(), os_words(&err))),
+        }
+    }
+
+    /// Depth first, each directory's entries in byte order: regular files
+    /// are summed, directories entered, symlinks and special files left
+    /// alone (`find -type f`).
+    fn walk(&mut self, dir: PathBuf) {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) => return self.push(Work::Fail(dir, os_words(&err))),
+        };
+        let mut listed: Vec<(OsString, std::fs::FileType)> = Vec::new();
+        for entry in entries {
+            match entry.and_then(|e| Ok((e.file_name(), e.file_type()?))) {
+                Ok(entry) => listed.push(entry),
+                Err(err) => return self.push(Work::Fail(dir, os_words(&err))),
+            }
+        }
+        listed.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        for (name, kind) in listed {
+            let path = dir.join(name);
+            if kind.is_dir() {
+                self.walk(path);
+            } else if kind.is_file() {
+                self.push(Work::Sum(path));
             }
         }
     }
-    (files, failed)
 }
 
-/// Reads `path` with GIO async reads and hashes it as the chunks arrive.
-async fn hash_file(path: PathBuf, progress: Arc<Progress>) -> Outcome {
-    let result = async {
-        let stream = gio::File::for_path(&path)
-            .read_future(glib::Priority::DEFAULT)
-            .await?;
-        let mut checksum =
-            glib::Checksum::new(glib::ChecksumType::Sha256).expect("GLib has SHA-256");
-        loop {
-            let chunk = stream
-                .read_bytes_future(CHUNK, glib::Priority::DEFAULT)
-                .await?;
-            if chunk.is_empty() {
-                break;
+/// An I/O error in the system's words, as `sha256sum` prints them.
+fn os_words(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    text.split(" (os error").next().unwrap_or(&text).to_owned()
+}
+
+/// What `-c` found in the sum file besides the files to check.
+#[derive(Default)]
+struct SumFile {
+    name: OsString,
+    improper: u64,
+    proper: u64,
+}
+
+/// Feeds the files listed in a sum file (`sha256sum`'s format, or the
+/// BSD-tagged `SHA256 (name) = digest`).
+fn read_sum_file(
+    name: &OsStr,
+    items: &gdex::Sender<Item>,
+    window: &gdex::Semaphore,
+    progress: &Progress,
+) -> Result<SumFile, String> {
+    let reader: Box<dyn BufRead> = if name == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        let file = std::fs::File::open(name).map_err(|e| os_words(&e))?;
+        Box::new(std::io::BufReader::new(file))
+    };
+    let mut feed = Feed {
+        items,
+        window,
+        progress,
+        next: 0,
+    };
+    let mut found = SumFile {
+        name: name.to_owned(),
+        improper: 0,
+        proper: 0,
+    };
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| os_words(&e))?;
+        match parse_sum_line(&line) {
+            Some((digest, path)) => {
+                found.proper += 1;
+                feed.push(Work::Check(path, digest));
             }
-            checksum.update(&chunk);
-            progress
-                .bytes
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            None => found.improper += 1,
         }
-        Ok::<_, glib::Error>(checksum.string().expect("a fresh checksum has a digest"))
     }
-    .await
-    .map_err(|e| e.message().to_owned());
-    progress.done.fetch_add(1, Ordering::Relaxed);
-    (path, result)
+    Ok(found)
 }
 
-/// Redraws the progress line ten times a second while the work runs, on a
-/// terminal only.
-async fn show_progress(progress: Arc<Progress>, finished: Rc<Cell<bool>>) {
-    // SAFETY: isatty has no preconditions.
-    let terminal = unsafe { libc::isatty(2) } == 1;
-    while !finished.get() {
-        if terminal {
-            eprint!(
-                "\r{} / {} files, {:.1} MB",
-                progress.done.load(Ordering::Relaxed),
-                progress.found.load(Ordering::Relaxed),
-                progress.bytes.load(Ordering::Relaxed) as f64 / 1e6
+/// `<hex>  <name>`, `<hex> *<name>` or `SHA256 (<name>) = <hex>`; a
+/// leading backslash means the name is escaped.
+fn parse_sum_line(line: &[u8]) -> Option<([u8; 32], PathBuf)> {
+    let (escaped, line) = match line.strip_prefix(b"\\") {
+        Some(rest) => (true, rest),
+        None => (false, line),
+    };
+    let (hex, name) = if let Some(rest) = line.strip_prefix(b"SHA256 (") {
+        let close = rest.windows(4).rposition(|w| w == b") = ")?;
+        (&rest[close + 4..], &rest[..close])
+    } else {
+        if line.len() < 66 || line[64] != b' ' || !matches!(line[65], b' ' | b'*') {
+            return None;
+        }
+        (&line[..64], &line[66..])
+    };
+    if hex.len() != 64 || name.is_empty() {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        digest[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    let name = if escaped {
+        unescape(name)?
+    } else {
+        name.to_vec()
+    };
+    Some((digest, PathBuf::from(OsString::from_vec(name))))
+}
+
+fn unescape(name: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(name.len());
+    let mut bytes = name.iter();
+    while let Some(&b) = bytes.next() {
+        if b == b'\\' {
+            match bytes.next()? {
+                b'\\' => out.push(b'\\'),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                _ => return None,
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    Some(out)
+}
+
+/// Writes results as `sha256sum` does, and keeps its counts.
+struct Printer {
+    check: bool,
+    out: std::io::BufWriter<std::io::Stdout>,
+    unreadable: u64,
+    mismatched: u64,
+}
+
+impl Printer {
+    fn new(check: bool) -> Printer {
+        Printer {
+            check,
+            out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()),
+            unreadable: 0,
+            mismatched: 0,
+        }
+    }
+
+    fn print(&mut self, done: Done) {
+        let (path, expected) = match &done.work {
+            Work::Sum(path) | Work::Fail(path, _) => (path, None),
+            Work::Check(path, digest) => (path, Some(digest)),
+        };
+        let name = path.as_os_str().as_bytes();
+        match (&done.result, expected) {
+            (Ok(digest), None) => {
+                let escape = name.iter().any(|b| matches!(b, b'\\' | b'\n' | b'\r'));
+                let mut line = Vec::with_capacity(name.len() + 70);
+                if escape {
+                    line.push(b'\\');
+                }
+                line.extend(hex(digest).as_bytes());
+                line.extend(b"  ");
+                push_name(&mut line, name, escape);
+                line.push(b'\n');
+                self.write(&line);
+            }
+            (Ok(digest), Some(expected)) => {
+                let ok = digest == expected;
+                self.mismatched += u64::from(!ok);
+                self.check_line(name, if ok { "OK" } else { "FAILED" });
+            }
+            (Err(message), expected) => {
+                self.unreadable += 1;
+                // Before the stderr line, so that the two streams interleave
+                // as they would unbuffered.
+                self.flush();
+                eprintln!("checksum: {}: {message}", String::from_utf8_lossy(name));
+                if expected.is_some() {
+                    self.check_line(name, "FAILED open or read");
+                }
+            }
+        }
+    }
+
+    /// `sha256sum -c` escapes a name only if it holds a newline.
+    fn check_line(&mut self, name: &[u8], verdict: &str) {
+        let escape = name.contains(&b'\n');
+        let mut line = Vec::with_capacity(name.len() + 24);
+        if escape {
+            line.push(b'\\');
+        }
+        push_name(&mut line, name, escape);
+        line.extend(format!(": {verdict}\n").as_bytes());
+        self.write(&line);
+    }
+
+    fn write(&mut self, line: &[u8]) {
+        if self.out.write_all(line).is_err() {
+            // stdout closed (a pipe to `head`): as sha256sum, stop.
+            std::process::exit(1);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.out.flush().is_err() {
+            std::process::exit(1);
+        }
+    }
+
+    /// The closing warnings and the exit status.
+    fn finish(mut self, feeder: Result<SumFile, String>) -> i32 {
+        self.flush();
+        if !self.check {
+            return i32::from(self.unreadable > 0);
+        }
+        let sums = match feeder {
+            Ok(sums) => sums,
+            Err(message) => {
+                eprintln!("checksum: {message}");
+                return 1;
+            }
+        };
+        let file = sums.name.to_string_lossy();
+        if sums.proper == 0 {
+            eprintln!("checksum: {file}: no properly formatted checksum lines found");
+            return 1;
+        }
+        let plural = |n: u64, one: &str, many: &str| {
+            if n == 1 {
+                one.to_owned()
+            } else {
+                many.to_owned()
+            }
+        };
+        if sums.improper > 0 {
+            eprintln!(
+                "checksum: WARNING: {} {} improperly formatted",
+                sums.improper,
+                plural(sums.improper, "line is", "lines are")
             );
         }
-        gdex::sleep(Duration::from_millis(100)).await;
+        if self.unreadable > 0 {
+            eprintln!(
+                "checksum: WARNING: {} listed {} could not be read",
+                self.unreadable,
+                plural(self.unreadable, "file", "files")
+            );
+        }
+        if self.mismatched > 0 {
+            eprintln!(
+                "checksum: WARNING: {} computed {} did NOT match",
+                self.mismatched,
+                plural(self.mismatched, "checksum", "checksums")
+            );
+        }
+        i32::from(self.unreadable > 0 || self.mismatched > 0)
     }
-    if terminal {
-        eprint!("\r\x1b[K");
+}
+
+fn push_name(line: &mut Vec<u8>, name: &[u8], escape: bool) {
+    if !escape {
+        line.extend(name);
+        return;
+    }
+    for &b in name {
+        match b {
+            b'\\' => line.extend(b"\\\\"),
+            b'\n' => line.extend(b"\\n"),
+            b'\r' => line.extend(b"\\r"),
+            _ => line.push(b),
+        }
+    }
+}
+
+fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Redraws the progress line (on a terminal) ten times a second, until
+/// it is dropped.
+async fn show_progress(progress: Arc<Progress>) {
+    loop {
+        eprint!(
+            "\r{} / {} files, {:.1} MB",
+            progress.done.load(Ordering::Relaxed),
+            progress.found.load(Ordering::Relaxed),
+            progress.bytes.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        gdex::sleep(Duration::from_millis(100)).await;
     }
 }

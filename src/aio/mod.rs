@@ -230,6 +230,18 @@ impl File {
         Ok(buf)
     }
 
+    /// The file's metadata (`fstat`: its size, type and times), read now.
+    /// A plain system call, not an operation: on an open file it does not
+    /// wait for the disk.
+    pub fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
+        // SAFETY: the fd is open while `self` lives; the `ManuallyDrop`
+        // keeps this borrowed `std::fs::File` from closing it.
+        let file = std::mem::ManuallyDrop::new(unsafe {
+            std::fs::File::from_raw_fd(self.inner.fd.as_raw_fd())
+        });
+        file.metadata()
+    }
+
     /// The path this file was opened with, if it was opened by path.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
@@ -408,7 +420,11 @@ pub async fn read_file(path: impl AsRef<Path>) -> Result<Vec<u8>, Error> {
     let file = File::open(path).await?;
     // The size now is a hint (the file may grow or shrink meanwhile): read
     // until a read gives nothing.
-    let hint = file_size(&file).unwrap_or(0);
+    let hint = file
+        .metadata()
+        .ok()
+        .and_then(|meta| usize::try_from(meta.len()).ok())
+        .unwrap_or(0);
     let mut buf = Vec::with_capacity(hint.saturating_add(1).min(1 << 30));
     loop {
         if buf.capacity() == buf.len() {
@@ -420,16 +436,6 @@ pub async fn read_file(path: impl AsRef<Path>) -> Result<Vec<u8>, Error> {
             return Ok(buf);
         }
     }
-}
-
-fn file_size(file: &File) -> Option<usize> {
-    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `fstat` writes a whole `stat` into the pointer on success; the
-    // fd is open (owned by `file`).
-    let ok = unsafe { libc::fstat(file.as_raw_fd(), stat.as_mut_ptr()) } == 0;
-    // SAFETY: initialised by the successful call above.
-    ok.then(|| unsafe { stat.assume_init() }.st_size)
-        .and_then(|size| usize::try_from(size).ok())
 }
 
 /// One operation and what it owns while the kernel may use it: the path of
