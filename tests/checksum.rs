@@ -1,0 +1,310 @@
+//! Issue 16 point 2: `examples/checksum` prints what `sha256sum` prints,
+//! byte for byte, for the files `find -type f` lists (in a byte-ordered
+//! depth-first walk), on a tree with odd names (spaces, newline, backslash,
+//! carriage return, non-UTF-8), symlinks to directories and files, a FIFO,
+//! and unreadable files and directories; and `checksum -c` checks sum files
+//! as `sha256sum -c` does, with its verdicts, warnings and exit status.
+//!
+//! The tool is the example binary `cargo test` builds next to this test.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The example binary, built by `cargo test` beside the test binaries.
+fn checksum_exe() -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let exe = deps
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples/checksum");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/checksum.rs");
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    assert!(
+        modified(&exe) >= modified(&source),
+        "{} is missing or older than its source: a plain `cargo test` builds the examples; \
+         with a filter, build it first (`cargo build --example checksum`)",
+        exe.display()
+    );
+    exe
+}
+
+/// A fresh directory (world-readable, so an unprivileged user can walk
+/// it), removed when dropped.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let root = std::env::temp_dir().join(format!("gdex-sum-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Tree(root)
+    }
+
+    fn dir(&self, rel: &str) -> PathBuf {
+        let path = self.0.join(rel);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn file(&self, rel: impl AsRef<Path>, contents: &[u8]) -> PathBuf {
+        let path = self.0.join(rel);
+        std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        path
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        // Make everything removable again first.
+        let _ = Command::new("chmod")
+            .args(["-R", "u+rwx"])
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The odd names, as raw bytes.
+fn odd_names() -> Vec<OsString> {
+    [
+        &b"plain.txt"[..],
+        b"with space",
+        b"back\\slash",
+        b"new\nline",
+        b"carriage\rreturn",
+        b"both\\and\nnewline",
+        b"\xff\xfenot-utf8",
+        b"empty",
+        b"-dash",
+    ]
+    .iter()
+    .map(|name| OsString::from_vec(name.to_vec()))
+    .collect()
+}
+
+/// A tree of odd names, nested directories, a file larger than a read
+/// chunk, symlinks (to a directory, to a file, dangling) and a FIFO.
+fn odd_tree(name: &str) -> Tree {
+    let tree = Tree::new(name);
+    for (i, name) in odd_names().into_iter().enumerate() {
+        let contents = if name == "empty" {
+            Vec::new()
+        } else {
+            format!("file {i}\n").into_bytes()
+        };
+        tree.file(&name, &contents);
+        let nested = tree.dir("sub/deeper");
+        tree.file(nested.join(&name), &contents.repeat(3));
+    }
+    let big: Vec<u8> = (0..(1 << 20) + 7)
+        .map(|i: u32| (i * 31 % 253) as u8)
+        .collect();
+    tree.file("sub/big.bin", &big);
+    std::os::unix::fs::symlink(tree.0.join("sub"), tree.0.join("link-to-dir")).unwrap();
+    std::os::unix::fs::symlink(tree.0.join("plain.txt"), tree.0.join("link-to-file")).unwrap();
+    std::os::unix::fs::symlink(tree.0.join("nowhere"), tree.0.join("dangling")).unwrap();
+    let fifo = std::ffi::CString::new(tree.0.join("fifo").into_os_string().into_vec()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    tree
+}
+
+/// What `find root -type f` lists, depth first, each directory's entries
+/// in byte order, as the tool walks; directories it cannot list are left
+/// out (the tool reports them).
+fn find_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return out;
+    };
+    let mut entries: Vec<_> = entries.map(|e| e.unwrap()).collect();
+    entries.sort_by_key(|e| e.file_name().into_vec());
+    for entry in entries {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            out.extend(find_files(&entry.path()));
+        } else if kind.is_file() {
+            out.push(entry.path());
+        }
+    }
+    out
+}
+
+/// Runs `command`, as the unprivileged user `nobody` when `unprivileged`
+/// (so that a file without read permission is unreadable even when the
+/// tests run as root).
+fn run(mut command: Command, unprivileged: bool) -> Output {
+    // SAFETY: geteuid has no preconditions.
+    if unprivileged && unsafe { libc::geteuid() } == 0 {
+        command.uid(65534).gid(65534);
+    }
+    command.output().unwrap()
+}
+
+fn sha256sum(files: &[PathBuf], unprivileged: bool) -> Output {
+    let mut command = Command::new("sha256sum");
+    command.arg("--").args(files);
+    run(command, unprivileged)
+}
+
+fn checksum(args: &[&std::ffi::OsStr], unprivileged: bool) -> Output {
+    let mut command = Command::new(checksum_exe());
+    command.args(args);
+    run(command, unprivileged)
+}
+
+/// stderr with the program's name made the same, and without the
+/// tool-specific lines (`find`'s messages).
+fn stderr_of(output: &Output, program: &str) -> String {
+    String::from_utf8_lossy(&output.stderr).replace(&format!("{program}: "), "PROGRAM: ")
+}
+
+/// The same bytes as `sha256sum` over the same files, in the walk's order:
+/// odd names escaped as it escapes them, symlinks and the FIFO left out.
+#[test]
+fn the_output_is_sha256sums_byte_for_byte() {
+    let tree = odd_tree("odd");
+    let files = find_files(&tree.0);
+    assert_eq!(files.len(), 2 * odd_names().len() + 1);
+    let theirs = sha256sum(&files, false);
+    let ours = checksum(&[tree.0.as_os_str()], false);
+    assert!(theirs.status.success() && ours.status.success(), "{ours:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&theirs.stdout)
+    );
+    assert_eq!(ours.stdout, theirs.stdout, "byte for byte");
+    assert!(
+        ours.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    // The same on the blocking lane (where io_uring is unavailable).
+    let mut lane = Command::new(checksum_exe());
+    lane.arg(&tree.0).env("GDEX_AIO", "blocking");
+    let lane = run(lane, false);
+    assert!(lane.status.success());
+    assert_eq!(
+        lane.stdout, theirs.stdout,
+        "byte for byte, on the blocking lane"
+    );
+    // A file given as an argument is summed as given, as sha256sum does.
+    let one = tree.0.join("back\\slash");
+    let ours = checksum(&[one.as_os_str()], false);
+    assert_eq!(ours.stdout, sha256sum(&[one], false).stdout);
+}
+
+/// Unreadable files (and a directory that cannot be listed) are reported
+/// on stderr in the system's words and make the exit status 1; every
+/// other file is still summed, as sha256sum sums them.
+#[test]
+fn unreadable_files_are_reported_and_fail_the_run() {
+    let tree = Tree::new("unreadable");
+    tree.file("a-readable", b"a");
+    let secret = tree.file("b-secret", b"b");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let closed = tree.dir("c-closed");
+    tree.file("c-closed/hidden", b"c");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o000)).unwrap();
+    tree.file("d-after", b"d");
+    let ours = checksum(&[tree.0.as_os_str()], true);
+    // sha256sum over what the walk can list: the file it cannot read too.
+    let files = vec![
+        tree.0.join("a-readable"),
+        secret.clone(),
+        tree.0.join("d-after"),
+    ];
+    let theirs = sha256sum(&files, true);
+    assert_eq!(ours.status.code(), Some(1), "{ours:?}");
+    assert_eq!(theirs.status.code(), Some(1));
+    assert_eq!(ours.stdout, theirs.stdout);
+    let stderr = stderr_of(&ours, "checksum");
+    assert_eq!(
+        stderr,
+        format!(
+            "PROGRAM: {}: Permission denied\nPROGRAM: {}: Permission denied\n",
+            secret.display(),
+            closed.display()
+        )
+    );
+    assert!(
+        stderr.starts_with(&stderr_of(&theirs, "sha256sum")),
+        "{stderr}"
+    );
+}
+
+/// `checksum -c` against `sha256sum -c` on the same sum file: names with a
+/// newline escaped (and only those), a mismatch, a missing file, an
+/// improperly formatted line, upper-case digests, the binary marker and
+/// the BSD-tagged format; the same stdout byte for byte, stderr and exit
+/// status.
+#[test]
+fn check_mode_is_sha256sum_c() {
+    let tree = odd_tree("check");
+    let files = find_files(&tree.0);
+    let mut sums = sha256sum(&files, false).stdout;
+    // A digest that does not match, a file that is gone, a bad line, an
+    // upper-case digest with the binary marker, and a tagged line.
+    let plain = tree.0.join("plain.txt");
+    let digest_of = |path: &Path| {
+        let out = sha256sum(&[path.to_path_buf()], false).stdout;
+        String::from_utf8(out[..64].to_vec()).unwrap()
+    };
+    sums.extend(format!("{}  {}\n", "0".repeat(64), plain.display()).as_bytes());
+    sums.extend(format!("{}  {}/missing\n", "1".repeat(64), tree.0.display()).as_bytes());
+    sums.extend(b"this line is not a checksum\n");
+    sums.extend(
+        format!(
+            "{} *{}\n",
+            digest_of(&plain).to_uppercase(),
+            plain.display()
+        )
+        .as_bytes(),
+    );
+    sums.extend(format!("SHA256 ({}) = {}\n", plain.display(), digest_of(&plain)).as_bytes());
+    let sum_file = tree.0.join("sums.txt");
+    std::fs::write(&sum_file, &sums).unwrap();
+
+    let mut theirs = Command::new("sha256sum");
+    theirs.arg("-c").arg(&sum_file);
+    let theirs = run(theirs, false);
+    let ours = checksum(&["-c".as_ref(), sum_file.as_os_str()], false);
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&theirs.stdout)
+    );
+    assert_eq!(ours.stdout, theirs.stdout, "byte for byte");
+    assert_eq!(
+        stderr_of(&ours, "checksum"),
+        stderr_of(&theirs, "sha256sum")
+    );
+    assert_eq!(ours.status.code(), theirs.status.code());
+    assert_eq!(ours.status.code(), Some(1));
+
+    // Every line good: exit 0, and no warnings.
+    let good = sha256sum(&files, false).stdout;
+    std::fs::write(&sum_file, &good).unwrap();
+    let ours = checksum(&["-c".as_ref(), sum_file.as_os_str()], false);
+    assert_eq!(ours.status.code(), Some(0), "{ours:?}");
+    assert!(ours.stderr.is_empty());
+
+    // No properly formatted line at all: sha256sum's message, exit 1.
+    std::fs::write(&sum_file, b"nothing here\n").unwrap();
+    let mut theirs = Command::new("sha256sum");
+    theirs.arg("-c").arg(&sum_file);
+    let theirs = run(theirs, false);
+    let ours = checksum(&["-c".as_ref(), sum_file.as_os_str()], false);
+    assert_eq!(ours.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&ours, "checksum"),
+        stderr_of(&theirs, "sha256sum")
+    );
+}
