@@ -49,6 +49,9 @@ const CHUNK: usize = 256 * 1024;
 const HASHERS_PER_WORKER: usize = 8;
 /// Files between the walk and the printer, at most.
 const WINDOW: usize = 4096;
+/// Files handed from the walk to a hasher, and from a hasher to the
+/// printer, at a time: one wake-up per batch, not per file.
+const BATCH: usize = 32;
 
 fn main() {
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -96,12 +99,14 @@ struct Progress {
     bytes: AtomicU64,
 }
 
-/// One file to sum or check, in the order the walk (or the sum file) gives.
-struct Item {
-    index: u64,
-    work: Work,
-    /// Its place in the window; given back when it is printed.
-    _permit: gdex::Permit,
+/// Consecutive files to sum or check, in the order the walk (or the sum
+/// file) gives them.
+struct Batch {
+    /// The first one's place in that order.
+    first: u64,
+    works: Vec<Work>,
+    /// Their places in the window; given back once they are printed.
+    _permits: Vec<gdex::Permit>,
 }
 
 enum Work {
@@ -113,20 +118,19 @@ enum Work {
     Fail(PathBuf, String),
 }
 
-/// What the printer gets for an item.
+/// What the printer gets for a batch.
 struct Done {
-    index: u64,
-    work: Work,
-    result: Result<[u8; 32], String>,
-    _permit: gdex::Permit,
+    first: u64,
+    results: Vec<(Work, Result<[u8; 32], String>)>,
+    _permits: Vec<gdex::Permit>,
 }
 
 /// The whole run; gives the exit status.
 async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
     let pool = gdex::ThreadPool::default().scheduler();
     let window = gdex::Semaphore::new(WINDOW);
-    let (items, queue) = gdex::channel::<Item>(1024);
-    let (results, printed) = gdex::channel::<Done>(WINDOW);
+    let (items, queue) = gdex::channel::<Batch>(WINDOW / BATCH);
+    let (results, printed) = gdex::channel::<Done>(WINDOW / BATCH);
     // The feeder: the walk, or the sum file's lines.
     let feeder = {
         let progress = progress.clone();
@@ -135,15 +139,11 @@ async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
             if check {
                 read_sum_file(&args[0], &items, &window, &progress)
             } else {
-                let mut feed = Feed {
-                    items: &items,
-                    window: &window,
-                    progress: &progress,
-                    next: 0,
-                };
+                let mut feed = Feed::new(&items, &window, &progress);
                 for arg in &args {
                     feed.root(Path::new(arg));
                 }
+                feed.flush();
                 Ok(SumFile::default())
             }
         })
@@ -158,19 +158,22 @@ async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
         group
             .spawn(async move {
                 let mut buf = Vec::with_capacity(CHUNK);
-                while let Ok(item) = queue.recv().await {
-                    let result = match &item.work {
-                        Work::Sum(path) | Work::Check(path, _) => {
-                            hash_file(path, &mut buf, &progress).await
-                        }
-                        Work::Fail(_, message) => Err(message.clone()),
-                    };
-                    progress.done.fetch_add(1, Ordering::Relaxed);
+                while let Ok(batch) = queue.recv().await {
+                    let mut done = Vec::with_capacity(batch.works.len());
+                    for work in batch.works {
+                        let result = match &work {
+                            Work::Sum(path) | Work::Check(path, _) => {
+                                hash_file(path, &mut buf, &progress).await
+                            }
+                            Work::Fail(_, message) => Err(message.clone()),
+                        };
+                        progress.done.fetch_add(1, Ordering::Relaxed);
+                        done.push((work, result));
+                    }
                     let done = Done {
-                        index: item.index,
-                        work: item.work,
-                        result,
-                        _permit: item._permit,
+                        first: batch.first,
+                        results: done,
+                        _permits: batch._permits,
                     };
                     if results.send(done).await.is_err() {
                         break;
@@ -184,13 +187,15 @@ async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
     let mut printer = Printer::new(check);
     let mut waiting = BTreeMap::new();
     let mut next = 0u64;
-    while let Ok(batch) = printed.recv_all().await {
-        for done in batch {
-            waiting.insert(done.index, done);
+    while let Ok(batches) = printed.recv_all().await {
+        for done in batches {
+            waiting.insert(done.first, done);
         }
         while let Some(done) = waiting.remove(&next) {
-            printer.print(done);
-            next += 1;
+            next += done.results.len() as u64;
+            for (work, result) in done.results {
+                printer.print(work, result);
+            }
         }
         printer.flush();
     }
@@ -240,28 +245,66 @@ async fn hash_file(
     Ok(hasher.finalize().into())
 }
 
-/// The walk's side of the pipeline: numbers the items and takes a window
-/// place for each, waiting (on this blocking-lane thread) while the window
-/// is full.
+/// The walk's side of the pipeline: numbers the files, takes a window
+/// place for each (waiting, on this blocking-lane thread, while the window
+/// is full) and hands them on in batches.
 struct Feed<'a> {
-    items: &'a gdex::Sender<Item>,
+    items: &'a gdex::Sender<Batch>,
     window: &'a gdex::Semaphore,
     progress: &'a Progress,
+    /// The place of the next file.
     next: u64,
+    pending: Vec<Work>,
+    permits: Vec<gdex::Permit>,
 }
 
-impl Feed<'_> {
+impl<'a> Feed<'a> {
+    fn new(
+        items: &'a gdex::Sender<Batch>,
+        window: &'a gdex::Semaphore,
+        progress: &'a Progress,
+    ) -> Self {
+        Feed {
+            items,
+            window,
+            progress,
+            next: 0,
+            pending: Vec::with_capacity(BATCH),
+            permits: Vec::with_capacity(BATCH),
+        }
+    }
+
     fn push(&mut self, work: Work) {
-        let permit = gdex::wait_for(self.window.acquire()).expect("the window stays open");
-        let item = Item {
-            index: self.next,
-            work,
-            _permit: permit,
+        let permit = match self.window.try_acquire() {
+            Some(permit) => permit,
+            None => {
+                // The window is full: what we hold must go first, or the
+                // printer would wait for it while we wait for the printer.
+                self.flush();
+                gdex::wait_for(self.window.acquire()).expect("the window stays open")
+            }
         };
-        self.next += 1;
+        self.pending.push(work);
+        self.permits.push(permit);
         self.progress.found.fetch_add(1, Ordering::Relaxed);
+        if self.pending.len() == BATCH {
+            self.flush();
+        }
+    }
+
+    /// Hands on what is pending.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = Batch {
+            first: self.next,
+            works: std::mem::replace(&mut self.pending, Vec::with_capacity(BATCH)),
+            _permits: std::mem::replace(&mut self.permits, Vec::with_capacity(BATCH)),
+        };
+        self.next += batch.works.len() as u64;
         // Fails only if the hashers are gone (Ctrl-C): stop quietly.
-        let _ = gdex::wait_for(self.items.send(item));
+        let _ = gdex::wait_for(self.items.send(batch));
     }
 
     /// A command-line argument: a directory is walked (followed if it is a
@@ -319,29 +362,33 @@ struct SumFile {
 /// BSD-tagged `SHA256 (name) = digest`).
 fn read_sum_file(
     name: &OsStr,
-    items: &gdex::Sender<Item>,
+    items: &gdex::Sender<Batch>,
     window: &gdex::Semaphore,
     progress: &Progress,
 ) -> Result<SumFile, String> {
     let reader: Box<dyn BufRead> = if name == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
-        let file = std::fs::File::open(name).map_err(|e| os_words(&e))?;
+        let file = std::fs::File::open(name)
+            .map_err(|e| format!("{}: {}", name.to_string_lossy(), os_words(&e)))?;
         Box::new(std::io::BufReader::new(file))
     };
-    let mut feed = Feed {
-        items,
-        window,
-        progress,
-        next: 0,
-    };
+    let mut feed = Feed::new(items, window, progress);
     let mut found = SumFile {
         name: name.to_owned(),
         improper: 0,
         proper: 0,
     };
+    let mut failed = None;
     for line in reader.split(b'\n') {
-        let line = line.map_err(|e| os_words(&e))?;
+        let line = match line {
+            Ok(line) => line,
+            Err(err) => {
+                // The lines read so far are still checked.
+                failed = Some(format!("{}: {}", name.to_string_lossy(), os_words(&err)));
+                break;
+            }
+        };
         match parse_sum_line(&line) {
             Some((digest, path)) => {
                 found.proper += 1;
@@ -350,7 +397,11 @@ fn read_sum_file(
             None => found.improper += 1,
         }
     }
-    Ok(found)
+    feed.flush();
+    match failed {
+        Some(message) => Err(message),
+        None => Ok(found),
+    }
 }
 
 /// `<hex>  <name>`, `<hex> *<name>` or `SHA256 (<name>) = <hex>`; a
@@ -421,13 +472,13 @@ impl Printer {
         }
     }
 
-    fn print(&mut self, done: Done) {
-        let (path, expected) = match &done.work {
+    fn print(&mut self, work: Work, result: Result<[u8; 32], String>) {
+        let (path, expected) = match &work {
             Work::Sum(path) | Work::Fail(path, _) => (path, None),
             Work::Check(path, digest) => (path, Some(digest)),
         };
         let name = path.as_os_str().as_bytes();
-        match (&done.result, expected) {
+        match (&result, expected) {
             (Ok(digest), None) => {
                 let escape = name.iter().any(|b| matches!(b, b'\\' | b'\n' | b'\r'));
                 let mut line = Vec::with_capacity(name.len() + 70);
@@ -549,7 +600,13 @@ fn push_name(line: &mut Vec<u8>, name: &[u8], escape: bool) {
 }
 
 fn hex(digest: &[u8; 32]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
 }
 
 /// Redraws the progress line (on a terminal) ten times a second, until

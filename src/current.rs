@@ -102,6 +102,26 @@ pub(crate) fn holds(role: Role) -> bool {
     cell(role, |c| !c.get().is_null())
 }
 
+thread_local! {
+    /// See [`note_loop_work`].
+    static LOOP_WORK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A source on this thread's context has work that only the context's next
+/// turn hands over (AIO requests queued to be submitted in its `prepare`):
+/// a pool worker that runs dry then goes back to its loop at once, rather
+/// than spinning for work that cannot come before that turn.
+#[inline]
+pub(crate) fn note_loop_work() {
+    LOOP_WORK.with(|w| w.set(true));
+}
+
+/// Takes the note of [`note_loop_work`].
+#[inline]
+pub(crate) fn take_loop_work() -> bool {
+    LOOP_WORK.with(|w| w.replace(false))
+}
+
 /// What the layers below the pool (the blocking lane's
 /// `gdex::blocking::blocking`) may ask of the pool worker this thread is.
 pub(crate) trait WorkerHooks {

@@ -439,6 +439,44 @@ fn fds_open_on(path: &Path) -> usize {
         .count()
 }
 
+/// A worker whose task waits for its own reads goes back to its loop to
+/// submit them (and take their completions) as soon as it runs dry: it
+/// does not park (nor spin) first, once per read.
+#[test]
+fn a_worker_waiting_for_its_own_reads_does_not_park_for_each() {
+    if gdex::aio::backend() != Backend::IoUring {
+        return; // the reads run on lane threads: the worker parks meanwhile
+    }
+    watchdog(
+        "a_worker_waiting_for_its_own_reads_does_not_park_for_each",
+        30,
+        || {
+            let dir = TempDir::new("noparks");
+            let path = dir.file("f", &[7u8; 4096]);
+            let pool = pool(1);
+            let reads = 1000;
+            // Open it and read it once: the page cache has it, the ring exists.
+            let file = gdex::block_on(pool.scheduler().spawn(File::open(path)))
+                .unwrap()
+                .unwrap();
+            let before = pool.metrics().workers[0].parks;
+            let task = pool.scheduler().spawn(async move {
+                for _ in 0..reads {
+                    let buf = file.read_at(Vec::with_capacity(4096), 0).await?;
+                    assert_eq!(buf.len(), 4096);
+                }
+                Ok::<_, gdex::Error>(())
+            });
+            gdex::block_on(task).unwrap().unwrap();
+            let parks = pool.metrics().workers[0].parks - before;
+            assert!(
+                parks < reads / 10,
+                "{parks} parks for {reads} reads from the page cache"
+            );
+        },
+    );
+}
+
 /// The whole suite once more in a child process, on the blocking lane.
 #[test]
 fn every_test_again_on_the_blocking_lane() {

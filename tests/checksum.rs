@@ -104,10 +104,14 @@ fn odd_tree(name: &str) -> Tree {
         let nested = tree.dir("sub/deeper");
         tree.file(nested.join(&name), &contents.repeat(3));
     }
-    let big: Vec<u8> = (0..(1 << 20) + 7)
-        .map(|i: u32| (i * 31 % 253) as u8)
-        .collect();
-    tree.file("sub/big.bin", &big);
+    // Sizes around the tool's read chunk (256 KiB) and a block.
+    tree.dir("sizes");
+    for size in [
+        1usize, 4095, 4096, 262_143, 262_144, 262_145, 524_288, 3_000_001,
+    ] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 31 % 253) as u8).collect();
+        tree.file(format!("sizes/{size}"), &data);
+    }
     std::os::unix::fs::symlink(tree.0.join("sub"), tree.0.join("link-to-dir")).unwrap();
     std::os::unix::fs::symlink(tree.0.join("plain.txt"), tree.0.join("link-to-file")).unwrap();
     std::os::unix::fs::symlink(tree.0.join("nowhere"), tree.0.join("dangling")).unwrap();
@@ -173,7 +177,7 @@ fn stderr_of(output: &Output, program: &str) -> String {
 fn the_output_is_sha256sums_byte_for_byte() {
     let tree = odd_tree("odd");
     let files = find_files(&tree.0);
-    assert_eq!(files.len(), 2 * odd_names().len() + 1);
+    assert_eq!(files.len(), 2 * odd_names().len() + 8);
     let theirs = sha256sum(&files, false);
     let ours = checksum(&[tree.0.as_os_str()], false);
     assert!(theirs.status.success() && ours.status.success(), "{ours:?}");
@@ -307,4 +311,71 @@ fn check_mode_is_sha256sum_c() {
         stderr_of(&ours, "checksum"),
         stderr_of(&theirs, "sha256sum")
     );
+}
+
+/// True once process `pid` catches SIGINT (its `SigCgt` mask in /proc) and
+/// has one of the `sparse-*` files in `dir` open: it is in the middle of a
+/// run that Ctrl-C can cancel.
+fn hashing_with_sigint_handled(pid: u32, dir: &Path) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or(0);
+    let handled = caught & (1 << (libc::SIGINT - 1)) != 0;
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|p| {
+                p.parent() == Some(dir)
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("sparse-"))
+            })
+    });
+    handled && open
+}
+
+/// Ctrl-C during a long run: the tool stops promptly (every task is
+/// cancelled with the work future), says it was cancelled, and exits with
+/// 130.
+#[test]
+fn ctrl_c_cancels_cleanly() {
+    let tree = Tree::new("sigint");
+    // Large sparse files: hashing them takes seconds, storing them nothing.
+    for i in 0..4 {
+        let f = std::fs::File::create(tree.0.join(format!("sparse-{i}"))).unwrap();
+        f.set_len(8 << 30).unwrap();
+    }
+    let mut child = Command::new(checksum_exe())
+        .arg(&tree.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let root = tree.0.canonicalize().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() && !hashing_with_sigint_handled(child.id(), &root) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started hashing"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "finished before the signal"
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let sent = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?} to stop",
+        sent.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("checksum: cancelled after"), "{stderr}");
 }

@@ -9,6 +9,7 @@
 //! cargo bench --bench compare              # the full run (benches/RESULTS.md)
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
+//! cargo bench --bench compare -- io        # only the I/O rows and table
 //! ```
 //!
 //! It ends by printing one Markdown table: every workload, gdex's figure,
@@ -16,6 +17,7 @@
 
 mod fibers;
 mod figures;
+mod io;
 mod runtimes;
 mod table;
 mod workloads;
@@ -48,7 +50,12 @@ fn main() {
     let all = runtimes::All::new();
     workloads::compare(&mut c, &all);
     fibers::fibers(&mut c);
+    io::reads(&mut c, &all);
     c.final_summary();
+    if args.iter().any(|a| a == "io") {
+        io::print();
+        return;
+    }
     if filtered {
         return;
     }
@@ -56,4 +63,5 @@ fn main() {
     figures.extend(figures::idle_and_memory());
     figures.push(figures::main_frame_gap());
     table::print(&figures);
+    io::print();
 }

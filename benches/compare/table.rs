@@ -26,7 +26,7 @@ fn criterion_dir() -> std::path::PathBuf {
 }
 
 /// The median estimate in nanoseconds of `group/id`, if this run made one.
-fn median_ns(group: &str, id: &str) -> Option<f64> {
+pub fn median_ns(group: &str, id: &str) -> Option<f64> {
     let path = criterion_dir()
         .join(group)
         .join(id)

@@ -137,7 +137,10 @@ impl Ring {
                 let ring = Arc::new(Ring::new(address)?);
                 let fd = ring.state.lock().unpoisoned().ring.as_raw_fd();
                 // The context holds the source, the source holds the ring:
-                // both go when the context does.
+                // both go when the context does. Just above the default
+                // priority: in a turn where both are ready, completions are
+                // reaped (and their tasks woken) before a pool worker's
+                // source runs its queue, which then has them.
                 let source = SourceRef::attach_fd(
                     context,
                     Box::new(RingSource(ring.clone())),
@@ -145,7 +148,7 @@ impl Ring {
                     fd,
                     glib::IOCondition::IN,
                     c"[gdex aio]",
-                    glib::ffi::G_PRIORITY_DEFAULT,
+                    glib::ffi::G_PRIORITY_DEFAULT - 1,
                 );
                 drop(source);
                 rings.push((address, Arc::downgrade(&ring)));
@@ -403,11 +406,14 @@ impl InFlight {
         Ok(in_flight)
     }
 
-    /// Makes sure the context's next `prepare` comes: it does on its own if
-    /// this thread iterates it (we are in one of its turns); otherwise wake
-    /// it.
+    /// Makes sure the context's next `prepare` comes soon: if this thread
+    /// iterates it (we are in one of its turns), by noting that the turn
+    /// has work (a pool worker that runs dry then takes it at once);
+    /// otherwise by waking the context.
     fn nudge(&self) {
-        if !self.context.is_owner() {
+        if self.context.is_owner() {
+            crate::current::note_loop_work();
+        } else {
             self.context.wakeup();
         }
     }

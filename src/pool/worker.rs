@@ -486,6 +486,13 @@ impl Core {
                 }
                 continue;
             }
+            if crate::current::take_loop_work() {
+                // Our context has work for its next turn (queued AIO
+                // requests, whose completions are our next jobs): take that
+                // turn now, rather than spin or park first. Not parked, so
+                // the loop comes straight back here.
+                break;
+            }
             if spins < 2 {
                 spins += 1;
                 if self.spin_for_work() {
