@@ -42,7 +42,8 @@
 //! `GDEX_AIO=blocking` asks for it, the same API runs each operation as a
 //! plain system call on the blocking lane ([`spawn_blocking`]). Dropping
 //! the future then drops an operation still queued; one already running
-//! finishes and its result is discarded. [`backend`] tells which is in use.
+//! finishes and its result is discarded (the file an open made is
+//! closed). [`backend`] tells which is in use.
 //!
 //! Errors are [`Error::Failed`] with a `glib::Error` in `G_IO_ERROR`'s
 //! domain (`gio::IOErrorEnum`, from the errno as `g_io_error_from_errno`
@@ -614,8 +615,22 @@ enum Op {
     /// on the thread that awaits.
     Start(Option<Operation>),
     Ring(uring::InFlight),
-    Lane(Task<(Operation, i32)>),
+    Lane(Task<Ran>),
     Done,
+}
+
+/// What the blocking lane gives back: an operation and its result. If
+/// nobody takes it (the future was dropped while the call ran, so the
+/// lane's task drops its output unseen), it releases what the call made:
+/// the fd of an open, which would leak otherwise.
+struct Ran(Option<(Operation, i32)>);
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        if let Some((operation, res)) = self.0.take() {
+            operation.discard(res);
+        }
+    }
 }
 
 impl Op {
@@ -639,7 +654,7 @@ impl Op {
                     }
                     *self = Op::Lane(crate::spawn_blocking(move || {
                         let res = operation.run_blocking();
-                        (operation, res)
+                        Ran(Some((operation, res)))
                     }));
                 }
                 Op::Ring(in_flight) => {
@@ -652,9 +667,13 @@ impl Op {
                     let outcome = std::task::ready!(Pin::new(task).poll(cx));
                     *self = Op::Done;
                     return Poll::Ready(match outcome {
-                        // SAFETY: `run_blocking` gave this operation's own
-                        // result.
-                        Ok((operation, res)) => unsafe { operation.finish(res) },
+                        Ok(mut ran) => {
+                            let (operation, res) =
+                                ran.0.take().expect("a lane result is taken once");
+                            // SAFETY: `run_blocking` gave this operation's
+                            // own result.
+                            unsafe { operation.finish(res) }
+                        }
                         Err(err) => Err(err),
                     });
                 }
