@@ -103,10 +103,12 @@ fn a_dropped_open_of_a_fifo_leaks_no_fd() {
         let dropped = Arc::new(AtomicUsize::new(0));
         let marker = common::Counted(dropped.clone());
         let open = File::open(&fifo);
-        let task = pool.scheduler().spawn(after_first_poll(&polled, async move {
-            let _marker = marker;
-            open.await
-        }));
+        let task = pool
+            .scheduler()
+            .spawn(after_first_poll(&polled, async move {
+                let _marker = marker;
+                open.await
+            }));
         wait_until(|| polled.load(Ordering::SeqCst) == 1);
         // Let the open reach the kernel (the worker's next turn) or the
         // lane thread.
@@ -341,16 +343,15 @@ fn a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring() {
                     });
                     // Let R take its first poll here, on this worker.
                     gdex::yield_now().await;
-                    let same = where_rx.try_recv().ok() == Some(me)
-                        && std::thread::current().id() == me;
+                    let same =
+                        where_rx.try_recv().ok() == Some(me) && std::thread::current().id() == me;
                     if !same {
                         let _ = reader.await;
                         return None;
                     }
                     let start = Instant::now();
-                    let outcome = gdex::blocking::blocking(|| {
-                        done_rx.recv_timeout(Duration::from_secs(3))
-                    });
+                    let outcome =
+                        gdex::blocking::blocking(|| done_rx.recv_timeout(Duration::from_secs(3)));
                     Some((outcome, start.elapsed()))
                 });
                 match gdex::block_on(task).unwrap() {
