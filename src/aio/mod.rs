@@ -168,8 +168,11 @@ impl File {
     /// most `u32::MAX`) from the file at `offset`, appends what it read to
     /// the buffer and gives the buffer back. Fewer bytes than asked is a
     /// short read (read again from where it stopped); none at all is the end
-    /// of the file. On a stream (a pipe, a socket) `offset` must be 0, and
-    /// the read takes what the stream has, as `read(2)` does.
+    /// of the file. On a stream (a pipe, a socket) there is no position:
+    /// `offset` is ignored and the read takes what the stream has, as
+    /// `read(2)` does, on both backends. An `offset` past `i64::MAX`, which
+    /// no file has, fails with `InvalidArgument` (to io_uring, `u64::MAX`
+    /// would mean the file's current position).
     ///
     /// # Panics
     /// If the buffer has no spare capacity: there would be nothing to read
@@ -193,6 +196,8 @@ impl File {
     /// Writes the buffer (at most `u32::MAX` bytes of it) to the file at
     /// `offset` and gives back how many bytes were written, which may be
     /// fewer (see [`write_all_at`](Self::write_all_at)), and the buffer.
+    /// `offset` is as for [`read_at`](Self::read_at): ignored on a stream,
+    /// refused past `i64::MAX`.
     pub fn write_at(&self, buf: Vec<u8>, offset: u64) -> WriteAt {
         WriteAt {
             op: Op::new(Operation::Write {
@@ -463,6 +468,14 @@ enum Outcome {
 }
 
 impl Operation {
+    /// The offset of a read or write.
+    fn offset(&self) -> Option<u64> {
+        match self {
+            Operation::Open { .. } => None,
+            Operation::Read { offset, .. } | Operation::Write { offset, .. } => Some(*offset),
+        }
+    }
+
     /// Runs it here, as a plain system call (the blocking lane's way),
     /// giving the result the way io_uring gives it.
     fn run_blocking(&mut self) -> i32 {
@@ -487,9 +500,11 @@ impl Operation {
                 let into = unsafe { buf.as_mut_ptr().add(buf.len()) }.cast();
                 // SAFETY: as above.
                 let res = unsafe { libc::pread(fd, into, spare, *offset as libc::off_t) };
-                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
-                    // A stream (pipe, socket): io_uring reads it at offset
-                    // 0 as a plain read; do the same.
+                if res < 0 && errno() == libc::ESPIPE {
+                    // A stream (pipe, socket) has no position: io_uring
+                    // ignores the offset and reads it as a plain read; do
+                    // the same (`read_file` reads a FIFO at growing
+                    // offsets).
                     // SAFETY: as above.
                     unsafe { libc::read(fd, into, spare) }
                 } else {
@@ -504,7 +519,8 @@ impl Operation {
                 // long at least; the fd is open (owned by the file this
                 // operation holds).
                 let res = unsafe { libc::pwrite(fd, from, len, *offset as libc::off_t) };
-                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
+                if res < 0 && errno() == libc::ESPIPE {
+                    // A stream: as for a read.
                     // SAFETY: as above.
                     unsafe { libc::write(fd, from, len) }
                 } else {
@@ -643,6 +659,15 @@ impl Op {
             match self {
                 Op::Start(operation) => {
                     let mut operation = operation.take().expect("an operation starts once");
+                    if operation.offset().is_some_and(|at| at > i64::MAX as u64) {
+                        // No file has such an offset, and io_uring would take
+                        // `u64::MAX` (-1) as "the current position": refused
+                        // here, the same way on both backends, as `pread`
+                        // refuses it.
+                        *self = Op::Done;
+                        // SAFETY: `-EINVAL` makes no fd and reads nothing.
+                        return Poll::Ready(unsafe { operation.finish(-libc::EINVAL) });
+                    }
                     if backend() == Backend::IoUring {
                         match uring::InFlight::start(operation, cx.waker()) {
                             Ok(in_flight) => {
