@@ -106,8 +106,11 @@ enum Phase {
 static RINGS: Mutex<Vec<(usize, Weak<Ring>)>> = Mutex::new(Vec::new());
 
 thread_local! {
-    /// This thread's last ring, by context address.
-    static CACHE: std::cell::RefCell<Option<Arc<Ring>>> = const { std::cell::RefCell::new(None) };
+    /// This thread's last ring, by context address. Weak: the ring goes
+    /// with its context's source (and the last operation on it), not with
+    /// this thread (its io_uring fd and memory would stay until the thread
+    /// used another ring, or exited).
+    static CACHE: std::cell::RefCell<Weak<Ring>> = const { std::cell::RefCell::new(Weak::new()) };
 }
 
 impl Ring {
@@ -118,9 +121,10 @@ impl Ring {
             |ring: &Arc<Ring>| ring.context == address && ring.alive.load(Ordering::Acquire);
         // `context` is alive (we hold it), so a live ring at its address is
         // its own: a ring's source is finalized with its context.
-        if let Some(ring) = CACHE.with_borrow(|cache| cache.as_ref().filter(|r| usable(r)).cloned())
-        {
-            return Ok(ring);
+        if let Some(ring) = CACHE.with_borrow(|cache| cache.upgrade()) {
+            if usable(&ring) {
+                return Ok(ring);
+            }
         }
         let mut rings = RINGS.lock().unpoisoned();
         rings.retain(|(_, ring)| {
@@ -152,7 +156,7 @@ impl Ring {
                 ring
             }
         };
-        CACHE.with_borrow_mut(|cache| *cache = Some(ring.clone()));
+        CACHE.with_borrow_mut(|cache| *cache = Arc::downgrade(&ring));
         Ok(ring)
     }
 
@@ -255,6 +259,13 @@ impl State {
     fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty()
     }
+
+    /// Is there anything to hand the kernel: cancels, backlog, or entries
+    /// left in the submission queue by a submission that failed
+    /// (`EAGAIN`, `EBUSY`, `EINTR`), which nothing else would retry?
+    fn has_work(&mut self) -> bool {
+        !self.backlog.is_empty() || !self.cancels.is_empty() || !self.ring.submission().is_empty()
+    }
 }
 
 /// The submission entry of an operation (its `user_data` still unset).
@@ -296,7 +307,7 @@ impl Hooks for RingSource {
     /// what this turn of the loop queued; dispatch if completions wait.
     fn ready(&self) -> bool {
         let mut state = self.0.state.lock().unpoisoned();
-        if !state.backlog.is_empty() || !state.cancels.is_empty() {
+        if state.has_work() {
             state.submit();
         }
         state.has_completions()
@@ -308,12 +319,15 @@ impl Hooks for RingSource {
             let mut state = self.0.state.lock().unpoisoned();
             state.reap(&mut wakers);
             // Room was freed: hand the kernel more of the backlog now.
-            if !state.backlog.is_empty() || !state.cancels.is_empty() {
+            if state.has_work() {
                 state.submit();
             }
         }
+        // A waker that panics goes to the panic handler (X5); the others
+        // are woken all the same (their operations are done, and a lost
+        // wake-up would leave their tasks waiting forever).
         for waker in wakers {
-            waker.wake();
+            crate::diagnostics::panic::wake(waker);
         }
         true
     }
@@ -387,12 +401,14 @@ impl InFlight {
                 return Err(operation);
             }
         };
+        // Cloned before the lock: a waker's clone and drop are foreign code.
+        let waker = waker.clone();
         let key = {
             let mut state = ring.state.lock().unpoisoned();
             let key = state.slots.insert(Slot {
                 operation: Some(operation),
                 phase: Phase::Backlog,
-                waker: Some(waker.clone()),
+                waker: Some(waker),
                 dropped: false,
             });
             state.backlog.push_back(key);
@@ -423,9 +439,27 @@ impl InFlight {
                 Poll::Ready((slot.operation.expect("done with its operation"), res))
             }
             _ => {
-                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    slot.waker = Some(cx.waker().clone());
+                if slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    return Poll::Pending;
                 }
+                drop(state);
+                // The new waker is cloned, and the old one dropped, outside
+                // the lock: dropping a waker may drop what it owns (a simple
+                // executor's task, and with it its future), which may be
+                // another operation of this ring, whose drop takes the lock.
+                let new = cx.waker().clone();
+                let mut state = self.ring.state.lock().unpoisoned();
+                let slot = &mut state.slots[self.key];
+                if let Phase::Done(_) = slot.phase {
+                    // Completed meanwhile (its waker, the old one, taken
+                    // and woken): take the result now.
+                    drop(state);
+                    drop(new);
+                    return self.poll(cx);
+                }
+                let old = slot.waker.replace(new);
+                drop(state);
+                drop(old);
                 Poll::Pending
             }
         }
@@ -439,9 +473,13 @@ impl Drop for InFlight {
         }
         let mut state = self.ring.state.lock().unpoisoned();
         let slot = &mut state.slots[self.key];
+        // The waker is dropped after the lock (see `poll`).
+        let waker;
         match slot.phase {
             Phase::Done(res) => {
                 let slot = state.slots.remove(self.key);
+                drop(state);
+                waker = slot.waker;
                 if let Some(operation) = slot.operation {
                     operation.discard(res);
                 }
@@ -449,22 +487,24 @@ impl Drop for InFlight {
             Phase::Backlog => {
                 // Freed when the backlog reaches it.
                 slot.dropped = true;
-                slot.waker = None;
+                waker = slot.waker.take();
+                drop(state);
             }
             Phase::InKernel => {
                 slot.dropped = true;
-                slot.waker = None;
+                waker = slot.waker.take();
                 // Cancelled now, not at the next turn of the loop: a read of
                 // a stream would take data that comes meanwhile.
                 state.cancels.push(self.key);
                 state.submit();
-                let later = !state.cancels.is_empty();
+                let later = state.has_work();
                 drop(state);
                 if later {
                     self.nudge();
                 }
             }
         }
+        drop(waker);
     }
 }
 
