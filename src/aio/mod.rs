@@ -19,7 +19,10 @@
 //!
 //! An operation keeps its ring for its whole life: a task that moves to
 //! another worker while a read is in flight gets its completion from the
-//! first worker's loop.
+//! first worker's loop. While that worker sits in one long poll (a
+//! CPU-bound job, a call in [`blocking::blocking`]), the pool's monitor
+//! submits and reaps its ring's operations instead, and their tasks run on
+//! a peer, as its overdue timers do.
 //!
 //! # Buffers and cancellation
 //!
@@ -68,8 +71,11 @@
 //! ```
 //!
 //! [`spawn_blocking`]: crate::spawn_blocking
+//! [`blocking::blocking`]: crate::blocking::blocking
 
 mod uring;
+
+pub(crate) use uring::service as service_stuck_context;
 
 use std::ffi::CString;
 use std::fmt;

@@ -380,6 +380,45 @@ impl Drop for Ring {
     }
 }
 
+/// Does the ring's work for `context` from this thread: submits what is
+/// queued and reaps what completed, waking the operations' tasks. For the
+/// pool's monitor, when the worker that iterates `context` has sat in one
+/// poll (a CPU-bound job, a call in `blocking::blocking`): the operations
+/// queued on its ring would otherwise not even reach the kernel until that
+/// poll ends, though their tasks could run on an idle peer (as its overdue
+/// timers are raised for one, issue 19 point 1). The ring's state is
+/// behind its mutex, so any thread may do this; the worker's own source
+/// then finds nothing left to reap.
+pub(crate) fn service(context: &glib::MainContext) {
+    let address = context.as_ptr() as usize;
+    let ring = RINGS
+        .lock()
+        .unpoisoned()
+        .iter()
+        .filter(|(at, _)| *at == address)
+        .find_map(|(_, ring)| ring.upgrade());
+    let Some(ring) = ring.filter(|ring| ring.alive.load(Ordering::Acquire)) else {
+        return;
+    };
+    let mut wakers = Vec::new();
+    {
+        let mut state = ring.state.lock().unpoisoned();
+        if state.slots.is_empty() {
+            return;
+        }
+        if state.has_work() {
+            state.submit();
+        }
+        state.reap(&mut wakers);
+        if state.has_work() {
+            state.submit();
+        }
+    }
+    for waker in wakers {
+        crate::diagnostics::panic::wake(waker);
+    }
+}
+
 /// An operation handed to a ring, as its future holds it.
 pub(crate) struct InFlight {
     ring: Arc<Ring>,
