@@ -506,6 +506,106 @@ fn child_a_dead_contexts_ring_is_closed() {
     println!("CHILD-OK");
 }
 
+// ---------------------------------------------------------------------------
+// Finding 8: with the ring full of requests that wait (reads of an empty
+// pipe), the cancels of dropped ones never reach the kernel: the ring is
+// wedged for good, and its drop waits forever.
+// ---------------------------------------------------------------------------
+
+/// 600 reads of an empty pipe on one context: the ring takes as many as its
+/// cap, the rest wait in its backlog. All are dropped: their cancels must
+/// reach the kernel, and a read of a plain file started afterwards on the
+/// same context must complete.
+#[test]
+fn dropping_a_full_ring_of_waiting_reads_unwedges_it() {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    let (status, out) = run_child("child_full_ring_of_waiting_reads", &[], 30);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
+        "the child hung or failed ({status:?}):\n{out}"
+    );
+}
+
+#[test]
+#[ignore]
+fn child_full_ring_of_waiting_reads() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_full_ring_of_waiting_reads", 20, || {
+        let dir = TempDir::new("fullring");
+        let path = dir.file("f", b"0123456789");
+        let plain = File::from(std::fs::File::open(&path).unwrap());
+        let (reader, writer) = std::io::pipe().unwrap();
+        let pipe = File::from(std::os::fd::OwnedFd::from(reader));
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let _owner = context.acquire().unwrap();
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut reads: Vec<_> = (0..600)
+                    .map(|_| Box::pin(pipe.read_at(Vec::with_capacity(16), 0)))
+                    .collect();
+                for read in &mut reads {
+                    assert!(read.as_mut().poll(&mut cx).is_pending());
+                }
+                // A few turns hand the kernel all it takes.
+                for _ in 0..10 {
+                    context.iteration(false);
+                }
+                drop(reads);
+                for _ in 0..10 {
+                    context.iteration(false);
+                }
+                let mut read = Box::pin(plain.read_at(Vec::with_capacity(4), 0));
+                let deadline = Instant::now() + Duration::from_secs(3);
+                let got = loop {
+                    if let Poll::Ready(got) = read.as_mut().poll(&mut cx) {
+                        break Some(got);
+                    }
+                    if Instant::now() > deadline {
+                        break None;
+                    }
+                    context.iteration(false);
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                match got {
+                    Some(got) => assert_eq!(got.unwrap(), b"0123"),
+                    None => {
+                        println!("WEDGED: the read never completed");
+                        // Unwedge it so that the ring's drop can finish:
+                        // data for every waiting read, then the end.
+                        use std::io::Write;
+                        let mut writer = writer;
+                        let _ = writer.write_all(&[0u8; 600 * 16]);
+                        drop(writer);
+                        panic!("the ring is wedged: the cancels of the dropped reads never went");
+                    }
+                }
+                drop(read);
+                // Nothing of the pipe was taken by the cancelled reads.
+                use std::io::Write;
+                let mut writer = writer;
+                writer.write_all(b"after").unwrap();
+                drop(writer);
+                let mut rest = Vec::new();
+                use std::io::Read;
+                std::fs::File::from(
+                    std::os::fd::AsFd::as_fd(&pipe)
+                        .try_clone_to_owned()
+                        .unwrap(),
+                )
+                .read_to_end(&mut rest)
+                .unwrap();
+                assert_eq!(rest, b"after");
+            })
+            .unwrap();
+    });
+    println!("CHILD-OK");
+}
+
 /// The whole file once more in a child process, on the blocking lane.
 #[test]
 fn every_attack16_test_again_on_the_blocking_lane() {
