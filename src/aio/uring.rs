@@ -49,8 +49,10 @@ use crate::util::Unpoisoned;
 
 /// Submission queue entries per ring; the completion queue has twice as
 /// many, and that is the cap on requests in flight (so the kernel never has
-/// to hold completions back). More operations than that wait in the
-/// backlog.
+/// to hold completions back). Operations may take half of it, the other
+/// half is kept for cancels: an operation that waits (a read of an empty
+/// pipe) completes only when cancelled, so a ring full of them must still
+/// take their cancels. More operations wait in the backlog.
 const ENTRIES: u32 = 256;
 
 /// The `user_data` of cancel requests, whose completions are not
@@ -82,6 +84,8 @@ struct State {
     /// Requests (operations and cancels) in the kernel: submitted or in the
     /// submission queue, their completion not reaped.
     in_flight: usize,
+    /// The operations (not cancels) among them: at most `cap / 2`.
+    ops_in_flight: usize,
     /// The cap on `in_flight`: the completion queue's size.
     cap: usize,
 }
@@ -170,6 +174,7 @@ impl Ring {
                 backlog: VecDeque::new(),
                 cancels: Vec::new(),
                 in_flight: 0,
+                ops_in_flight: 0,
                 cap,
             }),
             context,
@@ -194,7 +199,10 @@ impl State {
             self.in_flight += 1;
             pushed += 1;
         }
-        while self.in_flight < self.cap && !queue.is_full() {
+        // Operations take at most half the cap, so that cancels always find
+        // room: if they do not, at least half the requests in flight are
+        // cancels, which complete at once.
+        while self.in_flight < self.cap && self.ops_in_flight < self.cap / 2 && !queue.is_full() {
             let Some(key) = self.backlog.pop_front() else {
                 break;
             };
@@ -214,6 +222,7 @@ impl State {
             unsafe { queue.push(&entry) }.expect("checked: the queue is not full");
             slot.phase = Phase::InKernel;
             self.in_flight += 1;
+            self.ops_in_flight += 1;
             pushed += 1;
         }
         drop(queue);
@@ -241,6 +250,7 @@ impl State {
             if key == CANCEL {
                 continue;
             }
+            self.ops_in_flight -= 1;
             let key = key as usize;
             let res = cqe.result();
             let slot = &mut self.slots[key];
