@@ -606,6 +606,102 @@ fn child_full_ring_of_waiting_reads() {
     println!("CHILD-OK");
 }
 
+// ---------------------------------------------------------------------------
+// Checked: shutdown with operations in every state.
+// ---------------------------------------------------------------------------
+
+/// A one-worker pool holds 300 reads of an empty pipe (256 in the kernel,
+/// the rest in the backlog) and reads of a plain file (done, perhaps not
+/// taken); it is shut down and dropped: every task resolves, the ring's fd
+/// is closed, and the cancelled reads took nothing from the pipe.
+#[test]
+fn shutdown_and_drop_with_operations_in_every_state() {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    let (status, out) = run_child("child_shutdown_in_every_state", &[], 60);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
+        "({status:?}):\n{out}"
+    );
+}
+
+#[test]
+#[ignore]
+fn child_shutdown_in_every_state() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_shutdown_in_every_state", 40, || {
+        let dir = TempDir::new("shutdown");
+        let path = dir.file("f", b"0123456789");
+        let plain = File::from(std::fs::File::open(&path).unwrap());
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let pipe = File::from(std::os::fd::OwnedFd::from(reader));
+        let before = io_uring_fds();
+        let pool = pool(1);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let read = pipe.read_at(Vec::with_capacity(8), 0);
+            tasks.push(
+                pool.scheduler()
+                    .spawn(after_first_poll(&polled, async move {
+                        read.await.map(|b| b.len())
+                    })),
+            );
+        }
+        for _ in 0..50 {
+            let read = plain.read_at(Vec::with_capacity(8), 0);
+            tasks.push(
+                pool.scheduler()
+                    .spawn(after_first_poll(&polled, async move {
+                        read.await.map(|b| b.len())
+                    })),
+            );
+        }
+        wait_until(|| polled.load(Ordering::SeqCst) == 350);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(io_uring_fds(), before + 1, "the worker's ring");
+        pool.shutdown();
+        let mut resolved = 0;
+        for task in tasks {
+            let outcome = gdex::block_on(task);
+            assert!(
+                matches!(
+                    outcome,
+                    Err(gdex::Error::ShutDown | gdex::Error::Cancelled) | Ok(Ok(10))
+                ),
+                "{outcome:?}"
+            );
+            resolved += 1;
+        }
+        assert_eq!(resolved, 350);
+        drop(pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while io_uring_fds() != before {
+            assert!(
+                Instant::now() < deadline,
+                "the ring of the dropped pool is still open"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        use std::io::{Read, Write};
+        writer.write_all(b"later").unwrap();
+        drop(writer);
+        let mut rest = Vec::new();
+        std::fs::File::from(
+            std::os::fd::AsFd::as_fd(&pipe)
+                .try_clone_to_owned()
+                .unwrap(),
+        )
+        .read_to_end(&mut rest)
+        .unwrap();
+        assert_eq!(rest, b"later", "a cancelled read took data");
+    });
+    println!("CHILD-OK");
+}
+
 /// The whole file once more in a child process, on the blocking lane.
 #[test]
 fn every_attack16_test_again_on_the_blocking_lane() {
