@@ -665,14 +665,15 @@ fn child_shutdown_in_every_state() {
         assert_eq!(io_uring_fds(), before + 1, "the worker's ring");
         pool.shutdown();
         let mut resolved = 0;
-        for task in tasks {
+        for (i, task) in tasks.into_iter().enumerate() {
             let outcome = gdex::block_on(task);
+            // A pipe read never completes (nothing was written): cancelled
+            // with its task. A plain read may have completed first.
+            let pipe_read = i < 300;
             assert!(
-                matches!(
-                    outcome,
-                    Err(gdex::Error::ShutDown | gdex::Error::Cancelled) | Ok(Ok(10))
-                ),
-                "{outcome:?}"
+                matches!(outcome, Err(gdex::Error::ShutDown | gdex::Error::Cancelled))
+                    || (!pipe_read && matches!(outcome, Ok(Ok(8)))),
+                "task {i}: {outcome:?}"
             );
             resolved += 1;
         }
