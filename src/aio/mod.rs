@@ -19,7 +19,10 @@
 //!
 //! An operation keeps its ring for its whole life: a task that moves to
 //! another worker while a read is in flight gets its completion from the
-//! first worker's loop.
+//! first worker's loop. While that worker sits in one long poll (a
+//! CPU-bound job, a call in [`blocking::blocking`]), the pool's monitor
+//! submits and reaps its ring's operations instead, and their tasks run on
+//! a peer, as its overdue timers do.
 //!
 //! # Buffers and cancellation
 //!
@@ -42,7 +45,8 @@
 //! `GDEX_AIO=blocking` asks for it, the same API runs each operation as a
 //! plain system call on the blocking lane ([`spawn_blocking`]). Dropping
 //! the future then drops an operation still queued; one already running
-//! finishes and its result is discarded. [`backend`] tells which is in use.
+//! finishes and its result is discarded (the file an open made is
+//! closed). [`backend`] tells which is in use.
 //!
 //! Errors are [`Error::Failed`] with a `glib::Error` in `G_IO_ERROR`'s
 //! domain (`gio::IOErrorEnum`, from the errno as `g_io_error_from_errno`
@@ -67,8 +71,11 @@
 //! ```
 //!
 //! [`spawn_blocking`]: crate::spawn_blocking
+//! [`blocking::blocking`]: crate::blocking::blocking
 
 mod uring;
+
+pub(crate) use uring::service as service_stuck_context;
 
 use std::ffi::CString;
 use std::fmt;
@@ -167,8 +174,11 @@ impl File {
     /// most `u32::MAX`) from the file at `offset`, appends what it read to
     /// the buffer and gives the buffer back. Fewer bytes than asked is a
     /// short read (read again from where it stopped); none at all is the end
-    /// of the file. On a stream (a pipe, a socket) `offset` must be 0, and
-    /// the read takes what the stream has, as `read(2)` does.
+    /// of the file. On a stream (a pipe, a socket) there is no position:
+    /// `offset` is ignored and the read takes what the stream has, as
+    /// `read(2)` does, on both backends. An `offset` past `i64::MAX`, which
+    /// no file has, fails with `InvalidArgument` (to io_uring, `u64::MAX`
+    /// would mean the file's current position).
     ///
     /// # Panics
     /// If the buffer has no spare capacity: there would be nothing to read
@@ -192,6 +202,8 @@ impl File {
     /// Writes the buffer (at most `u32::MAX` bytes of it) to the file at
     /// `offset` and gives back how many bytes were written, which may be
     /// fewer (see [`write_all_at`](Self::write_all_at)), and the buffer.
+    /// `offset` is as for [`read_at`](Self::read_at): ignored on a stream,
+    /// refused past `i64::MAX`.
     pub fn write_at(&self, buf: Vec<u8>, offset: u64) -> WriteAt {
         WriteAt {
             op: Op::new(Operation::Write {
@@ -468,6 +480,14 @@ enum Outcome {
 }
 
 impl Operation {
+    /// The offset of a read or write.
+    fn offset(&self) -> Option<u64> {
+        match self {
+            Operation::Open { .. } => None,
+            Operation::Read { offset, .. } | Operation::Write { offset, .. } => Some(*offset),
+        }
+    }
+
     /// Runs it here, as a plain system call (the blocking lane's way),
     /// giving the result the way io_uring gives it.
     fn run_blocking(&mut self) -> i32 {
@@ -492,9 +512,11 @@ impl Operation {
                 let into = unsafe { buf.as_mut_ptr().add(buf.len()) }.cast();
                 // SAFETY: as above.
                 let res = unsafe { libc::pread(fd, into, spare, *offset as libc::off_t) };
-                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
-                    // A stream (pipe, socket): io_uring reads it at offset
-                    // 0 as a plain read; do the same.
+                if res < 0 && errno() == libc::ESPIPE {
+                    // A stream (pipe, socket) has no position: io_uring
+                    // ignores the offset and reads it as a plain read; do
+                    // the same (`read_file` reads a FIFO at growing
+                    // offsets).
                     // SAFETY: as above.
                     unsafe { libc::read(fd, into, spare) }
                 } else {
@@ -509,7 +531,8 @@ impl Operation {
                 // long at least; the fd is open (owned by the file this
                 // operation holds).
                 let res = unsafe { libc::pwrite(fd, from, len, *offset as libc::off_t) };
-                if res < 0 && errno() == libc::ESPIPE && *offset == 0 {
+                if res < 0 && errno() == libc::ESPIPE {
+                    // A stream: as for a read.
                     // SAFETY: as above.
                     unsafe { libc::write(fd, from, len) }
                 } else {
@@ -620,8 +643,22 @@ enum Op {
     /// on the thread that awaits.
     Start(Option<Operation>),
     Ring(uring::InFlight),
-    Lane(Task<(Operation, i32)>),
+    Lane(Task<Ran>),
     Done,
+}
+
+/// What the blocking lane gives back: an operation and its result. If
+/// nobody takes it (the future was dropped while the call ran, so the
+/// lane's task drops its output unseen), it releases what the call made:
+/// the fd of an open, which would leak otherwise.
+struct Ran(Option<(Operation, i32)>);
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        if let Some((operation, res)) = self.0.take() {
+            operation.discard(res);
+        }
+    }
 }
 
 impl Op {
@@ -634,6 +671,15 @@ impl Op {
             match self {
                 Op::Start(operation) => {
                     let mut operation = operation.take().expect("an operation starts once");
+                    if operation.offset().is_some_and(|at| at > i64::MAX as u64) {
+                        // No file has such an offset, and io_uring would take
+                        // `u64::MAX` (-1) as "the current position": refused
+                        // here, the same way on both backends, as `pread`
+                        // refuses it.
+                        *self = Op::Done;
+                        // SAFETY: `-EINVAL` makes no fd and reads nothing.
+                        return Poll::Ready(unsafe { operation.finish(-libc::EINVAL) });
+                    }
                     if backend() == Backend::IoUring {
                         match uring::InFlight::start(operation, cx.waker()) {
                             Ok(in_flight) => {
@@ -645,7 +691,7 @@ impl Op {
                     }
                     *self = Op::Lane(crate::spawn_blocking(move || {
                         let res = operation.run_blocking();
-                        (operation, res)
+                        Ran(Some((operation, res)))
                     }));
                 }
                 Op::Ring(in_flight) => {
@@ -658,9 +704,13 @@ impl Op {
                     let outcome = std::task::ready!(Pin::new(task).poll(cx));
                     *self = Op::Done;
                     return Poll::Ready(match outcome {
-                        // SAFETY: `run_blocking` gave this operation's own
-                        // result.
-                        Ok((operation, res)) => unsafe { operation.finish(res) },
+                        Ok(mut ran) => {
+                            let (operation, res) =
+                                ran.0.take().expect("a lane result is taken once");
+                            // SAFETY: `run_blocking` gave this operation's
+                            // own result.
+                            unsafe { operation.finish(res) }
+                        }
                         Err(err) => Err(err),
                     });
                 }

@@ -49,8 +49,10 @@ use crate::util::Unpoisoned;
 
 /// Submission queue entries per ring; the completion queue has twice as
 /// many, and that is the cap on requests in flight (so the kernel never has
-/// to hold completions back). More operations than that wait in the
-/// backlog.
+/// to hold completions back). Operations may take half of it, the other
+/// half is kept for cancels: an operation that waits (a read of an empty
+/// pipe) completes only when cancelled, so a ring full of them must still
+/// take their cancels. More operations wait in the backlog.
 const ENTRIES: u32 = 256;
 
 /// The `user_data` of cancel requests, whose completions are not
@@ -82,6 +84,8 @@ struct State {
     /// Requests (operations and cancels) in the kernel: submitted or in the
     /// submission queue, their completion not reaped.
     in_flight: usize,
+    /// The operations (not cancels) among them: at most `cap / 2`.
+    ops_in_flight: usize,
     /// The cap on `in_flight`: the completion queue's size.
     cap: usize,
 }
@@ -106,8 +110,11 @@ enum Phase {
 static RINGS: Mutex<Vec<(usize, Weak<Ring>)>> = Mutex::new(Vec::new());
 
 thread_local! {
-    /// This thread's last ring, by context address.
-    static CACHE: std::cell::RefCell<Option<Arc<Ring>>> = const { std::cell::RefCell::new(None) };
+    /// This thread's last ring, by context address. Weak: the ring goes
+    /// with its context's source (and the last operation on it), not with
+    /// this thread (its io_uring fd and memory would stay until the thread
+    /// used another ring, or exited).
+    static CACHE: std::cell::RefCell<Weak<Ring>> = const { std::cell::RefCell::new(Weak::new()) };
 }
 
 impl Ring {
@@ -118,9 +125,10 @@ impl Ring {
             |ring: &Arc<Ring>| ring.context == address && ring.alive.load(Ordering::Acquire);
         // `context` is alive (we hold it), so a live ring at its address is
         // its own: a ring's source is finalized with its context.
-        if let Some(ring) = CACHE.with_borrow(|cache| cache.as_ref().filter(|r| usable(r)).cloned())
-        {
-            return Ok(ring);
+        if let Some(ring) = CACHE.with_borrow(|cache| cache.upgrade()) {
+            if usable(&ring) {
+                return Ok(ring);
+            }
         }
         let mut rings = RINGS.lock().unpoisoned();
         rings.retain(|(_, ring)| {
@@ -155,7 +163,7 @@ impl Ring {
                 ring
             }
         };
-        CACHE.with_borrow_mut(|cache| *cache = Some(ring.clone()));
+        CACHE.with_borrow_mut(|cache| *cache = Arc::downgrade(&ring));
         Ok(ring)
     }
 
@@ -169,6 +177,7 @@ impl Ring {
                 backlog: VecDeque::new(),
                 cancels: Vec::new(),
                 in_flight: 0,
+                ops_in_flight: 0,
                 cap,
             }),
             context,
@@ -193,7 +202,10 @@ impl State {
             self.in_flight += 1;
             pushed += 1;
         }
-        while self.in_flight < self.cap && !queue.is_full() {
+        // Operations take at most half the cap, so that cancels always find
+        // room: if they do not, at least half the requests in flight are
+        // cancels, which complete at once.
+        while self.in_flight < self.cap && self.ops_in_flight < self.cap / 2 && !queue.is_full() {
             let Some(key) = self.backlog.pop_front() else {
                 break;
             };
@@ -213,6 +225,7 @@ impl State {
             unsafe { queue.push(&entry) }.expect("checked: the queue is not full");
             slot.phase = Phase::InKernel;
             self.in_flight += 1;
+            self.ops_in_flight += 1;
             pushed += 1;
         }
         drop(queue);
@@ -240,6 +253,7 @@ impl State {
             if key == CANCEL {
                 continue;
             }
+            self.ops_in_flight -= 1;
             let key = key as usize;
             let res = cqe.result();
             let slot = &mut self.slots[key];
@@ -257,6 +271,13 @@ impl State {
 
     fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty()
+    }
+
+    /// Is there anything to hand the kernel: cancels, backlog, or entries
+    /// left in the submission queue by a submission that failed
+    /// (`EAGAIN`, `EBUSY`, `EINTR`), which nothing else would retry?
+    fn has_work(&mut self) -> bool {
+        !self.backlog.is_empty() || !self.cancels.is_empty() || !self.ring.submission().is_empty()
     }
 }
 
@@ -299,7 +320,7 @@ impl Hooks for RingSource {
     /// what this turn of the loop queued; dispatch if completions wait.
     fn ready(&self) -> bool {
         let mut state = self.0.state.lock().unpoisoned();
-        if !state.backlog.is_empty() || !state.cancels.is_empty() {
+        if state.has_work() {
             state.submit();
         }
         state.has_completions()
@@ -311,12 +332,15 @@ impl Hooks for RingSource {
             let mut state = self.0.state.lock().unpoisoned();
             state.reap(&mut wakers);
             // Room was freed: hand the kernel more of the backlog now.
-            if !state.backlog.is_empty() || !state.cancels.is_empty() {
+            if state.has_work() {
                 state.submit();
             }
         }
+        // A waker that panics goes to the panic handler (X5); the others
+        // are woken all the same (their operations are done, and a lost
+        // wake-up would leave their tasks waiting forever).
         for waker in wakers {
-            waker.wake();
+            crate::diagnostics::panic::wake(waker);
         }
         true
     }
@@ -369,6 +393,45 @@ impl Drop for Ring {
     }
 }
 
+/// Does the ring's work for `context` from this thread: submits what is
+/// queued and reaps what completed, waking the operations' tasks. For the
+/// pool's monitor, when the worker that iterates `context` has sat in one
+/// poll (a CPU-bound job, a call in `blocking::blocking`): the operations
+/// queued on its ring would otherwise not even reach the kernel until that
+/// poll ends, though their tasks could run on an idle peer (as its overdue
+/// timers are raised for one, issue 19 point 1). The ring's state is
+/// behind its mutex, so any thread may do this; the worker's own source
+/// then finds nothing left to reap.
+pub(crate) fn service(context: &glib::MainContext) {
+    let address = context.as_ptr() as usize;
+    let ring = RINGS
+        .lock()
+        .unpoisoned()
+        .iter()
+        .filter(|(at, _)| *at == address)
+        .find_map(|(_, ring)| ring.upgrade());
+    let Some(ring) = ring.filter(|ring| ring.alive.load(Ordering::Acquire)) else {
+        return;
+    };
+    let mut wakers = Vec::new();
+    {
+        let mut state = ring.state.lock().unpoisoned();
+        if state.slots.is_empty() {
+            return;
+        }
+        if state.has_work() {
+            state.submit();
+        }
+        state.reap(&mut wakers);
+        if state.has_work() {
+            state.submit();
+        }
+    }
+    for waker in wakers {
+        crate::diagnostics::panic::wake(waker);
+    }
+}
+
 /// An operation handed to a ring, as its future holds it.
 pub(crate) struct InFlight {
     ring: Arc<Ring>,
@@ -390,12 +453,14 @@ impl InFlight {
                 return Err(operation);
             }
         };
+        // Cloned before the lock: a waker's clone and drop are foreign code.
+        let waker = waker.clone();
         let key = {
             let mut state = ring.state.lock().unpoisoned();
             let key = state.slots.insert(Slot {
                 operation: Some(operation),
                 phase: Phase::Backlog,
-                waker: Some(waker.clone()),
+                waker: Some(waker),
                 dropped: false,
             });
             state.backlog.push_back(key);
@@ -429,9 +494,27 @@ impl InFlight {
                 Poll::Ready((slot.operation.expect("done with its operation"), res))
             }
             _ => {
-                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    slot.waker = Some(cx.waker().clone());
+                if slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    return Poll::Pending;
                 }
+                drop(state);
+                // The new waker is cloned, and the old one dropped, outside
+                // the lock: dropping a waker may drop what it owns (a simple
+                // executor's task, and with it its future), which may be
+                // another operation of this ring, whose drop takes the lock.
+                let new = cx.waker().clone();
+                let mut state = self.ring.state.lock().unpoisoned();
+                let slot = &mut state.slots[self.key];
+                if let Phase::Done(_) = slot.phase {
+                    // Completed meanwhile (its waker, the old one, taken
+                    // and woken): take the result now.
+                    drop(state);
+                    drop(new);
+                    return self.poll(cx);
+                }
+                let old = slot.waker.replace(new);
+                drop(state);
+                drop(old);
                 Poll::Pending
             }
         }
@@ -445,9 +528,13 @@ impl Drop for InFlight {
         }
         let mut state = self.ring.state.lock().unpoisoned();
         let slot = &mut state.slots[self.key];
+        // The waker is dropped after the lock (see `poll`).
+        let waker;
         match slot.phase {
             Phase::Done(res) => {
                 let slot = state.slots.remove(self.key);
+                drop(state);
+                waker = slot.waker;
                 if let Some(operation) = slot.operation {
                     operation.discard(res);
                 }
@@ -455,22 +542,24 @@ impl Drop for InFlight {
             Phase::Backlog => {
                 // Freed when the backlog reaches it.
                 slot.dropped = true;
-                slot.waker = None;
+                waker = slot.waker.take();
+                drop(state);
             }
             Phase::InKernel => {
                 slot.dropped = true;
-                slot.waker = None;
+                waker = slot.waker.take();
                 // Cancelled now, not at the next turn of the loop: a read of
                 // a stream would take data that comes meanwhile.
                 state.cancels.push(self.key);
                 state.submit();
-                let later = !state.cancels.is_empty();
+                let later = state.has_work();
                 drop(state);
                 if later {
                     self.nudge();
                 }
             }
         }
+        drop(waker);
     }
 }
 

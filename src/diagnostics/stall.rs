@@ -51,7 +51,8 @@ pub(crate) trait Worker: Send + Sync {
     fn has_peers(&self) -> bool;
     /// The pool runs thread-per-core (P9).
     fn thread_per_core(&self) -> bool;
-    /// Fires the worker's overdue gdex timers from the calling thread.
+    /// Fires the worker's overdue gdex timers from the calling thread, and
+    /// submits and reaps its AIO ring's operations (see `aio::uring::service`).
     fn fire_overdue_timers(&self);
     /// Hands the worker's queue to its peers and wakes them (P6).
     fn help(&self);

@@ -238,6 +238,13 @@ impl PoolShared {
         self.remotes[i].timers.fire_due(glib::monotonic_time())
     }
 
+    /// Worker `i` is stuck in one poll: the AIO operations queued on its
+    /// context's ring are submitted, and those completed reaped, from here,
+    /// so that their tasks run on a peer (see `aio::uring::service`).
+    pub(crate) fn service_stuck_ring(&self, i: usize) {
+        crate::aio::service_stuck_context(&self.remotes[i].context);
+    }
+
     pub(crate) fn in_blocking(&self, i: usize) -> bool {
         self.remotes[i].in_blocking.load(Ordering::Acquire) > 0
     }

@@ -707,6 +707,9 @@ impl crate::diagnostics::stall::Worker for Watched {
     fn fire_overdue_timers(&self) {
         if let Some(pool) = self.pool.upgrade() {
             pool.fire_overdue_timers(self.index);
+            // Its AIO operations, likewise: a read queued on its ring
+            // would wait for the poll to end before it even started.
+            pool.service_stuck_ring(self.index);
         }
     }
 
