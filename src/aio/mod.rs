@@ -75,8 +75,6 @@
 
 mod uring;
 
-pub(crate) use uring::service as service_stuck_context;
-
 use std::ffi::CString;
 use std::fmt;
 use std::future::Future;

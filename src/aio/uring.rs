@@ -143,6 +143,7 @@ impl Ring {
             Some(ring) => ring,
             None => {
                 let ring = Arc::new(Ring::new(address)?);
+                crate::diagnostics::stall::add_context_service(service);
                 let fd = ring.state.lock().unpoisoned().ring.as_raw_fd();
                 // The context holds the source, the source holds the ring:
                 // both go when the context does. Just above the default

@@ -255,6 +255,29 @@ pub(crate) const HAND_OVER_AFTER: Duration = Duration::from_millis(1);
 /// The threshold a runner gets unless told otherwise: `GDEX_STALL_MS`
 /// (0 turns the watchdog off), else 100 ms. An unusable value is reported
 /// once.
+/// Work that a context keeps for its next turn and that the monitor can do
+/// from its own thread for a stuck worker, registered by the layer that
+/// owns it (the AIO ring registers its `service`), so that the pool names
+/// no layer above it.
+static CONTEXT_SERVICES: Mutex<Vec<fn(&glib::MainContext)>> = Mutex::new(Vec::new());
+
+/// Registers `service` (once, however often it is called).
+pub(crate) fn add_context_service(service: fn(&glib::MainContext)) {
+    let mut services = CONTEXT_SERVICES.lock().unpoisoned();
+    if !services.iter().any(|s| std::ptr::fn_addr_eq(*s, service)) {
+        services.push(service);
+    }
+}
+
+/// The thread that iterates `context` is stuck in one poll: does, from
+/// this thread, the work every registered service keeps for its next turn.
+pub(crate) fn service_stuck_context(context: &glib::MainContext) {
+    let services = CONTEXT_SERVICES.lock().unpoisoned().clone();
+    for service in services {
+        service(context);
+    }
+}
+
 pub(crate) fn default_threshold() -> Duration {
     static DEFAULT: OnceLock<Duration> = OnceLock::new();
     *DEFAULT.get_or_init(|| {

@@ -240,9 +240,10 @@ impl PoolShared {
 
     /// Worker `i` is stuck in one poll: the AIO operations queued on its
     /// context's ring are submitted, and those completed reaped, from here,
-    /// so that their tasks run on a peer (see `aio::uring::service`).
+    /// so that their tasks run on a peer (the services registered with
+    /// `diagnostics::stall::add_context_service`).
     pub(crate) fn service_stuck_ring(&self, i: usize) {
-        crate::aio::service_stuck_context(&self.remotes[i].context);
+        crate::diagnostics::stall::service_stuck_context(&self.remotes[i].context);
     }
 
     pub(crate) fn in_blocking(&self, i: usize) -> bool {
