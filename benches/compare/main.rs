@@ -9,7 +9,7 @@
 //! cargo bench --bench compare              # the full run (benches/RESULTS.md)
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
-//! cargo bench --bench compare -- io        # only the I/O rows and table
+//! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! ```
 //!
 //! It ends by printing one Markdown table: every workload, gdex's figure,
@@ -52,7 +52,7 @@ fn main() {
     fibers::fibers(&mut c);
     io::reads(&mut c, &all);
     c.final_summary();
-    if args.iter().any(|a| a == "io") {
+    if args.iter().any(|a| a.starts_with("aio_read")) {
         io::print();
         return;
     }
