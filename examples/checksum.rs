@@ -38,7 +38,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use sha2::{Digest, Sha256};
@@ -52,6 +52,9 @@ const WINDOW: usize = 4096;
 /// Files handed from the walk to a hasher, and from a hasher to the
 /// printer, at a time: one wake-up per batch, not per file.
 const BATCH: usize = 32;
+/// A batch that is not full goes anyway once its first file has waited
+/// this long (a slow walk, sums typed on stdin).
+const BATCH_WAIT: Duration = Duration::from_millis(2);
 
 fn main() {
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -256,6 +259,8 @@ struct Feed<'a> {
     next: u64,
     pending: Vec<Work>,
     permits: Vec<gdex::Permit>,
+    /// When the first pending file came.
+    since: Instant,
 }
 
 impl<'a> Feed<'a> {
@@ -271,6 +276,7 @@ impl<'a> Feed<'a> {
             next: 0,
             pending: Vec::with_capacity(BATCH),
             permits: Vec::with_capacity(BATCH),
+            since: Instant::now(),
         }
     }
 
@@ -284,10 +290,20 @@ impl<'a> Feed<'a> {
                 gdex::wait_for(self.window.acquire()).expect("the window stays open")
             }
         };
+        if self.pending.is_empty() {
+            self.since = Instant::now();
+        }
         self.pending.push(work);
         self.permits.push(permit);
         self.progress.found.fetch_add(1, Ordering::Relaxed);
-        if self.pending.len() == BATCH {
+        if self.pending.len() == BATCH || self.since.elapsed() >= BATCH_WAIT {
+            self.flush();
+        }
+    }
+
+    /// Flushes a batch whose first file has waited long enough.
+    fn flush_if_waited(&mut self) {
+        if !self.pending.is_empty() && self.since.elapsed() >= BATCH_WAIT {
             self.flush();
         }
     }
@@ -341,6 +357,8 @@ impl<'a> Feed<'a> {
                 self.push(Work::Sum(path));
             }
         }
+        // Before the next directory's listing, which may be slow.
+        self.flush_if_waited();
     }
 }
 
@@ -366,13 +384,14 @@ fn read_sum_file(
     window: &gdex::Semaphore,
     progress: &Progress,
 ) -> Result<SumFile, String> {
-    let reader: Box<dyn BufRead> = if name == "-" {
-        Box::new(std::io::BufReader::new(std::io::stdin()))
+    let source: Box<dyn std::io::Read> = if name == "-" {
+        Box::new(std::io::stdin())
     } else {
         let file = std::fs::File::open(name)
             .map_err(|e| format!("{}: {}", name.to_string_lossy(), os_words(&e)))?;
-        Box::new(std::io::BufReader::new(file))
+        Box::new(file)
     };
+    let mut reader = std::io::BufReader::new(source);
     let mut feed = Feed::new(items, window, progress);
     let mut found = SumFile {
         name: name.to_owned(),
@@ -380,9 +399,21 @@ fn read_sum_file(
         proper: 0,
     };
     let mut failed = None;
-    for line in reader.split(b'\n') {
-        let line = match line {
-            Ok(line) => line,
+    loop {
+        if reader.buffer().is_empty() {
+            // The next read may wait (sums typed or piped in): what we
+            // have goes now.
+            feed.flush();
+        }
+        let mut line = Vec::new();
+        let line = match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                line
+            }
             Err(err) => {
                 // The lines read so far are still checked.
                 failed = Some(format!("{}: {}", name.to_string_lossy(), os_words(&err)));

@@ -379,3 +379,48 @@ fn ctrl_c_cancels_cleanly() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("checksum: cancelled after"), "{stderr}");
 }
+
+/// The work streams: `checksum -c -` prints the verdict of a line of sums
+/// read from stdin while stdin is still open (the feed hands on what it has
+/// before a read that may wait, and the printer writes each result as soon
+/// as it is next), so hashing starts while the list (or the walk) goes on.
+#[test]
+fn verdicts_stream_while_the_list_is_still_coming() {
+    use std::io::{BufRead, Write};
+    let tree = Tree::new("stream");
+    let first = tree.file("first", b"one");
+    let second = tree.file("second", b"two");
+    let sums = |path: &PathBuf| sha256sum(std::slice::from_ref(path), false).stdout;
+    let mut child = Command::new(checksum_exe())
+        .args(["-c", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(&sums(&first)).unwrap();
+    stdin.flush().unwrap();
+    // A watchdog: the verdict must come while stdin stays open.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(std::time::Duration::from_secs(30))
+        {
+            // SAFETY: kill(2) on the child's pid, which we have not waited for.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    drop(done);
+    dog.join().unwrap();
+    assert_eq!(line, format!("{}: OK\n", first.display()));
+    stdin.write_all(&sums(&second)).unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, format!("{}: OK\n", second.display()));
+    assert!(child.wait().unwrap().success());
+}
