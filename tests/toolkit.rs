@@ -837,3 +837,44 @@ fn channel_ends_debug_as_what_they_are() {
     assert_eq!(format!("{recv:?}"), "RecvFuture { queued: true }");
     drop(rx);
 }
+
+/// A channel end dropped while its thread's thread-locals are destroyed (a
+/// task's future held by a scheduler's thread-local queue, at thread exit)
+/// is dropped cleanly: the primitives' per-thread lock book has no
+/// destructor, so it is still there. (It used to be destroyed first, and
+/// the drop panicked with "cannot access a Thread Local Storage value
+/// during or after destruction".)
+#[test]
+fn a_channel_end_dropped_during_thread_teardown_does_not_panic() {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not dropped yet; 1: dropped cleanly; 2: the drop panicked.
+    static OUTCOME: AtomicU8 = AtomicU8::new(0);
+    struct Holder(Option<gdex::Receiver<u32>>);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let receiver = self.0.take();
+            let clean =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(receiver))).is_ok();
+            OUTCOME.store(if clean { 1 } else { 2 }, Ordering::SeqCst);
+        }
+    }
+    thread_local! {
+        static HELD: RefCell<Holder> = const { RefCell::new(Holder(None)) };
+    }
+    std::thread::spawn(|| {
+        // The holder's thread-local is made first, so it is destroyed last.
+        HELD.with(|_| {});
+        let (tx, rx) = gdex::channel::<u32>(1);
+        tx.try_send(1).unwrap(); // the primitives' lock book is used now
+        HELD.with(|held| held.borrow_mut().0 = Some(rx));
+        drop(tx);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        OUTCOME.load(Ordering::SeqCst),
+        1,
+        "the receiver's drop panicked"
+    );
+}

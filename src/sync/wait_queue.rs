@@ -8,22 +8,28 @@
 //! notification to the next waiter ([`WaitQueue::remove`] tells it so).
 
 use crate::util::Unpoisoned;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
 /// This thread's primitive locks and the wakers they deferred.
+///
+/// It has no destructor (no field needs one), so its thread-local is never
+/// torn down: a primitive used while the thread's other thread-locals are
+/// being destroyed (a task's future, holding a channel end, dropped by a
+/// scheduler's thread-local queue at thread exit) still locks and wakes.
+/// The wakers it holds are always handed out before the thread's last lock
+/// is released, so none is left for a destructor to drop.
 struct Deferred {
     /// How many primitive locks ([`Locked`]) this thread holds.
     held: Cell<usize>,
-    /// The first waker notified under them (the common case: one per lock),
-    /// kept without the queue's borrow.
-    first: Cell<Option<Waker>>,
-    /// The ones after it, in order.
-    rest: RefCell<VecDeque<Waker>>,
-    has_rest: Cell<bool>,
+    /// The first waker notified under them (the common case: one per lock).
+    first: Cell<Option<ManuallyDrop<Waker>>>,
+    /// The ones after it, in order: a box made for them, null when there
+    /// are none.
+    rest: Cell<*mut VecDeque<Waker>>,
 }
 
 thread_local! {
@@ -31,8 +37,7 @@ thread_local! {
         Deferred {
             held: Cell::new(0),
             first: Cell::new(None),
-            rest: RefCell::new(VecDeque::new()),
-            has_rest: Cell::new(false),
+            rest: Cell::new(std::ptr::null_mut()),
         }
     };
 }
@@ -40,25 +45,40 @@ thread_local! {
 impl Deferred {
     fn push(&self, waker: Waker) {
         match self.first.take() {
-            None => self.first.set(Some(waker)),
+            None => self.first.set(Some(ManuallyDrop::new(waker))),
             Some(first) => {
                 self.first.set(Some(first));
-                self.rest.borrow_mut().push_back(waker);
-                self.has_rest.set(true);
+                let mut rest = self.rest.get();
+                if rest.is_null() {
+                    rest = Box::into_raw(Box::default());
+                    self.rest.set(rest);
+                }
+                // SAFETY: `rest` came from `Box::into_raw` on this thread
+                // (the cell is thread-local) and is freed only in `pop`,
+                // which nulls it; no other reference to it is alive (none
+                // outlives these calls).
+                unsafe { (*rest).push_back(waker) };
             }
         }
     }
 
     fn pop(&self) -> Option<Waker> {
         if let Some(first) = self.first.take() {
-            return Some(first);
+            return Some(ManuallyDrop::into_inner(first));
         }
-        if !self.has_rest.get() {
+        let rest = self.rest.get();
+        if rest.is_null() {
             return None;
         }
-        let mut rest = self.rest.borrow_mut();
-        let next = rest.pop_front();
-        self.has_rest.set(!rest.is_empty());
+        // SAFETY: as in `push`: our own live box, used by this thread only.
+        let next = unsafe { (*rest).pop_front() };
+        // SAFETY: as above.
+        if unsafe { (*rest).is_empty() } {
+            self.rest.set(std::ptr::null_mut());
+            // SAFETY: made by `Box::into_raw`, freed once: the cell no
+            // longer points to it.
+            drop(unsafe { Box::from_raw(rest) });
+        }
         next
     }
 }
