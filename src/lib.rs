@@ -155,6 +155,7 @@ pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, Uni
 pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sleep, Timeout};
 pub use interop::async_result::AsyncResult;
 pub use interop::dbus;
+pub use interop::list_model::ListModel;
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::bound::{spawn_bound, spawn_local_bound};
 pub use scheduler::Scheduler;

@@ -1,6 +1,8 @@
 //! GObject and GIO interop: GIO's `_async`/`_finish` pairs implemented
-//! with futures ([`AsyncResult`](crate::AsyncResult)) and D-Bus methods
-//! served as tasks ([`dbus`](crate::dbus)).
+//! with futures ([`AsyncResult`](crate::AsyncResult)), D-Bus methods
+//! served as tasks ([`dbus`](crate::dbus)), and a `gio::ListModel` filled
+//! from a stream ([`ListModel`](crate::ListModel)).
 
 pub(crate) mod async_result;
 pub mod dbus;
+pub(crate) mod list_model;

@@ -1,0 +1,322 @@
+//! A `gio::ListModel` filled from a stream (L1): libdex's
+//! `DexFutureListModel`, for a GTK list fed by work running anywhere.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, Stream, StreamExt};
+
+use gio::prelude::*;
+use gio::subclass::prelude::*;
+
+use crate::scheduler::Scheduler;
+use crate::sync::channel::{channel, Receiver, Sender};
+use crate::task::Task;
+
+/// Items a producer may send before the model has taken them: a producer
+/// that is faster than the list waits (memory stays bounded).
+const CHANNEL_CAPACITY: usize = 1024;
+
+mod imp {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    pub struct ListModel {
+        pub(super) items: RefCell<Vec<glib::Object>>,
+        pub(super) item_type: Cell<Option<glib::Type>>,
+        pub(super) budget: Cell<Option<Duration>>,
+        pub(super) complete: Cell<bool>,
+        /// The task that takes items from the stream, on the owner thread.
+        pub(super) feed: RefCell<Option<Task<()>>>,
+        /// The producer of [`ListModel::spawn`](super::ListModel::spawn).
+        pub(super) producer: RefCell<Option<Task<()>>>,
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for ListModel {
+        const NAME: &'static str = "GdexListModel";
+        type Type = super::ListModel;
+        type Interfaces = (gio::ListModel,);
+    }
+
+    impl ObjectImpl for ListModel {
+        fn properties() -> &'static [glib::ParamSpec] {
+            static PROPERTIES: std::sync::OnceLock<Vec<glib::ParamSpec>> =
+                std::sync::OnceLock::new();
+            PROPERTIES.get_or_init(|| {
+                vec![glib::ParamSpecBoolean::builder("complete")
+                    .nick("Complete")
+                    .blurb("The stream has ended: no more items will come")
+                    .read_only()
+                    .explicit_notify()
+                    .build()]
+            })
+        }
+
+        fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+            match pspec.name() {
+                "complete" => self.complete.get().to_value(),
+                name => unreachable!("GdexListModel has no property {name}"),
+            }
+        }
+
+        fn dispose(&self) {
+            // The model is going: stop feeding it, and stop what produces
+            // its items (cancel on discard).
+            drop(self.feed.take());
+            drop(self.producer.take());
+        }
+    }
+
+    impl ListModelImpl for ListModel {
+        fn item_type(&self) -> glib::Type {
+            self.item_type.get().unwrap_or(glib::Object::static_type())
+        }
+
+        fn n_items(&self) -> u32 {
+            self.items.borrow().len() as u32
+        }
+
+        fn item(&self, position: u32) -> Option<glib::Object> {
+            self.items.borrow().get(position as usize).cloned()
+        }
+    }
+}
+
+glib::wrapper! {
+    /// A `gio::ListModel` filled from a stream of items produced anywhere
+    /// (L1; libdex's `DexFutureListModel`). Give it to a `GtkListView`
+    /// (through a selection model) and the list fills as the work goes on.
+    ///
+    /// - The items come from a [`Stream`] ([`from_stream`]), a gdex
+    ///   [`channel`](crate::channel) ([`from_receiver`]), or a producer
+    ///   future that gets a [`Sender`] and runs on any scheduler, such as the
+    ///   pool ([`spawn`]). Producers send plain Rust values (`Send`, for a
+    ///   pool producer); `map` turns each into the model's `GObject` on the
+    ///   owner thread.
+    /// - The model belongs to the thread that made it (the owner: usually
+    ///   the main thread), which must run a gdex scheduler (see
+    ///   [`Scheduler::thread_default`]). Items are appended there, and
+    ///   `items-changed` is emitted there, once per batch: a batch takes what
+    ///   the stream has ready, for at most the frame budget
+    ///   ([`ListModel::DEFAULT_FRAME_BUDGET`], [`set_frame_budget`]), then the owner's
+    ///   loop runs (frames are drawn) before the next batch.
+    /// - When the stream ends the `complete` property turns true (and is
+    ///   notified).
+    /// - Dropping the model (its last reference) cancels the task that feeds
+    ///   it, and with it the stream, and the producer of [`spawn`]: a search
+    ///   whose list is replaced stops its work.
+    ///
+    /// ```
+    /// use gdex::glib::prelude::*;
+    /// use gdex::gio::prelude::*;
+    ///
+    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    /// // A GTK app's main thread runs the main scheduler; so does this test's.
+    /// let model = gdex::ListModel::spawn(
+    ///     &pool.scheduler(),
+    ///     glib::BoxedAnyObject::static_type(),
+    ///     |n: u64| glib::BoxedAnyObject::new(n).upcast(),
+    ///     |items| async move {
+    ///         for n in 0..1000u64 {
+    ///             // Work on the pool, then hand the result to the list.
+    ///             if items.send(n * n).await.is_err() {
+    ///                 return; // the model is gone
+    ///             }
+    ///         }
+    ///     },
+    /// );
+    /// gdex::block_on(model.until_complete());
+    /// assert_eq!(model.n_items(), 1000);
+    /// let last = model.item(999).and_downcast::<glib::BoxedAnyObject>().unwrap();
+    /// assert_eq!(*last.borrow::<u64>(), 999 * 999);
+    /// ```
+    ///
+    /// [`from_stream`]: ListModel::from_stream
+    /// [`from_receiver`]: ListModel::from_receiver
+    /// [`spawn`]: ListModel::spawn
+    /// [`set_frame_budget`]: ListModel::set_frame_budget
+    pub struct ListModel(ObjectSubclass<imp::ListModel>) @implements gio::ListModel;
+}
+
+impl ListModel {
+    /// How long one batch may take by default: a quarter of a 60 Hz frame,
+    /// so that the frame clock keeps its pace while items stream in.
+    pub const DEFAULT_FRAME_BUDGET: Duration = Duration::from_millis(4);
+
+    /// A model of `item_type` items, filled on this thread from `stream`,
+    /// each item made by `map`.
+    ///
+    /// # Panics
+    /// If this thread runs no gdex scheduler that it owns (see
+    /// [`gdex::spawn_local`](crate::spawn_local)), or if `item_type` is not
+    /// a `GObject` type.
+    pub fn from_stream<S, F>(item_type: glib::Type, stream: S, map: F) -> ListModel
+    where
+        S: Stream + 'static,
+        F: FnMut(S::Item) -> glib::Object + 'static,
+    {
+        assert!(
+            item_type.is_a(glib::Object::static_type()),
+            "gdex::ListModel: the item type {item_type} is not a GObject type; a gio::ListModel holds GObjects \
+             (glib::BoxedAnyObject wraps any Rust value)"
+        );
+        let model: ListModel = glib::Object::new();
+        let imp = model.imp();
+        imp.item_type.set(Some(item_type));
+        let feed = crate::spawn_local(feed(model.downgrade(), Box::pin(stream), map));
+        imp.feed.replace(Some(feed));
+        model
+    }
+
+    /// A model filled from a gdex channel's receiving end: the senders may
+    /// be anywhere. The stream ends when every sender is gone (or closed).
+    pub fn from_receiver<T, F>(item_type: glib::Type, receiver: Receiver<T>, map: F) -> ListModel
+    where
+        T: 'static,
+        F: FnMut(T) -> glib::Object + 'static,
+    {
+        let stream = futures::stream::unfold(receiver, |receiver| async move {
+            let item = receiver.recv().await.ok()?;
+            Some((item, receiver))
+        });
+        ListModel::from_stream(item_type, stream, map)
+    }
+
+    /// A model filled by `producer`, a future spawned on `scheduler` (the
+    /// pool, usually) that sends the items: it gets the [`Sender`] of a
+    /// bounded channel (so a producer faster than the list waits). Dropping
+    /// the model cancels the producer's task; a send then fails too.
+    pub fn spawn<T, M, P, Fut>(
+        scheduler: &Scheduler,
+        item_type: glib::Type,
+        map: M,
+        producer: P,
+    ) -> ListModel
+    where
+        T: Send + 'static,
+        M: FnMut(T) -> glib::Object + 'static,
+        P: FnOnce(Sender<T>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (sender, receiver) = channel(CHANNEL_CAPACITY);
+        let model = ListModel::from_receiver(item_type, receiver, map);
+        let producer = scheduler.spawn(producer(sender));
+        model.imp().producer.replace(Some(producer));
+        model
+    }
+
+    /// How long one batch may take on the owner thread (default
+    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream has nothing
+    /// ready or when this much time has gone, and the owner's loop runs
+    /// before the next one.
+    pub fn set_frame_budget(&self, budget: Duration) {
+        self.imp().budget.set(Some(budget));
+    }
+
+    /// True once the stream has ended: every item is in the model.
+    pub fn is_complete(&self) -> bool {
+        self.imp().complete.get()
+    }
+
+    /// Resolves once the model is complete (at once if it is), or once the
+    /// model is gone. To be awaited on the owner thread.
+    pub fn until_complete(&self) -> impl Future<Output = ()> + 'static {
+        let weak = self.downgrade();
+        async move {
+            loop {
+                let Some(model) = weak.upgrade() else { return };
+                if model.is_complete() {
+                    return;
+                }
+                let (promise, done) = crate::Promise::<()>::new();
+                let promise = RefCell::new(Some(promise));
+                let id = model.connect_notify_local(Some("complete"), move |_, _| {
+                    if let Some(promise) = promise.take() {
+                        promise.resolve(());
+                    }
+                });
+                drop(model);
+                // Resolved by the notify, or dropped with the model.
+                let _ = done.await;
+                if let Some(model) = weak.upgrade() {
+                    model.disconnect(id);
+                }
+            }
+        }
+    }
+
+    fn append(&self, batch: Vec<glib::Object>) {
+        let added = batch.len() as u32;
+        if added == 0 {
+            return;
+        }
+        let position = {
+            let mut items = self.imp().items.borrow_mut();
+            let position = items.len() as u32;
+            items.extend(batch);
+            position
+        };
+        self.items_changed(position, 0, added);
+    }
+
+    fn set_complete(&self) {
+        self.imp().complete.set(true);
+        self.notify("complete");
+    }
+}
+
+/// The owner thread's task: takes the stream's items in batches, each
+/// within the frame budget, appends them and emits `items-changed` once per
+/// batch. Holds the model weakly: the model owns this task.
+async fn feed<T>(
+    model: glib::WeakRef<ListModel>,
+    mut stream: Pin<Box<dyn Stream<Item = T>>>,
+    mut map: impl FnMut(T) -> glib::Object,
+) {
+    loop {
+        // Wait (without the model: it may go meanwhile) for the next item.
+        let Some(first) = stream.next().await else {
+            break;
+        };
+        let Some(list) = model.upgrade() else { return };
+        let budget = list
+            .imp()
+            .budget
+            .get()
+            .unwrap_or(ListModel::DEFAULT_FRAME_BUDGET);
+        let start = Instant::now();
+        let mut batch = vec![map(first)];
+        let mut ended = false;
+        let mut out_of_time = false;
+        loop {
+            if start.elapsed() >= budget {
+                out_of_time = true;
+                break;
+            }
+            // What is ready now, without waiting.
+            match stream.next().now_or_never() {
+                Some(Some(item)) => batch.push(map(item)),
+                Some(None) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        list.append(batch);
+        drop(list);
+        if ended {
+            break;
+        }
+        if out_of_time {
+            // More is ready: let the owner's loop (and the frame) run first.
+            crate::yield_now().await;
+        }
+    }
+    if let Some(list) = model.upgrade() {
+        list.set_complete();
+    }
+}
