@@ -143,6 +143,7 @@ use std::future::Future;
 pub use block_on::{block_on, wait_for};
 pub use blocking::thread;
 pub use blocking::LaneStats;
+pub use diagnostics::dump::{dump, enable_task_dump, TaskDump, TaskInfo, TaskState};
 pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Error, ErrorCode, IntoResult};
@@ -181,6 +182,7 @@ pub use glib;
 /// let task = gdex::spawn(async { "from the pool" });
 /// assert_eq!(gdex::block_on(task).unwrap(), "from the pool");
 /// ```
+#[track_caller]
 pub fn spawn<F>(future: F) -> Task<F::Output>
 where
     F: Future + Send + 'static,
@@ -199,6 +201,7 @@ where
 /// let task = gdex::spawn_blocking(|| std::fs::read_dir("/").map(|d| d.count()).unwrap_or(0));
 /// assert!(gdex::block_on(task).unwrap() > 0);
 /// ```
+#[track_caller]
 pub fn spawn_blocking<F, T>(f: F) -> Task<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -219,6 +222,7 @@ where
 /// let task = gdex::spawn_local(async { std::rc::Rc::new(3) });
 /// assert_eq!(*gdex::block_on(task).unwrap(), 3);
 /// ```
+#[track_caller]
 pub fn spawn_local<F>(future: F) -> Task<F::Output>
 where
     F: Future + 'static,

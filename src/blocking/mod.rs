@@ -91,6 +91,7 @@ impl Lane {
     }
 
     /// Spawns a task running `f` on this lane; `Closed` if the lane is.
+    #[track_caller]
     pub(crate) fn spawn<F, T>(self: &Arc<Self>, f: F) -> Task<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -100,7 +101,7 @@ impl Lane {
             return Task::failed(Error::Closed);
         }
         let lane = self.clone();
-        let job = CatchUnwind::new(async move { f() });
+        let job = CatchUnwind::new(async move { f() }).on(|| "a blocking lane".into());
         let future = async move {
             // Polled by `refuse`: no thread could start to run `f`.
             if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {
@@ -357,6 +358,7 @@ impl BlockingPool {
     /// pool was already closed, or [`Error::Failed`] if none of the pool's
     /// threads is alive and the OS refused to start one (see the module
     /// docs).
+    #[track_caller]
     pub fn submit<F, T>(&self, f: F) -> Task<T>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -521,11 +521,18 @@ impl Monitor {
                 None => "an unnamed task (name tasks with Scheduler::spawn_named to see them here)"
                     .to_owned(),
             };
+            // With task tracking on (X8), the live tasks, the stuck one
+            // among them as "running".
+            let tasks = if super::dump::tracking() {
+                format!("\n{}", super::dump::dump())
+            } else {
+                String::new()
+            };
             glib::g_warning!(
                 "gdex",
                 "{} has been stuck in one poll of {} for {} ms. A task must not block its \
                  scheduler: move blocking work to gdex::spawn_blocking, or wrap it in \
-                 gdex::blocking::blocking.{}",
+                 gdex::blocking::blocking.{}{}",
                 runner.label,
                 task,
                 stuck_for.as_millis(),
@@ -533,7 +540,8 @@ impl Monitor {
                     " Its queued tasks go to its peers meanwhile."
                 } else {
                     ""
-                }
+                },
+                tasks
             );
         }
         true

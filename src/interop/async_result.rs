@@ -297,6 +297,7 @@ impl AsyncResult {
     /// `glib::Error` stays itself). The caller's cancellable cancels the
     /// future; so does a scheduler that shuts down before it finishes (the
     /// caller then gets [`ErrorCode::ShutDown`](crate::ErrorCode::ShutDown)).
+    #[track_caller]
     pub fn spawn<F>(self, scheduler: &Scheduler, future: F)
     where
         F: IntoFuture,
@@ -312,6 +313,7 @@ impl AsyncResult {
     /// [`spawn`](Self::spawn) for a `!Send` future, on a scheduler of this
     /// thread (the main thread's, a context scheduler's on its thread, or
     /// the pool worker this runs on), as [`Scheduler::spawn_local`] allows.
+    #[track_caller]
     pub fn spawn_local<F>(self, scheduler: &Scheduler, future: F)
     where
         F: IntoFuture,

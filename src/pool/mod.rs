@@ -498,6 +498,7 @@ impl ThreadPool {
 
     /// Spawns a `!Send` future built on one worker by `make`, pinned there
     /// for its whole life; see [`Scheduler::spawn_pinned`](crate::Scheduler::spawn_pinned).
+    #[track_caller]
     pub fn spawn_pinned<M, F>(&self, make: M) -> crate::Task<F::Output>
     where
         M: FnOnce() -> F + Send + 'static,
@@ -514,6 +515,7 @@ impl ThreadPool {
     /// [`blocking_keep_alive`](ThreadPoolBuilder::blocking_keep_alive) exit.
     /// The task resolves to `f`'s result; dropping it before `f` starts
     /// cancels it.
+    #[track_caller]
     pub fn spawn_blocking<F, T>(&self, f: F) -> crate::Task<T>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -34,6 +34,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<F, O: ObjectType> Bound<F, O> {
+    #[track_caller]
     fn new(object: &O, future: F) -> Bound<F, O> {
         let disposed = Arc::new(Flag::default());
         // GLib's side holds one strong count of the flag, given back in
@@ -49,7 +50,7 @@ impl<F, O: ObjectType> Bound<F, O> {
             );
         }
         Bound {
-            future: CatchUnwind::new(future),
+            future: CatchUnwind::new(future).on(|| format!("bound to a {}", object.type_().name())),
             disposed,
             object: object.downgrade(),
         }
@@ -128,6 +129,7 @@ impl Scheduler {
     /// drop(object);
     /// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
     /// ```
+    #[track_caller]
     pub fn spawn_bound<O, F>(&self, object: &O, future: F) -> Task<F::Output>
     where
         O: IsA<glib::Object> + Send + Sync,
@@ -139,6 +141,7 @@ impl Scheduler {
 
     /// [`spawn_bound`](Scheduler::spawn_bound) for a `!Send` future, with
     /// the rules of [`spawn_local`](Scheduler::spawn_local).
+    #[track_caller]
     pub fn spawn_local_bound<O, F>(&self, object: &O, future: F) -> Task<F::Output>
     where
         O: IsA<glib::Object>,
@@ -169,6 +172,7 @@ impl Scheduler {
 /// drop(object); // disposed: the task stops
 /// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
 /// ```
+#[track_caller]
 pub fn spawn_local_bound<O, F>(object: &O, future: F) -> Task<F::Output>
 where
     O: IsA<glib::Object>,
@@ -191,6 +195,7 @@ where
 /// drop(object);
 /// assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
 /// ```
+#[track_caller]
 pub fn spawn_bound<O, F>(object: &O, future: F) -> Task<F::Output>
 where
     O: IsA<glib::Object> + Send + Sync,

@@ -17,6 +17,7 @@ impl Scheduler {
     /// });
     /// assert_eq!(gdex::block_on(fiber).unwrap(), "waited");
     /// ```
+    #[track_caller]
     pub fn spawn_fiber<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -52,6 +53,7 @@ impl Scheduler {
     /// gdex::block_on(fiber).unwrap().unwrap();
     /// assert_eq!(*label.borrow(), "42");
     /// ```
+    #[track_caller]
     pub fn spawn_fiber_local<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
     where
         F: FnOnce() -> T + 'static,
@@ -70,6 +72,7 @@ impl Builder {
     /// address space or the map count is exhausted), the fiber resolves to
     /// [`Error::Failed`](crate::Error::Failed) naming the stack size and the OS's reason, and `f`
     /// never runs; the scheduler goes on.
+    #[track_caller]
     pub fn spawn<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -79,13 +82,14 @@ impl Builder {
         // SAFETY: `prepare`'s future may move to the thread that first polls
         // it (it holds only `Send` data until then), and
         // `spawn_pinned_unchecked` keeps it on that thread from then on.
-        let task = unsafe { scheduler.spawn_pinned_unchecked(future) };
+        let task = unsafe { scheduler.spawn_pinned_unchecked(future, "fiber") };
         Fiber::new(task, shared)
     }
 
     /// Spawns `f` as a fiber on the calling thread, which must be the one
     /// `scheduler`'s `!Send` work runs on; see
     /// [`Scheduler::spawn_fiber_local`].
+    #[track_caller]
     pub fn spawn_local<F, T>(self, scheduler: &Scheduler, f: F) -> Fiber<T>
     where
         F: FnOnce() -> T + 'static,
@@ -94,7 +98,7 @@ impl Builder {
         let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
         let task = scheduler.spawn_local_outcome(
             "Scheduler::spawn_fiber_local",
-            crate::task::CatchUnwind::new(future),
+            crate::task::CatchUnwind::new(future).on(|| format!("fiber on {scheduler:?}")),
         );
         Fiber::new(task, shared)
     }

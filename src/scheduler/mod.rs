@@ -157,12 +157,32 @@ impl Scheduler {
     /// On a pool, a spawn from one of its workers goes to that worker's deque,
     /// a spawn from anywhere else to the pool's injector. On a closed pool the
     /// task resolves to [`Error::Closed`] without running.
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Task<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.spawn_outcome(CatchUnwind::new(future))
+        self.spawn_at(future, std::panic::Location::caller())
+    }
+
+    /// [`spawn`](Scheduler::spawn), the task dump naming `location` as
+    /// where it was spawned.
+    pub(crate) fn spawn_at<F>(
+        &self,
+        future: F,
+        location: &'static std::panic::Location<'static>,
+    ) -> Task<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.spawn_outcome(CatchUnwind::located(future, None, location).on(|| self.label()))
+    }
+
+    /// How the task dump names this scheduler.
+    pub(crate) fn label(&self) -> String {
+        format!("{self:?}")
     }
 
     /// [`spawn`](Scheduler::spawn) for a future already wrapped so that its
@@ -211,12 +231,15 @@ impl Scheduler {
     /// let task = pool.scheduler().spawn_named("thumbnailer", async { 3 });
     /// assert_eq!(gdex::block_on(task).unwrap(), 3);
     /// ```
+    #[track_caller]
     pub fn spawn_named<F>(&self, name: &str, future: F) -> Task<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.spawn(crate::diagnostics::stall::Named::new(name.into(), future))
+        let name: std::sync::Arc<str> = name.into();
+        let future = crate::diagnostics::stall::Named::new(name.clone(), future);
+        self.spawn_outcome(CatchUnwind::named(future, Some(name)).on(|| self.label()))
     }
 
     /// Spawns a `!Send` future on a context scheduler (S1, S10). The future
@@ -259,12 +282,28 @@ impl Scheduler {
     /// let task = main.spawn_local(async move { *shared + 1 });
     /// assert_eq!(gdex::block_on(task).unwrap(), 6);
     /// ```
+    #[track_caller]
     pub fn spawn_local<F>(&self, future: F) -> Task<F::Output>
     where
         F: Future + 'static,
         F::Output: 'static,
     {
-        self.spawn_local_outcome("Scheduler::spawn_local", CatchUnwind::new(future))
+        self.spawn_local_at(future, std::panic::Location::caller())
+    }
+
+    /// [`spawn_local`](Scheduler::spawn_local), the task dump naming
+    /// `location` as where it was spawned.
+    pub(crate) fn spawn_local_at<F>(
+        &self,
+        future: F,
+        location: &'static std::panic::Location<'static>,
+    ) -> Task<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        let future = CatchUnwind::located(future, None, location).on(|| self.label());
+        self.spawn_local_outcome("Scheduler::spawn_local", future)
     }
 
     /// [`spawn_local`](Scheduler::spawn_local) for a future already wrapped
@@ -345,6 +384,7 @@ impl Scheduler {
     /// });
     /// assert!(gdex::block_on(task).unwrap().starts_with("gdex-worker-"));
     /// ```
+    #[track_caller]
     pub fn spawn_pinned<M, F>(&self, make: M) -> Task<F::Output>
     where
         M: FnOnce() -> F + Send + 'static,
@@ -353,7 +393,7 @@ impl Scheduler {
     {
         // SAFETY: a Deferred holds only `make` (Send) until its first poll,
         // and builds the !Send future on the thread that polls it.
-        unsafe { self.spawn_pinned_unchecked(Deferred::Make { make: Some(make) }) }
+        unsafe { self.spawn_pinned_unchecked(Deferred::Make { make: Some(make) }, "pinned") }
     }
 
     /// The default stack size for fibers spawned here.
@@ -370,12 +410,16 @@ impl Scheduler {
     /// Moving `future` to another thread before its first poll, and dropping
     /// it there if it is never polled, must be sound (what it holds until
     /// then must be `Send`).
-    pub(crate) unsafe fn spawn_pinned_unchecked<F>(&self, future: F) -> Task<F::Output>
+    ///
+    /// `kind` says what it is in the task dump ("pinned", "fiber").
+    #[track_caller]
+    pub(crate) unsafe fn spawn_pinned_unchecked<F>(&self, future: F, kind: &str) -> Task<F::Output>
     where
         F: Future + 'static,
         F::Output: Send + 'static,
     {
-        let future = CatchUnwind::new(ThreadBound::new(future));
+        let future =
+            CatchUnwind::new(ThreadBound::new(future)).on(|| format!("{kind} on {self:?}"));
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();

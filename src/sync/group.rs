@@ -715,23 +715,29 @@ impl<T: GroupOutput> TaskGroup<T> {
     /// Spawns a member. Fails with [`Error::Closed`] (and drops `future`
     /// unrun) once the group is closed or cancelled, or if its scheduler
     /// refuses the task (a closed pool).
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Result<(), Error>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        add(&self.shared, false, future, |s, member| s.spawn(member))
+        let at = std::panic::Location::caller();
+        add(&self.shared, false, future, |s, member| {
+            s.spawn_at(member, at)
+        })
     }
 
     /// Spawns a `!Send` member, with the rules of
     /// [`Scheduler::spawn_local`].
+    #[track_caller]
     pub fn spawn_local<F>(&self, future: F) -> Result<(), Error>
     where
         F: Future<Output = T> + 'static,
         T: 'static,
     {
+        let at = std::panic::Location::caller();
         add(&self.shared, false, future, |s, member| {
-            s.spawn_local(member)
+            s.spawn_local_at(member, at)
         })
     }
 
@@ -963,26 +969,32 @@ impl<T: GroupOutput> TaskGroupRef<T> {
     /// after the group was closed, as long as a member still runs. Fails
     /// with [`Error::Closed`] once the group is cancelled or gone, or closed
     /// with every member finished.
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Result<(), Error>
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
+        let at = std::panic::Location::caller();
         match self.shared.upgrade() {
-            Some(shared) => add(&shared, true, future, |s, member| s.spawn(member)),
+            Some(shared) => add(&shared, true, future, |s, member| s.spawn_at(member, at)),
             None => Err(Error::Closed),
         }
     }
 
     /// Spawns a `!Send` member, with the rules of
     /// [`Scheduler::spawn_local`].
+    #[track_caller]
     pub fn spawn_local<F>(&self, future: F) -> Result<(), Error>
     where
         F: Future<Output = T> + 'static,
         T: 'static,
     {
+        let at = std::panic::Location::caller();
         match self.shared.upgrade() {
-            Some(shared) => add(&shared, true, future, |s, member| s.spawn_local(member)),
+            Some(shared) => add(&shared, true, future, |s, member| {
+                s.spawn_local_at(member, at)
+            }),
             None => Err(Error::Closed),
         }
     }

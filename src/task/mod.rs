@@ -543,14 +543,52 @@ pub(crate) struct CatchUnwind<F> {
 }
 
 impl<F> CatchUnwind<F> {
+    /// Wraps a task's future; with task tracking on (X8), the task gets an
+    /// entry in the dump, spawned at the caller's caller (every spawn
+    /// function up to the public one is `#[track_caller]`).
+    #[track_caller]
+    #[inline]
     pub(crate) fn new(future: F) -> Self {
+        Self::named(future, None)
+    }
+
+    /// [`new`](Self::new), for a task with a name.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn named(future: F, name: Option<std::sync::Arc<str>>) -> Self {
+        Self::located(future, name, std::panic::Location::caller())
+    }
+
+    /// [`named`](Self::named), spawned at `location` (a spawn made through
+    /// a closure, where `#[track_caller]` does not reach).
+    #[inline]
+    pub(crate) fn located(
+        future: F,
+        name: Option<std::sync::Arc<str>>,
+        location: &'static std::panic::Location<'static>,
+    ) -> Self {
+        let track = if crate::diagnostics::dump::tracking() {
+            crate::diagnostics::dump::register(location, name)
+        } else {
+            0
+        };
         CatchUnwind {
             future: std::mem::ManuallyDrop::new(future),
             idle: Idle {
                 registry: None,
                 key: 0,
+                track,
             },
         }
+    }
+
+    /// Names the task's scheduler in the dump, if the task is tracked.
+    #[inline]
+    pub(crate) fn on(self, scheduler: impl FnOnce() -> String) -> Self {
+        if self.idle.track != 0 {
+            crate::diagnostics::dump::set_scheduler(self.idle.track, scheduler());
+        }
+        self
     }
 }
 
@@ -561,10 +599,13 @@ struct Idle {
     /// The entry in `registry`; [`UNTRACKED`] with no registry if the task
     /// went idle on a thread that is no pool worker (a main-scheduler task):
     /// no registry will ever hold it, and it stops asking.
-    key: usize,
+    key: u32,
+    /// The task's entry in the task dump (X8), plus one; 0: not tracked.
+    /// (Here, beside a 32-bit `key`, the task's block does not grow.)
+    track: u32,
 }
 
-const UNTRACKED: usize = usize::MAX;
+const UNTRACKED: u32 = u32::MAX;
 
 impl Idle {
     /// The task's poll returned `Pending`: make sure a registry that has not
@@ -585,7 +626,7 @@ impl Idle {
         // on another worker: record ourselves on this one, and tell the old
         // one we are no longer its to drop.
         if let Some(old) = self.registry.take() {
-            old.remove(self.key);
+            old.remove(self.key as usize);
         }
         let Some(registry) = registry::current() else {
             self.key = UNTRACKED;
@@ -594,7 +635,10 @@ impl Idle {
         match registry.insert(waker) {
             Some(key) => {
                 self.registry = Some(registry);
-                self.key = key;
+                self.key = u32::try_from(key)
+                    .ok()
+                    .filter(|&key| key != UNTRACKED)
+                    .expect("gdex: more than 4 billion idle tasks on one worker");
             }
             // This worker has closed its registry: it is dropping its queues.
             // Be queued on it, to be dropped with them.
@@ -606,7 +650,7 @@ impl Idle {
     #[inline]
     fn done(&mut self) {
         if let Some(registry) = self.registry.take() {
-            registry.remove(self.key);
+            registry.remove(self.key as usize);
         }
     }
 }
@@ -620,6 +664,9 @@ impl<F> Drop for CatchUnwind<F> {
             crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
         self.idle.done();
+        if self.idle.track != 0 {
+            crate::diagnostics::dump::forget(self.idle.track);
+        }
     }
 }
 
@@ -632,10 +679,49 @@ impl<F: Future> Future for CatchUnwind<F> {
         // `self` (the Drop impl drops it in place), and `CatchUnwind` has no
         // `Unpin` impl of its own. `idle` is not pinned.
         let this = unsafe { self.get_unchecked_mut() };
+        if this.idle.track != 0 {
+            return this.poll_tracked(cx);
+        }
         // SAFETY: as above.
         let future = unsafe { Pin::new_unchecked(&mut *this.future) };
-        let _polling = POLLING.enter(cx.waker());
-        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+        let polled = {
+            let _polling = POLLING.enter(cx.waker());
+            catch_unwind(AssertUnwindSafe(|| future.poll(cx)))
+        };
+        this.finish_poll(cx, polled)
+    }
+}
+
+impl<F: Future> CatchUnwind<F> {
+    /// A tracked task's poll (X8): its entry shows it running, and its
+    /// future gets a waker that marks it queued when woken.
+    #[cold]
+    #[inline(never)]
+    fn poll_tracked(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<F::Output>> {
+        let track = self.idle.track;
+        let marking = crate::diagnostics::dump::begin_poll(track, cx.waker());
+        let waker = marking.as_ref().unwrap_or(cx.waker());
+        let mut inner_cx = Context::from_waker(waker);
+        // SAFETY: `future` is structurally pinned (see `poll`).
+        let future = unsafe { Pin::new_unchecked(&mut *self.future) };
+        let polled = {
+            let _polling = POLLING.enter(waker);
+            catch_unwind(AssertUnwindSafe(|| future.poll(&mut inner_cx)))
+        };
+        crate::diagnostics::dump::end_poll(track, matches!(polled, Ok(Poll::Pending)));
+        self.finish_poll(cx, polled)
+    }
+
+    /// What a poll's result makes of the task: its registry entry (S9) and
+    /// its outcome.
+    #[inline]
+    fn finish_poll(
+        &mut self,
+        cx: &Context<'_>,
+        polled: std::thread::Result<Poll<F::Output>>,
+    ) -> Poll<Outcome<F::Output>> {
+        let this = self;
+        match polled {
             Ok(Poll::Pending) => {
                 this.idle.pending(cx.waker());
                 Poll::Pending
