@@ -60,6 +60,88 @@ fn ty() -> glib::Type {
     glib::BoxedAnyObject::static_type()
 }
 
+/// A panic in `map` stops the feed. It was kept in the feed task's output,
+/// which the model holds and nobody awaits: the panic handler heard of it
+/// only when the model was dropped (never, for a list kept on screen), and
+/// `until_complete` waited for ever. It is reported at once now, and the
+/// model completes (no more items will come).
+#[test]
+fn a_panic_in_map_is_reported_at_once_and_the_model_completes() {
+    let _lock = panic_handler_lock();
+    watchdog("a_panic_in_map_is_reported_at_once", 60, || {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let s = seen.clone();
+        gdex::set_panic_handler(move |event| {
+            if event.message.contains("attack18a: map") {
+                s.lock().unwrap().push(event.message.clone());
+            }
+        });
+        on_owner(|context| {
+            let model = ListModel::from_stream(ty(), futures::stream::iter(0..10u64), |n| {
+                if n == 5 {
+                    panic!("attack18a: map refuses 5");
+                }
+                boxed(n)
+            });
+            let reported = pump_for(context, Duration::from_millis(500), || {
+                !seen.lock().unwrap().is_empty()
+            });
+            let complete = model.is_complete();
+            drop(model);
+            pump_for(context, Duration::from_millis(100), || false);
+            gdex::reset_panic_handler();
+            assert!(
+                reported,
+                "the panic was not reported while the model lived (reports after the drop: {:?})",
+                seen.lock().unwrap()
+            );
+            assert!(complete, "the model never completes: until_complete hangs");
+            assert_eq!(seen.lock().unwrap().len(), 1, "reported once");
+        });
+    });
+}
+
+/// A panic in a `spawn` producer ends the stream (its `Sender` is dropped
+/// while it unwinds): the model completes with the items sent so far, and
+/// the panic sat in the producer's task output, held by the model and never
+/// awaited, until the model was dropped. It is reported at once now.
+#[test]
+fn a_panic_in_the_producer_is_reported_at_once() {
+    let _lock = panic_handler_lock();
+    watchdog("a_panic_in_the_producer_is_reported_at_once", 60, || {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let s = seen.clone();
+        gdex::set_panic_handler(move |event| {
+            if event.message.contains("attack18a: producer") {
+                s.lock().unwrap().push(event.message.clone());
+            }
+        });
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        on_owner(|context| {
+            let model = ListModel::spawn(&pool.scheduler(), ty(), boxed, |items| async move {
+                for n in 0..10u64 {
+                    items.send(n).await.unwrap();
+                }
+                panic!("attack18a: producer gives up");
+            });
+            pump_until(context, || model.is_complete());
+            let reported = pump_for(context, Duration::from_millis(500), || {
+                !seen.lock().unwrap().is_empty()
+            });
+            assert_eq!(model.n_items(), 10);
+            drop(model);
+            pump_for(context, Duration::from_millis(100), || false);
+            gdex::reset_panic_handler();
+            assert!(
+                reported,
+                "the producer's panic was not reported while the model lived (after the drop: {:?})",
+                seen.lock().unwrap()
+            );
+            assert_eq!(seen.lock().unwrap().len(), 1, "reported once");
+        });
+    });
+}
+
 /// Re-entrancy: an `items-changed` handler that drops the last outside
 /// reference (the feed's own is the last: dispose then runs inside the
 /// feed's poll and drops the feed's own task handle), reads the model, and

@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -166,7 +167,23 @@ impl ListModel {
         let model: ListModel = glib::Object::new();
         let imp = model.imp();
         imp.item_type.set(Some(item_type));
-        let feed = crate::spawn_local(feed(model.downgrade(), Box::pin(stream), map));
+        let weak = model.downgrade();
+        let feed = crate::spawn_local(async move {
+            // The model holds this task and never awaits it, so a panic (in
+            // `map`, or in the stream) would sit in its output, unreported,
+            // for as long as the model lives: report it now. The stream (and
+            // the feed) is dropped by then; no more items will come, so the
+            // model completes and `until_complete` does not wait for ever.
+            let fed = AssertUnwindSafe(feed(weak.clone(), Box::pin(stream), map))
+                .catch_unwind()
+                .await;
+            if let Err(payload) = fed {
+                report_panic(payload);
+                if let Some(list) = weak.upgrade() {
+                    list.set_complete();
+                }
+            }
+        });
         imp.feed.replace(Some(feed));
         model
     }
@@ -203,7 +220,16 @@ impl ListModel {
     {
         let (sender, receiver) = channel(CHANNEL_CAPACITY);
         let model = ListModel::from_receiver(item_type, receiver, map);
-        let producer = scheduler.spawn(producer(sender));
+        let producer = AssertUnwindSafe(producer(sender)).catch_unwind();
+        // As for the feed: the model holds the producer's task and never
+        // awaits it, so its panic is reported now, not when the model goes.
+        // (Its `Sender` is gone by then: the model completes with the items
+        // sent before the panic.)
+        let producer = scheduler.spawn(async move {
+            if let Err(payload) = producer.await {
+                report_panic(payload);
+            }
+        });
         model.imp().producer.replace(Some(producer));
         model
     }
@@ -216,7 +242,10 @@ impl ListModel {
         self.imp().budget.set(Some(budget));
     }
 
-    /// True once the stream has ended: every item is in the model.
+    /// True once the stream has ended: every item is in the model. (Also
+    /// once the feed stopped on a panic in `map` or in the stream, or a
+    /// [`spawn`](ListModel::spawn) producer panicked: the panic goes to the
+    /// panic handler, and no more items will come.)
     pub fn is_complete(&self) -> bool {
         self.imp().complete.get()
     }
@@ -266,6 +295,16 @@ impl ListModel {
         self.imp().complete.set(true);
         self.notify("complete");
     }
+}
+
+/// Hands a panic caught in the model's feed or producer, whose tasks nobody
+/// awaits, to the panic handler (X5) at once.
+fn report_panic(payload: Box<dyn std::any::Any + Send>) {
+    crate::diagnostics::panic::report(
+        crate::diagnostics::panic::PanicSource::Task,
+        crate::error::panic_message(&*payload),
+    );
+    crate::diagnostics::panic::drop_payload(payload);
 }
 
 /// The owner thread's task: takes the stream's items in batches, each
