@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{watchdog, Counted};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use gdex::gio::prelude::*;
 use gdex::glib;
+use gdex::glib::translate::ToGlibPtr;
 use gdex::{ListModel, Scheduler, ThreadPool};
 
 /// This binary's tests that set the process-wide panic handler take turns.
@@ -58,6 +59,102 @@ fn boxed(n: u64) -> glib::Object {
 
 fn ty() -> glib::Type {
     glib::BoxedAnyObject::static_type()
+}
+
+/// How many handlers `object` has for `notify::complete` (counted by
+/// disconnecting them: call it last).
+fn complete_handlers(object: &impl IsA<glib::Object>) -> u32 {
+    unsafe {
+        let instance: *mut glib::gobject_ffi::GObject = object.as_ref().to_glib_none().0;
+        let notify = glib::gobject_ffi::g_signal_lookup(
+            c"notify".as_ptr(),
+            glib::gobject_ffi::g_object_get_type(),
+        );
+        let detail = glib::ffi::g_quark_from_string(c"complete".as_ptr());
+        // (disconnect_matched insists on a closure, func or data to match.)
+        let mut count = 0;
+        loop {
+            let id = glib::gobject_ffi::g_signal_handler_find(
+                instance as *mut _,
+                glib::gobject_ffi::G_SIGNAL_MATCH_ID | glib::gobject_ffi::G_SIGNAL_MATCH_DETAIL,
+                notify,
+                detail,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            if id == 0 {
+                return count;
+            }
+            glib::gobject_ffi::g_signal_handler_disconnect(instance as *mut _, id);
+            count += 1;
+        }
+    }
+}
+
+/// An `until_complete` future dropped before the model completes (a
+/// `select!` against a timeout, a cancelled task) leaves its
+/// `notify::complete` handler connected, with its promise: one handler per
+/// dropped wait, for as long as the model lives.
+#[test]
+fn a_dropped_until_complete_disconnects_its_handler() {
+    watchdog(
+        "a_dropped_until_complete_disconnects_its_handler",
+        60,
+        || {
+            on_owner(|_| {
+                let model = ListModel::from_stream(ty(), futures::stream::pending::<u64>(), boxed);
+                for _ in 0..100 {
+                    let mut wait = Box::pin(model.until_complete());
+                    assert!(wait.as_mut().now_or_never().is_none(), "not complete");
+                    drop(wait);
+                }
+                assert_eq!(complete_handlers(&model), 0, "handlers left behind");
+            });
+        },
+    );
+}
+
+/// `until_complete` resolves when the model is dropped while it waits, and
+/// when the model completes; it leaves no handler behind in either case.
+#[test]
+fn until_complete_resolves_when_the_model_goes_or_completes() {
+    watchdog("until_complete_resolves_when_the_model_goes", 60, || {
+        on_owner(|context| {
+            let (tx, rx) = gdex::channel::<u64>(4);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            let done = Rc::new(AtomicBool::new(false));
+            let d = done.clone();
+            let wait = model.until_complete();
+            gdex::spawn_local(async move {
+                wait.await;
+                d.store(true, Ordering::SeqCst);
+            })
+            .detach();
+            assert!(!pump_for(context, Duration::from_millis(50), || done
+                .load(Ordering::SeqCst)));
+            drop(model);
+            pump_until(context, || done.load(Ordering::SeqCst));
+            drop(tx);
+
+            let (tx, rx) = gdex::channel::<u64>(4);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            let done = Rc::new(AtomicBool::new(false));
+            let d = done.clone();
+            let wait = model.until_complete();
+            gdex::spawn_local(async move {
+                wait.await;
+                d.store(true, Ordering::SeqCst);
+            })
+            .detach();
+            assert!(!pump_for(context, Duration::from_millis(50), || done
+                .load(Ordering::SeqCst)));
+            drop(tx);
+            pump_until(context, || done.load(Ordering::SeqCst));
+            assert!(model.is_complete());
+            assert_eq!(complete_handlers(&model), 0);
+        });
+    });
 }
 
 /// A panic in `map` stops the feed. It was kept in the feed task's output,

@@ -267,12 +267,16 @@ impl ListModel {
                         promise.resolve(());
                     }
                 });
+                // Disconnected however the wait ends: resolved, or this
+                // future dropped first (a timeout, a cancelled task), which
+                // used to leave the handler and its promise on the model.
+                let _handler = Handler {
+                    model: weak.clone(),
+                    id: Some(id),
+                };
                 drop(model);
                 // Resolved by the notify, or dropped with the model.
                 let _ = done.await;
-                if let Some(model) = weak.upgrade() {
-                    model.disconnect(id);
-                }
             }
         }
     }
@@ -294,6 +298,32 @@ impl ListModel {
     fn set_complete(&self) {
         self.imp().complete.set(true);
         self.notify("complete");
+    }
+}
+
+/// A signal handler of [`ListModel::until_complete`], disconnected when the
+/// wait ends or is dropped.
+struct Handler {
+    model: glib::WeakRef<ListModel>,
+    id: Option<glib::SignalHandlerId>,
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        let (Some(model), Some(id)) = (self.model.upgrade(), self.id.take()) else {
+            return;
+        };
+        // A disposed model has dropped its handlers already.
+        // SAFETY: the id is only read, to ask GObject about it.
+        let connected = unsafe {
+            glib::gobject_ffi::g_signal_handler_is_connected(
+                model.as_ptr() as *mut glib::gobject_ffi::GObject,
+                id.as_raw(),
+            ) != 0
+        };
+        if connected {
+            model.disconnect(id);
+        }
     }
 }
 
