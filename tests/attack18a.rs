@@ -92,6 +92,133 @@ fn complete_handlers(object: &impl IsA<glib::Object>) -> u32 {
     }
 }
 
+/// A stream whose every item needs one yield (a cooperative producer, a
+/// stream with a poll budget such as tokio's): the first poll for an item
+/// wakes itself and returns `Pending`, the next one has it. The feed's
+/// `now_or_never` gets the `Pending` (the batch ends: "nothing ready"),
+/// and its next `.await` then finds the item at once, so no batch ever
+/// runs out of time and the feed never suspends: with a 1 ms `map` the
+/// whole 200 ms stream ran in one poll and the owner's loop (the frame
+/// clock) never ran. The budget must bound the time between suspensions,
+/// not only one batch.
+#[test]
+fn a_stream_that_yields_for_every_item_still_lets_the_owner_loop_run() {
+    watchdog("a_stream_that_yields_for_every_item", 60, || {
+        on_owner(|context| {
+            let stream = futures::stream::unfold(0u64, |n| async move {
+                if n == 200 {
+                    return None;
+                }
+                gdex::yield_now().await;
+                Some((n, n + 1))
+            });
+            let model = ListModel::from_stream(ty(), stream, |n| {
+                common::spin(Duration::from_millis(1));
+                boxed(n)
+            });
+            model.set_frame_budget(Duration::from_millis(5));
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let tick = ticks.clone();
+            let timer = glib::timeout_source_new(
+                Duration::from_millis(1),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    tick.fetch_add(1, Ordering::Relaxed);
+                    glib::ControlFlow::Continue
+                },
+            );
+            timer.attach(Some(context));
+            // The longest time the feed kept the thread without the loop
+            // running (a timer tick) between two items.
+            let longest = Rc::new(RefCell::new(Duration::ZERO));
+            let last = Rc::new(RefCell::new((0usize, Instant::now())));
+            let (l, t) = (longest.clone(), ticks.clone());
+            model.connect_items_changed(move |_, _, _, _| {
+                let now = Instant::now();
+                let mut last = last.borrow_mut();
+                let ticks = t.load(Ordering::Relaxed);
+                if ticks != last.0 {
+                    *last = (ticks, now);
+                } else {
+                    let held = now - last.1;
+                    let mut longest = l.borrow_mut();
+                    *longest = (*longest).max(held);
+                }
+            });
+            pump_until(context, || model.is_complete());
+            timer.destroy();
+            assert_eq!(model.n_items(), 200);
+            let longest = *longest.borrow();
+            assert!(
+                longest < Duration::from_millis(50),
+                "the owner's loop did not run for {longest:?} (budget 5 ms); {} ticks in all",
+                ticks.load(Ordering::Relaxed)
+            );
+        });
+    });
+}
+
+/// The same starvation with a plain channel: a producer thread sends an
+/// item every ~0.3 ms and `items-changed` takes 1 ms (GTK making rows). Each
+/// batch ends with "nothing ready", the handler runs, items arrive
+/// meanwhile, and the next `.await` finds one at once: no suspension for as
+/// long as the producer keeps pace.
+#[test]
+fn a_producer_that_keeps_pace_with_a_slow_handler_still_lets_the_owner_loop_run() {
+    watchdog("a_producer_that_keeps_pace_with_a_slow_handler", 60, || {
+        on_owner(|context| {
+            let (tx, rx) = gdex::channel::<u64>(1024);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            model.set_frame_budget(Duration::from_millis(5));
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let tick = ticks.clone();
+            let timer = glib::timeout_source_new(
+                Duration::from_millis(1),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    tick.fetch_add(1, Ordering::Relaxed);
+                    glib::ControlFlow::Continue
+                },
+            );
+            timer.attach(Some(context));
+            let longest = Rc::new(RefCell::new(Duration::ZERO));
+            let last = Rc::new(RefCell::new((usize::MAX, Instant::now())));
+            let (l, t) = (longest.clone(), ticks.clone());
+            model.connect_items_changed(move |_, _, _, _| {
+                common::spin(Duration::from_millis(1));
+                let now = Instant::now();
+                let mut last = last.borrow_mut();
+                let ticks = t.load(Ordering::Relaxed);
+                if ticks != last.0 {
+                    *last = (ticks, now);
+                } else {
+                    let mut longest = l.borrow_mut();
+                    *longest = (*longest).max(now - last.1);
+                }
+            });
+            // Started once the owner waits for items.
+            pump_for(context, Duration::from_millis(5), || false);
+            let feeder = std::thread::spawn(move || {
+                for n in 0..400u64 {
+                    gdex::wait_for(tx.send(n)).unwrap();
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            });
+            pump_until(context, || model.is_complete());
+            feeder.join().unwrap();
+            timer.destroy();
+            assert_eq!(model.n_items(), 400);
+            let longest = *longest.borrow();
+            assert!(
+                longest < Duration::from_millis(50),
+                "the owner's loop did not run for {longest:?} (budget 5 ms)"
+            );
+        });
+    });
+}
+
 /// An `until_complete` future dropped before the model completes (a
 /// `select!` against a timeout, a cancelled task) leaves its
 /// `notify::complete` handler connected, with its promise: one handler per

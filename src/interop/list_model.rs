@@ -101,9 +101,10 @@ glib::wrapper! {
     ///   the main thread), which must run a gdex scheduler (see
     ///   [`Scheduler::thread_default`]). Items are appended there, and
     ///   `items-changed` is emitted there, once per batch: a batch takes what
-    ///   the stream has ready, for at most the frame budget
-    ///   ([`ListModel::DEFAULT_FRAME_BUDGET`], [`set_frame_budget`]), then the owner's
-    ///   loop runs (frames are drawn) before the next batch.
+    ///   the stream has ready, and the owner thread is held for at most the
+    ///   frame budget ([`ListModel::DEFAULT_FRAME_BUDGET`],
+    ///   [`set_frame_budget`]) at a time, however many batches that is: then
+    ///   the owner's loop runs (frames are drawn) before the next batch.
     /// - When the stream ends the `complete` property turns true (and is
     ///   notified).
     /// - Dropping the model (its last reference) cancels the task that feeds
@@ -234,10 +235,11 @@ impl ListModel {
         model
     }
 
-    /// How long one batch may take on the owner thread (default
-    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream has nothing
-    /// ready or when this much time has gone, and the owner's loop runs
-    /// before the next one.
+    /// How long the model may hold the owner thread at a time (default
+    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream
+    /// has nothing ready or when this much time has gone since the feed last
+    /// waited (its `items-changed` handlers included); once it has gone,
+    /// the owner's loop runs before the next batch.
     pub fn set_frame_budget(&self, budget: Duration) {
         self.imp().budget.set(Some(budget));
     }
@@ -337,17 +339,35 @@ fn report_panic(payload: Box<dyn std::any::Any + Send>) {
     crate::diagnostics::panic::drop_payload(payload);
 }
 
-/// The owner thread's task: takes the stream's items in batches, each
-/// within the frame budget, appends them and emits `items-changed` once per
-/// batch. Holds the model weakly: the model owns this task.
+/// The owner thread's task: takes the stream's items in batches, appends
+/// them and emits `items-changed` once per batch. Holds the model weakly:
+/// the model owns this task.
+///
+/// The frame budget bounds the time between two suspensions of this task,
+/// not one batch: a batch ends early when the stream has nothing ready *now*
+/// (its `now_or_never` poll), but the next `.await` may find an item at
+/// once (a stream that yields once per item, or a producer that sent while
+/// `items-changed` was handled), and a loop of such batches used to keep
+/// the owner thread (its frames) for as long as the stream lasted.
 async fn feed<T>(
     model: glib::WeakRef<ListModel>,
     mut stream: Pin<Box<dyn Stream<Item = T>>>,
     mut map: impl FnMut(T) -> glib::Object,
 ) {
+    // When this task last resumed from a suspension (`None` while it is
+    // suspended): the start of the time the budget bounds.
+    let mut resumed: Option<Instant> = None;
     loop {
         // Wait (without the model: it may go meanwhile) for the next item.
-        let Some(first) = stream.next().await else {
+        let next = std::future::poll_fn(|cx| {
+            let polled = stream.as_mut().poll_next(cx);
+            if polled.is_pending() {
+                resumed = None;
+            }
+            polled
+        })
+        .await;
+        let Some(first) = next else {
             break;
         };
         let Some(list) = model.upgrade() else { return };
@@ -356,15 +376,10 @@ async fn feed<T>(
             .budget
             .get()
             .unwrap_or(ListModel::DEFAULT_FRAME_BUDGET);
-        let start = Instant::now();
+        let start = *resumed.get_or_insert_with(Instant::now);
         let mut batch = vec![map(first)];
         let mut ended = false;
-        let mut out_of_time = false;
-        loop {
-            if start.elapsed() >= budget {
-                out_of_time = true;
-                break;
-            }
+        while start.elapsed() < budget {
             // What is ready now, without waiting.
             match stream.next().now_or_never() {
                 Some(Some(item)) => batch.push(map(item)),
@@ -380,9 +395,12 @@ async fn feed<T>(
         if ended {
             break;
         }
-        if out_of_time {
-            // More is ready: let the owner's loop (and the frame) run first.
+        if start.elapsed() >= budget {
+            // Out of time (the batch, or the batches since the last
+            // suspension, and their `items-changed` handlers): let the
+            // owner's loop (and the frame) run before the next batch.
             crate::yield_now().await;
+            resumed = None;
         }
     }
     if let Some(list) = model.upgrade() {
