@@ -3,6 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -100,9 +101,10 @@ glib::wrapper! {
     ///   the main thread), which must run a gdex scheduler (see
     ///   [`Scheduler::thread_default`]). Items are appended there, and
     ///   `items-changed` is emitted there, once per batch: a batch takes what
-    ///   the stream has ready, for at most the frame budget
-    ///   ([`ListModel::DEFAULT_FRAME_BUDGET`], [`set_frame_budget`]), then the owner's
-    ///   loop runs (frames are drawn) before the next batch.
+    ///   the stream has ready, and the owner thread is held for at most the
+    ///   frame budget ([`ListModel::DEFAULT_FRAME_BUDGET`],
+    ///   [`set_frame_budget`]) at a time, however many batches that is: then
+    ///   the owner's loop runs (frames are drawn) before the next batch.
     /// - When the stream ends the `complete` property turns true (and is
     ///   notified).
     /// - Dropping the model (its last reference) cancels the task that feeds
@@ -166,7 +168,23 @@ impl ListModel {
         let model: ListModel = glib::Object::new();
         let imp = model.imp();
         imp.item_type.set(Some(item_type));
-        let feed = crate::spawn_local(feed(model.downgrade(), Box::pin(stream), map));
+        let weak = model.downgrade();
+        let feed = crate::spawn_local(async move {
+            // The model holds this task and never awaits it, so a panic (in
+            // `map`, or in the stream) would sit in its output, unreported,
+            // for as long as the model lives: report it now. The stream (and
+            // the feed) is dropped by then; no more items will come, so the
+            // model completes and `until_complete` does not wait for ever.
+            let fed = AssertUnwindSafe(feed(weak.clone(), Box::pin(stream), map))
+                .catch_unwind()
+                .await;
+            if let Err(payload) = fed {
+                report_panic(payload);
+                if let Some(list) = weak.upgrade() {
+                    list.set_complete();
+                }
+            }
+        });
         imp.feed.replace(Some(feed));
         model
     }
@@ -203,20 +221,33 @@ impl ListModel {
     {
         let (sender, receiver) = channel(CHANNEL_CAPACITY);
         let model = ListModel::from_receiver(item_type, receiver, map);
-        let producer = scheduler.spawn(producer(sender));
+        let producer = AssertUnwindSafe(producer(sender)).catch_unwind();
+        // As for the feed: the model holds the producer's task and never
+        // awaits it, so its panic is reported now, not when the model goes.
+        // (Its `Sender` is gone by then: the model completes with the items
+        // sent before the panic.)
+        let producer = scheduler.spawn(async move {
+            if let Err(payload) = producer.await {
+                report_panic(payload);
+            }
+        });
         model.imp().producer.replace(Some(producer));
         model
     }
 
-    /// How long one batch may take on the owner thread (default
-    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream has nothing
-    /// ready or when this much time has gone, and the owner's loop runs
-    /// before the next one.
+    /// How long the model may hold the owner thread at a time (default
+    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream
+    /// has nothing ready or when this much time has gone since the feed last
+    /// waited (its `items-changed` handlers included); once it has gone,
+    /// the owner's loop runs before the next batch.
     pub fn set_frame_budget(&self, budget: Duration) {
         self.imp().budget.set(Some(budget));
     }
 
-    /// True once the stream has ended: every item is in the model.
+    /// True once the stream has ended: every item is in the model. (Also
+    /// once the feed stopped on a panic in `map` or in the stream, or a
+    /// [`spawn`](ListModel::spawn) producer panicked: the panic goes to the
+    /// panic handler, and no more items will come.)
     pub fn is_complete(&self) -> bool {
         self.imp().complete.get()
     }
@@ -238,12 +269,16 @@ impl ListModel {
                         promise.resolve(());
                     }
                 });
+                // Disconnected however the wait ends: resolved, or this
+                // future dropped first (a timeout, a cancelled task), which
+                // used to leave the handler and its promise on the model.
+                let _handler = Handler {
+                    model: weak.clone(),
+                    id: Some(id),
+                };
                 drop(model);
                 // Resolved by the notify, or dropped with the model.
                 let _ = done.await;
-                if let Some(model) = weak.upgrade() {
-                    model.disconnect(id);
-                }
             }
         }
     }
@@ -268,17 +303,71 @@ impl ListModel {
     }
 }
 
-/// The owner thread's task: takes the stream's items in batches, each
-/// within the frame budget, appends them and emits `items-changed` once per
-/// batch. Holds the model weakly: the model owns this task.
+/// A signal handler of [`ListModel::until_complete`], disconnected when the
+/// wait ends or is dropped.
+struct Handler {
+    model: glib::WeakRef<ListModel>,
+    id: Option<glib::SignalHandlerId>,
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        let (Some(model), Some(id)) = (self.model.upgrade(), self.id.take()) else {
+            return;
+        };
+        // A disposed model has dropped its handlers already.
+        // SAFETY: the id is only read, to ask GObject about it.
+        let connected = unsafe {
+            glib::gobject_ffi::g_signal_handler_is_connected(
+                model.as_ptr() as *mut glib::gobject_ffi::GObject,
+                id.as_raw(),
+            ) != 0
+        };
+        if connected {
+            model.disconnect(id);
+        }
+    }
+}
+
+/// Hands a panic caught in the model's feed or producer, whose tasks nobody
+/// awaits, to the panic handler (X5) at once.
+fn report_panic(payload: Box<dyn std::any::Any + Send>) {
+    crate::diagnostics::panic::report(
+        crate::diagnostics::panic::PanicSource::Task,
+        crate::error::panic_message(&*payload),
+    );
+    crate::diagnostics::panic::drop_payload(payload);
+}
+
+/// The owner thread's task: takes the stream's items in batches, appends
+/// them and emits `items-changed` once per batch. Holds the model weakly:
+/// the model owns this task.
+///
+/// The frame budget bounds the time between two suspensions of this task,
+/// not one batch: a batch ends early when the stream has nothing ready *now*
+/// (its `now_or_never` poll), but the next `.await` may find an item at
+/// once (a stream that yields once per item, or a producer that sent while
+/// `items-changed` was handled), and a loop of such batches used to keep
+/// the owner thread (its frames) for as long as the stream lasted.
 async fn feed<T>(
     model: glib::WeakRef<ListModel>,
     mut stream: Pin<Box<dyn Stream<Item = T>>>,
     mut map: impl FnMut(T) -> glib::Object,
 ) {
+    // When this task last resumed from a suspension (`None` while it is
+    // suspended): the start of the time the budget bounds.
+    let mut resumed: Option<Instant> = None;
     loop {
         // Wait (without the model: it may go meanwhile) for the next item.
-        let Some(first) = stream.next().await else {
+        let next = std::future::poll_fn(|cx| {
+            let polled = stream.as_mut().poll_next(cx);
+            if polled.is_pending() {
+                resumed = None;
+            }
+            polled
+        })
+        .await;
+        let Some(first) = next else {
             break;
         };
         let Some(list) = model.upgrade() else { return };
@@ -287,15 +376,10 @@ async fn feed<T>(
             .budget
             .get()
             .unwrap_or(ListModel::DEFAULT_FRAME_BUDGET);
-        let start = Instant::now();
+        let start = *resumed.get_or_insert_with(Instant::now);
         let mut batch = vec![map(first)];
         let mut ended = false;
-        let mut out_of_time = false;
-        loop {
-            if start.elapsed() >= budget {
-                out_of_time = true;
-                break;
-            }
+        while start.elapsed() < budget {
             // What is ready now, without waiting.
             match stream.next().now_or_never() {
                 Some(Some(item)) => batch.push(map(item)),
@@ -311,9 +395,12 @@ async fn feed<T>(
         if ended {
             break;
         }
-        if out_of_time {
-            // More is ready: let the owner's loop (and the frame) run first.
+        if start.elapsed() >= budget {
+            // Out of time (the batch, or the batches since the last
+            // suspension, and their `items-changed` handlers): let the
+            // owner's loop (and the frame) run before the next batch.
             crate::yield_now().await;
+            resumed = None;
         }
     }
     if let Some(list) = model.upgrade() {

@@ -45,9 +45,13 @@ thread_local! {
 impl Deferred {
     fn push(&self, waker: Waker) {
         match self.first.take() {
-            None => self.first.set(Some(ManuallyDrop::new(waker))),
-            Some(first) => {
-                self.first.set(Some(first));
+            // The book is empty: `first` is free. (Once `first` has been
+            // popped while `rest` still holds wakers, a new one goes behind
+            // those: a wake that notifies more, re-entering, must not put
+            // its waker ahead of the ones notified before it.)
+            None if self.rest.get().is_null() => self.first.set(Some(ManuallyDrop::new(waker))),
+            first => {
+                self.first.set(first);
                 let mut rest = self.rest.get();
                 if rest.is_null() {
                     rest = Box::into_raw(Box::default());
@@ -430,5 +434,59 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), [1, 2, 3]);
         wake_unlocked(waker(4));
         assert_eq!(*log.lock().unwrap(), [1, 2, 3, 4], "no lock: woken at once");
+    }
+
+    /// A wake that locks a primitive and notifies another waker (user code:
+    /// another executor's `wake` sending on a channel) while the book still
+    /// holds wakers notified before: the new one is woken after those, in
+    /// the order of notification. It used to take the empty `first` slot
+    /// and jump the queue. Re-entrant wakes several deep all run, once
+    /// each, and the book is empty (its box freed) afterwards.
+    #[test]
+    fn a_wake_that_defers_more_keeps_the_order() {
+        type Log = Arc<std::sync::Mutex<Vec<usize>>>;
+        struct Chain {
+            log: Log,
+            me: usize,
+            /// Notified, under a lock, from this waker's `wake`.
+            then: Vec<Waker>,
+        }
+        impl Wake for Chain {
+            fn wake(self: Arc<Self>) {
+                self.log.lock().unwrap().push(self.me);
+                let m = std::sync::Mutex::new(());
+                let _held = lock(&m);
+                for w in &self.then {
+                    wake_unlocked(w.clone());
+                }
+            }
+        }
+        let log: Log = Arc::default();
+        let waker = |me, then: Vec<Waker>| {
+            Waker::from(Arc::new(Chain {
+                log: log.clone(),
+                me,
+                then,
+            }))
+        };
+        // 1 wakes 4 and 5 (5 then wakes 6); 2 and 3 were notified with 1.
+        let six = waker(6, vec![]);
+        let five = waker(5, vec![six]);
+        let four = waker(4, vec![]);
+        let one = waker(1, vec![four, five]);
+        let m = std::sync::Mutex::new(());
+        {
+            let _held = lock(&m);
+            wake_unlocked(one);
+            wake_unlocked(waker(2, vec![]));
+            wake_unlocked(waker(3, vec![]));
+        }
+        assert_eq!(*log.lock().unwrap(), [1, 2, 3, 4, 5, 6]);
+        DEFERRED.with(|d| {
+            assert_eq!(d.held.get(), 0);
+            assert!(d.rest.get().is_null(), "the box is freed once empty");
+            let first = d.first.take();
+            assert!(first.is_none());
+        });
     }
 }
