@@ -109,7 +109,10 @@ glib::wrapper! {
     ///   notified).
     /// - Dropping the model (its last reference) cancels the task that feeds
     ///   it, and with it the stream, and the producer of [`spawn`]: a search
-    ///   whose list is replaced stops its work.
+    ///   whose list is replaced stops its work. So do not capture the model
+    ///   strongly in `map` or in an `items-changed` handler (use
+    ///   `model.downgrade()`): the model would hold itself, never be
+    ///   disposed, and its producer would run to its end.
     ///
     /// ```
     /// use gdex::glib::prelude::*;
