@@ -286,6 +286,7 @@ struct Search {
 struct App {
     window: gtk::ApplicationWindow,
     entry: gtk::Entry,
+    tasks: gtk::Button,
     folder: RefCell<PathBuf>,
     folder_label: gtk::Label,
     list: gtk::ListView,
@@ -379,6 +380,7 @@ fn build(gtk_app: &gtk::Application, folder: PathBuf, glib_mode: bool) {
     let app = Rc::new(App {
         window: window.clone(),
         entry: entry.clone(),
+        tasks: tasks.clone(),
         folder: RefCell::new(folder),
         folder_label,
         list,
@@ -546,7 +548,7 @@ fn choose_folder(app: &Rc<App>) {
 /// A window showing `gdex::dump()`, refreshed twice a second.
 fn show_tasks(parent: &gtk::ApplicationWindow) {
     let window = gtk::Window::builder()
-        .title("gdex tasks")
+        .title(TASKS_TITLE)
         .transient_for(parent)
         .default_width(720)
         .default_height(360)
@@ -567,6 +569,32 @@ fn show_tasks(parent: &gtk::ApplicationWindow) {
         glib::ControlFlow::Continue
     });
     window.present();
+}
+
+/// The title of the window of [`show_tasks`].
+const TASKS_TITLE: &str = "gdex tasks";
+
+/// Opens the Tasks window with its button and gives the dump it shows.
+async fn tasks_window_text(app: &App) -> Result<String, String> {
+    app.tasks.emit_clicked();
+    pause(Duration::from_millis(100)).await;
+    let window = gtk::Window::list_toplevels()
+        .into_iter()
+        .filter_map(|w| w.downcast::<gtk::Window>().ok())
+        .find(|w| w.title().as_deref() == Some(TASKS_TITLE))
+        .ok_or("the Tasks button opened no window")?;
+    let text = window
+        .child()
+        .and_downcast::<gtk::ScrolledWindow>()
+        .and_then(|s| s.child())
+        .and_downcast::<gtk::TextView>()
+        .ok_or("the Tasks window shows no text")?
+        .buffer();
+    let text = text
+        .text(&text.start_iter(), &text.end_iter(), false)
+        .to_string();
+    window.close();
+    Ok(text)
 }
 
 /// Waits on the main loop (frames keep being drawn meanwhile).
@@ -660,6 +688,17 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
         let stopped = stats.stopped.lock().unwrap().unwrap_or(dropped);
         stop_ms = stop_ms.max(stopped.saturating_duration_since(dropped).as_secs_f64() * 1e3);
     }
+    // The debug window shows the task dump (this self-test's own task is
+    // live, so with tracking on it lists at least one).
+    let tasks = tasks_window_text(app).await?;
+    let dump_ok = if gdex::dump().is_enabled() {
+        tasks.contains("live tasks") && tasks.contains("spawned at")
+    } else {
+        tasks.contains("GDEX_TASK_DUMP=1")
+    };
+    if !dump_ok {
+        return Err(format!("the Tasks window shows no dump: {tasks:?}"));
+    }
     // No await from here on: the search is borrowed.
     let search = app.search.borrow();
     let search = search.as_ref().ok_or("no search running")?;
@@ -691,6 +730,7 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
     }
     let (p99, worst, frames) = frame_gaps(&app.frames.borrow(), started, finished);
     save_screenshot(&app.window, screenshot)?;
+
     Ok(format!(
         "mode={} results={} first_result_ms={:.1} frame_gap_p99_ms={:.1} frame_gap_max_ms={:.1} frames={} abandoned_stop_ms={:.1} stream_ms={:.0}",
         if app.glib_mode { "glib" } else { "gdex" },

@@ -4,8 +4,9 @@
 //! retypes another, scrolls, and reports. Checked here: the final list is
 //! exactly the matches of a direct scan of the tree, no item that did not
 //! match its query was ever shown, every abandoned search's work stopped,
-//! and a screenshot was saved under `target/`. The three figures (first
-//! result, frame gaps, stop time) are printed for both columns.
+//! a screenshot was saved under `target/`, and the Tasks window shows the
+//! task dump (X8). The three figures (first result, frame gaps, stop time)
+//! are printed for both columns.
 //!
 //! The tree has `GDEX_SEARCH_FILES` files (default 20,000, scaled by
 //! `GDEX_STRESS`; `benches/RESULTS.md` has the 100,000-file run), half of
@@ -138,6 +139,9 @@ fn run(mode: &str, root: &Path, target: &Path, xvfb: &Xvfb) -> String {
         .env_remove("WAYLAND_DISPLAY");
     if mode == "glib" {
         command.arg("--glib");
+    } else {
+        // The Tasks window then lists the live tasks (X8).
+        command.env("GDEX_TASK_DUMP", "1");
     }
     let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -101,7 +101,7 @@ impl Lane {
             return Task::failed(Error::Closed);
         }
         let lane = self.clone();
-        let job = CatchUnwind::new(async move { f() }).on(|| "a blocking lane".into());
+        let job = CatchUnwind::new(async move { f() }, || "a blocking lane".into());
         let future = async move {
             // Polled by `refuse`: no thread could start to run `f`.
             if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {

@@ -50,7 +50,7 @@ impl<F, O: ObjectType> Bound<F, O> {
             );
         }
         Bound {
-            future: CatchUnwind::new(future).on(|| format!("bound to a {}", object.type_().name())),
+            future: CatchUnwind::new(future, || format!("bound to a {}", object.type_().name())),
             disposed,
             object: object.downgrade(),
         }

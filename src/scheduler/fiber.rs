@@ -98,7 +98,7 @@ impl Builder {
         let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
         let task = scheduler.spawn_local_outcome(
             "Scheduler::spawn_fiber_local",
-            crate::task::CatchUnwind::new(future).on(|| format!("fiber on {scheduler:?}")),
+            crate::task::CatchUnwind::new(future, || format!("fiber on {scheduler:?}")),
         );
         Fiber::new(task, shared)
     }

@@ -177,7 +177,9 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.spawn_outcome(CatchUnwind::located(future, None, location).on(|| self.label()))
+        self.spawn_outcome(CatchUnwind::located(future, None, location, || {
+            self.label()
+        }))
     }
 
     /// How the task dump names this scheduler.
@@ -239,7 +241,7 @@ impl Scheduler {
     {
         let name: std::sync::Arc<str> = name.into();
         let future = crate::diagnostics::stall::Named::new(name.clone(), future);
-        self.spawn_outcome(CatchUnwind::named(future, Some(name)).on(|| self.label()))
+        self.spawn_outcome(CatchUnwind::named(future, name, || self.label()))
     }
 
     /// Spawns a `!Send` future on a context scheduler (S1, S10). The future
@@ -302,7 +304,7 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: 'static,
     {
-        let future = CatchUnwind::located(future, None, location).on(|| self.label());
+        let future = CatchUnwind::located(future, None, location, || self.label());
         self.spawn_local_outcome("Scheduler::spawn_local", future)
     }
 
@@ -418,8 +420,7 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: Send + 'static,
     {
-        let future =
-            CatchUnwind::new(ThreadBound::new(future)).on(|| format!("{kind} on {self:?}"));
+        let future = CatchUnwind::new(ThreadBound::new(future), || format!("{kind} on {self:?}"));
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();

@@ -545,30 +545,41 @@ pub(crate) struct CatchUnwind<F> {
 impl<F> CatchUnwind<F> {
     /// Wraps a task's future; with task tracking on (X8), the task gets an
     /// entry in the dump, spawned at the caller's caller (every spawn
-    /// function up to the public one is `#[track_caller]`).
+    /// function up to the public one is `#[track_caller]`), on the
+    /// scheduler `scheduler` names (called only then).
     #[track_caller]
     #[inline]
-    pub(crate) fn new(future: F) -> Self {
-        Self::named(future, None)
+    pub(crate) fn new(future: F, scheduler: impl FnOnce() -> String) -> Self {
+        Self::located(future, None, std::panic::Location::caller(), scheduler)
     }
 
     /// [`new`](Self::new), for a task with a name.
     #[track_caller]
     #[inline]
-    pub(crate) fn named(future: F, name: Option<std::sync::Arc<str>>) -> Self {
-        Self::located(future, name, std::panic::Location::caller())
+    pub(crate) fn named(
+        future: F,
+        name: std::sync::Arc<str>,
+        scheduler: impl FnOnce() -> String,
+    ) -> Self {
+        Self::located(
+            future,
+            Some(name),
+            std::panic::Location::caller(),
+            scheduler,
+        )
     }
 
-    /// [`named`](Self::named), spawned at `location` (a spawn made through
-    /// a closure, where `#[track_caller]` does not reach).
+    /// [`new`](Self::new), spawned at `location` (a spawn made through a
+    /// closure, where `#[track_caller]` does not reach).
     #[inline]
     pub(crate) fn located(
         future: F,
         name: Option<std::sync::Arc<str>>,
         location: &'static std::panic::Location<'static>,
+        scheduler: impl FnOnce() -> String,
     ) -> Self {
         let track = if crate::diagnostics::dump::tracking() {
-            crate::diagnostics::dump::register(location, name)
+            Self::track(name, location, scheduler())
         } else {
             0
         };
@@ -582,13 +593,16 @@ impl<F> CatchUnwind<F> {
         }
     }
 
-    /// Names the task's scheduler in the dump, if the task is tracked.
-    #[inline]
-    pub(crate) fn on(self, scheduler: impl FnOnce() -> String) -> Self {
-        if self.idle.track != 0 {
-            crate::diagnostics::dump::set_scheduler(self.idle.track, scheduler());
-        }
-        self
+    #[cold]
+    #[inline(never)]
+    fn track(
+        name: Option<std::sync::Arc<str>>,
+        location: &'static std::panic::Location<'static>,
+        scheduler: String,
+    ) -> u32 {
+        let track = crate::diagnostics::dump::register(location, name);
+        crate::diagnostics::dump::set_scheduler(track, scheduler);
+        track
     }
 }
 
