@@ -23,10 +23,11 @@
 //! With `GDEX_SEARCH_SELFTEST=<file.png>` the app drives itself: it types a
 //! query, scrolls, retypes another, checks that every item it ever showed
 //! matched its query, writes the final list to `GDEX_SEARCH_RESULTS` (a
-//! file), saves a screenshot, prints `SELFTEST OK` with three figures (time
+//! file), saves a screenshot, prints `SELFTEST OK` with its figures (time
 //! from the keystroke to the first result, the longest frame gaps while
-//! results stream, the time until an abandoned search's work stopped) and
-//! quits. `GDEX_SEARCH_QUERIES=first,second` sets the two queries.
+//! results stream, the time until an abandoned search's work stopped, and
+//! the frame gaps of the same list scrolled with no search running, the
+//! floor) and quits. `GDEX_SEARCH_QUERIES=first,second` sets the two queries.
 //! `tests/search.rs` runs it under Xvfb.
 
 use std::cell::{Cell, RefCell};
@@ -689,6 +690,15 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
     let finished = Instant::now();
     // Let the last batch be drawn.
     pause(Duration::from_millis(200)).await;
+    // The floor: the same list scrolled for a second with no search
+    // running, so GTK's own frame time shows apart from the streaming's.
+    let idle_start = Instant::now();
+    let adjustment = app.scroller.vadjustment();
+    for step in 0..25 {
+        adjustment.set_value(adjustment.upper() * f64::from(step) / 25.0);
+        pause(Duration::from_millis(40)).await;
+    }
+    let (idle_p99, _, _) = frame_gaps(&app.frames.borrow(), idle_start, Instant::now());
     // Every abandoned search has stopped all of its work.
     let abandoned = app.abandoned.borrow().clone();
     let mut stop_ms: f64 = 0.0;
@@ -747,7 +757,7 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
     save_screenshot(&app.window, screenshot)?;
 
     Ok(format!(
-        "mode={} results={} first_result_ms={:.1} frame_gap_p99_ms={:.1} frame_gap_max_ms={:.1} frames={} abandoned_stop_ms={:.1} stream_ms={:.0}",
+        "mode={} results={} first_result_ms={:.1} frame_gap_p99_ms={:.1} frame_gap_max_ms={:.1} frames={} abandoned_stop_ms={:.1} stream_ms={:.0} idle_scroll_gap_p99_ms={:.1}",
         if app.glib_mode { "glib" } else { "gdex" },
         shown.len(),
         first_result.get().map(|d| d.as_secs_f64() * 1e3).unwrap_or(f64::NAN),
@@ -756,6 +766,7 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
         frames,
         stop_ms,
         (finished - started).as_secs_f64() * 1e3,
+        idle_p99,
     ))
 }
 
