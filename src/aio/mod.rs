@@ -37,6 +37,14 @@
 //! completed stays done: a dropped read of a stream (a pipe, a socket) may
 //! have taken data, which is then lost with its buffer.
 //!
+//! A ring has room for 256 operations in the kernel at once (more wait in
+//! its backlog, in order). Most complete at once; a read of a pipe or a
+//! socket with no data waits, and holds its place while it waits: with 256
+//! such reads waiting on one context, later operations there, plain-file
+//! reads included, wait for one of them to complete. Wait for streams'
+//! readiness with [`unix_fd`](crate::unix_fd) instead, and read them when
+//! they are ready.
+//!
 //! # Without io_uring
 //!
 //! Where io_uring cannot be used (a kernel without it, `ENOSYS`, or one
