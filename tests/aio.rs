@@ -13,39 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{after_first_poll, wait_until, watchdog};
+use common::{after_first_poll, wait_until, watchdog, TempDir};
 use gdex::aio::{Backend, File, OpenOptions};
 use gdex::gio::IOErrorEnum;
 use gdex::{fiber, Scheduler, ThreadPool};
-
-/// A fresh directory for one test, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "gdex-aio-{}-{}-{:?}",
-            name,
-            std::process::id(),
-            gdex::aio::backend()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn pool(workers: usize) -> ThreadPool {
     ThreadPool::builder().workers(workers).build().unwrap()
@@ -73,7 +44,7 @@ fn the_backend_is_the_one_asked_for() {
 #[test]
 fn writes_then_reads_at_offsets() {
     watchdog("writes_then_reads_at_offsets", 30, || {
-        let dir = TempDir::new("rw");
+        let dir = TempDir::new("aio-rw");
         let path = dir.0.join("data");
         let pool = pool(2);
         let task = pool.scheduler().spawn({
@@ -110,7 +81,7 @@ fn writes_then_reads_at_offsets() {
 #[test]
 fn short_reads_and_the_end_of_the_file() {
     watchdog("short_reads_and_the_end_of_the_file", 30, || {
-        let dir = TempDir::new("short");
+        let dir = TempDir::new("aio-short");
         let small = dir.file("small", b"0123456789");
         let empty = dir.file("empty", b"");
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -136,7 +107,7 @@ fn short_reads_and_the_end_of_the_file() {
 #[test]
 fn failures_are_gio_errors_that_name_the_file() {
     watchdog("failures_are_gio_errors_that_name_the_file", 30, || {
-        let dir = TempDir::new("errors");
+        let dir = TempDir::new("aio-errors");
         let exists = dir.file("exists", b"x");
         let missing = dir.0.join("missing");
         let directory = dir.0.clone();
@@ -183,7 +154,7 @@ fn failures_are_gio_errors_that_name_the_file() {
 /// buffer with no room.
 #[test]
 fn a_read_into_a_full_buffer_is_refused() {
-    let dir = TempDir::new("full");
+    let dir = TempDir::new("aio-full");
     let path = dir.file("f", b"x");
     let file = File::from(std::fs::File::open(&path).unwrap());
     let refused = std::panic::catch_unwind(|| file.read_at(Vec::new(), 0)).unwrap_err();
@@ -207,7 +178,7 @@ fn a_read_into_a_full_buffer_is_refused() {
 fn ten_thousand_concurrent_reads_on_two_workers() {
     watchdog("ten_thousand_concurrent_reads_on_two_workers", 120, || {
         let reads = common::stress(10_000);
-        let dir = TempDir::new("many");
+        let dir = TempDir::new("aio-many");
         let record = |i: usize| format!("record {i:>9}\n").into_bytes();
         let shared: Vec<u8> = (0..reads).flat_map(record).collect();
         let shared_path = dir.file("shared", &shared);
@@ -256,7 +227,7 @@ fn ten_thousand_concurrent_reads_on_two_workers() {
 #[test]
 fn every_scheduler_can_await_aio() {
     watchdog("every_scheduler_can_await_aio", 30, || {
-        let dir = TempDir::new("everywhere");
+        let dir = TempDir::new("aio-everywhere");
         let path = dir.file("f", b"everywhere");
         // The main scheduler, from a thread that holds the main context.
         let on_main = common::on_main(|| {
@@ -399,7 +370,7 @@ fn shutdown_with_reads_in_flight() {
 #[test]
 fn a_dropped_open_leaks_no_fd() {
     watchdog("a_dropped_open_leaks_no_fd", 30, || {
-        let dir = TempDir::new("openleak");
+        let dir = TempDir::new("aio-openleak");
         let path = dir.file("f", b"x");
         let pool = pool(1);
         for _ in 0..200 {
@@ -453,7 +424,7 @@ fn a_worker_waiting_for_its_own_reads_does_not_park_for_each() {
         "a_worker_waiting_for_its_own_reads_does_not_park_for_each",
         30,
         || {
-            let dir = TempDir::new("noparks");
+            let dir = TempDir::new("aio-noparks");
             let path = dir.file("f", &[7u8; 4096]);
             let pool = pool(1);
             let reads = 1000;

@@ -18,45 +18,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{after_first_poll, is_child, run_child, wait_until, watchdog};
+use common::{after_first_poll, is_child, run_child, wait_until, watchdog, TempDir};
 use gdex::aio::{Backend, File};
 use gdex::gio::IOErrorEnum;
 use gdex::ThreadPool;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "gdex-attack16-{}-{}-{:?}",
-            name,
-            std::process::id(),
-            gdex::aio::backend()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-
-    fn fifo(&self, name: &str) -> PathBuf {
-        let path = self.0.join(name);
-        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A FIFO named `name` in `dir`.
+fn fifo(dir: &TempDir, name: &str) -> PathBuf {
+    let path = dir.0.join(name);
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    path
 }
 
 fn pool(workers: usize) -> ThreadPool {
@@ -96,8 +69,8 @@ fn open_writer_nonblocking(path: &Path) -> Option<std::fs::File> {
 #[test]
 fn a_dropped_open_of_a_fifo_leaks_no_fd() {
     watchdog("a_dropped_open_of_a_fifo_leaks_no_fd", 30, || {
-        let dir = TempDir::new("fifoleak");
-        let fifo = dir.fifo("fifo");
+        let dir = TempDir::new("attack16-fifoleak");
+        let fifo = fifo(&dir, "fifo");
         let pool = pool(1);
         let polled = Arc::new(AtomicUsize::new(0));
         let dropped = Arc::new(AtomicUsize::new(0));
@@ -148,8 +121,8 @@ fn a_dropped_open_of_a_fifo_leaks_no_fd() {
 #[test]
 fn read_file_reads_a_fifo() {
     watchdog("read_file_reads_a_fifo", 30, || {
-        let dir = TempDir::new("fifo");
-        let fifo = dir.fifo("fifo");
+        let dir = TempDir::new("attack16-fifo");
+        let fifo = fifo(&dir, "fifo");
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let writer = std::thread::spawn({
             let fifo = fifo.clone();
@@ -189,7 +162,7 @@ fn an_offset_past_i64_max_is_refused_on_both_backends() {
         "an_offset_past_i64_max_is_refused_on_both_backends",
         30,
         || {
-            let dir = TempDir::new("offset");
+            let dir = TempDir::new("attack16-offset");
             let path = dir.file("f", b"0123456789");
             let pool = pool(1);
             let task = pool.scheduler().spawn(async move {
@@ -259,7 +232,7 @@ fn a_panicking_waker_loses_no_other_wake_up() {
         return;
     }
     watchdog("a_panicking_waker_loses_no_other_wake_up", 30, || {
-        let dir = TempDir::new("panicky");
+        let dir = TempDir::new("attack16-panicky");
         let path = dir.file("f", b"0123456789");
         let file = File::from(std::fs::File::open(&path).unwrap());
         let context = glib::MainContext::new();
@@ -324,7 +297,7 @@ fn a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring() {
         "a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring",
         60,
         || {
-            let dir = TempDir::new("stuck");
+            let dir = TempDir::new("attack16-stuck");
             let path = dir.file("f", b"0123456789");
             let pool = pool(2);
             let scheduler = pool.scheduler();
@@ -404,7 +377,7 @@ fn child_replaced_waker_owns_an_operation() {
         return;
     }
     watchdog("child_replaced_waker_owns_an_operation", 10, || {
-        let dir = TempDir::new("wakerdrop");
+        let dir = TempDir::new("attack16-wakerdrop");
         let path = dir.file("f", b"0123456789");
         let file = File::from(std::fs::File::open(&path).unwrap());
         let context = glib::MainContext::new();
@@ -474,7 +447,7 @@ fn child_a_dead_contexts_ring_is_closed() {
     if !is_child() {
         return;
     }
-    let dir = TempDir::new("deadring");
+    let dir = TempDir::new("attack16-deadring");
     let path = dir.file("f", b"0123456789");
     let file = File::from(std::fs::File::open(&path).unwrap());
     // gdex::aio::backend() probes with a ring of its own, closed at once.
@@ -535,7 +508,7 @@ fn child_full_ring_of_waiting_reads() {
         return;
     }
     watchdog("child_full_ring_of_waiting_reads", 20, || {
-        let dir = TempDir::new("fullring");
+        let dir = TempDir::new("attack16-fullring");
         let path = dir.file("f", b"0123456789");
         let plain = File::from(std::fs::File::open(&path).unwrap());
         let (reader, writer) = std::io::pipe().unwrap();
@@ -633,7 +606,7 @@ fn child_shutdown_in_every_state() {
         return;
     }
     watchdog("child_shutdown_in_every_state", 40, || {
-        let dir = TempDir::new("shutdown");
+        let dir = TempDir::new("attack16-shutdown");
         let path = dir.file("f", b"0123456789");
         let plain = File::from(std::fs::File::open(&path).unwrap());
         let (reader, mut writer) = std::io::pipe().unwrap();

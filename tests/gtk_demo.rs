@@ -5,54 +5,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::watchdog;
-
-/// A private X server; killed on drop.
-struct Xvfb {
-    child: std::process::Child,
-    display: String,
-}
-
-impl Xvfb {
-    fn start() -> Xvfb {
-        // -displayfd: Xvfb picks a free display and writes its number.
-        let mut child = Command::new("Xvfb")
-            .args([
-                "-displayfd",
-                "1",
-                "-screen",
-                "0",
-                "800x600x24",
-                "-nolisten",
-                "tcp",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb is needed (Debian: apt-get install xvfb; .ci/run installs it)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let number = line.trim();
-        assert!(!number.is_empty(), "Xvfb did not report its display");
-        Xvfb {
-            child,
-            display: format!(":{number}"),
-        }
-    }
-}
-
-impl Drop for Xvfb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{watchdog, Xvfb};
 
 #[test]
 fn the_demo_app_works_in_a_real_window() {

@@ -14,53 +14,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::watchdog;
-
-/// A private X server; killed on drop.
-struct Xvfb {
-    child: std::process::Child,
-    display: String,
-}
-
-impl Xvfb {
-    fn start() -> Xvfb {
-        let mut child = Command::new("Xvfb")
-            .args([
-                "-displayfd",
-                "1",
-                "-screen",
-                "0",
-                "1024x768x24",
-                "-nolisten",
-                "tcp",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb is needed (Debian: apt-get install xvfb; .ci/run installs it)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let number = line.trim();
-        assert!(!number.is_empty(), "Xvfb did not report its display");
-        Xvfb {
-            child,
-            display: format!(":{number}"),
-        }
-    }
-}
-
-impl Drop for Xvfb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{watchdog, Xvfb};
 
 /// The tree: `files` files in directories of 200; every other one matches
 /// "needle" (alternately by name and by contents), every fifth "alpha"

@@ -173,3 +173,80 @@ pub fn run_child(
 pub fn is_child() -> bool {
     std::env::var_os("GDEX_TEST_CHILD").is_some()
 }
+
+/// A fresh directory under the system temp dir, named after `name`, the
+/// process and (for the AIO tests, which run again in a child on the
+/// other backend) the AIO backend; removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "gdex-{}-{}-{:?}",
+            name,
+            std::process::id(),
+            gdex::aio::backend()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    /// Writes a file `name` in it.
+    pub fn file(&self, name: &str, contents: &[u8]) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A private X server, for the GTK apps' tests; killed on drop.
+pub struct Xvfb {
+    child: std::process::Child,
+    /// Its `DISPLAY`.
+    pub display: String,
+}
+
+impl Xvfb {
+    /// Starts one on a free display (`-displayfd`).
+    pub fn start() -> Xvfb {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("Xvfb")
+            .args([
+                "-displayfd",
+                "1",
+                "-screen",
+                "0",
+                "1024x768x24",
+                "-nolisten",
+                "tcp",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("Xvfb is needed (Debian: apt-get install xvfb; .ci/run installs it)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let number = line.trim();
+        assert!(!number.is_empty(), "Xvfb did not report its display");
+        Xvfb {
+            child,
+            display: format!(":{number}"),
+        }
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
