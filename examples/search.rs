@@ -358,7 +358,9 @@ fn build(gtk_app: &gtk::Application, folder: PathBuf, glib_mode: bool) {
     let factory = gtk::SignalListItemFactory::new();
     factory.connect_setup(|_, item| {
         let item = item.downcast_ref::<gtk::ListItem>().expect("a list item");
-        let label = gtk::Label::new(None);
+        // GtkInscription, GTK's text widget for long lists: no size
+        // negotiation per row, so binding rows as results stream is cheap.
+        let label = gtk::Inscription::new(None);
         label.set_xalign(0.0);
         item.set_child(Some(&label));
     });
@@ -369,8 +371,8 @@ fn build(gtk_app: &gtk::Application, folder: PathBuf, glib_mode: bool) {
             .and_downcast::<gtk::StringObject>()
             .map(|s| s.string().to_string())
             .unwrap_or_default();
-        if let Some(label) = item.child().and_downcast::<gtk::Label>() {
-            label.set_text(&text);
+        if let Some(label) = item.child().and_downcast::<gtk::Inscription>() {
+            label.set_text(Some(&text));
         }
     });
     let list = gtk::ListView::new(None::<gtk::NoSelection>, Some(factory));
