@@ -158,6 +158,7 @@ impl ListModel {
     /// If this thread runs no gdex scheduler that it owns (see
     /// [`gdex::spawn_local`](crate::spawn_local)), or if `item_type` is not
     /// a `GObject` type.
+    #[track_caller]
     pub fn from_stream<S, F>(item_type: glib::Type, stream: S, map: F) -> ListModel
     where
         S: Stream + 'static,
@@ -194,6 +195,7 @@ impl ListModel {
 
     /// A model filled from a gdex channel's receiving end: the senders may
     /// be anywhere. The stream ends when every sender is gone (or closed).
+    #[track_caller]
     pub fn from_receiver<T, F>(item_type: glib::Type, receiver: Receiver<T>, map: F) -> ListModel
     where
         T: 'static,
@@ -210,6 +212,7 @@ impl ListModel {
     /// pool, usually) that sends the items: it gets the [`Sender`] of a
     /// bounded channel (so a producer faster than the list waits). Dropping
     /// the model cancels the producer's task; a send then fails too.
+    #[track_caller]
     pub fn spawn<T, M, P, Fut>(
         scheduler: &Scheduler,
         item_type: glib::Type,
