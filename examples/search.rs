@@ -116,13 +116,14 @@ fn walk(root: &Path, found: &mut dyn FnMut(PathBuf) -> bool) -> bool {
 
 /// A search the gdex way: the model, fed by a producer on the pool.
 fn search_gdex(
-    pool: &gdex::Scheduler,
+    pool: &gdex::ThreadPool,
     root: PathBuf,
     query: String,
     stats: Arc<Stats>,
 ) -> gio::ListModel {
+    let lane = pool.clone();
     let model = gdex::ListModel::spawn(
-        pool,
+        &pool.scheduler(),
         gtk::StringObject::static_type(),
         |path: String| gtk::StringObject::new(&path).upcast(),
         move |matches| async move {
@@ -133,7 +134,9 @@ fn search_gdex(
             // The walk: on the blocking lane; it stops at the first send
             // that fails (the scanners are gone).
             let walk_stats = stats.clone();
-            let walker = gdex::spawn_blocking(move || {
+            // (The app's pool's lane: `gdex::spawn_blocking` would start
+            // the default pool too.)
+            let walker = lane.spawn_blocking(move || {
                 let _alive = Alive::new(&walk_stats);
                 let mut batch = Vec::with_capacity(WALK_BATCH);
                 let finished = walk(&root, &mut |path| {
@@ -487,12 +490,7 @@ fn start(app: &Rc<App>, query: String) {
     let running = if app.glib_mode {
         Running::Glib(search_glib(root, query.clone(), stats.clone()))
     } else {
-        Running::Gdex(search_gdex(
-            &app.pool.scheduler(),
-            root,
-            query.clone(),
-            stats.clone(),
-        ))
+        Running::Gdex(search_gdex(&app.pool, root, query.clone(), stats.clone()))
     };
     let model = running.model();
     let started = Instant::now();
