@@ -77,8 +77,7 @@ impl SourceRef {
         priority: i32,
         can_recurse: bool,
     ) -> SourceRef {
-        let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
-        Self::create(context, hooks, funcs, None, name, priority, can_recurse)
+        Self::create(context, hooks, polled, None, name, priority, can_recurse)
     }
 
     /// Creates a source that also polls `fd` for `events` and attaches it
@@ -96,20 +95,27 @@ impl SourceRef {
         name: &'static CStr,
         priority: i32,
     ) -> SourceRef {
-        let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
-        let fd = Some((fd, events));
-        Self::create(context, hooks, funcs, fd, name, priority, false)
+        Self::create(
+            context,
+            hooks,
+            polled,
+            Some((fd, events)),
+            name,
+            priority,
+            false,
+        )
     }
 
     fn create(
         context: &glib::MainContext,
         hooks: Box<dyn Hooks>,
-        funcs: &'static ffi::GSourceFuncs,
+        polled: bool,
         fd: Option<(std::os::fd::RawFd, glib::IOCondition)>,
         name: &'static CStr,
         priority: i32,
         can_recurse: bool,
     ) -> SourceRef {
+        let funcs: &'static ffi::GSourceFuncs = if polled { &POLLED } else { &READY_TIME };
         let size = std::mem::size_of::<HookSource>() as u32;
         // SAFETY: `g_source_new` allocates at least `size` zeroed bytes
         // whose prefix is a `GSource`; `funcs` is a `'static` table GLib

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{watchdog, Counted};
+use common::{on_own_context, pump_for, pump_polling, watchdog, Counted};
 use futures::{FutureExt, StreamExt};
 use gdex::gio::prelude::*;
 use gdex::glib;
@@ -21,36 +21,6 @@ use gdex::{ListModel, Scheduler, ThreadPool};
 fn panic_handler_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn on_owner<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
-    let context = glib::MainContext::new();
-    let _scheduler = Scheduler::for_context(&context);
-    context
-        .with_thread_default(|| body(&context))
-        .expect("a fresh context is free")
-}
-
-/// Iterates `context` until `done()` holds or `limit` has passed; returns
-/// whether `done()` held.
-fn pump_for(context: &glib::MainContext, limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        if !context.iteration(false) {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    true
-}
-
-fn pump_until(context: &glib::MainContext, done: impl FnMut() -> bool) {
-    assert!(
-        pump_for(context, Duration::from_secs(20), done),
-        "the model never got there"
-    );
 }
 
 fn boxed(n: u64) -> glib::Object {
@@ -104,7 +74,7 @@ fn complete_handlers(object: &impl IsA<glib::Object>) -> u32 {
 #[test]
 fn a_stream_that_yields_for_every_item_still_lets_the_owner_loop_run() {
     watchdog("a_stream_that_yields_for_every_item", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let stream = futures::stream::unfold(0u64, |n| async move {
                 if n == 200 {
                     return None;
@@ -146,7 +116,7 @@ fn a_stream_that_yields_for_every_item_still_lets_the_owner_loop_run() {
                     *longest = (*longest).max(held);
                 }
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             timer.destroy();
             assert_eq!(model.n_items(), 200);
             let longest = *longest.borrow();
@@ -167,7 +137,7 @@ fn a_stream_that_yields_for_every_item_still_lets_the_owner_loop_run() {
 #[test]
 fn a_producer_that_keeps_pace_with_a_slow_handler_still_lets_the_owner_loop_run() {
     watchdog("a_producer_that_keeps_pace_with_a_slow_handler", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let (tx, rx) = gdex::channel::<u64>(1024);
             let model = ListModel::from_receiver(ty(), rx, boxed);
             model.set_frame_budget(Duration::from_millis(5));
@@ -206,7 +176,7 @@ fn a_producer_that_keeps_pace_with_a_slow_handler_still_lets_the_owner_loop_run(
                     std::thread::sleep(Duration::from_micros(300));
                 }
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             feeder.join().unwrap();
             timer.destroy();
             assert_eq!(model.n_items(), 400);
@@ -229,7 +199,7 @@ fn a_dropped_until_complete_disconnects_its_handler() {
         "a_dropped_until_complete_disconnects_its_handler",
         60,
         || {
-            on_owner(|_| {
+            on_own_context(|_| {
                 let model = ListModel::from_stream(ty(), futures::stream::pending::<u64>(), boxed);
                 for _ in 0..100 {
                     let mut wait = Box::pin(model.until_complete());
@@ -247,7 +217,7 @@ fn a_dropped_until_complete_disconnects_its_handler() {
 #[test]
 fn until_complete_resolves_when_the_model_goes_or_completes() {
     watchdog("until_complete_resolves_when_the_model_goes", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let (tx, rx) = gdex::channel::<u64>(4);
             let model = ListModel::from_receiver(ty(), rx, boxed);
             let done = Rc::new(AtomicBool::new(false));
@@ -261,7 +231,7 @@ fn until_complete_resolves_when_the_model_goes_or_completes() {
             assert!(!pump_for(context, Duration::from_millis(50), || done
                 .load(Ordering::SeqCst)));
             drop(model);
-            pump_until(context, || done.load(Ordering::SeqCst));
+            pump_polling(context, || done.load(Ordering::SeqCst));
             drop(tx);
 
             let (tx, rx) = gdex::channel::<u64>(4);
@@ -277,7 +247,7 @@ fn until_complete_resolves_when_the_model_goes_or_completes() {
             assert!(!pump_for(context, Duration::from_millis(50), || done
                 .load(Ordering::SeqCst)));
             drop(tx);
-            pump_until(context, || done.load(Ordering::SeqCst));
+            pump_polling(context, || done.load(Ordering::SeqCst));
             assert!(model.is_complete());
             assert_eq!(complete_handlers(&model), 0);
         });
@@ -300,7 +270,7 @@ fn a_panic_in_map_is_reported_at_once_and_the_model_completes() {
                 s.lock().unwrap().push(event.message.clone());
             }
         });
-        on_owner(|context| {
+        on_own_context(|context| {
             let model = ListModel::from_stream(ty(), futures::stream::iter(0..10u64), |n| {
                 if n == 5 {
                     panic!("attack18a: map refuses 5");
@@ -341,14 +311,14 @@ fn a_panic_in_the_producer_is_reported_at_once() {
             }
         });
         let pool = ThreadPool::builder().workers(1).build().unwrap();
-        on_owner(|context| {
+        on_own_context(|context| {
             let model = ListModel::spawn(&pool.scheduler(), ty(), boxed, |items| async move {
                 for n in 0..10u64 {
                     items.send(n).await.unwrap();
                 }
                 panic!("attack18a: producer gives up");
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             let reported = pump_for(context, Duration::from_millis(500), || {
                 !seen.lock().unwrap().is_empty()
             });
@@ -385,7 +355,7 @@ fn an_items_changed_handler_that_reads_nests_and_drops_the_model() {
             });
             let pool = ThreadPool::builder().workers(2).build().unwrap();
             let dropped = Arc::new(AtomicUsize::new(0));
-            on_owner(|context| {
+            on_own_context(|context| {
                 let marker = Counted(dropped.clone());
                 let model =
                     ListModel::spawn(&pool.scheduler(), ty(), boxed, move |items| async move {
@@ -419,8 +389,8 @@ fn an_items_changed_handler_that_reads_nests_and_drops_the_model() {
                         }
                     },
                 );
-                pump_until(context, || weak.upgrade().is_none());
-                pump_until(context, || dropped.load(Ordering::SeqCst) == 1);
+                pump_polling(context, || weak.upgrade().is_none());
+                pump_polling(context, || dropped.load(Ordering::SeqCst) == 1);
                 assert!(calls.load(Ordering::SeqCst) >= 6);
             });
             gdex::reset_panic_handler();
@@ -439,7 +409,7 @@ fn the_model_dropped_on_another_thread_cancels_its_work() {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
         let producer_gone = Arc::new(AtomicUsize::new(0));
         let stream_gone = Arc::new(AtomicUsize::new(0));
-        on_owner(|context| {
+        on_own_context(|context| {
             let marker = Counted(producer_gone.clone());
             let model = ListModel::spawn(&pool.scheduler(), ty(), boxed, move |items| async move {
                 let _marker = marker;
@@ -450,7 +420,7 @@ fn the_model_dropped_on_another_thread_cancels_its_work() {
                     gdex::yield_now().await;
                 }
             });
-            pump_until(context, || model.n_items() >= 10);
+            pump_polling(context, || model.n_items() >= 10);
             // A local stream's model too: its feed's future must be dropped
             // on the owner thread.
             let owner = std::thread::current().id();
@@ -490,7 +460,7 @@ fn the_model_dropped_on_another_thread_cancels_its_work() {
             })
             .join()
             .unwrap();
-            pump_until(context, || {
+            pump_polling(context, || {
                 producer_gone.load(Ordering::SeqCst) == 1 && stream_gone.load(Ordering::SeqCst) == 1
             });
             assert!(
@@ -509,7 +479,7 @@ fn a_producer_blocked_in_send_is_cancelled_with_the_model() {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
         let dropped = Arc::new(AtomicUsize::new(0));
         let sent = Arc::new(AtomicUsize::new(0));
-        on_owner(|_context| {
+        on_own_context(|_context| {
             let marker = Counted(dropped.clone());
             let s = sent.clone();
             let model = ListModel::spawn(&pool.scheduler(), ty(), boxed, move |items| async move {
@@ -550,7 +520,7 @@ fn a_producer_blocked_in_send_is_cancelled_with_the_model() {
 #[test]
 fn a_zero_budget_progresses_and_map_may_drop_the_model() {
     watchdog("a_zero_budget_progresses", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let model = ListModel::from_stream(ty(), futures::stream::iter(0..50u64), boxed);
             model.set_frame_budget(Duration::ZERO);
             let batches = Rc::new(AtomicUsize::new(0));
@@ -558,7 +528,7 @@ fn a_zero_budget_progresses_and_map_may_drop_the_model() {
             model.connect_items_changed(move |_, _, _, _| {
                 b.fetch_add(1, Ordering::SeqCst);
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             assert_eq!(model.n_items(), 50);
             assert_eq!(batches.load(Ordering::SeqCst), 50);
 
@@ -572,7 +542,7 @@ fn a_zero_budget_progresses_and_map_may_drop_the_model() {
             });
             let weak = model.downgrade();
             *slot.borrow_mut() = Some(model);
-            pump_until(context, || weak.upgrade().is_none());
+            pump_polling(context, || weak.upgrade().is_none());
             pump_for(context, Duration::from_millis(20), || false);
         });
     });
@@ -584,7 +554,7 @@ fn a_zero_budget_progresses_and_map_may_drop_the_model() {
 fn the_pool_shut_down_under_a_producer() {
     watchdog("the_pool_shut_down_under_a_producer", 60, || {
         let pool = ThreadPool::builder().workers(1).build().unwrap();
-        on_owner(|context| {
+        on_own_context(|context| {
             let model = ListModel::spawn(&pool.scheduler(), ty(), boxed, |items| async move {
                 let mut n = 0u64;
                 loop {
@@ -595,12 +565,12 @@ fn the_pool_shut_down_under_a_producer() {
                     gdex::sleep(Duration::from_millis(1)).await;
                 }
             });
-            pump_until(context, || model.n_items() >= 5);
+            pump_polling(context, || model.n_items() >= 5);
             pool.shutdown();
             // The stream ended, so the model completes (nothing hangs). Note
             // that `complete` cannot tell this (or a producer that panicked)
             // from a producer that finished: the list is partial.
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             assert!(model.n_items() >= 5);
         });
     });
@@ -641,7 +611,7 @@ fn the_owner_thread_exits_with_the_model_in_a_thread_local() {
                                     gdex::sleep(Duration::from_micros(100)).await;
                                 }
                             });
-                        pump_until(&context, || model.n_items() >= 10);
+                        pump_polling(&context, || model.n_items() >= 10);
                         if queued {
                             // Let items arrive: the feed is woken, queued,
                             // and nobody will run it.
@@ -677,7 +647,7 @@ fn the_owner_thread_exits_with_the_model_in_a_thread_local() {
 #[test]
 fn a_channel_of_one_fed_in_bursts_loses_nothing() {
     watchdog("a_channel_of_one_fed_in_bursts_loses_nothing", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let count = common::stress(5_000) as u64;
             let (tx, rx) = gdex::channel::<u64>(1);
             let model = ListModel::from_receiver(ty(), rx, boxed);
@@ -690,7 +660,7 @@ fn a_channel_of_one_fed_in_bursts_loses_nothing() {
                     }
                 }
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             feeder.join().unwrap();
             assert_eq!(model.n_items() as u64, count);
             for n in (0..count).step_by(97) {

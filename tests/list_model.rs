@@ -10,37 +10,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{watchdog, Counted};
+use common::{on_own_context, pump_polling, watchdog, Counted};
 use gdex::gio::prelude::*;
 use gdex::glib;
-use gdex::{ListModel, Scheduler, ThreadPool};
-
-/// Runs `body` with a fresh context pushed as this thread's thread-default,
-/// and a gdex scheduler on it: the model's owner thread, as a GTK app's main
-/// thread is.
-fn on_owner<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
-    let context = glib::MainContext::new();
-    let _scheduler = Scheduler::for_context(&context);
-    context
-        .with_thread_default(|| body(&context))
-        .expect("a fresh context is free")
-}
-
-/// Iterates `context` until `done()` holds, without blocking forever on a
-/// wake-up from another thread that does not come (a producer on the pool
-/// wakes the owner's scheduler, which wakes the context: this is only a
-/// guard).
-fn pump_until(context: &glib::MainContext, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "the model never got there");
-        if !context.iteration(false) {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-}
+use gdex::{ListModel, ThreadPool};
 
 fn boxed(n: u64) -> glib::Object {
     glib::BoxedAnyObject::new(n).upcast()
@@ -77,7 +52,7 @@ fn watch(model: &ListModel) -> Changes {
 fn items_from_the_pool_arrive_in_order_in_batches_on_the_owner_thread() {
     watchdog("items_from_the_pool_arrive_in_order", 60, || {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
-        on_owner(|context| {
+        on_own_context(|context| {
             let count = common::stress(10_000) as u64;
             let model = ListModel::spawn(
                 &pool.scheduler(),
@@ -97,7 +72,7 @@ fn items_from_the_pool_arrive_in_order_in_batches_on_the_owner_thread() {
             let notified = Rc::new(RefCell::new(0));
             let seen = notified.clone();
             model.connect_notify_local(Some("complete"), move |_, _| *seen.borrow_mut() += 1);
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             assert_eq!(model.n_items() as u64, count);
             for n in 0..count {
                 assert_eq!(value_at(&model, n as u32), n);
@@ -129,7 +104,7 @@ fn dropping_the_model_cancels_its_producer() {
     watchdog("dropping_the_model_cancels_its_producer", 60, || {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
         let dropped = Arc::new(AtomicUsize::new(0));
-        on_owner(|context| {
+        on_own_context(|context| {
             let marker = Counted(dropped.clone());
             let model = ListModel::spawn(
                 &pool.scheduler(),
@@ -147,11 +122,11 @@ fn dropping_the_model_cancels_its_producer() {
                     }
                 },
             );
-            pump_until(context, || model.n_items() >= 100);
+            pump_polling(context, || model.n_items() >= 100);
             assert!(!model.is_complete());
             assert_eq!(dropped.load(Ordering::SeqCst), 0);
             drop(model);
-            pump_until(context, || dropped.load(Ordering::SeqCst) == 1);
+            pump_polling(context, || dropped.load(Ordering::SeqCst) == 1);
         });
     });
 }
@@ -162,7 +137,7 @@ fn dropping_the_model_cancels_its_producer() {
 #[test]
 fn a_batch_keeps_to_the_frame_budget() {
     watchdog("a_batch_keeps_to_the_frame_budget", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let model = ListModel::from_stream(
                 glib::BoxedAnyObject::static_type(),
                 futures::stream::iter(0..200u64),
@@ -185,7 +160,7 @@ fn a_batch_keeps_to_the_frame_budget() {
                 },
             );
             timer.attach(Some(context));
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             timer.destroy();
             assert_eq!(model.n_items(), 200);
             let changes = changes.borrow();
@@ -210,14 +185,14 @@ fn a_batch_keeps_to_the_frame_budget() {
 #[test]
 fn a_local_stream_and_a_channel_fill_a_model() {
     watchdog("a_local_stream_and_a_channel_fill_a_model", 60, || {
-        on_owner(|context| {
+        on_own_context(|context| {
             let local = Rc::new(7u64);
             let model = ListModel::from_stream(
                 glib::BoxedAnyObject::static_type(),
                 futures::stream::iter((0..50u64).map(move |n| n * *local)),
                 boxed,
             );
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             assert_eq!(model.n_items(), 50);
             assert_eq!(value_at(&model, 49), 49 * 7);
 
@@ -228,7 +203,7 @@ fn a_local_stream_and_a_channel_fill_a_model() {
                     gdex::wait_for(tx.send(n)).unwrap();
                 }
             });
-            pump_until(context, || model.is_complete());
+            pump_polling(context, || model.is_complete());
             feeder.join().unwrap();
             assert_eq!(model.n_items(), 300);
             assert_eq!(value_at(&model, 299), 299);
@@ -238,7 +213,7 @@ fn a_local_stream_and_a_channel_fill_a_model() {
                 futures::stream::empty::<u64>(),
                 boxed,
             );
-            pump_until(context, || empty.is_complete());
+            pump_polling(context, || empty.is_complete());
             assert_eq!(empty.n_items(), 0);
             assert!(empty.item(0).is_none());
         });
@@ -251,7 +226,7 @@ fn a_local_stream_and_a_channel_fill_a_model() {
 #[test]
 fn until_complete_and_misuse() {
     watchdog("until_complete_and_misuse", 60, || {
-        on_owner(|_| {
+        on_own_context(|_| {
             let model = ListModel::from_stream(
                 glib::BoxedAnyObject::static_type(),
                 futures::stream::iter(0..10u64),

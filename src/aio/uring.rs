@@ -168,6 +168,30 @@ impl Ring {
         Ok(ring)
     }
 
+    /// One turn of the ring's work, from its source's `dispatch` or from
+    /// the monitor ([`service`]): hands the kernel what is queued, reaps
+    /// every completion, hands it more of the backlog (room was freed), and
+    /// wakes the finished operations' tasks outside the lock. A waker that
+    /// panics goes to the panic handler (X5); the others are woken all the
+    /// same (their operations are done, and a lost wake-up would leave
+    /// their tasks waiting forever).
+    fn turn(&self) {
+        let mut wakers = Vec::new();
+        {
+            let mut state = self.state.lock().unpoisoned();
+            if state.has_work() {
+                state.submit();
+            }
+            state.reap(&mut wakers);
+            if state.has_work() {
+                state.submit();
+            }
+        }
+        for waker in wakers {
+            crate::diagnostics::panic::wake(waker);
+        }
+    }
+
     fn new(context: usize) -> std::io::Result<Ring> {
         let ring = IoUring::builder().setup_clamp().build(ENTRIES)?;
         let cap = ring.params().cq_entries() as usize;
@@ -328,21 +352,7 @@ impl Hooks for RingSource {
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
-        let mut wakers = Vec::new();
-        {
-            let mut state = self.0.state.lock().unpoisoned();
-            state.reap(&mut wakers);
-            // Room was freed: hand the kernel more of the backlog now.
-            if state.has_work() {
-                state.submit();
-            }
-        }
-        // A waker that panics goes to the panic handler (X5); the others
-        // are woken all the same (their operations are done, and a lost
-        // wake-up would leave their tasks waiting forever).
-        for waker in wakers {
-            crate::diagnostics::panic::wake(waker);
-        }
+        self.0.turn();
         true
     }
 }
@@ -414,23 +424,7 @@ pub(crate) fn service(context: &glib::MainContext) {
     let Some(ring) = ring.filter(|ring| ring.alive.load(Ordering::Acquire)) else {
         return;
     };
-    let mut wakers = Vec::new();
-    {
-        let mut state = ring.state.lock().unpoisoned();
-        if state.slots.is_empty() {
-            return;
-        }
-        if state.has_work() {
-            state.submit();
-        }
-        state.reap(&mut wakers);
-        if state.has_work() {
-            state.submit();
-        }
-    }
-    for waker in wakers {
-        crate::diagnostics::panic::wake(waker);
-    }
+    ring.turn();
 }
 
 /// An operation handed to a ring, as its future holds it.

@@ -118,7 +118,7 @@ impl TaskState {
 struct Entry {
     name: Option<Arc<str>>,
     location: &'static Location<'static>,
-    scheduler: Mutex<Arc<str>>,
+    scheduler: Arc<str>,
     spawned: Instant,
     state: AtomicU8,
     polls: AtomicU64,
@@ -138,11 +138,16 @@ const WAITING: u8 = 2;
 
 /// A tracked task's handle on its entry, kept by its future (as the key + 1,
 /// so that 0 means untracked).
-pub(crate) fn register(location: &'static Location<'static>, name: Option<Arc<str>>) -> u32 {
+#[cold]
+pub(crate) fn register(
+    location: &'static Location<'static>,
+    name: Option<Arc<str>>,
+    scheduler: String,
+) -> u32 {
     let entry = Arc::new(Entry {
         name,
         location,
-        scheduler: Mutex::new("".into()),
+        scheduler: scheduler.into(),
         spawned: Instant::now(),
         state: AtomicU8::new(QUEUED),
         polls: AtomicU64::new(0),
@@ -156,13 +161,6 @@ pub(crate) fn register(location: &'static Location<'static>, name: Option<Arc<st
 
 fn entry(track: u32) -> Option<Arc<Entry>> {
     TABLE.lock().unpoisoned().get(track as usize - 1).cloned()
-}
-
-/// Names the scheduler of a tracked task (at spawn, by the scheduler).
-pub(crate) fn set_scheduler(track: u32, scheduler: impl Into<Arc<str>>) {
-    if let Some(entry) = entry(track) {
-        *entry.scheduler.lock().unpoisoned() = scheduler.into();
-    }
 }
 
 /// A tracked task's future is dropped: its entry goes.
@@ -332,7 +330,7 @@ pub fn dump() -> TaskDump {
             TaskInfo {
                 name: entry.name.clone(),
                 location: entry.location,
-                scheduler: entry.scheduler.lock().unpoisoned().clone(),
+                scheduler: entry.scheduler.clone(),
                 thread: entry.thread.lock().unpoisoned().clone(),
                 state: TaskState::from_u8(entry.state.load(Ordering::Acquire)),
                 polls: entry.polls.load(Ordering::Relaxed),
@@ -400,7 +398,7 @@ fn start_signal_thread() {
             // is attached once, then its reference given up (the context
             // keeps it for the thread's life).
             unsafe {
-                let raw = g_unix_signal_source_new(libc::SIGUSR1);
+                let raw = crate::util::g_unix_signal_source_new(libc::SIGUSR1);
                 assert!(!raw.is_null(), "g_unix_signal_source_new(SIGUSR1) failed");
                 glib::ffi::g_source_set_callback(raw, Some(print_dump), std::ptr::null_mut(), None);
                 glib::ffi::g_source_set_name(raw, c"gdex task dump".as_ptr());
@@ -418,11 +416,6 @@ fn start_signal_thread() {
             err
         );
     }
-}
-
-extern "C" {
-    // In glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
-    fn g_unix_signal_source_new(signum: libc::c_int) -> *mut glib::ffi::GSource;
 }
 
 /// The SIGUSR1 source's callback: prints the dump on stderr.

@@ -28,10 +28,7 @@ use crate::scheduler::context::idle_warn_delay;
 use crate::source::{Hooks, SourceRef};
 use crate::task::flag::Flag;
 
-extern "C" {
-    // In glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
-    fn g_unix_signal_source_new(signum: libc::c_int) -> *mut ffi::GSource;
-}
+use crate::util::g_unix_signal_source_new;
 
 /// The signals GLib can watch (`g_unix_signal_source_new`).
 const WATCHABLE: [(libc::c_int, &str); 6] = [

@@ -579,7 +579,7 @@ impl<F> CatchUnwind<F> {
         scheduler: impl FnOnce() -> String,
     ) -> Self {
         let track = if crate::diagnostics::dump::tracking() {
-            Self::track(name, location, scheduler())
+            crate::diagnostics::dump::register(location, name, scheduler())
         } else {
             0
         };
@@ -591,18 +591,6 @@ impl<F> CatchUnwind<F> {
                 track,
             },
         }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn track(
-        name: Option<std::sync::Arc<str>>,
-        location: &'static std::panic::Location<'static>,
-        scheduler: String,
-    ) -> u32 {
-        let track = crate::diagnostics::dump::register(location, name);
-        crate::diagnostics::dump::set_scheduler(track, scheduler);
-        track
     }
 }
 

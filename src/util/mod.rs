@@ -104,3 +104,10 @@ pub(crate) fn env_setting<T>(
     }
     parsed
 }
+
+extern "C" {
+    /// A source that dispatches when the process gets `signum` (one of
+    /// SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH). In
+    /// glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
+    pub(crate) fn g_unix_signal_source_new(signum: libc::c_int) -> *mut glib_sys::GSource;
+}

@@ -67,6 +67,46 @@ pub fn pump_until(context: &glib::MainContext, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Iterates `context` without blocking until `done()` holds or `limit` has
+/// passed (sleeping 200 µs when nothing is ready); true if `done()` held.
+/// Unlike [`pump_until`], it cannot sleep forever in the context's poll
+/// when another thread makes `done()` true without waking the context.
+pub fn pump_for(
+    context: &glib::MainContext,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        if !context.iteration(false) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    true
+}
+
+/// [`pump_for`] with 20 s, failing the test if `done()` never holds.
+pub fn pump_polling(context: &glib::MainContext, done: impl FnMut() -> bool) {
+    assert!(
+        pump_for(context, Duration::from_secs(20), done),
+        "the condition never held"
+    );
+}
+
+/// Runs `body` with a fresh context pushed as this thread's thread-default
+/// and a gdex scheduler on it: an owner thread, as a GTK app's main thread
+/// is.
+pub fn on_own_context<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
+    let context = glib::MainContext::new();
+    let _scheduler = gdex::Scheduler::for_context(&context);
+    context
+        .with_thread_default(|| body(&context))
+        .expect("a fresh context is free")
+}
+
 /// Polls `cond` every millisecond until it holds. For waiting on other
 /// threads' progress (metrics) inside a watchdog.
 pub fn wait_until(mut cond: impl FnMut() -> bool) {
