@@ -105,7 +105,7 @@ impl Lane {
         let future = async move {
             // Polled by `refuse`: no thread could start to run `f`.
             if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {
-                return Err(Failure::Error(Error::Failed(error)));
+                return Err(Failure::error(Error::Failed(error)));
             }
             job.await
         };

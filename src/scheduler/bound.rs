@@ -76,7 +76,7 @@ impl<F: Future, O: ObjectType> Future for Bound<F, O> {
             // Stop like a cancelled task: its GIO calls too (X1). The
             // future is dropped by async-task right after this.
             crate::task::cancel_current_cancellable();
-            return Poll::Ready(Err(Failure::Error(Error::Cancelled)));
+            return Poll::Ready(Err(Failure::error(Error::Cancelled)));
         }
         this.future.poll(cx)
     }

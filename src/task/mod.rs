@@ -519,11 +519,34 @@ impl<T> Drop for Output<T> {
     }
 }
 
-/// Why a task has no value: what its block stores instead.
-pub(crate) enum Failure {
+/// Why a task has no value: what its block stores instead. Boxed: the
+/// block keeps room for its output beside its future, and a failure is
+/// rare, so a bare [`FailureKind`] (48 bytes) would make every block whose
+/// future is small 40 bytes bigger than this pointer does.
+pub(crate) struct Failure(Box<FailureKind>);
+
+/// What a [`Failure`] holds.
+pub(crate) enum FailureKind {
     Panicked(PanicReport),
     /// Refused or stopped by gdex (a closed scheduler, a disposed object).
     Error(Error),
+}
+
+impl Failure {
+    /// A task refused or stopped by gdex with `error`.
+    #[cold]
+    pub(crate) fn error(error: Error) -> Self {
+        Failure(Box::new(FailureKind::Error(error)))
+    }
+
+    #[cold]
+    fn panicked(report: PanicReport) -> Self {
+        Failure(Box::new(FailureKind::Panicked(report)))
+    }
+
+    fn into_kind(self) -> FailureKind {
+        *self.0
+    }
 }
 
 /// What a task's block stores as output.
@@ -734,7 +757,7 @@ impl<F: Future> CatchUnwind<F> {
             }
             Err(payload) => {
                 this.idle.done();
-                Poll::Ready(Err(Failure::Panicked(PanicReport::caught(panic_message(
+                Poll::Ready(Err(Failure::panicked(PanicReport::caught(panic_message(
                     &*payload,
                 )))))
             }
@@ -786,7 +809,7 @@ impl<T> Task<T> {
     /// A task that was refused (its scheduler is closed): awaiting it gives
     /// `error` at once.
     pub(crate) fn failed(error: Error) -> Self {
-        let future = async move { Err(Failure::Error(error)) };
+        let future = async move { Err(Failure::error(error)) };
         // SAFETY: the future (which holds only an Error, Send) is polled to
         // its end right here, on this thread, and never scheduled again: the
         // schedule function is never called for a finished task.
@@ -852,13 +875,15 @@ impl<T> Task<T> {
         .await;
         match output {
             Some(Ok(value)) => Some(value.into_inner()),
-            Some(Err(Failure::Panicked(report))) => {
-                // The panic is the canceller's to know about, not a
-                // report for the log.
-                drop(report.take());
+            Some(Err(failure)) => {
+                if let FailureKind::Panicked(report) = failure.into_kind() {
+                    // The panic is the canceller's to know about, not a
+                    // report for the log.
+                    drop(report.take());
+                }
                 None
             }
-            Some(Err(Failure::Error(_))) | None => None,
+            None => None,
         }
     }
 
@@ -899,10 +924,10 @@ impl<T> Future for Task<T> {
         let finished = task.is_finished();
         match contain_waker(cx, finished, |cx| Pin::new(&mut *task).poll(cx)) {
             Poll::Ready(Some(Ok(value))) => Poll::Ready(Ok(value.into_inner())),
-            Poll::Ready(Some(Err(Failure::Panicked(report)))) => {
-                Poll::Ready(Err(Error::Panicked(report.take())))
-            }
-            Poll::Ready(Some(Err(Failure::Error(error)))) => Poll::Ready(Err(error)),
+            Poll::Ready(Some(Err(failure))) => Poll::Ready(Err(match failure.into_kind() {
+                FailureKind::Panicked(report) => Error::Panicked(report.take()),
+                FailureKind::Error(error) => error,
+            })),
             Poll::Ready(None) => Poll::Ready(Err(Error::Cancelled)),
             Poll::Pending => Poll::Pending,
         }
@@ -1150,5 +1175,20 @@ mod tests {
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "by reference");
         contained.wake();
         assert_eq!(count.0.load(Ordering::SeqCst), 2, "by value");
+    }
+}
+#[cfg(all(test, not(gdex_loom)))]
+mod size_tests {
+    use super::*;
+
+    /// BENCH.md's memory_per_task: a block holds room for the larger of
+    /// the future and its outcome, so a failure's report stays boxed.
+    #[test]
+    fn a_small_outcome_costs_a_task_no_more_than_its_value_and_a_pointer() {
+        assert_eq!(std::mem::size_of::<Outcome<()>>(), 8);
+        assert_eq!(std::mem::size_of::<Outcome<u64>>(), 16);
+        // What a task's wrapper adds to its future: the S9 entry and the
+        // X8 key.
+        assert_eq!(std::mem::size_of::<CatchUnwind<[u64; 2]>>(), 32);
     }
 }

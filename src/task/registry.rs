@@ -88,7 +88,56 @@ pub(crate) struct Registry {
     /// Once closed: how many of the tasks given back by `close` have not
     /// been dropped (or recorded elsewhere) yet.
     outstanding: AtomicUsize,
-    wakers: Mutex<slab::Slab<Waker>>,
+    wakers: Mutex<Book>,
+}
+
+/// The recorded wakers: a slab of 16-byte slots (`Option<Waker>` uses the
+/// waker's non-null vtable for `None`) with the free keys on a side list,
+/// where `slab::Slab`'s 24-byte entries would cost every idle task 8 bytes
+/// more (BENCH.md's memory_per_task).
+#[derive(Default)]
+struct Book {
+    slots: Vec<Option<Waker>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl Book {
+    fn insert(&mut self, waker: Waker) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(key) => {
+                self.slots[key as usize] = Some(waker);
+                key as usize
+            }
+            None => {
+                // Keys are u32 on the free list, and the task keeps its key
+                // in a u32 (`Idle::key`, with u32::MAX reserved).
+                assert!(
+                    self.slots.len() < u32::MAX as usize,
+                    "gdex: more than 4 billion idle tasks on one worker"
+                );
+                self.slots.push(Some(waker));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn try_remove(&mut self, key: usize) -> Option<Waker> {
+        let waker = self.slots.get_mut(key)?.take()?;
+        self.len -= 1;
+        self.free.push(key as u32);
+        Some(waker)
+    }
+
+    fn take_all(&mut self) -> Vec<Waker> {
+        let wakers: Vec<Waker> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .flatten()
+            .collect();
+        *self = Book::default();
+        wakers
+    }
 }
 
 impl Registry {
@@ -96,13 +145,13 @@ impl Registry {
         Arc::new(Registry {
             closed: AtomicBool::new(false),
             outstanding: AtomicUsize::new(0),
-            wakers: Mutex::new(slab::Slab::new()),
+            wakers: Mutex::new(Book::default()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, slab::Slab<Waker>> {
+    fn lock(&self) -> MutexGuard<'_, Book> {
         // Nothing panics while holding the lock; a poisoned lock still
-        // holds a consistent slab.
+        // holds a consistent book.
         self.wakers.lock().unpoisoned()
     }
 
@@ -143,12 +192,9 @@ impl Registry {
     /// worker to wake.
     pub(crate) fn close(&self) -> Vec<Waker> {
         let mut wakers = self.lock();
-        self.outstanding.store(wakers.len(), Ordering::Relaxed);
+        self.outstanding.store(wakers.len, Ordering::Relaxed);
         self.closed.store(true, Ordering::Release);
-        std::mem::take(&mut *wakers)
-            .into_iter()
-            .map(|(_, waker)| waker)
-            .collect()
+        wakers.take_all()
     }
 
     /// Once closed: how many of the tasks `close` gave back are neither
@@ -160,13 +206,29 @@ impl Registry {
     /// How many tasks are recorded now (for the tests).
     #[cfg(all(test, not(gdex_loom)))]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().len
     }
 }
 
 #[cfg(all(test, not(gdex_loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removed_key_is_given_again_and_a_stale_one_removes_nothing() {
+        let r = Registry::new();
+        let noop = futures::task::noop_waker_ref();
+        let a = r.insert(noop).unwrap();
+        let b = r.insert(noop).unwrap();
+        assert_ne!(a, b);
+        r.remove(a);
+        r.remove(a);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.insert(noop), Some(a));
+        r.remove(99);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.close().len(), 2);
+    }
 
     #[test]
     fn closing_gives_back_every_waker_and_refuses_later_ones() {
