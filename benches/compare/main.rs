@@ -10,6 +10,7 @@
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
+//! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
 //!
 //! It ends by printing one Markdown table: every workload, gdex's figure,
@@ -19,6 +20,7 @@ mod fibers;
 mod figures;
 mod io;
 mod runtimes;
+mod scaling;
 mod table;
 mod workloads;
 
@@ -34,6 +36,18 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let figures_only = args.iter().any(|a| a == "figures");
+    if args.iter().any(|a| a == "workers") {
+        // The tokio suite again at 2, 4, 8 and 16 workers (scaling.rs).
+        let mut c = Criterion::default()
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(1))
+            .sample_size(10)
+            .configure_from_args();
+        scaling::workers(&mut c);
+        c.final_summary();
+        scaling::print();
+        return;
+    }
     let filtered = args.iter().any(|a| !a.starts_with('-')) && !figures_only;
     let mut c = if quick {
         Criterion::default()

@@ -21,11 +21,24 @@ pub trait Items: Clone + Send + Sync + 'static {
     fn push<F: FnOnce() + Send + 'static>(&self, f: F);
 }
 
+/// The pools' worker count: `GDEX_BENCH_WORKERS` (default 2), or the count
+/// the `workers` table is measuring now ([`set_workers`]).
 pub fn workers() -> usize {
-    std::env::var("GDEX_BENCH_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2)
+    match WORKERS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::env::var("GDEX_BENCH_WORKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2),
+        n => n,
+    }
+}
+
+static WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Makes [`workers`] return `n` (for runtimes built from now on, and for the
+/// workloads' task counts).
+pub fn set_workers(n: usize) {
+    WORKERS.store(n, std::sync::atomic::Ordering::Relaxed);
 }
 
 #[derive(Clone)]

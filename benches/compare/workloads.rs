@@ -312,6 +312,20 @@ fn main_pool_roundtrip_glib(pool: &crate::runtimes::GlibPool) {
     });
 }
 
+/// The tokio-suite rows, for the worker-count table (`scaling.rs`).
+pub fn suite<R: Runtime>() -> [(&'static str, fn(&R)); 8] {
+    [
+        ("spawn_many_local", spawn_many_local::<R>),
+        ("spawn_many_remote_idle", spawn_many_remote_idle::<R>),
+        ("spawn_many_remote_busy1", spawn_many_remote_busy1::<R>),
+        ("spawn_many_remote_busy2", spawn_many_remote_busy2::<R>),
+        ("ping_pong", ping_pong::<R>),
+        ("yield_many", yield_many::<R>),
+        ("chained_spawn", chained_spawn::<R>),
+        ("uneven_fanout", uneven_fanout::<R>),
+    ]
+}
+
 macro_rules! bench {
     ($g:expr, $name:literal, $threads:expr, $f:expr, $rt:expr) => {{
         let rt = &$rt;
