@@ -99,6 +99,58 @@ fn timeout_fires_on_a_saturated_worker() {
     });
 }
 
+/// P8 with short jobs: a busy worker's loop turns skip the kernel's poll of
+/// its fds between polls at most 100 µs apart (issue 17), so an fd that
+/// becomes ready while every slice is 32 jobs of a microsecond is still
+/// found, soon. The reader waits on its pipe with `gdex::unix_fd`, a plain
+/// fd source on the worker's context: nothing but a poll(2) can see it.
+#[test]
+fn an_fd_becomes_ready_on_a_worker_busy_with_short_jobs() {
+    use std::io::{Read, Write};
+    common::watchdog("an_fd_becomes_ready_on_a_busy_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy_polls = Arc::new(AtomicUsize::new(0));
+        for _ in 0..4 {
+            let (stop, busy_polls) = (stop.clone(), busy_polls.clone());
+            s.spawn(async move {
+                let t = Instant::now();
+                while !stop.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(10) {
+                    spin(Duration::from_micros(1));
+                    busy_polls.fetch_add(1, Ordering::Relaxed);
+                    gdex::yield_now().await;
+                }
+            })
+            .detach();
+        }
+        let (mut ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let stop2 = stop.clone();
+        let (waiting_tx, waiting) = std::sync::mpsc::channel();
+        let reader = s.spawn(async move {
+            waiting_tx.send(()).unwrap();
+            gdex::unix_fd(&ours, glib::IOCondition::IN).await.unwrap();
+            let found = Instant::now();
+            stop2.store(true, Ordering::Release);
+            let mut byte = [0];
+            ours.read_exact(&mut byte).unwrap();
+            found
+        });
+        waiting.recv().unwrap();
+        common::wait_until(|| busy_polls.load(Ordering::Relaxed) > 10_000);
+        let written = Instant::now();
+        theirs.write_all(b"x").unwrap();
+        let found = gdex::block_on(reader).unwrap();
+        let waited = found.saturating_duration_since(written);
+        // Liveness, not speed: a worker that never polled its fds while
+        // busy would find it only when the busy tasks stop after 10 s.
+        assert!(
+            waited < Duration::from_secs(5),
+            "the fd was found only after {waited:?}, when the busy tasks stopped"
+        );
+    });
+}
+
 /// P2: a GIO async call made inside a pool task runs its callback on the
 /// same worker (its context is thread-default there) and completes.
 #[test]
@@ -439,33 +491,54 @@ fn thread_per_core_a_task_woken_from_another_worker_resumes_at_home() {
 /// P6: a worker whose deque grows asks a peer for help as the deque reaches
 /// 2, 4, 8, ... jobs, not on every push: 1,000 local spawns make about ten
 /// requests (mutant: a request per push, a thousand).
+///
+/// The peer is kept busy until the burst is queued, so the deque grows to
+/// 1,000 undisturbed. (With the peer free, it stole each job as it came,
+/// the deque went from 1 to 2 again and again, and each of those asked
+/// anew, as P6 says it should: the count then depended on the race, and
+/// the test failed about one run in three.)
 #[test]
 fn a_burst_of_local_spawns_asks_for_help_only_as_the_deque_doubles() {
     common::watchdog("a_burst_of_local_spawns_asks_for_help", 60, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let s = pool.scheduler();
+        let (started, queued) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (started2, queued2) = (started.clone(), queued.clone());
+        let blocker = s.spawn(async move {
+            started2.store(true, Ordering::Release);
+            // Busy in one poll: this worker neither parks nor steals.
+            while !queued2.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+        });
+        common::wait_until(|| started.load(Ordering::Acquire));
+        let before = pool.metrics();
         let s2 = s.clone();
         let burst = s.spawn(async move {
             let tasks: Vec<_> = (0..1000)
                 .map(|_| s2.spawn(async { std::hint::black_box(1) }))
                 .collect();
+            queued.store(true, Ordering::Release);
             for t in tasks {
                 t.await.unwrap();
             }
         });
         gdex::block_on(burst).unwrap();
+        gdex::block_on(blocker).unwrap();
         let m = pool.metrics();
-        let asked: u64 = m
-            .workers
-            .iter()
-            .map(|w| w.wake_requests_sent + w.wake_requests_coalesced)
-            .sum();
-        // Ten doublings, plus one per steal that left backlog behind.
-        let steals: u64 = m.workers.iter().map(|w| w.steals).sum();
-        assert!(
-            asked <= 20 + steals,
-            "{asked} requests for 1,000 pushes: {m:?}"
-        );
+        let asked = |m: &gdex::PoolMetrics| -> u64 {
+            m.workers
+                .iter()
+                .map(|w| w.wake_requests_sent + w.wake_requests_coalesced)
+                .sum()
+        };
+        let asked = asked(&m) - asked(&before);
+        // Ten doublings, plus a few as the burst's task is woken while
+        // the deque drains.
+        assert!(asked <= 20, "{asked} requests for 1,000 pushes: {m:?}");
     });
 }
 
