@@ -152,7 +152,11 @@ pub fn print() {
             v
         });
     for name in names {
-        let at = |n: usize| counted.iter().find(|r| r.workload == name && r.workers == n);
+        let at = |n: usize| {
+            counted
+                .iter()
+                .find(|r| r.workload == name && r.workers == n)
+        };
         if let (Some(a), Some(b)) = (at(COUNTS[0]), at(COUNTS[3])) {
             let growth = |x: f64, y: f64| format!("{:.2}", y / x.max(1e-9));
             println!(

@@ -312,8 +312,11 @@ fn main_pool_roundtrip_glib(pool: &crate::runtimes::GlibPool) {
     });
 }
 
+/// A named workload on one runtime.
+pub type Row<R> = (&'static str, fn(&R));
+
 /// The tokio-suite rows, for the worker-count table (`scaling.rs`).
-pub fn suite<R: Runtime>() -> [(&'static str, fn(&R)); 8] {
+pub fn suite<R: Runtime>() -> [Row<R>; 8] {
     [
         ("spawn_many_local", spawn_many_local::<R>),
         ("spawn_many_remote_idle", spawn_many_remote_idle::<R>),
