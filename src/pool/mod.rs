@@ -58,6 +58,8 @@ use std::thread::JoinHandle;
 use crossbeam_deque::{Injector, Stealer};
 use crossbeam_utils::CachePadded;
 
+use std::ptr::NonNull;
+
 use crate::blocking::{Lane, LaneStats};
 use crate::diagnostics::metrics::{Counter, PoolMetrics, WorkerCounters};
 use crate::error::Error;
@@ -86,6 +88,137 @@ pub(crate) struct Remote {
     exited: AtomicBool,
     /// The gdex timers waiting on this worker's context (see [`timers`]).
     timers: timers::TimerBook,
+    /// Where this worker's pinned tasks and fibers are woken to.
+    pinned_home: Home,
+    /// Where this worker's tasks are woken to in thread-per-core mode (P9).
+    p9_home: Home,
+}
+
+/// Where the tasks that belong to one worker (pinned tasks and fibers; every
+/// task in thread-per-core mode, P9) are woken to. A task's block names its
+/// home through one thin pointer (its `TaskMeta`'s owner), so that its
+/// schedule function captures nothing: async-task wraps every call of a
+/// schedule function with captures in a temporary waker, two atomic
+/// operations on the task's state per wake-up (issue 17; a fiber pays it
+/// on every hand-off).
+///
+/// A home lives in its worker's [`Remote`], inside the pool's `Arc`, and a
+/// reference to it holds a strong count on the pool.
+#[repr(C)]
+pub(crate) struct Home {
+    /// First, so that a pointer to the header is one to the home.
+    header: crate::task::OwnerHeader,
+    /// The pool this home is in (from `Arc::new_cyclic`: the address its
+    /// `Arc` gives).
+    pool: *const PoolShared,
+    index: usize,
+}
+
+// SAFETY: `pool` is only read, and points to the `Send + Sync` pool that
+// holds this home.
+unsafe impl Send for Home {}
+// SAFETY: as above.
+unsafe impl Sync for Home {}
+
+impl Home {
+    const PINNED: crate::task::OwnerVtable = crate::task::OwnerVtable {
+        schedule: Home::schedule_pinned,
+        retain: Home::retain,
+        release: Home::release,
+    };
+
+    const P9: crate::task::OwnerVtable = crate::task::OwnerVtable {
+        schedule: Home::schedule_p9,
+        retain: Home::retain,
+        release: Home::release,
+    };
+
+    fn new(
+        vtable: &'static crate::task::OwnerVtable,
+        pool: *const PoolShared,
+        index: usize,
+    ) -> Self {
+        Home {
+            header: crate::task::OwnerHeader::with_vtable(vtable),
+            pool,
+            index,
+        }
+    }
+
+    /// # Safety
+    /// `header` is the header of a home whose pool is alive.
+    #[inline]
+    unsafe fn from_header<'a>(header: NonNull<crate::task::OwnerHeader>) -> &'a Home {
+        // SAFETY: `Home` is `repr(C)` with its header first, and the
+        // pointer came from a `&Home` (`PoolShared::home_of`), so its
+        // provenance covers the home; the caller keeps it alive.
+        unsafe { header.cast::<Home>().as_ref() }
+    }
+
+    /// # Safety
+    /// As for [`from_header`](Self::from_header).
+    unsafe fn retain(header: NonNull<crate::task::OwnerHeader>) {
+        // SAFETY: the pool is alive (caller), and `pool` is the pointer its
+        // `Arc` gives (`Weak::as_ptr` in `Arc::new_cyclic` is the address
+        // `Arc::as_ptr`/`into_raw` give; `home_of` checks it in debug builds).
+        unsafe { Arc::increment_strong_count(Self::from_header(header).pool) }
+    }
+
+    /// # Safety
+    /// As for [`from_header`](Self::from_header), and the caller gives up a count that
+    /// `retain` took.
+    unsafe fn release(header: NonNull<crate::task::OwnerHeader>) {
+        // SAFETY: as in `retain`; the pointer is read before the count goes
+        // (which may free the home with its pool).
+        unsafe {
+            let pool = Self::from_header(header).pool;
+            Arc::decrement_strong_count(pool)
+        }
+    }
+
+    /// Queues a pinned task (a fiber, a `!Send` task) that only its worker
+    /// may run, and wakes that worker if it sleeps (a directed wake-up, P6):
+    /// on the worker's thread-local queue if we are that worker, else in its
+    /// inbox.
+    ///
+    /// After shutdown the job is left in the inbox, never run; it is leaked
+    /// when the pool is freed, since dropping a fiber or a `!Send` future on
+    /// another thread than its own would be unsound.
+    ///
+    /// # Safety
+    /// As for [`from_header`](Self::from_header); the task's block holds a count.
+    unsafe fn schedule_pinned(
+        header: NonNull<crate::task::OwnerHeader>,
+        runnable: crate::task::Runnable,
+    ) {
+        // SAFETY: the block `runnable` keeps alive holds a count on the pool.
+        let home = unsafe { Self::from_header(header) };
+        // SAFETY: as above.
+        let pool = unsafe { &*home.pool };
+        let Err(job) = worker::push_pinned_local(pool, home.index, Job::Task(runnable)) else {
+            return;
+        };
+        pool.push_inbox_keeping(home.index, job);
+    }
+
+    /// P9: queues a task whose home is this worker: on its deque if we are
+    /// that worker, else in its inbox, with a directed wake-up.
+    ///
+    /// # Safety
+    /// As for [`schedule_pinned`](Self::schedule_pinned).
+    unsafe fn schedule_p9(
+        header: NonNull<crate::task::OwnerHeader>,
+        runnable: crate::task::Runnable,
+    ) {
+        // SAFETY: the block `runnable` keeps alive holds a count on the pool.
+        let home = unsafe { Self::from_header(header) };
+        // SAFETY: as above.
+        let pool = unsafe { &*home.pool };
+        let Err(job) = worker::push_local_if(pool, Some(home.index), Job::Task(runnable)) else {
+            return;
+        };
+        pool.push_inbox_keeping(home.index, job);
+    }
 }
 
 /// The counters of [`PoolShared::inject`].
@@ -276,26 +409,33 @@ impl PoolShared {
         worker::current_index(self).unwrap_or_else(|| self.pick_worker())
     }
 
-    /// P9: queues a job of a task whose home is worker `i`: on its deque if
-    /// we are that worker, else in its inbox, with a directed wake-up.
-    pub(crate) fn schedule_home(&self, i: usize, job: Job) {
-        if let Err(job) = worker::push_local_if(self, Some(i), job) {
-            self.push_inbox(i, job);
-        }
+    /// [`push_inbox`](Self::push_inbox) for a task woken through its home:
+    /// once the job is queued, the task may run, finish and free its block
+    /// on worker `i` (and with it perhaps the last other count on the
+    /// pool), so the push holds a count of its own.
+    fn push_inbox_keeping(&self, i: usize, job: Job) {
+        let Job::Task(runnable) = &job else {
+            unreachable!("a home only schedules tasks")
+        };
+        let _keep = crate::task::owner_of(runnable);
+        self.push_inbox(i, job);
     }
 
-    /// Queues a job that only worker `i` may run, and wakes that worker if
-    /// it sleeps (a directed wake-up, P6).
-    ///
-    /// After shutdown the job is left in the inbox, never run; it is leaked
-    /// when the pool is freed, since dropping a fiber or a `!Send` future on
-    /// another thread than its own would be unsound.
-    pub(crate) fn schedule_pinned(&self, i: usize, job: Job) {
-        // Worker `i` itself takes the job on its thread-local queue.
-        let Err(job) = worker::push_pinned_local(self, i, job) else {
-            return;
+    /// A reference to worker `i`'s home for pinned tasks (or for every task,
+    /// with `p9`), for a task's metadata ([`crate::task::builder_for`]).
+    pub(crate) fn home_of(self: &Arc<Self>, i: usize, p9: bool) -> crate::task::OwnerRef {
+        let remote = &self.remotes[i];
+        let home: &Home = if p9 {
+            &remote.p9_home
+        } else {
+            &remote.pinned_home
         };
-        self.push_inbox(i, job);
+        debug_assert!(std::ptr::eq(home.pool, Arc::as_ptr(self)));
+        let header = NonNull::from(home).cast::<crate::task::OwnerHeader>();
+        // SAFETY: the home is inside this live pool, `header` is derived
+        // from the whole `&Home`, and its vtable's retain and release keep
+        // the pool (and so the home) alive by the pool's `Arc` counts.
+        unsafe { crate::task::OwnerRef::retained(header) }
     }
 
     /// Queues a job on worker `i`'s inbox from another thread, and wakes `i`
@@ -677,14 +817,16 @@ impl ThreadPoolBuilder {
         let locals: Vec<_> = (0..n)
             .map(|_| crossbeam_deque::Worker::new_fifo())
             .collect();
-        let shared = Arc::new(PoolShared {
+        let shared = Arc::new_cyclic(|me: &std::sync::Weak<PoolShared>| PoolShared {
             owner: crate::task::OwnerHeader::new::<PoolShared>(),
             injector: CachePadded::new(Injector::new()),
             stealers: locals.iter().map(|w| w.stealer()).collect(),
             parking: Parking::new(n),
             remotes: (0..n)
-                .map(|_| {
+                .map(|index| {
                     CachePadded::new(Remote {
+                        pinned_home: Home::new(&Home::PINNED, me.as_ptr(), index),
+                        p9_home: Home::new(&Home::P9, me.as_ptr(), index),
                         context: glib::MainContext::new(),
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),

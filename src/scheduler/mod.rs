@@ -206,11 +206,8 @@ impl Scheduler {
                 if pool.thread_per_core() {
                     // P9: the task keeps the worker it was placed on.
                     let home = pool.home_for_spawn();
-                    let pool = pool.clone();
-                    task::builder().spawn(
-                        move |_| future,
-                        move |r| pool.schedule_home(home, Job::Task(r)),
-                    )
+                    task::builder_for(pool.home_of(home, true))
+                        .spawn(move |_| future, task::schedule_on_owner)
                 } else {
                     // A capture-less schedule function: see TaskMeta::pool.
                     task::owned_builder(pool.clone())
@@ -352,16 +349,13 @@ impl Scheduler {
                     return Task::failed(Error::ShutDown);
                 }
                 let future = ThreadBound::new(future);
-                let pool = pool.clone();
                 // The future is already on its worker's thread, and the
                 // schedule function only queues it on that worker's inbox.
                 // SAFETY: no other thread pops that inbox, and ThreadBound
                 // refuses any other thread.
                 let (runnable, task) = unsafe {
-                    task::builder().spawn_unchecked(
-                        move |_| future,
-                        move |r| pool.schedule_pinned(worker, Job::Task(r)),
-                    )
+                    task::builder_for(pool.home_of(worker, false))
+                        .spawn_unchecked(move |_| future, task::schedule_on_owner)
                 };
                 runnable.schedule();
                 Task::new(task)
@@ -437,15 +431,12 @@ impl Scheduler {
                     return Task::failed(Error::ShutDown);
                 }
                 let worker = pool.pick_worker();
-                let pool = pool.clone();
                 // SAFETY: the schedule function only queues the task on one
                 // worker's inbox, popped by that worker alone (and drained by
                 // it at exit, or leaked); ThreadBound checks it too.
                 unsafe {
-                    task::builder().spawn_unchecked(
-                        move |_| future,
-                        move |r| pool.schedule_pinned(worker, Job::Task(r)),
-                    )
+                    task::builder_for(pool.home_of(worker, false))
+                        .spawn_unchecked(move |_| future, task::schedule_on_owner)
                 }
             }
         };

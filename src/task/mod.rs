@@ -57,9 +57,9 @@ pub(crate) struct TaskMeta {
     /// async-task makes a temporary waker (two atomic operations on the
     /// task's state) around every call of a schedule function that has
     /// captures: a task yielding on its worker would pay it on every yield.
-    /// One pointer wide ([`OwnerRef`]). (Pinned and thread-per-core tasks,
-    /// which also need a worker index, keep capturing closures: the index
-    /// here would make every block 8 bytes bigger.)
+    /// One pointer wide ([`OwnerRef`]). A pinned or thread-per-core task,
+    /// which also needs its worker, names that worker's home in its pool
+    /// instead (`pool::Home`), still one pointer.
     owner: Option<OwnerRef>,
 }
 
@@ -243,10 +243,17 @@ pub(crate) struct OwnerHeader {
     vtable: &'static OwnerVtable,
 }
 
-struct OwnerVtable {
-    schedule: unsafe fn(NonNull<OwnerHeader>, Runnable),
-    retain: unsafe fn(NonNull<OwnerHeader>),
-    release: unsafe fn(NonNull<OwnerHeader>),
+/// What an owner does, given its header: its vtable. [`Owner`]s get theirs
+/// from [`OwnerHeader::new`]; an owner that is not itself in an `Arc` (a
+/// worker's home for its pinned tasks, inside its pool) writes its own and
+/// uses [`OwnerHeader::with_vtable`].
+pub(crate) struct OwnerVtable {
+    /// Queues a task woken on whatever thread (see [`Owner::schedule`]).
+    pub(crate) schedule: unsafe fn(NonNull<OwnerHeader>, Runnable),
+    /// Takes one more count on whatever keeps the header alive.
+    pub(crate) retain: unsafe fn(NonNull<OwnerHeader>),
+    /// Gives one back (may free the header).
+    pub(crate) release: unsafe fn(NonNull<OwnerHeader>),
 }
 
 /// The vtable of owners of type `T`.
@@ -304,6 +311,12 @@ impl OwnerHeader {
             vtable: &VtableOf::<T>::VTABLE,
         }
     }
+
+    /// A header with a vtable of its own: see [`OwnerRef::retained`] for
+    /// what the vtable must do.
+    pub(crate) const fn with_vtable(vtable: &'static OwnerVtable) -> Self {
+        OwnerHeader { vtable }
+    }
 }
 
 /// A strong reference to a task's owner, one pointer wide.
@@ -332,6 +345,23 @@ impl OwnerRef {
         // null; the `Arc`'s count we gave up with `into_raw` is this
         // reference's.
         OwnerRef(unsafe { NonNull::new_unchecked(header) })
+    }
+}
+
+impl OwnerRef {
+    /// A reference to the owner whose header is at `header`, taking a count
+    /// with its vtable's `retain`.
+    ///
+    /// # Safety
+    ///
+    /// `header` is live now, its pointer's provenance covers whatever the
+    /// vtable's functions reach from it, and it stays live for as long as
+    /// one count taken by `retain` is held: `schedule` may then be called
+    /// with it, from any thread, under the contract of [`Owner::schedule`].
+    pub(crate) unsafe fn retained(header: NonNull<OwnerHeader>) -> Self {
+        // SAFETY: by the caller, the header is live and `retain` keeps it so.
+        unsafe { (header.as_ref().vtable.retain)(header) };
+        OwnerRef(header)
     }
 }
 
@@ -368,6 +398,15 @@ pub(crate) fn owner_of(runnable: &Runnable) -> OwnerRef {
 pub(crate) fn owned_builder<T: Owner>(owner: Arc<T>) -> async_task::Builder<TaskMeta> {
     let mut meta = TaskMeta::new();
     meta.owner = Some(OwnerRef::new(owner));
+    async_task::Builder::new().metadata(meta)
+}
+
+/// A builder for a task scheduled through `owner` (with
+/// [`schedule_on_owner`]), for owners made by [`OwnerRef::retained`].
+#[inline]
+pub(crate) fn builder_for(owner: OwnerRef) -> async_task::Builder<TaskMeta> {
+    let mut meta = TaskMeta::new();
+    meta.owner = Some(owner);
     async_task::Builder::new().metadata(meta)
 }
 
