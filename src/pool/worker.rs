@@ -32,10 +32,45 @@ const SLICE_TIME: std::time::Duration = std::time::Duration::from_micros(100);
 /// [`poll_fds`]).
 const FD_POLL_EVERY: std::time::Duration = SLICE_TIME;
 
+/// How many of the fds of the last real poll [`FdPoll`] remembers. GLib
+/// hands the poll function its fds by priority, highest first, so a turn
+/// restricted to high-priority sources asks about a prefix of a full
+/// turn's fds; a worker's context has a handful.
+const FD_POLL_KEPT: usize = 8;
+
+/// The worker's record of its last real poll (see [`poll_fds`]).
+#[derive(Clone, Copy)]
+struct FdPoll {
+    /// When it ran, in clock ticks.
+    last: u64,
+    /// `FD_POLL_EVERY` in clock ticks; 0 (never skip) until the worker
+    /// sets it, so another thread iterating a worker's context always polls.
+    every: u64,
+    /// How many entries of `polled` are valid.
+    kept: usize,
+    /// The fds it asked about, with their events.
+    polled: [(std::os::raw::c_int, u16); FD_POLL_KEPT],
+}
+
+impl FdPoll {
+    /// Was `fd` asked about (for at least these events) in the last poll?
+    fn covers(&self, fd: &glib_sys::GPollFD) -> bool {
+        self.polled[..self.kept]
+            .iter()
+            .any(|&(polled, events)| polled == fd.fd && events & fd.events == fd.events)
+    }
+}
+
 thread_local! {
-    /// When this worker last let a loop turn poll its fds, and
-    /// `FD_POLL_EVERY` in clock ticks (0 until the worker sets it).
-    static FD_POLL: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// This worker's last real poll of its context's fds.
+    static FD_POLL: Cell<FdPoll> = const {
+        Cell::new(FdPoll {
+            last: 0,
+            every: 0,
+            kept: 0,
+            polled: [(0, 0); FD_POLL_KEPT],
+        })
+    };
 }
 
 /// The poll function of a worker's context (`g_main_context_set_poll_func`).
@@ -47,10 +82,18 @@ thread_local! {
 /// sources and sources attached from other threads (GIO's async results)
 /// in its prepare and check, and the AIO ring's source reads its
 /// completion queue from shared memory. Only fd readiness (sockets, pipes,
-/// `gdex::unix_fd`) needs the kernel, so a zero-timeout poll runs at most
-/// every [`FD_POLL_EVERY`] and the turns in between report no fd ready. A
-/// turn that may block (the worker parks, or waits for a timer) always
-/// polls.
+/// `gdex::unix_fd`) needs the kernel, so a zero-timeout poll is skipped
+/// (reporting no fd ready) if a real one asked about every one of its fds
+/// less than [`FD_POLL_EVERY`] ago. A turn that may block (the worker
+/// parks, or waits for a timer) always polls.
+///
+/// Every fd, not just the time: on a turn where a source above the default
+/// priority is ready (the AIO ring's, with completions) GLib asks only
+/// about that priority's fds. Were that poll to count for the next turn's,
+/// a task that computes for more than `FD_POLL_EVERY` between AIO reads
+/// would make each real poll such a turn, and the default-priority fds
+/// would never be polled while it ran
+/// (`tests/attack17.rs::an_fd_is_found_on_a_worker_whose_long_slices_end_in_aio_completions`).
 ///
 /// # Safety
 ///
@@ -60,18 +103,33 @@ unsafe extern "C" fn poll_fds(
     nfds: std::os::raw::c_uint,
     timeout: std::os::raw::c_int,
 ) -> std::os::raw::c_int {
-    let (last, every) = FD_POLL.get();
+    let entries: &mut [glib_sys::GPollFD] = if fds.is_null() || nfds == 0 {
+        &mut []
+    } else {
+        // SAFETY: GLib passes `nfds` valid entries at `fds`, which it does
+        // not touch until we return.
+        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+    };
+    let mut state = FD_POLL.get();
     let now = crate::util::clock::now();
-    if timeout == 0 && every != 0 && now.wrapping_sub(last) < every {
+    if timeout == 0
+        && state.every != 0
+        && now.wrapping_sub(state.last) < state.every
+        && entries.iter().all(|fd| state.covers(fd))
+    {
         // GLib zeroes `revents` before each poll (`g_main_context_query`);
         // zeroed again here, so this turn never sees a stale one.
-        for i in 0..nfds as usize {
-            // SAFETY: GLib passes `nfds` valid entries at `fds`.
-            unsafe { (*fds.add(i)).revents = 0 };
+        for fd in entries.iter_mut() {
+            fd.revents = 0;
         }
         return 0;
     }
-    FD_POLL.set((now, every));
+    state.last = now;
+    state.kept = entries.len().min(FD_POLL_KEPT);
+    for (kept, fd) in state.polled.iter_mut().zip(entries.iter()) {
+        *kept = (fd.fd, fd.events);
+    }
+    FD_POLL.set(state);
     // SAFETY: the caller's arguments, as g_poll takes them.
     unsafe { glib_sys::g_poll(fds, nfds, timeout) }
 }
@@ -262,10 +320,13 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             glib::ffi::G_PRIORITY_DEFAULT,
             false,
         );
-        FD_POLL.set((
-            crate::util::clock::now(),
-            crate::util::clock::ticks(FD_POLL_EVERY),
-        ));
+        FD_POLL.set(FdPoll {
+            last: crate::util::clock::now(),
+            every: crate::util::clock::ticks(FD_POLL_EVERY),
+            // Nothing polled yet: the first turn polls.
+            kept: 0,
+            polled: [(0, 0); FD_POLL_KEPT],
+        });
         // SAFETY: the context is this worker's, alive for the call; the
         // function has g_poll's signature and contract.
         unsafe { glib_sys::g_main_context_set_poll_func(context.as_ptr(), Some(poll_fds)) };

@@ -104,7 +104,16 @@ struct Book {
 
 impl Book {
     fn insert(&mut self, waker: Waker) -> usize {
+        let key = self.put(waker);
+        // Counted once the slot is filled: the overflow assertion below
+        // panics under the registry's lock, and a count one too high would
+        // make the closing worker wait `LATE_WAKE` for a task that is not
+        // there.
         self.len += 1;
+        key
+    }
+
+    fn put(&mut self, waker: Waker) -> usize {
         match self.free.pop() {
             Some(key) => {
                 self.slots[key as usize] = Some(waker);
@@ -150,7 +159,8 @@ impl Registry {
     }
 
     fn lock(&self) -> MutexGuard<'_, Book> {
-        // Nothing panics while holding the lock; a poisoned lock still
+        // The one panic under the lock (`Book::insert` past 4 billion
+        // entries) comes before the book changes: a poisoned lock still
         // holds a consistent book.
         self.wakers.lock().unpoisoned()
     }
