@@ -442,26 +442,103 @@ pub(crate) enum Job {
 /// failed), the thread calling `ThreadPool::shutdown` (the call panicked,
 /// the injector half drained), the `gdex-reaper` thread (which died of it),
 /// or a `push` on a closed pool.
-pub(crate) struct Work(std::mem::ManuallyDrop<Box<dyn FnOnce() + Send>>);
+///
+/// A closure that fits in a word (an `Arc` it shares with its pusher, a
+/// pointer, nothing at all: libdex's `func` and `data`) is kept in the job
+/// itself; a bigger one is boxed. So the common push allocates nothing:
+/// in `push_remote` the allocator's `malloc` on the pushing thread and
+/// `free` on the workers were a third of the profile (issue 17).
+pub(crate) struct Work {
+    /// The closure itself if [`WorkOf::INLINE`], else a `Box` of it.
+    data: std::mem::MaybeUninit<usize>,
+    vtable: &'static WorkVtable,
+}
 
-impl Work {
-    pub(crate) fn new(f: impl FnOnce() + Send + 'static) -> Self {
-        Work(std::mem::ManuallyDrop::new(Box::new(f)))
+// SAFETY: `Work::new` only takes `Send` closures, and `data` holds the
+// closure (or its box) and nothing else.
+unsafe impl Send for Work {}
+
+/// How to run or drop the closure a [`Work`] holds, by its type.
+struct WorkVtable {
+    run: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+    drop: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+}
+
+struct WorkOf<F>(std::marker::PhantomData<F>);
+
+impl<F: FnOnce() + Send + 'static> WorkOf<F> {
+    const INLINE: bool = std::mem::size_of::<F>() <= std::mem::size_of::<usize>()
+        && std::mem::align_of::<F>() <= std::mem::align_of::<usize>();
+
+    const VTABLE: WorkVtable = WorkVtable {
+        run: Self::run,
+        drop: Self::drop,
+    };
+
+    /// Moves the closure out of `data` (freeing its box, if it has one).
+    ///
+    /// # Safety
+    /// `data` is the `data` of a live `Work` made by `Work::new::<F>`, and
+    /// that `Work` is never used again.
+    unsafe fn take(data: *mut std::mem::MaybeUninit<usize>) -> F {
+        if Self::INLINE {
+            // SAFETY: `new` wrote an `F` there (it fits, size and alignment),
+            // read out once (caller).
+            unsafe { ptr::read(data.cast::<F>()) }
+        } else {
+            // SAFETY: `new` wrote the pointer of a leaked `Box<F>` there,
+            // taken back once (caller).
+            unsafe { *Box::from_raw(ptr::read(data.cast::<*mut F>())) }
+        }
     }
 
-    /// The closure, to run; `self` is not dropped.
-    fn into_inner(self) -> Box<dyn FnOnce() + Send> {
+    /// # Safety
+    /// As for [`take`](Self::take).
+    unsafe fn run(data: *mut std::mem::MaybeUninit<usize>) {
+        // SAFETY: by the caller.
+        let f = unsafe { Self::take(data) };
+        f()
+    }
+
+    /// # Safety
+    /// As for [`take`](Self::take).
+    unsafe fn drop(data: *mut std::mem::MaybeUninit<usize>) {
+        // SAFETY: by the caller.
+        drop(unsafe { Self::take(data) })
+    }
+}
+
+impl Work {
+    pub(crate) fn new<F: FnOnce() + Send + 'static>(f: F) -> Self {
+        let mut data = std::mem::MaybeUninit::<usize>::uninit();
+        if WorkOf::<F>::INLINE {
+            // SAFETY: `F` fits in the word, size and alignment (INLINE).
+            unsafe { data.as_mut_ptr().cast::<F>().write(f) }
+        } else {
+            let boxed = Box::into_raw(Box::new(f));
+            // SAFETY: a pointer fits in a `usize`-sized, -aligned word.
+            unsafe { data.as_mut_ptr().cast::<*mut F>().write(boxed) }
+        }
+        Work {
+            data,
+            vtable: &WorkOf::<F>::VTABLE,
+        }
+    }
+
+    /// Runs the closure; `self` is not dropped. A panic unwinds out of this
+    /// call, the closure already consumed.
+    fn run(self) {
         let mut this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped (ManuallyDrop), so the closure is
-        // taken out exactly once and never dropped by `Work::drop`.
-        unsafe { std::mem::ManuallyDrop::take(&mut this.0) }
+        // SAFETY: `vtable` is the one `new` chose for what `data` holds, and
+        // `this` is never used again (ManuallyDrop: no `Work::drop`).
+        unsafe { (this.vtable.run)(&mut this.data) }
     }
 }
 
 impl Drop for Work {
     fn drop(&mut self) {
-        // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
-        let drop_closure = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        // SAFETY: dropped exactly once, here; `run` forgets `self`.
+        let drop_closure = || unsafe { (self.vtable.drop)(&mut self.data) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
             crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
@@ -486,7 +563,7 @@ impl Job {
                 }
             }
             Job::Work(work) => {
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(work.into_inner())) {
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work.run())) {
                     crate::diagnostics::panic::report(
                         PanicSource::WorkItem,
                         panic_message(&*payload),
@@ -1219,6 +1296,65 @@ mod tests {
 #[cfg(all(test, not(gdex_loom)))]
 mod size_tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts its drops in the `Arc` it holds (one word: kept inline).
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Work items of every storage run once and drop their captures once,
+    /// whether they run or are dropped unrun: a word-sized closure (inline),
+    /// a zero-sized one, a big one and an over-aligned one (boxed).
+    #[test]
+    fn a_work_item_runs_or_drops_its_closure_once_whatever_its_size() {
+        #[repr(align(16))]
+        struct Aligned(#[allow(dead_code)] u8);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let items = |drops: &Arc<AtomicUsize>, runs: &Arc<AtomicUsize>| {
+            let inline = Counted(drops.clone());
+            let r1 = runs.clone();
+            let big = (Counted(drops.clone()), [7u64; 8], runs.clone());
+            let aligned = (Aligned(1), Counted(drops.clone()));
+            let r3 = runs.clone();
+            const { assert!(WorkOf::<fn()>::INLINE) };
+            vec![
+                Work::new(move || {
+                    let _keep = &inline;
+                }),
+                Work::new(move || {
+                    r1.fetch_add(1, Ordering::SeqCst);
+                }),
+                Work::new(move || {
+                    let (_, words, runs) = &big;
+                    assert_eq!(words[7], 7);
+                    runs.fetch_add(1, Ordering::SeqCst);
+                }),
+                Work::new(move || {
+                    let _keep = &aligned;
+                    r3.fetch_add(1, Ordering::SeqCst);
+                }),
+                Work::new(|| {}),
+            ]
+        };
+        for work in items(&drops, &runs) {
+            work.run();
+        }
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (3, 3)
+        );
+        drop(items(&drops, &runs));
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (3, 6)
+        );
+    }
 
     /// BENCH.md's memory_per_task: a block holds room for the larger of
     /// the future and its outcome, so a failure's report stays boxed.
@@ -1229,5 +1365,7 @@ mod size_tests {
         // What a task's wrapper adds to its future: the S9 entry and the
         // X8 key.
         assert_eq!(std::mem::size_of::<CatchUnwind<[u64; 2]>>(), 32);
+        // A queue slot: a task's pointer, or a work item's word and vtable.
+        assert_eq!(std::mem::size_of::<Job>(), 16);
     }
 }
