@@ -158,7 +158,14 @@ pub fn print() {
                 .find(|r| r.workload == name && r.workers == n)
         };
         if let (Some(a), Some(b)) = (at(COUNTS[0]), at(COUNTS[3])) {
-            let growth = |x: f64, y: f64| format!("{:.2}", y / x.max(1e-9));
+            // A count that was zero at 2 workers has no ratio: show both.
+            let growth = |x: f64, y: f64| {
+                if x < 0.005 {
+                    format!("{} → {}", fmt(x), fmt(y))
+                } else {
+                    format!("{:.2}", y / x)
+                }
+            };
             println!(
                 "| {name} | {} | {} | {} |",
                 growth(a.wakes, b.wakes),
