@@ -55,6 +55,27 @@ fn yield_loop_does_not_starve_tasks_queued_behind_it() {
     });
 }
 
+/// Keeps `s`'s workers busy with 4 tasks that each spin for `job` and
+/// yield, for at most 10 s or until the returned flag is raised; the
+/// counter counts their polls.
+fn saturate(s: &gdex::Scheduler, job: Duration) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy_polls = Arc::new(AtomicUsize::new(0));
+    for _ in 0..4 {
+        let (stop, busy_polls) = (stop.clone(), busy_polls.clone());
+        s.spawn(async move {
+            let t = Instant::now();
+            while !stop.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(10) {
+                spin(job);
+                busy_polls.fetch_add(1, Ordering::Relaxed);
+                gdex::yield_now().await;
+            }
+        })
+        .detach();
+    }
+    (stop, busy_polls)
+}
+
 /// P8: a 10 ms `glib::timeout_future` inside a task on a 1-worker pool that
 /// always has work fires while the work goes on: the worker lets its
 /// context dispatch due timers every 32 tasks.
@@ -63,21 +84,8 @@ fn timeout_fires_on_a_saturated_worker() {
     common::watchdog("timeout_fires_on_a_saturated_worker", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
-        let stop = Arc::new(AtomicBool::new(false));
-        let busy_polls = Arc::new(AtomicUsize::new(0));
-        for _ in 0..4 {
-            let (stop, busy_polls) = (stop.clone(), busy_polls.clone());
-            s.spawn(async move {
-                // Busy for at most 10 s: long after the timer is due.
-                let t = Instant::now();
-                while !stop.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(10) {
-                    spin(Duration::from_micros(100));
-                    busy_polls.fetch_add(1, Ordering::Relaxed);
-                    gdex::yield_now().await;
-                }
-            })
-            .detach();
-        }
+        // Busy for at most 10 s: long after the timer is due.
+        let (stop, busy_polls) = saturate(&s, Duration::from_micros(100));
         // Let the busy tasks saturate the worker first.
         common::wait_until(|| busy_polls.load(Ordering::Relaxed) > 100);
         let stop2 = stop.clone();
@@ -110,20 +118,7 @@ fn an_fd_becomes_ready_on_a_worker_busy_with_short_jobs() {
     common::watchdog("an_fd_becomes_ready_on_a_busy_worker", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
-        let stop = Arc::new(AtomicBool::new(false));
-        let busy_polls = Arc::new(AtomicUsize::new(0));
-        for _ in 0..4 {
-            let (stop, busy_polls) = (stop.clone(), busy_polls.clone());
-            s.spawn(async move {
-                let t = Instant::now();
-                while !stop.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(10) {
-                    spin(Duration::from_micros(1));
-                    busy_polls.fetch_add(1, Ordering::Relaxed);
-                    gdex::yield_now().await;
-                }
-            })
-            .detach();
-        }
+        let (stop, busy_polls) = saturate(&s, Duration::from_micros(1));
         let (mut ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         let stop2 = stop.clone();
         let (waiting_tx, waiting) = std::sync::mpsc::channel();

@@ -16,7 +16,7 @@ use criterion::{BenchmarkId, Criterion};
 use gdex::PoolMetrics;
 
 use crate::runtimes::{set_workers, All};
-use crate::table::median_ns;
+use crate::table::{fmt, median_ns};
 use crate::workloads::suite;
 
 pub const COUNTS: [usize; 4] = [2, 4, 8, 16];
@@ -89,16 +89,6 @@ pub fn workers(c: &mut Criterion) {
         }
     }
     set_workers(0);
-}
-
-fn fmt(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
 }
 
 pub fn print() {

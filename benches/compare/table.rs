@@ -37,7 +37,7 @@ pub fn median_ns(group: &str, id: &str) -> Option<f64> {
     json["median"]["point_estimate"].as_f64()
 }
 
-fn fmt(v: f64) -> String {
+pub fn fmt(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
