@@ -198,7 +198,7 @@ impl Home {
         let Err(job) = worker::push_pinned_local(pool, home.index, Job::Task(runnable)) else {
             return;
         };
-        pool.push_inbox_keeping(home.index, job);
+        Self::push_inbox_keeping(pool, home.index, job);
     }
 
     /// P9: queues a task whose home is this worker: on its deque if we are
@@ -217,7 +217,26 @@ impl Home {
         let Err(job) = worker::push_local_if(pool, Some(home.index), Job::Task(runnable)) else {
             return;
         };
-        pool.push_inbox_keeping(home.index, job);
+        Self::push_inbox_keeping(pool, home.index, job);
+    }
+
+    /// [`PoolShared::push_inbox`] for a task woken through its home: once
+    /// the job is queued, the task may run, finish and free its block on
+    /// worker `i` (and with it perhaps the last other count on the pool),
+    /// so the push holds a count of its own, dropped here once
+    /// `push_inbox` (and its `&self`) has returned.
+    fn push_inbox_keeping(pool: &PoolShared, i: usize, job: Job) {
+        let keep = crate::task::owner_of(job_runnable(&job));
+        pool.push_inbox(i, job);
+        drop(keep);
+    }
+}
+
+/// The task of a job that a schedule function was given back.
+fn job_runnable(job: &Job) -> &crate::task::Runnable {
+    match job {
+        Job::Task(runnable) => runnable,
+        Job::Work(_) => unreachable!("a schedule function only queues tasks"),
     }
 }
 
@@ -270,20 +289,19 @@ unsafe impl crate::task::Owner for PoolShared {
     }
 
     #[inline]
-    fn schedule(&self, runnable: crate::task::Runnable) {
+    fn schedule(&self, runnable: crate::task::Runnable) -> Option<crate::task::OwnerRef> {
         // If the job goes to this worker's deque, the worker's own `Arc`
         // keeps the pool alive after the push (the task may then finish and
         // go), and `push_local_if` only compares the pointer with the
         // worker's pool.
         let local = worker::push_local_if(self, None, Job::Task(runnable));
-        let Err(job) = local else { return };
+        let Err(job) = local else { return None };
         // Not on one of its workers: hold the pool ourselves before the job
-        // (and with it, perhaps, the last other reference) leaves.
-        let Job::Task(runnable) = &job else {
-            unreachable!("push_local_if gives back what it was given")
-        };
-        let _keep = crate::task::owner_of(runnable);
+        // (and with it, perhaps, the last other reference) leaves; the
+        // caller drops it once this call (and its `&self`) has ended.
+        let keep = crate::task::owner_of(job_runnable(&job));
         self.inject(job);
+        Some(keep)
     }
 }
 
@@ -407,18 +425,6 @@ impl PoolShared {
     /// spawning worker, or the next one round-robin from outside the pool.
     pub(crate) fn home_for_spawn(&self) -> usize {
         worker::current_index(self).unwrap_or_else(|| self.pick_worker())
-    }
-
-    /// [`push_inbox`](Self::push_inbox) for a task woken through its home:
-    /// once the job is queued, the task may run, finish and free its block
-    /// on worker `i` (and with it perhaps the last other count on the
-    /// pool), so the push holds a count of its own.
-    fn push_inbox_keeping(&self, i: usize, job: Job) {
-        let Job::Task(runnable) = &job else {
-            unreachable!("a home only schedules tasks")
-        };
-        let _keep = crate::task::owner_of(runnable);
-        self.push_inbox(i, job);
     }
 
     /// A reference to worker `i`'s home for pinned tasks (or for every task,

@@ -229,9 +229,11 @@ pub(crate) unsafe trait Owner: Send + Sync + Sized + 'static {
     /// Queues `runnable`, woken on whatever thread. Once `runnable` is
     /// queued, the task may run, finish and free its block (and with it
     /// perhaps the last other reference to `self`) on another thread: an
-    /// owner that still needs `self` after giving `runnable` away holds
-    /// [`owner_of`] it first.
-    fn schedule(&self, runnable: Runnable);
+    /// owner that still needs `self` after giving `runnable` away takes
+    /// [`owner_of`] it first, and returns that reference for the caller to
+    /// drop once this call has returned (dropping the last one inside it
+    /// would free `self` while `&self` is still live).
+    fn schedule(&self, runnable: Runnable) -> Option<OwnerRef>;
 
     /// The header of `self`, at `HEADER_OFFSET`.
     fn header(&self) -> &OwnerHeader;
@@ -284,7 +286,9 @@ impl<T: Owner> VtableOf<T> {
         // borrowed for the call, not the block: see `Owner::schedule` for
         // who keeps the owner alive after the job leaves.
         let owner = unsafe { Self::owner(header).as_ref() };
-        owner.schedule(runnable)
+        let keep = owner.schedule(runnable);
+        // After the call: it may be the pool's last count.
+        drop(keep);
     }
 
     /// # Safety
@@ -1197,8 +1201,9 @@ mod tests {
     // SAFETY: one header, made for `Counting`, at the offset given.
     unsafe impl super::Owner for Counting {
         const HEADER_OFFSET: usize = std::mem::offset_of!(Counting, header);
-        fn schedule(&self, runnable: super::Runnable) {
+        fn schedule(&self, runnable: super::Runnable) -> Option<super::OwnerRef> {
             self.scheduled.lock().unwrap().push(runnable);
+            None
         }
         fn header(&self) -> &super::OwnerHeader {
             &self.header
@@ -1251,7 +1256,7 @@ mod tests {
     // that `OwnerRef::new` refuses it before anything follows the pointer.
     unsafe impl super::Owner for Misplaced {
         const HEADER_OFFSET: usize = 0;
-        fn schedule(&self, _: super::Runnable) {
+        fn schedule(&self, _: super::Runnable) -> Option<super::OwnerRef> {
             unreachable!()
         }
         fn header(&self) -> &super::OwnerHeader {
