@@ -58,17 +58,22 @@ enum Kind {
     LocalOnWorker,
 }
 
+/// A pool of two workers, thread-per-core for `ThreadPerCore`.
+fn pool_for(kind: Kind) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(2)
+        .thread_per_core(matches!(kind, Kind::ThreadPerCore))
+        .build()
+        .unwrap()
+}
+
 /// A pool of two workers (thread-per-core for `ThreadPerCore`), a task of
 /// `kind` that plants the sentinel on its worker, then one task of `kind`
 /// per channel, each woken from this thread (through its home's inbox,
 /// `push_inbox_keeping`) and finishing. Gives the pool, the sentinel and
 /// the tasks' handles.
 fn finished_tasks_of(kind: Kind, n: usize) -> Arc<AtomicBool> {
-    let pool = gdex::ThreadPool::builder()
-        .workers(2)
-        .thread_per_core(matches!(kind, Kind::ThreadPerCore))
-        .build()
-        .unwrap();
+    let pool = pool_for(kind);
     let s = pool.scheduler();
     let sentinel: Arc<Mutex<Option<Arc<AtomicBool>>>> = Arc::default();
     let mut senders = Vec::new();
@@ -168,11 +173,7 @@ fn the_last_handle_dropped_while_homed_tasks_are_woken_from_another_thread() {
             let rounds = common::stress(40);
             for round in 0..rounds {
                 let kind = [Kind::Pinned, Kind::ThreadPerCore, Kind::Fiber][round % 3];
-                let pool = gdex::ThreadPool::builder()
-                    .workers(2)
-                    .thread_per_core(matches!(kind, Kind::ThreadPerCore))
-                    .build()
-                    .unwrap();
+                let pool = pool_for(kind);
                 let s = pool.scheduler();
                 let sentinel: Arc<Mutex<Option<Arc<AtomicBool>>>> = Arc::default();
                 let idle = Arc::new(AtomicUsize::new(0));

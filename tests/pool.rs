@@ -531,9 +531,15 @@ fn a_burst_of_local_spawns_asks_for_help_only_as_the_deque_doubles() {
                 .sum()
         };
         let asked = asked(&m) - asked(&before);
-        // Ten doublings, plus a few as the burst's task is woken while
-        // the deque drains.
-        assert!(asked <= 20, "{asked} requests for 1,000 pushes: {m:?}");
+        let steals = |m: &gdex::PoolMetrics| -> u64 { m.workers.iter().map(|w| w.steals).sum() };
+        let steals = steals(&m) - steals(&before);
+        // Ten doublings, plus one per steal that left backlog behind (the
+        // freed peer drains the deque in batches once the burst is queued),
+        // plus a few as the burst's task is woken while the deque drains.
+        assert!(
+            asked <= 20 + steals,
+            "{asked} requests for 1,000 pushes and {steals} steals: {m:?}"
+        );
     });
 }
 

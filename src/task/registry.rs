@@ -98,22 +98,17 @@ pub(crate) struct Registry {
 #[derive(Default)]
 struct Book {
     slots: Vec<Option<Waker>>,
+    /// The keys of the empty slots.
     free: Vec<u32>,
-    len: usize,
 }
 
 impl Book {
-    fn insert(&mut self, waker: Waker) -> usize {
-        let key = self.put(waker);
-        // Counted once the slot is filled: the overflow assertion below
-        // panics under the registry's lock, and a count one too high would
-        // make the closing worker wait `LATE_WAKE` for a task that is not
-        // there.
-        self.len += 1;
-        key
+    /// How many wakers are recorded.
+    fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
     }
 
-    fn put(&mut self, waker: Waker) -> usize {
+    fn insert(&mut self, waker: Waker) -> usize {
         match self.free.pop() {
             Some(key) => {
                 self.slots[key as usize] = Some(waker);
@@ -134,7 +129,6 @@ impl Book {
 
     fn try_remove(&mut self, key: usize) -> Option<Waker> {
         let waker = self.slots.get_mut(key)?.take()?;
-        self.len -= 1;
         self.free.push(key as u32);
         Some(waker)
     }
@@ -202,7 +196,7 @@ impl Registry {
     /// worker to wake.
     pub(crate) fn close(&self) -> Vec<Waker> {
         let mut wakers = self.lock();
-        self.outstanding.store(wakers.len, Ordering::Relaxed);
+        self.outstanding.store(wakers.len(), Ordering::Relaxed);
         self.closed.store(true, Ordering::Release);
         wakers.take_all()
     }
@@ -216,7 +210,7 @@ impl Registry {
     /// How many tasks are recorded now (for the tests).
     #[cfg(all(test, not(gdex_loom)))]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len
+        self.lock().len()
     }
 }
 
