@@ -2,7 +2,9 @@
 //! a stream produced anywhere, with plain `gio::ListModel` consumers (no
 //! GTK): items arrive in order, in batches, with `items-changed` emitted on
 //! the owner thread; a batch keeps to the frame budget and lets the owner's
-//! loop run between batches; dropping the model cancels its producer.
+//! loop run between batches; a trickle is gathered into about one batch per
+//! batch interval; a batch is sized so that its `items-changed` handlers
+//! keep to the budget too; dropping the model cancels its producer.
 
 mod common;
 
@@ -10,9 +12,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{on_own_context, pump_polling, watchdog, Counted};
+use futures::StreamExt;
 use gdex::gio::prelude::*;
 use gdex::glib;
 use gdex::{ListModel, ThreadPool};
@@ -174,6 +177,174 @@ fn a_batch_keeps_to_the_frame_budget() {
                 "the loop ran {} times between {} batches",
                 ticks.load(Ordering::Relaxed),
                 changes.len()
+            );
+        });
+    });
+}
+
+/// A trickle (a producer that sends each item as it finds it, here one
+/// every ~100 µs from a plain thread) is gathered: batches go at most once
+/// per batch interval, with whatever came meanwhile, not one per item or
+/// two (GTK 4.8's list views pay per `items-changed`, more with each one).
+/// The default interval is one 60 Hz frame; `set_batch_interval` changes it.
+#[test]
+fn a_trickle_is_gathered_into_one_batch_per_interval() {
+    watchdog("a_trickle_is_gathered", 60, || {
+        on_own_context(|context| {
+            for interval in [None, Some(Duration::from_millis(30))] {
+                let (tx, rx) = gdex::channel(1024);
+                let model =
+                    ListModel::from_receiver(glib::BoxedAnyObject::static_type(), rx, boxed);
+                if let Some(interval) = interval {
+                    model.set_batch_interval(interval);
+                }
+                let interval = interval.unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL);
+                let times: Rc<RefCell<Vec<(Instant, u32)>>> = Rc::default();
+                let seen = times.clone();
+                model.connect_items_changed(move |_, _, _, added| {
+                    seen.borrow_mut().push((Instant::now(), added));
+                });
+                let count = common::stress(1_500) as u64;
+                let feeder = std::thread::spawn(move || {
+                    for n in 0..count {
+                        gdex::wait_for(tx.send(n)).unwrap();
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                });
+                pump_polling(context, || model.is_complete());
+                feeder.join().unwrap();
+                assert_eq!(model.n_items() as u64, count);
+                let times = times.borrow();
+                // The first batches grow from 16 items (the feed learns what
+                // an item costs); after that, one batch per interval.
+                let span = times.last().unwrap().0 - times[0].0;
+                let most = span.as_millis() / interval.as_millis() + 4;
+                assert!(
+                    times.len() as u128 <= most,
+                    "{} batches in {span:?} with a {interval:?} interval ({count} items)",
+                    times.len()
+                );
+                let mut gaps: Vec<Duration> = times.windows(2).map(|w| w[1].0 - w[0].0).collect();
+                gaps.sort();
+                // GLib's timers keep milliseconds: allow one early.
+                let median = gaps[gaps.len() / 2];
+                assert!(
+                    median + Duration::from_millis(1) >= interval,
+                    "batches {median:?} apart (the median) with a {interval:?} interval"
+                );
+            }
+        });
+    });
+}
+
+/// The frame budget holds the `items-changed` handlers too: a consumer
+/// that spends 100 µs on each added item (a list view making rows) gets
+/// batches sized to the budget, from what the last batch cost per item,
+/// however many items are ready, and the owner's loop runs between them.
+#[test]
+fn a_batch_is_sized_so_that_its_handlers_keep_to_the_budget() {
+    watchdog("a_batch_is_sized_to_the_budget", 60, || {
+        on_own_context(|context| {
+            let model = ListModel::from_stream(
+                glib::BoxedAnyObject::static_type(),
+                futures::stream::iter(0..400u64),
+                boxed,
+            );
+            model.set_frame_budget(Duration::from_millis(5));
+            let added: Rc<RefCell<Vec<u32>>> = Rc::default();
+            let seen = added.clone();
+            model.connect_items_changed(move |_, _, _, added| {
+                common::spin(Duration::from_micros(100) * added);
+                seen.borrow_mut().push(added);
+            });
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let tick = ticks.clone();
+            let timer = glib::timeout_source_new(
+                Duration::from_millis(1),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    tick.fetch_add(1, Ordering::Relaxed);
+                    glib::ControlFlow::Continue
+                },
+            );
+            timer.attach(Some(context));
+            pump_polling(context, || model.is_complete());
+            timer.destroy();
+            assert_eq!(model.n_items(), 400);
+            let added = added.borrow();
+            // 5 ms at 100 µs an item is 50; slack for a slow clock.
+            let biggest = *added.iter().max().unwrap();
+            assert!(
+                biggest <= 60,
+                "a batch of {biggest} items, {} ms of handlers, in a 5 ms budget",
+                biggest / 10
+            );
+            assert!(
+                ticks.load(Ordering::Relaxed) >= added.len() / 4,
+                "the loop ran {} times between {} batches",
+                ticks.load(Ordering::Relaxed),
+                added.len()
+            );
+        });
+    });
+}
+
+/// A consumer whose first items cost the most (a list view makes widgets
+/// for the rows it shows, then only counts the rest) gets small batches
+/// first, then batches that grow (at most fourfold each) once items turn
+/// cheap: a big backlog needs few `items-changed`. And a stream that is
+/// always ready is taken no further ahead of the list than a bounded
+/// backlog.
+#[test]
+fn batches_grow_once_items_are_cheap_and_the_backlog_is_bounded() {
+    watchdog("batches_grow_once_items_are_cheap", 60, || {
+        on_own_context(|context| {
+            let pulled = Rc::new(std::cell::Cell::new(0u64));
+            let counter = pulled.clone();
+            let model = ListModel::from_stream(
+                glib::BoxedAnyObject::static_type(),
+                futures::stream::iter(0..).map(move |n| {
+                    counter.set(counter.get() + 1);
+                    n
+                }),
+                boxed,
+            );
+            let added: Rc<RefCell<Vec<u32>>> = Rc::default();
+            let seen = added.clone();
+            model.connect_items_changed(move |model, position, _, added| {
+                // The first 100 items are the "rows": 200 µs each.
+                let rows = (position + added).min(100).saturating_sub(position);
+                common::spin(Duration::from_micros(200) * rows);
+                seen.borrow_mut().push(added);
+                assert!(model.n_items() == position + added);
+            });
+            let target = common::stress(50_000) as u32;
+            pump_polling(context, || {
+                let backlog = pulled.get() - u64::from(model.n_items());
+                assert!(
+                    backlog <= 4096 + 4096,
+                    "{backlog} items taken ahead of the list"
+                );
+                model.n_items() >= target
+            });
+            let added = added.borrow();
+            // The rows' batches: none with more than the default 4 ms
+            // budget's worth (20 rows), with slack for a slow clock.
+            let mut position = 0u32;
+            for &n in added.iter() {
+                let rows = (position + n).min(100).saturating_sub(position);
+                assert!(
+                    rows <= 26,
+                    "a batch made {rows} rows (200 µs each) in a 4 ms budget"
+                );
+                position += n;
+            }
+            assert!(
+                added.len() < 200,
+                "{} batches for {} items: batches did not grow",
+                added.len(),
+                model.n_items()
             );
         });
     });

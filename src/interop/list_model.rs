@@ -2,12 +2,14 @@
 //! `DexFutureListModel`, for a GTK list fed by work running anywhere.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream};
 
 use gio::prelude::*;
 use gio::subclass::prelude::*;
@@ -20,6 +22,14 @@ use crate::task::Task;
 /// that is faster than the list waits (memory stays bounded).
 const CHANNEL_CAPACITY: usize = 1024;
 
+/// Items the feed takes from the stream ahead of mapping them: with this
+/// many waiting, a batch goes at once, and the stream is not polled again
+/// until fewer wait (a stream that is always ready does not fill memory).
+const MAX_PENDING: usize = 4096;
+
+/// The most items in a batch before the feed knows what an item costs.
+const FIRST_BATCH: usize = 16;
+
 mod imp {
     use super::*;
 
@@ -28,6 +38,7 @@ mod imp {
         pub(super) items: RefCell<Vec<glib::Object>>,
         pub(super) item_type: Cell<Option<glib::Type>>,
         pub(super) budget: Cell<Option<Duration>>,
+        pub(super) interval: Cell<Option<Duration>>,
         pub(super) complete: Cell<bool>,
         /// The task that takes items from the stream, on the owner thread.
         pub(super) feed: RefCell<Option<Task<()>>>,
@@ -100,11 +111,17 @@ glib::wrapper! {
     /// - The model belongs to the thread that made it (the owner: usually
     ///   the main thread), which must run a gdex scheduler (see
     ///   [`Scheduler::thread_default`]). Items are appended there, and
-    ///   `items-changed` is emitted there, once per batch: a batch takes what
-    ///   the stream has ready, and the owner thread is held for at most the
-    ///   frame budget ([`ListModel::DEFAULT_FRAME_BUDGET`],
-    ///   [`set_frame_budget`]) at a time, however many batches that is: then
-    ///   the owner's loop runs (frames are drawn) before the next batch.
+    ///   `items-changed` is emitted there, once per batch. Items that arrive
+    ///   in a trickle are gathered: a batch goes at most once per batch
+    ///   interval ([`ListModel::DEFAULT_BATCH_INTERVAL`], one 60 Hz frame;
+    ///   [`set_batch_interval`]), with everything that came meanwhile, so a
+    ///   list view gets about one `items-changed` per frame however the
+    ///   producer sends. And the owner thread is held for at most the frame
+    ///   budget ([`ListModel::DEFAULT_FRAME_BUDGET`], [`set_frame_budget`])
+    ///   at a time, the `items-changed` handlers included: a batch is sized
+    ///   to fit it, from what the last batch cost per item, and a backlog
+    ///   goes in several batches with the owner's loop (frames) run between
+    ///   them.
     /// - When the stream ends the `complete` property turns true (and is
     ///   notified).
     /// - Dropping the model (its last reference) cancels the task that feeds
@@ -143,13 +160,20 @@ glib::wrapper! {
     /// [`from_receiver`]: ListModel::from_receiver
     /// [`spawn`]: ListModel::spawn
     /// [`set_frame_budget`]: ListModel::set_frame_budget
+    /// [`set_batch_interval`]: ListModel::set_batch_interval
     pub struct ListModel(ObjectSubclass<imp::ListModel>) @implements gio::ListModel;
 }
 
 impl ListModel {
-    /// How long one batch may take by default: a quarter of a 60 Hz frame,
-    /// so that the frame clock keeps its pace while items stream in.
+    /// How long the model may hold the owner thread at a time by default: a
+    /// quarter of a 60 Hz frame, so that the frame clock keeps its pace
+    /// while items stream in.
     pub const DEFAULT_FRAME_BUDGET: Duration = Duration::from_millis(4);
+
+    /// The shortest time between two batches of a stream that trickles, by
+    /// default: one 60 Hz frame, so a list gets at most about one
+    /// `items-changed` per frame however its items arrive.
+    pub const DEFAULT_BATCH_INTERVAL: Duration = Duration::from_millis(16);
 
     /// A model of `item_type` items, filled on this thread from `stream`,
     /// each item made by `map`.
@@ -242,12 +266,37 @@ impl ListModel {
     }
 
     /// How long the model may hold the owner thread at a time (default
-    /// [`ListModel::DEFAULT_FRAME_BUDGET`]): a batch ends when the stream
-    /// has nothing ready or when this much time has gone since the feed last
-    /// waited (its `items-changed` handlers included); once it has gone,
-    /// the owner's loop runs before the next batch.
+    /// [`ListModel::DEFAULT_FRAME_BUDGET`]), its `items-changed` handlers
+    /// included: a batch holds as many items as fit in what is left of it,
+    /// at the last batch's cost per item (at most four times the biggest
+    /// batch so far, and 16 items before anything is known), and ends early
+    /// if mapping runs out of time; once the budget has gone, the owner's
+    /// loop runs before the next batch.
     pub fn set_frame_budget(&self, budget: Duration) {
         self.imp().budget.set(Some(budget));
+    }
+
+    /// The shortest time from one batch to the next (default
+    /// [`ListModel::DEFAULT_BATCH_INTERVAL`]): items that arrive sooner wait
+    /// and go together in the next batch. The first batch goes as soon as
+    /// there is an item, and so does a batch after a quiet spell longer than
+    /// the interval; a batch that ran out of the frame budget is followed
+    /// by the rest after one turn of the owner's loop, not an interval
+    /// later. `Duration::ZERO` gives a batch per item that is ready when
+    /// the feed runs, as a consumer that must see each item at once may want.
+    pub fn set_batch_interval(&self, interval: Duration) {
+        self.imp().interval.set(Some(interval));
+    }
+
+    /// The frame budget and the batch interval.
+    fn bounds(&self) -> (Duration, Duration) {
+        let imp = self.imp();
+        (
+            imp.budget.get().unwrap_or(ListModel::DEFAULT_FRAME_BUDGET),
+            imp.interval
+                .get()
+                .unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL),
+        )
     }
 
     /// True once the stream has ended: every item is in the model. (Also
@@ -345,65 +394,144 @@ fn report_panic(payload: Box<dyn std::any::Any + Send>) {
     crate::diagnostics::panic::drop_payload(payload);
 }
 
-/// The owner thread's task: takes the stream's items in batches, appends
-/// them and emits `items-changed` once per batch. Holds the model weakly:
-/// the model owns this task.
+/// The owner thread's task: takes the stream's items as they come and
+/// appends them in batches, emitting `items-changed` once per batch. Holds
+/// the model weakly: the model owns this task.
 ///
-/// The frame budget bounds the time between two suspensions of this task,
-/// not one batch: a batch ends early when the stream has nothing ready *now*
-/// (its `now_or_never` poll), but the next `.await` may find an item at
-/// once (a stream that yields once per item, or a producer that sent while
-/// `items-changed` was handled), and a loop of such batches used to keep
-/// the owner thread (its frames) for as long as the stream lasted.
+/// Two bounds shape the batches:
+/// - **The batch interval**: after a batch that took every item waiting,
+///   the next one goes no sooner than the interval later; items arriving
+///   meanwhile wait (unmapped) in `pending`. A stream that trickles (a
+///   producer that sends each match as it finds it) would otherwise give
+///   one `items-changed` per few items, thousands a second, and a consumer's
+///   cost per signal is not small: GTK 4.8's list views spent most of the
+///   main thread's time handling them, more with every signal, while
+///   50,000 results streamed (issue 18).
+/// - **The frame budget**: the time between two suspensions of this task
+///   (draining, mapping and the `items-changed` handlers together). A batch
+///   holds as many items as the budget has room for at the last batch's
+///   cost per item, handlers included (a list view's first rows cost far
+///   more than the rest: it makes their widgets), and at most four times
+///   the biggest batch so far; it also ends when mapping runs out of time.
+///   What is left goes in the next batch, after the owner's loop has run
+///   once (frames are drawn), not an interval later: a slow `map` or
+///   consumer still runs at the budget's pace.
 async fn feed<T>(
     model: glib::WeakRef<ListModel>,
     mut stream: Pin<Box<dyn Stream<Item = T>>>,
     mut map: impl FnMut(T) -> glib::Object,
 ) {
+    // Items taken from the stream, not yet mapped and appended.
+    let mut pending: VecDeque<T> = VecDeque::new();
+    let mut ended = false;
+    // When the next batch may go; `None`: as soon as there is an item.
+    let mut due: Option<Instant> = None;
+    // The timer for `due`, made when first needed.
+    let mut timer: Option<(Instant, crate::future::time::Sleep)> = None;
     // When this task last resumed from a suspension (`None` while it is
     // suspended): the start of the time the budget bounds.
     let mut resumed: Option<Instant> = None;
+    // What each item of the last batch cost, mapped and announced (its
+    // share of the `items-changed` handlers included), and the biggest
+    // batch so far.
+    let mut cost: Option<(Duration, usize)> = None;
     loop {
-        // Wait (without the model: it may go meanwhile) for the next item.
-        let next = std::future::poll_fn(|cx| {
-            let polled = stream.as_mut().poll_next(cx);
-            if polled.is_pending() {
-                resumed = None;
+        let Some((budget, interval)) = model.upgrade().map(|list| list.bounds()) else {
+            return;
+        };
+        // Take what the stream has ready, until a batch is due.
+        let out_of_time = std::future::poll_fn(|cx| {
+            let start = *resumed.get_or_insert_with(Instant::now);
+            // The stream was left ready (out of time): no wake-up will come
+            // from it.
+            let mut left_ready = false;
+            while !ended && pending.len() < MAX_PENDING {
+                match stream.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(item)) => {
+                        pending.push_back(item);
+                        if start.elapsed() >= budget {
+                            left_ready = true;
+                            break;
+                        }
+                    }
+                    Poll::Ready(None) => ended = true,
+                    Poll::Pending => break,
+                }
             }
-            polled
+            if pending.is_empty() && !ended {
+                resumed = None;
+                return Poll::Pending;
+            }
+            // The stream has ended, a batch's worth waits, or nothing
+            // holds the next batch back: it goes now.
+            let Some(due) = due.filter(|_| !ended && pending.len() < MAX_PENDING) else {
+                return Poll::Ready(false);
+            };
+            if Instant::now() >= due {
+                return Poll::Ready(false);
+            }
+            if left_ready {
+                // Not due yet, and out of time: back after a turn of the
+                // loop, to take more.
+                return Poll::Ready(true);
+            }
+            if timer.as_ref().is_none_or(|(at, _)| *at != due) {
+                timer = Some((due, crate::sleep(due - Instant::now())));
+            }
+            let (_, sleep) = timer.as_mut().expect("made above");
+            if Pin::new(sleep).poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
+            resumed = None;
+            Poll::Pending
         })
         .await;
-        let Some(first) = next else {
+        if out_of_time {
+            crate::yield_now().await;
+            resumed = None;
+            continue;
+        }
+        if pending.is_empty() {
+            // Ended, with every item appended.
             break;
-        };
+        }
         let Some(list) = model.upgrade() else { return };
-        let budget = list
-            .imp()
-            .budget
-            .get()
-            .unwrap_or(ListModel::DEFAULT_FRAME_BUDGET);
         let start = *resumed.get_or_insert_with(Instant::now);
-        let mut batch = vec![map(first)];
-        let mut ended = false;
-        while start.elapsed() < budget {
-            // What is ready now, without waiting.
-            match stream.next().now_or_never() {
-                Some(Some(item)) => batch.push(map(item)),
-                Some(None) => {
-                    ended = true;
-                    break;
-                }
-                None => break,
+        // As many items as the budget has room for, at what items cost in
+        // the last batch; at most four times the biggest batch so far, so
+        // that an estimate from a few items (a list view makes widgets for
+        // its first rows) is checked on a bigger batch before a big one.
+        let limit = match cost {
+            None => FIRST_BATCH,
+            Some((per_item, biggest)) => {
+                let left = budget.saturating_sub(start.elapsed()).as_nanos();
+                let fits = left / per_item.as_nanos().max(1);
+                (fits as usize).clamp(1, biggest.saturating_mul(4).max(FIRST_BATCH))
+            }
+        };
+        let batch_start = Instant::now();
+        let mut batch = Vec::with_capacity(pending.len().min(limit));
+        while batch.len() < limit {
+            let Some(item) = pending.pop_front() else {
+                break;
+            };
+            batch.push(map(item));
+            if start.elapsed() >= budget {
+                break;
             }
         }
+        let size = batch.len();
         list.append(batch);
         drop(list);
-        if ended {
-            break;
-        }
-        if start.elapsed() >= budget {
-            // Out of time (the batch, or the batches since the last
-            // suspension, and their `items-changed` handlers): let the
+        let biggest = cost.map_or(size, |(_, biggest)| biggest.max(size));
+        cost = Some((batch_start.elapsed() / size as u32, biggest));
+        // Items left behind (out of time, or beyond the batch's size) go
+        // after a turn of the owner's loop; otherwise the next batch waits
+        // for the interval.
+        due = pending.is_empty().then(|| Instant::now() + interval);
+        if !pending.is_empty() || start.elapsed() >= budget {
+            // A backlog, or out of time (this batch, or the time since the
+            // last suspension, and the `items-changed` handlers): let the
             // owner's loop (and the frame) run before the next batch.
             crate::yield_now().await;
             resumed = None;
