@@ -295,6 +295,61 @@ fn a_panic_in_map_is_reported_at_once_and_the_model_completes() {
     });
 }
 
+/// The items before a panic are kept. The feed holds items that arrive
+/// within a batch interval unmapped (issue 18): a stream that panics after
+/// giving ten must not take those ten with it, nor a `map` that panics on
+/// the sixth item take the five it made.
+#[test]
+fn the_items_before_a_panic_in_the_stream_or_map_are_in_the_model() {
+    let _lock = panic_handler_lock();
+    watchdog("the_items_before_a_panic_are_in_the_model", 60, || {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let s = seen.clone();
+        gdex::set_panic_handler(move |event| {
+            if event.message.contains("attack18a: items before") {
+                s.lock().unwrap().push(event.message.clone());
+            }
+        });
+        on_own_context(|context| {
+            // The stream: one item at once, nine a moment later (so they
+            // wait for the next batch, a second away), then a panic.
+            let stream = futures::stream::unfold(0u64, |n| async move {
+                match n {
+                    0 => {}
+                    1 => gdex::sleep(Duration::from_millis(5)).await,
+                    10 => panic!("attack18a: items before the stream's panic"),
+                    _ => {}
+                }
+                Some((n, n + 1))
+            });
+            let model = ListModel::from_stream(ty(), stream, boxed);
+            model.set_batch_interval(Duration::from_secs(1));
+            pump_for(context, Duration::from_secs(5), || model.is_complete());
+            assert!(
+                model.is_complete(),
+                "the stream's panic completes the model"
+            );
+            assert_eq!(
+                model.n_items(),
+                10,
+                "the items the stream gave before its panic"
+            );
+
+            let model = ListModel::from_stream(ty(), futures::stream::iter(0..10u64), |n| {
+                if n == 5 {
+                    panic!("attack18a: items before map's panic");
+                }
+                boxed(n)
+            });
+            pump_for(context, Duration::from_secs(5), || model.is_complete());
+            assert!(model.is_complete(), "map's panic completes the model");
+            assert_eq!(model.n_items(), 5, "the items map made before its panic");
+        });
+        gdex::reset_panic_handler();
+        assert_eq!(seen.lock().unwrap().len(), 2, "each panic reported once");
+    });
+}
+
 /// A panic in a `spawn` producer ends the stream (its `Sender` is dropped
 /// while it unwinds): the model completes with the items sent so far, and
 /// the panic sat in the producer's task output, held by the model and never

@@ -302,7 +302,9 @@ impl ListModel {
     /// True once the stream has ended: every item is in the model. (Also
     /// once the feed stopped on a panic in `map` or in the stream, or a
     /// [`spawn`](ListModel::spawn) producer panicked: the panic goes to the
-    /// panic handler, and no more items will come.)
+    /// panic handler, and no more items will come. The items before the
+    /// panic are in the model: every item the stream gave before it
+    /// panicked, or every item `map` made before the one it panicked on.)
     pub fn is_complete(&self) -> bool {
         self.imp().complete.get()
     }
@@ -424,6 +426,8 @@ async fn feed<T>(
     // Items taken from the stream, not yet mapped and appended.
     let mut pending: VecDeque<T> = VecDeque::new();
     let mut ended = false;
+    // The stream's panic, resumed once the items before it are appended.
+    let mut broken: Option<Box<dyn std::any::Any + Send>> = None;
     // When the next batch may go; `None`: as soon as there is an item.
     let mut due: Option<Instant> = None;
     // The timer for `due`, made when first needed.
@@ -446,16 +450,21 @@ async fn feed<T>(
             // from it.
             let mut left_ready = false;
             while !ended && pending.len() < MAX_PENDING {
-                match stream.as_mut().poll_next(cx) {
-                    Poll::Ready(Some(item)) => {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| stream.as_mut().poll_next(cx))) {
+                    Ok(Poll::Ready(Some(item))) => {
                         pending.push_back(item);
                         if start.elapsed() >= budget {
                             left_ready = true;
                             break;
                         }
                     }
-                    Poll::Ready(None) => ended = true,
-                    Poll::Pending => break,
+                    Ok(Poll::Ready(None)) => ended = true,
+                    Ok(Poll::Pending) => break,
+                    Err(payload) => {
+                        // The items it gave before are appended first.
+                        broken = Some(payload);
+                        ended = true;
+                    }
                 }
             }
             if pending.is_empty() && !ended {
@@ -493,6 +502,10 @@ async fn feed<T>(
         }
         if pending.is_empty() {
             // Ended, with every item appended.
+            if let Some(payload) = broken {
+                // The stream panicked: on to the feed's report.
+                std::panic::resume_unwind(payload);
+            }
             break;
         }
         let Some(list) = model.upgrade() else { return };
@@ -515,7 +528,15 @@ async fn feed<T>(
             let Some(item) = pending.pop_front() else {
                 break;
             };
-            batch.push(map(item));
+            match std::panic::catch_unwind(AssertUnwindSafe(|| map(item))) {
+                Ok(object) => batch.push(object),
+                Err(payload) => {
+                    // The items mapped before it are appended; the feed
+                    // stops (the rest are dropped) and reports the panic.
+                    list.append(batch);
+                    std::panic::resume_unwind(payload);
+                }
+            }
             if start.elapsed() >= budget {
                 break;
             }
