@@ -30,6 +30,12 @@ const MAX_PENDING: usize = 4096;
 /// The most items in a batch before the feed knows what an item costs.
 const FIRST_BATCH: usize = 16;
 
+/// The longest batch interval the feed keeps to: longer is the same (the
+/// next batch goes when the stream ends, the backlog is full or a batch
+/// runs out of budget). An `Instant` plus `Duration::MAX` overflows: a
+/// "never" interval made the feed panic after its first batch.
+const LONGEST_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 mod imp {
     use super::*;
 
@@ -284,6 +290,8 @@ impl ListModel {
     /// by the rest after one turn of the owner's loop, not an interval
     /// later. `Duration::ZERO` gives a batch per item that is ready when
     /// the feed runs, as a consumer that must see each item at once may want.
+    /// An interval longer than a year counts as a year: as good as never,
+    /// the items then go when the stream ends or 4,096 of them wait.
     pub fn set_batch_interval(&self, interval: Duration) {
         self.imp().interval.set(Some(interval));
     }
@@ -295,7 +303,8 @@ impl ListModel {
             imp.budget.get().unwrap_or(ListModel::DEFAULT_FRAME_BUDGET),
             imp.interval
                 .get()
-                .unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL),
+                .unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL)
+                .min(LONGEST_INTERVAL),
         )
     }
 
