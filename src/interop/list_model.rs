@@ -435,8 +435,9 @@ async fn feed<T>(
     // Items taken from the stream, not yet mapped and appended.
     let mut pending: VecDeque<T> = VecDeque::new();
     let mut ended = false;
-    // The stream's panic, resumed once the items before it are appended.
-    let mut broken: Option<Box<dyn std::any::Any + Send>> = None;
+    // The stream's panic, resumed once the items before it are appended
+    // (reported by `Held` if the feed stops first).
+    let mut broken = Held(None);
     // When the next batch may go; `None`: as soon as there is an item.
     let mut due: Option<Instant> = None;
     // The timer for `due`, made when first needed.
@@ -471,7 +472,7 @@ async fn feed<T>(
                     Ok(Poll::Pending) => break,
                     Err(payload) => {
                         // The items it gave before are appended first.
-                        broken = Some(payload);
+                        broken.0 = Some(payload);
                         ended = true;
                     }
                 }
@@ -511,7 +512,7 @@ async fn feed<T>(
         }
         if pending.is_empty() {
             // Ended, with every item appended.
-            if let Some(payload) = broken {
+            if let Some(payload) = broken.0.take() {
                 // The stream panicked: on to the feed's report.
                 std::panic::resume_unwind(payload);
             }
@@ -543,6 +544,11 @@ async fn feed<T>(
                     // The items mapped before it are appended; the feed
                     // stops (the rest are dropped) and reports the panic.
                     list.append(batch);
+                    // A panic of the stream after this item came first:
+                    // reported first, not dropped with the feed.
+                    if let Some(held) = broken.0.take() {
+                        report_panic(held);
+                    }
                     std::panic::resume_unwind(payload);
                 }
             }
@@ -569,5 +575,19 @@ async fn feed<T>(
     }
     if let Some(list) = model.upgrade() {
         list.set_complete();
+    }
+}
+
+/// A stream's panic held by the feed until the items the stream gave
+/// before it are appended. Reported if the feed stops without resuming it:
+/// the model went meanwhile (the feed returns, or its task is dropped with
+/// the model), where a plain `Option` dropped it unreported.
+struct Held(Option<Box<dyn std::any::Any + Send>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(payload) = self.0.take() {
+            report_panic(payload);
+        }
     }
 }
