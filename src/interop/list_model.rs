@@ -46,6 +46,9 @@ mod imp {
         pub(super) budget: Cell<Option<Duration>>,
         pub(super) interval: Cell<Option<Duration>>,
         pub(super) complete: Cell<bool>,
+        /// The feed's waker while it sleeps on its batch interval, for
+        /// [`set_batch_interval`](super::ListModel::set_batch_interval).
+        pub(super) feed_waker: RefCell<Option<std::task::Waker>>,
         /// The task that takes items from the stream, on the owner thread.
         pub(super) feed: RefCell<Option<Task<()>>>,
         /// The producer of [`ListModel::spawn`](super::ListModel::spawn).
@@ -85,6 +88,9 @@ mod imp {
             // its items (cancel on discard).
             drop(self.feed.take());
             drop(self.producer.take());
+            // The feed's own waker (it slept on its interval): nothing to
+            // wake any more.
+            drop(self.feed_waker.take());
         }
     }
 
@@ -290,10 +296,18 @@ impl ListModel {
     /// by the rest after one turn of the owner's loop, not an interval
     /// later. `Duration::ZERO` gives a batch per item that is ready when
     /// the feed runs, as a consumer that must see each item at once may want.
+    /// A new interval applies to the next batch (counted from the last),
+    /// also when set from an `items-changed` handler or while items wait.
     /// An interval longer than a year counts as a year: as good as never,
     /// the items then go when the stream ends or 4,096 of them wait.
     pub fn set_batch_interval(&self, interval: Duration) {
         self.imp().interval.set(Some(interval));
+        // A feed asleep on the old interval, with items waiting, counts the
+        // new one from the last batch: it slept to the old one's end.
+        let waker = self.imp().feed_waker.take();
+        if let Some(waker) = waker {
+            crate::diagnostics::panic::wake(waker);
+        }
     }
 
     /// The frame budget and the batch interval.
@@ -438,9 +452,13 @@ async fn feed<T>(
     // The stream's panic, resumed once the items before it are appended
     // (reported by `Held` if the feed stops first).
     let mut broken = Held(None);
-    // When the next batch may go; `None`: as soon as there is an item.
-    let mut due: Option<Instant> = None;
-    // The timer for `due`, made when first needed.
+    // When the last batch that took every waiting item went: the next one
+    // goes an interval later. `None`: as soon as there is an item. (The
+    // interval is read at each poll, not added here: one changed since, by
+    // an `items-changed` handler or while the feed sleeps, applies to the
+    // next batch.)
+    let mut last: Option<Instant> = None;
+    // The timer for the next batch's time, made when first needed.
     let mut timer: Option<(Instant, crate::future::time::Sleep)> = None;
     // When this task last resumed from a suspension (`None` while it is
     // suspended): the start of the time the budget bounds.
@@ -450,11 +468,12 @@ async fn feed<T>(
     // batch so far.
     let mut cost: Option<(Duration, usize)> = None;
     loop {
-        let Some((budget, interval)) = model.upgrade().map(|list| list.bounds()) else {
-            return;
-        };
         // Take what the stream has ready, until a batch is due.
         let next = std::future::poll_fn(|cx| {
+            let Some(list) = model.upgrade() else {
+                return Poll::Ready(Next::Gone);
+            };
+            let (budget, interval) = list.bounds();
             let start = *resumed.get_or_insert_with(Instant::now);
             // The stream was left ready (out of time): no wake-up will come
             // from it.
@@ -483,6 +502,7 @@ async fn feed<T>(
             }
             // The stream has ended, a batch's worth waits, or nothing
             // holds the next batch back: it goes now.
+            let due = last.map(|last| last + interval);
             let due_now = ended
                 || pending.len() >= MAX_PENDING
                 || due.is_none_or(|due| Instant::now() >= due);
@@ -510,11 +530,15 @@ async fn feed<T>(
             if Pin::new(sleep).poll(cx).is_ready() {
                 return Poll::Ready(Next::Batch);
             }
+            // For `set_batch_interval`: the new interval may make the batch
+            // due sooner.
+            list.imp().feed_waker.replace(Some(cx.waker().clone()));
             resumed = None;
             Poll::Pending
         })
         .await;
         match next {
+            Next::Gone => return,
             Next::Batch => {}
             Next::DrainAfterTurn | Next::BatchAfterTurn => {
                 crate::yield_now().await;
@@ -533,6 +557,7 @@ async fn feed<T>(
             break;
         }
         let Some(list) = model.upgrade() else { return };
+        let budget = list.bounds().0;
         let start = *resumed.get_or_insert_with(Instant::now);
         // As many items as the budget has room for, at what items cost in
         // the last batch; at most four times the biggest batch so far, so
@@ -578,7 +603,7 @@ async fn feed<T>(
         // Items left behind (out of time, or beyond the batch's size) go
         // after a turn of the owner's loop; otherwise the next batch waits
         // for the interval.
-        due = pending.is_empty().then(|| Instant::now() + interval);
+        last = pending.is_empty().then(Instant::now);
         if !pending.is_empty() || start.elapsed() >= budget {
             // A backlog, or out of time (this batch, or the time since the
             // last suspension, and the `items-changed` handlers): let the
@@ -601,6 +626,8 @@ enum Next {
     /// Out of time with a batch due: lets the owner's loop run, then emits
     /// the batch.
     BatchAfterTurn,
+    /// The model is gone.
+    Gone,
 }
 
 /// A stream's panic held by the feed until the items the stream gave
