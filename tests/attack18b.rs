@@ -509,9 +509,11 @@ fn the_model_dropped_while_the_feed_sleeps_takes_the_timer_and_the_stream() {
                 }
             });
             model.set_batch_interval(Duration::from_secs(30));
-            pump_polling(context, || model.n_items() == 1);
+            // (The pool may send more than one item before the first batch.)
+            pump_polling(context, || model.n_items() >= 1);
+            let first = model.n_items();
             pump_for(context, Duration::from_millis(30), || false);
-            assert_eq!(model.n_items(), 1);
+            assert_eq!(model.n_items(), first, "items wait for the interval");
             drop(model);
             pump_polling(context, || producer_gone.load(Ordering::SeqCst) == 1);
         });
@@ -540,16 +542,18 @@ fn the_pool_shut_down_while_items_wait_for_the_interval() {
                 }
             });
             model.set_batch_interval(Duration::from_secs(30));
-            pump_polling(context, || model.n_items() == 1);
+            // (The pool may send more than one item before the first batch.)
+            pump_polling(context, || model.n_items() >= 1);
+            let first = model.n_items();
             pump_for(context, Duration::from_millis(30), || false);
-            assert_eq!(model.n_items(), 1, "items wait for the interval");
+            assert_eq!(model.n_items(), first, "items wait for the interval");
             pool.shutdown();
             assert!(
                 pump_for(context, Duration::from_secs(2), || model.is_complete()),
                 "the waiting items kept to the interval after the stream ended"
             );
             let sent = sent.load(Ordering::SeqCst) as u64;
-            assert!(sent > 1);
+            assert!(sent > u64::from(first), "items were waiting");
             assert_in_order(&model, sent);
         });
     });
