@@ -30,6 +30,12 @@ const MAX_PENDING: usize = 4096;
 /// The most items in a batch before the feed knows what an item costs.
 const FIRST_BATCH: usize = 16;
 
+/// The longest batch interval the feed keeps to: longer is the same (the
+/// next batch goes when the stream ends, the backlog is full or a batch
+/// runs out of budget). An `Instant` plus `Duration::MAX` overflows: a
+/// "never" interval made the feed panic after its first batch.
+const LONGEST_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 mod imp {
     use super::*;
 
@@ -40,6 +46,9 @@ mod imp {
         pub(super) budget: Cell<Option<Duration>>,
         pub(super) interval: Cell<Option<Duration>>,
         pub(super) complete: Cell<bool>,
+        /// The feed's waker while it sleeps on its batch interval, for
+        /// [`set_batch_interval`](super::ListModel::set_batch_interval).
+        pub(super) feed_waker: RefCell<Option<std::task::Waker>>,
         /// The task that takes items from the stream, on the owner thread.
         pub(super) feed: RefCell<Option<Task<()>>>,
         /// The producer of [`ListModel::spawn`](super::ListModel::spawn).
@@ -79,6 +88,9 @@ mod imp {
             // its items (cancel on discard).
             drop(self.feed.take());
             drop(self.producer.take());
+            // The feed's own waker (it slept on its interval): nothing to
+            // wake any more.
+            drop(self.feed_waker.take());
         }
     }
 
@@ -284,8 +296,18 @@ impl ListModel {
     /// by the rest after one turn of the owner's loop, not an interval
     /// later. `Duration::ZERO` gives a batch per item that is ready when
     /// the feed runs, as a consumer that must see each item at once may want.
+    /// A new interval applies to the next batch (counted from the last),
+    /// also when set from an `items-changed` handler or while items wait.
+    /// An interval longer than a year counts as a year: as good as never,
+    /// the items then go when the stream ends or 4,096 of them wait.
     pub fn set_batch_interval(&self, interval: Duration) {
         self.imp().interval.set(Some(interval));
+        // A feed asleep on the old interval, with items waiting, counts the
+        // new one from the last batch: it slept to the old one's end.
+        let waker = self.imp().feed_waker.take();
+        if let Some(waker) = waker {
+            crate::diagnostics::panic::wake(waker);
+        }
     }
 
     /// The frame budget and the batch interval.
@@ -295,7 +317,8 @@ impl ListModel {
             imp.budget.get().unwrap_or(ListModel::DEFAULT_FRAME_BUDGET),
             imp.interval
                 .get()
-                .unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL),
+                .unwrap_or(ListModel::DEFAULT_BATCH_INTERVAL)
+                .min(LONGEST_INTERVAL),
         )
     }
 
@@ -426,11 +449,16 @@ async fn feed<T>(
     // Items taken from the stream, not yet mapped and appended.
     let mut pending: VecDeque<T> = VecDeque::new();
     let mut ended = false;
-    // The stream's panic, resumed once the items before it are appended.
-    let mut broken: Option<Box<dyn std::any::Any + Send>> = None;
-    // When the next batch may go; `None`: as soon as there is an item.
-    let mut due: Option<Instant> = None;
-    // The timer for `due`, made when first needed.
+    // The stream's panic, resumed once the items before it are appended
+    // (reported by `Held` if the feed stops first).
+    let mut broken = Held(None);
+    // When the last batch that took every waiting item went: the next one
+    // goes an interval later. `None`: as soon as there is an item. (The
+    // interval is read at each poll, not added here: one changed since, by
+    // an `items-changed` handler or while the feed sleeps, applies to the
+    // next batch.)
+    let mut last: Option<Instant> = None;
+    // The timer for the next batch's time, made when first needed.
     let mut timer: Option<(Instant, crate::future::time::Sleep)> = None;
     // When this task last resumed from a suspension (`None` while it is
     // suspended): the start of the time the budget bounds.
@@ -440,11 +468,12 @@ async fn feed<T>(
     // batch so far.
     let mut cost: Option<(Duration, usize)> = None;
     loop {
-        let Some((budget, interval)) = model.upgrade().map(|list| list.bounds()) else {
-            return;
-        };
         // Take what the stream has ready, until a batch is due.
-        let out_of_time = std::future::poll_fn(|cx| {
+        let next = std::future::poll_fn(|cx| {
+            let Some(list) = model.upgrade() else {
+                return Poll::Ready(Next::Gone);
+            };
+            let (budget, interval) = list.bounds();
             let start = *resumed.get_or_insert_with(Instant::now);
             // The stream was left ready (out of time): no wake-up will come
             // from it.
@@ -462,7 +491,7 @@ async fn feed<T>(
                     Ok(Poll::Pending) => break,
                     Err(payload) => {
                         // The items it gave before are appended first.
-                        broken = Some(payload);
+                        broken.0 = Some(payload);
                         ended = true;
                     }
                 }
@@ -473,42 +502,62 @@ async fn feed<T>(
             }
             // The stream has ended, a batch's worth waits, or nothing
             // holds the next batch back: it goes now.
-            let Some(due) = due.filter(|_| !ended && pending.len() < MAX_PENDING) else {
-                return Poll::Ready(false);
-            };
-            if Instant::now() >= due {
-                return Poll::Ready(false);
-            }
+            let due = last.map(|last| last + interval);
+            let due_now = ended
+                || pending.len() >= MAX_PENDING
+                || due.is_none_or(|due| Instant::now() >= due);
             if left_ready {
-                // Not due yet, and out of time: back after a turn of the
-                // loop, to take more.
-                return Poll::Ready(true);
+                // Out of time: back after a turn of the loop. A batch that
+                // is due then goes first, with the whole budget, before the
+                // stream is polled again: going at once, it got what the
+                // drain had left of the budget, nothing (one item), and a
+                // stream always ready but slower than the budget allows
+                // got ever further ahead of the list (a quarter of a second
+                // of its items by the 300th, at 1 ms an item).
+                return Poll::Ready(if due_now {
+                    Next::BatchAfterTurn
+                } else {
+                    Next::DrainAfterTurn
+                });
             }
+            let Some(due) = due.filter(|_| !due_now) else {
+                return Poll::Ready(Next::Batch);
+            };
             if timer.as_ref().is_none_or(|(at, _)| *at != due) {
                 timer = Some((due, crate::sleep(due - Instant::now())));
             }
             let (_, sleep) = timer.as_mut().expect("made above");
             if Pin::new(sleep).poll(cx).is_ready() {
-                return Poll::Ready(false);
+                return Poll::Ready(Next::Batch);
             }
+            // For `set_batch_interval`: the new interval may make the batch
+            // due sooner.
+            list.imp().feed_waker.replace(Some(cx.waker().clone()));
             resumed = None;
             Poll::Pending
         })
         .await;
-        if out_of_time {
-            crate::yield_now().await;
-            resumed = None;
-            continue;
+        match next {
+            Next::Gone => return,
+            Next::Batch => {}
+            Next::DrainAfterTurn | Next::BatchAfterTurn => {
+                crate::yield_now().await;
+                resumed = None;
+                if matches!(next, Next::DrainAfterTurn) {
+                    continue;
+                }
+            }
         }
         if pending.is_empty() {
             // Ended, with every item appended.
-            if let Some(payload) = broken {
+            if let Some(payload) = broken.0.take() {
                 // The stream panicked: on to the feed's report.
                 std::panic::resume_unwind(payload);
             }
             break;
         }
         let Some(list) = model.upgrade() else { return };
+        let budget = list.bounds().0;
         let start = *resumed.get_or_insert_with(Instant::now);
         // As many items as the budget has room for, at what items cost in
         // the last batch; at most four times the biggest batch so far, so
@@ -534,6 +583,11 @@ async fn feed<T>(
                     // The items mapped before it are appended; the feed
                     // stops (the rest are dropped) and reports the panic.
                     list.append(batch);
+                    // A panic of the stream after this item came first:
+                    // reported first, not dropped with the feed.
+                    if let Some(held) = broken.0.take() {
+                        report_panic(held);
+                    }
                     std::panic::resume_unwind(payload);
                 }
             }
@@ -549,7 +603,7 @@ async fn feed<T>(
         // Items left behind (out of time, or beyond the batch's size) go
         // after a turn of the owner's loop; otherwise the next batch waits
         // for the interval.
-        due = pending.is_empty().then(|| Instant::now() + interval);
+        last = pending.is_empty().then(Instant::now);
         if !pending.is_empty() || start.elapsed() >= budget {
             // A backlog, or out of time (this batch, or the time since the
             // last suspension, and the `items-changed` handlers): let the
@@ -560,5 +614,32 @@ async fn feed<T>(
     }
     if let Some(list) = model.upgrade() {
         list.set_complete();
+    }
+}
+
+/// What the feed does once it has taken what the stream had ready.
+enum Next {
+    /// Emits a batch now.
+    Batch,
+    /// Out of time: lets the owner's loop run, then takes more.
+    DrainAfterTurn,
+    /// Out of time with a batch due: lets the owner's loop run, then emits
+    /// the batch.
+    BatchAfterTurn,
+    /// The model is gone.
+    Gone,
+}
+
+/// A stream's panic held by the feed until the items the stream gave
+/// before it are appended. Reported if the feed stops without resuming it:
+/// the model went meanwhile (the feed returns, or its task is dropped with
+/// the model), where a plain `Option` dropped it unreported.
+struct Held(Option<Box<dyn std::any::Any + Send>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(payload) = self.0.take() {
+            report_panic(payload);
+        }
     }
 }
