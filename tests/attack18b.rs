@@ -137,6 +137,32 @@ fn a_huge_batch_interval_waits_but_never_overflows() {
     });
 }
 
+/// A budget of years (`Duration::MAX`) sizes batches by the growth cap
+/// alone: the room it leaves, in items, is more than a `usize` counts, and
+/// a plain cast truncated it to an arbitrary size (one item, at worst; a
+/// probe: the sizes it gave here happened to be large). 5,000 ready
+/// items go in the cap's steps (16, 64, 256, 1,024, the rest): a handful
+/// of batches.
+#[test]
+fn a_budget_of_years_sizes_batches_by_the_cap_alone() {
+    watchdog("a_budget_of_years", 60, || {
+        on_own_context(|context| {
+            let model = ListModel::from_stream(ty(), futures::stream::iter(0..5_000u64), boxed);
+            model.set_frame_budget(Duration::MAX);
+            let batches = Rc::new(Cell::new(0u32));
+            let counted = batches.clone();
+            model.connect_items_changed(move |_, _, _, _| counted.set(counted.get() + 1));
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 5_000);
+            assert!(
+                batches.get() <= 8,
+                "{} batches for 5,000 ready items",
+                batches.get()
+            );
+        });
+    });
+}
+
 /// FIXED. A stream that is always ready but slower than the budget allows
 /// (work done on the owner thread, 1 ms an item; map and handlers cheap):
 /// the drain spent the whole budget taking items, and a batch due then got

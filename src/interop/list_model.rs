@@ -568,7 +568,10 @@ async fn feed<T>(
             Some((per_item, biggest)) => {
                 let left = budget.saturating_sub(start.elapsed()).as_nanos();
                 let fits = left / per_item.as_nanos().max(1);
-                (fits as usize).clamp(1, biggest.saturating_mul(4).max(FIRST_BATCH))
+                // (A budget of years fits more than a `usize` counts.)
+                usize::try_from(fits)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, biggest.saturating_mul(4).max(FIRST_BATCH))
             }
         };
         let batch_start = Instant::now();
