@@ -110,7 +110,7 @@ impl Lane {
             job.await
         };
         let (runnable, task) =
-            crate::task::builder().spawn(move |_| future, move |r| lane.submit(Job::Task(r)));
+            crate::task::builder().spawn(move |_| future, move |r| lane.submit(Job::task(r)));
         runnable.schedule();
         Task::new(task)
     }

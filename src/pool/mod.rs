@@ -195,10 +195,10 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_pinned_local(pool, home.index, Job::Task(runnable)) else {
+        let Err(runnable) = worker::push_pinned_local(pool, home.index, runnable) else {
             return;
         };
-        Self::push_inbox_keeping(pool, home.index, job);
+        Self::push_inbox_keeping(pool, home.index, Job::task(runnable));
     }
 
     /// P9: queues a task whose home is this worker: on its deque if we are
@@ -214,7 +214,7 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_local_if(pool, Some(home.index), Job::Task(runnable)) else {
+        let Err(job) = worker::push_local_if(pool, Some(home.index), Job::task(runnable)) else {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
@@ -226,17 +226,9 @@ impl Home {
     /// so the push holds a count of its own, dropped here once
     /// `push_inbox` (and its `&self`) has returned.
     fn push_inbox_keeping(pool: &PoolShared, i: usize, job: Job) {
-        let keep = crate::task::owner_of(job_runnable(&job));
+        let keep = job.task_owner();
         pool.push_inbox(i, job);
         drop(keep);
-    }
-}
-
-/// The task of a job that a schedule function was given back.
-fn job_runnable(job: &Job) -> &crate::task::Runnable {
-    match job {
-        Job::Task(runnable) => runnable,
-        Job::Work(_) => unreachable!("a schedule function only queues tasks"),
     }
 }
 
@@ -294,12 +286,12 @@ unsafe impl crate::task::Owner for PoolShared {
         // keeps the pool alive after the push (the task may then finish and
         // go), and `push_local_if` only compares the pointer with the
         // worker's pool.
-        let local = worker::push_local_if(self, None, Job::Task(runnable));
+        let local = worker::push_local_if(self, None, Job::task(runnable));
         let Err(job) = local else { return None };
         // Not on one of its workers: hold the pool ourselves before the job
         // (and with it, perhaps, the last other reference) leaves; the
         // caller drops it once this call (and its `&self`) has ended.
-        let keep = crate::task::owner_of(job_runnable(&job));
+        let keep = job.task_owner();
         self.inject(job);
         Some(keep)
     }

@@ -208,6 +208,7 @@ pub(crate) fn pseudo_random() -> u32 {
     })
 }
 
+#[inline(always)]
 fn with_current<R>(f: impl FnOnce(Option<&Core>) -> R) -> R {
     let ptr = CURRENT.get();
     // SAFETY: CURRENT is only non-null while `run` keeps the `Core` it points
@@ -238,18 +239,26 @@ pub(crate) fn push_local_if(pool: &PoolShared, only: Option<usize>, job: Job) ->
     })
 }
 
-/// If the calling thread is worker `i` of `pool`, queues `job` on its
+/// If the calling thread is worker `i` of `pool`, queues the task on its
 /// thread-local pinned queue (no atomics), makes sure the worker is not
-/// parked, and returns `Ok`. Gives the job back otherwise.
+/// parked, and returns `Ok`. Gives the task back otherwise.
+///
+/// Takes and gives back the task's `Runnable` (one pointer, in a
+/// register), so that its [`Job`] is made in the queue's slot, not on the
+/// stack and copied there (see `Job` on store-forwarding stalls).
 #[inline]
-pub(crate) fn push_pinned_local(pool: &PoolShared, i: usize, job: Job) -> Result<(), Job> {
+pub(crate) fn push_pinned_local(
+    pool: &PoolShared,
+    i: usize,
+    runnable: crate::task::Runnable,
+) -> Result<(), crate::task::Runnable> {
     with_current(|core| match core {
         Some(core) if core.index == i && std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
-            core.pinned.borrow_mut().push_back(job);
+            core.pinned.borrow_mut().push_back(Job::task(runnable));
             core.unpark_self();
             Ok(())
         }
-        _ => Err(job),
+        _ => Err(runnable),
     })
 }
 

@@ -692,9 +692,9 @@ pub(crate) mod tests {
                 thread::spawn(move || {
                     for _ in 0..250 {
                         let ran = ran.clone();
-                        shared.push(Job::Work(crate::task::Work::new(move || {
+                        shared.push(Job::work(move || {
                             ran.fetch_add(1, Ordering::Relaxed);
-                        })));
+                        }));
                     }
                 })
             })

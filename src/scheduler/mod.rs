@@ -197,7 +197,7 @@ impl Scheduler {
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();
-                task::builder().spawn(move |_| future, move |r| shared.push(Job::Task(r)))
+                task::builder().spawn(move |_| future, move |r| shared.push(Job::task(r)))
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
@@ -326,7 +326,7 @@ impl Scheduler {
                 let (runnable, task) = unsafe {
                     task::builder().spawn_unchecked(
                         move |_| future,
-                        move |r| shared.push_local(&queue, Job::Task(r)),
+                        move |r| shared.push_local(&queue, Job::task(r)),
                     )
                 };
                 runnable.schedule();
@@ -423,7 +423,7 @@ impl Scheduler {
                 // drop the future on any thread but the first that polled it.
                 unsafe {
                     task::builder()
-                        .spawn_unchecked(move |_| future, move |r| shared.push(Job::Task(r)))
+                        .spawn_unchecked(move |_| future, move |r| shared.push(Job::task(r)))
                 }
             }
             Kind::Pool(pool) => {
@@ -466,7 +466,7 @@ impl Scheduler {
     where
         F: FnOnce() + Send + 'static,
     {
-        let job = Job::Work(crate::task::Work::new(f));
+        let job = Job::work(f);
         match &self.kind {
             Kind::Context(shared) => shared.push(job),
             Kind::Pool(pool) => {
