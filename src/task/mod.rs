@@ -1428,6 +1428,38 @@ mod size_tests {
         );
     }
 
+    /// A task's job runs its task once, or, dropped unrun, drops its future
+    /// once: the raw `Runnable` it keeps is taken back exactly once.
+    #[test]
+    fn a_task_job_runs_or_drops_its_task_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        for run in [true, false] {
+            let (counted, r) = (Counted(drops.clone()), runs.clone());
+            let (runnable, task) = builder().spawn(
+                move |_| async move {
+                    let _keep = &counted;
+                    r.fetch_add(1, Ordering::SeqCst);
+                    7
+                },
+                |_| {},
+            );
+            let job = Job::task(runnable);
+            assert!(job.is_task());
+            if run {
+                job.run();
+                assert!(task.is_finished());
+            } else {
+                drop(job);
+            }
+            drop(task);
+        }
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (1, 2)
+        );
+    }
+
     /// BENCH.md's memory_per_task: a block holds room for the larger of
     /// the future and its outcome, so a failure's report stays boxed.
     #[test]
