@@ -87,18 +87,7 @@ fn a_stream_that_yields_for_every_item_still_lets_the_owner_loop_run() {
                 boxed(n)
             });
             model.set_frame_budget(Duration::from_millis(5));
-            let ticks = Arc::new(AtomicUsize::new(0));
-            let tick = ticks.clone();
-            let timer = glib::timeout_source_new(
-                Duration::from_millis(1),
-                None,
-                glib::Priority::DEFAULT,
-                move || {
-                    tick.fetch_add(1, Ordering::Relaxed);
-                    glib::ControlFlow::Continue
-                },
-            );
-            timer.attach(Some(context));
+            let (ticks, timer) = common::tick_counter(context);
             // The longest time the feed kept the thread without the loop
             // running (a timer tick) between two items.
             let longest = Rc::new(RefCell::new(Duration::ZERO));
@@ -141,18 +130,7 @@ fn a_producer_that_keeps_pace_with_a_slow_handler_still_lets_the_owner_loop_run(
             let (tx, rx) = gdex::channel::<u64>(1024);
             let model = ListModel::from_receiver(ty(), rx, boxed);
             model.set_frame_budget(Duration::from_millis(5));
-            let ticks = Arc::new(AtomicUsize::new(0));
-            let tick = ticks.clone();
-            let timer = glib::timeout_source_new(
-                Duration::from_millis(1),
-                None,
-                glib::Priority::DEFAULT,
-                move || {
-                    tick.fetch_add(1, Ordering::Relaxed);
-                    glib::ControlFlow::Continue
-                },
-            );
-            timer.attach(Some(context));
+            let (ticks, timer) = common::tick_counter(context);
             let longest = Rc::new(RefCell::new(Duration::ZERO));
             let last = Rc::new(RefCell::new((usize::MAX, Instant::now())));
             let (l, t) = (longest.clone(), ticks.clone());

@@ -151,18 +151,7 @@ fn a_batch_keeps_to_the_frame_budget() {
             );
             model.set_frame_budget(Duration::from_millis(5));
             let changes = watch(&model);
-            let ticks = Arc::new(AtomicUsize::new(0));
-            let tick = ticks.clone();
-            let timer = glib::timeout_source_new(
-                Duration::from_millis(1),
-                None,
-                glib::Priority::DEFAULT,
-                move || {
-                    tick.fetch_add(1, Ordering::Relaxed);
-                    glib::ControlFlow::Continue
-                },
-            );
-            timer.attach(Some(context));
+            let (ticks, timer) = common::tick_counter(context);
             pump_polling(context, || model.is_complete());
             timer.destroy();
             assert_eq!(model.n_items(), 200);
@@ -264,18 +253,7 @@ fn a_batch_is_sized_so_that_its_handlers_keep_to_the_budget() {
                 common::spin(Duration::from_micros(100) * added);
                 seen.borrow_mut().push(added);
             });
-            let ticks = Arc::new(AtomicUsize::new(0));
-            let tick = ticks.clone();
-            let timer = glib::timeout_source_new(
-                Duration::from_millis(1),
-                None,
-                glib::Priority::DEFAULT,
-                move || {
-                    tick.fetch_add(1, Ordering::Relaxed);
-                    glib::ControlFlow::Continue
-                },
-            );
-            timer.attach(Some(context));
+            let (ticks, timer) = common::tick_counter(context);
             pump_polling(context, || model.is_complete());
             timer.destroy();
             assert_eq!(model.n_items(), 400);

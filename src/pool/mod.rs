@@ -195,10 +195,10 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(runnable) = worker::push_pinned_local(pool, home.index, runnable) else {
+        let Err(job) = worker::push_pinned_local(pool, home.index, Job::task(runnable)) else {
             return;
         };
-        Self::push_inbox_keeping(pool, home.index, Job::task(runnable));
+        Self::push_inbox_keeping(pool, home.index, job);
     }
 
     /// P9: queues a task whose home is this worker: on its deque if we are

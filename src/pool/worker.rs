@@ -239,26 +239,18 @@ pub(crate) fn push_local_if(pool: &PoolShared, only: Option<usize>, job: Job) ->
     })
 }
 
-/// If the calling thread is worker `i` of `pool`, queues the task on its
+/// If the calling thread is worker `i` of `pool`, queues `job` on its
 /// thread-local pinned queue (no atomics), makes sure the worker is not
-/// parked, and returns `Ok`. Gives the task back otherwise.
-///
-/// Takes and gives back the task's `Runnable` (one pointer, in a
-/// register), so that its [`Job`] is made in the queue's slot, not on the
-/// stack and copied there (see `Job` on store-forwarding stalls).
+/// parked, and returns `Ok`. Gives the job back otherwise.
 #[inline]
-pub(crate) fn push_pinned_local(
-    pool: &PoolShared,
-    i: usize,
-    runnable: crate::task::Runnable,
-) -> Result<(), crate::task::Runnable> {
+pub(crate) fn push_pinned_local(pool: &PoolShared, i: usize, job: Job) -> Result<(), Job> {
     with_current(|core| match core {
         Some(core) if core.index == i && std::ptr::eq(Arc::as_ptr(&core.shared), pool) => {
-            core.pinned.borrow_mut().push_back(Job::task(runnable));
+            core.pinned.borrow_mut().push_back(job);
             core.unpark_self();
             Ok(())
         }
-        _ => Err(runnable),
+        _ => Err(job),
     })
 }
 

@@ -593,10 +593,9 @@ impl Job {
         assert!(self.is_task(), "a schedule function only queues tasks");
         // SAFETY: a task's job holds its `Runnable`, which this borrow of
         // the job keeps alive; the copy made here is never dropped
-        // (ManuallyDrop), so the job still owns it.
-        let runnable =
-            std::mem::ManuallyDrop::new(unsafe { Runnable::from_raw(self.raw_runnable()) });
-        owner_of(&runnable)
+        // (ManuallyDrop, at once), so the job still owns it.
+        let copy = unsafe { Runnable::from_raw(self.raw_runnable()) };
+        owner_of(&std::mem::ManuallyDrop::new(copy))
     }
 
     /// Runs the job on the calling thread. Never unwinds: a task's panic is

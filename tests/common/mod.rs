@@ -290,3 +290,22 @@ impl Drop for Xvfb {
         let _ = self.child.wait();
     }
 }
+
+/// A timer on `context` counting its ticks, one a millisecond while the
+/// loop runs: how often the owner's loop got a turn. Destroy the source
+/// when done.
+pub fn tick_counter(context: &glib::MainContext) -> (Arc<AtomicUsize>, glib::Source) {
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let tick = ticks.clone();
+    let timer = glib::timeout_source_new(
+        Duration::from_millis(1),
+        None,
+        glib::Priority::DEFAULT,
+        move || {
+            tick.fetch_add(1, Ordering::Relaxed);
+            glib::ControlFlow::Continue
+        },
+    );
+    timer.attach(Some(context));
+    (ticks, timer)
+}
