@@ -66,6 +66,80 @@ fn a_waiting_task_shows_where_it_came_from_and_what_it_does() {
 /// On a busy one-worker pool: the task being polled shows as running on
 /// its worker, one spawned behind it as queued (never polled), and a
 /// waiting task woken meanwhile as queued too.
+/// S9 with tracking on: a tracked task's block has room for its dump key
+/// or for its record in a registry of idle tasks, not both, so its dump
+/// entry keeps the record. Tasks waiting on both workers of a pool (some
+/// woken once first, so that they finish a wait and go idle again, maybe
+/// on the other worker) resolve cancelled at shutdown, each future dropped
+/// once, and their entries leave the dump; a tracked task that finishes
+/// after waiting leaves it too.
+#[test]
+fn tracked_waiting_tasks_resolve_at_shutdown_and_leave_the_dump() {
+    struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    gdex::enable_task_dump();
+    watchdog("tracked_waiting_tasks_resolve_at_shutdown", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = 64;
+        let mut promises = Vec::new();
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let counted = Counted(drops.clone());
+                let (promise, first) = Promise::<()>::new();
+                promises.push(promise);
+                pool.scheduler()
+                    .spawn_named(&format!("tracked-idle-{i}"), async move {
+                        let _counted = counted;
+                        if i % 2 == 0 {
+                            let _ = first.await;
+                        }
+                        std::future::pending::<()>().await
+                    })
+            })
+            .collect();
+        let waiting = || {
+            gdex::dump()
+                .tasks()
+                .iter()
+                .filter(|t| {
+                    t.name()
+                        .is_some_and(|name| name.starts_with("tracked-idle-"))
+                        && t.state() == TaskState::Waiting
+                })
+                .count()
+        };
+        wait_until(|| waiting() == n);
+        for promise in promises {
+            promise.resolve(());
+        }
+        let (promise, done) = Promise::<u32>::new();
+        let finishes = pool.scheduler().spawn_named("tracked-finishes", done);
+        wait_until(|| find("tracked-finishes").is_some_and(|t| t.state() == TaskState::Waiting));
+        promise.resolve(3);
+        assert_eq!(gdex::block_on(finishes).unwrap().unwrap(), 3);
+        assert!(find("tracked-finishes").is_none());
+        wait_until(|| waiting() == n);
+        pool.shutdown();
+        for task in tasks {
+            assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+        }
+        assert_eq!(drops.load(Ordering::SeqCst), n);
+        assert_eq!(waiting(), 0);
+        assert!(
+            !gdex::dump().tasks().iter().any(|t| t
+                .name()
+                .is_some_and(|name| name.starts_with("tracked-idle-"))),
+            "{}",
+            gdex::dump()
+        );
+    });
+}
+
 #[test]
 fn running_queued_and_woken_tasks() {
     gdex::enable_task_dump();

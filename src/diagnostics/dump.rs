@@ -130,6 +130,10 @@ struct Entry {
     /// wakes the task's own waker (kept with it, to be reused while the
     /// task's waker does not change).
     waker: Mutex<Option<(Waker, Waker)>>,
+    /// A word the task core keeps here for the task: its record in a
+    /// registry of idle tasks (S9), for which its block has no room beside
+    /// this entry's key.
+    word: Mutex<u64>,
 }
 
 const QUEUED: u8 = 0;
@@ -154,6 +158,7 @@ pub(crate) fn register(
         last_poll: AtomicU64::new(0),
         thread: Mutex::new(None),
         waker: Mutex::new(None),
+        word: Mutex::new(0),
     });
     let key = TABLE.lock().unpoisoned().insert(entry);
     u32::try_from(key + 1).expect("gdex: more than 4 billion tracked tasks")
@@ -161,6 +166,15 @@ pub(crate) fn register(
 
 fn entry(track: u32) -> Option<Arc<Entry>> {
     TABLE.lock().unpoisoned().get(track as usize - 1).cloned()
+}
+
+/// Runs `f` on the word a tracked task's entry keeps for the task core (0
+/// at first). Only the task's own poll and drop call it, one at a time; the
+/// entry goes only after its last call (see [`forget`]).
+pub(crate) fn with_word(track: u32, f: impl FnOnce(&mut u64)) {
+    if let Some(entry) = entry(track) {
+        f(&mut entry.word.lock().unpoisoned());
+    }
 }
 
 /// A tracked task's future is dropped: its entry goes.

@@ -27,84 +27,133 @@ pub(crate) mod flag;
 pub(crate) mod registry;
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
 use gio::prelude::*;
-use glib::translate::{from_glib_none, FromGlibPtrFull, IntoGlibPtr};
 
 use crate::current::{Role, Slot};
 use crate::diagnostics::panic::PanicSource;
 use crate::error::{panic_message, Error};
+use crate::util::Unpoisoned;
 
 /// A task's `Runnable`, with the task's [`TaskMeta`] in its block.
 pub(crate) type Runnable = async_task::Runnable<TaskMeta>;
 
-/// Per-task data kept in the task's block (async-task's metadata): the
-/// task's `gio::Cancellable` (X1), made the first time someone asks for it.
+/// Per-task data kept in the task's block (async-task's metadata), in one
+/// word: the task's owner, if it has one, and the state of the task's
+/// `gio::Cancellable` (X1) in the word's two low bits.
+///
+/// One word, not two: a task's block is then 72 bytes for a future of two
+/// words, which glibc serves from an 80-byte chunk where 80 bytes took a
+/// 96-byte one (BENCH.md's memory_per_task). The owner is read on every
+/// wake-up; a cancellable is made only for the tasks that ask for one (for
+/// a GIO call), so it is kept in a side table, [`CANCELLABLES`], under the
+/// address of the task's metadata, until the block is freed.
 pub(crate) struct TaskMeta {
-    /// Null while nobody has asked and the task is live; [`CANCELLED`] when
-    /// the task was cancelled before anyone asked; otherwise a strong
-    /// reference to the task's `GCancellable`, kept until the block is freed.
-    cancellable: AtomicPtr<gio::ffi::GCancellable>,
-    /// For a stealable task of a pool: its pool, so that the task's
-    /// schedule function ([`schedule_on_owner`]) captures nothing.
-    /// async-task makes a temporary waker (two atomic operations on the
-    /// task's state) around every call of a schedule function that has
-    /// captures: a task yielding on its worker would pay it on every yield.
-    /// One pointer wide ([`OwnerRef`]). A pinned or thread-per-core task,
-    /// which also needs its worker, names that worker's home in its pool
-    /// instead (`pool::Home`), still one pointer.
-    owner: Option<OwnerRef>,
+    /// A strong reference to the header of the task's owner ([`OwnerRef`]:
+    /// set before the task is spawned and never changed), or null; tagged
+    /// with [`CANCELLED`] and [`MADE`] (an `OwnerHeader` is 8-aligned).
+    word: AtomicPtr<OwnerHeader>,
 }
 
-/// The mark for "cancelled before a cancellable was made" (never a real
-/// pointer: GObjects are aligned).
-const CANCELLED: *mut gio::ffi::GCancellable = ptr::dangling_mut::<u8>() as *mut _;
+/// The tag for "cancelled before a cancellable was made": the cancellable
+/// is born cancelled.
+const CANCELLED: usize = 1;
+/// The tag for "the task's cancellable is in [`CANCELLABLES`]".
+const MADE: usize = 2;
+const TAGS: usize = CANCELLED | MADE;
+
+const _: () = assert!(std::mem::align_of::<OwnerHeader>() > TAGS);
+const _: () = assert!(std::mem::size_of::<TaskMeta>() == std::mem::size_of::<usize>());
+
+/// The cancellables made for tasks (X1), by the address of their task's
+/// metadata, each a strong reference released when the task's block is
+/// freed. In shards, so that tasks asking for theirs on different workers
+/// seldom meet on one lock.
+static CANCELLABLES: std::sync::LazyLock<[Mutex<HashMap<usize, gio::Cancellable>>; 16]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|_| Mutex::new(HashMap::new())));
+
+/// The shard of [`CANCELLABLES`] holding the cancellable of the task whose
+/// metadata is at `key`. Nothing under its lock panics.
+fn cancellables(key: usize) -> MutexGuard<'static, HashMap<usize, gio::Cancellable>> {
+    // Blocks are 16-aligned and at least 48 bytes apart.
+    CANCELLABLES[(key >> 4) % 16].lock().unpoisoned()
+}
 
 impl TaskMeta {
+    /// The metadata of a task with no owner.
     pub(crate) const fn new() -> Self {
         TaskMeta {
-            cancellable: AtomicPtr::new(ptr::null_mut()),
-            owner: None,
+            word: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The metadata of a task of `owner` (whose reference it keeps).
+    fn owned(owner: OwnerRef) -> Self {
+        let header = std::mem::ManuallyDrop::new(owner).0.as_ptr();
+        TaskMeta {
+            word: AtomicPtr::new(header),
+        }
+    }
+
+    /// The header of the task's owner, if it has one; the block holds a
+    /// strong reference to it.
+    #[inline]
+    fn owner(&self) -> Option<NonNull<OwnerHeader>> {
+        // Relaxed: the owner was set before the block was shared and never
+        // changes; only the tags do.
+        NonNull::new(self.word.load(Ordering::Relaxed).map_addr(|a| a & !TAGS))
+    }
+
+    /// This metadata's key in [`CANCELLABLES`].
+    fn key(&self) -> usize {
+        (self as *const Self).addr()
+    }
+
+    /// Sets `tag`; gives the tags that were set before.
+    fn tag(&self, tag: usize) -> usize {
+        let mut current = self.word.load(Ordering::Acquire);
+        loop {
+            let tagged = current.map_addr(|a| a | tag);
+            match self.word.compare_exchange_weak(
+                current,
+                tagged,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return current.addr() & TAGS,
+                Err(now) => current = now,
+            }
         }
     }
 
     /// The task's cancellable, made now if nobody asked before (already
     /// cancelled if the task has been).
     pub(crate) fn cancellable(&self) -> gio::Cancellable {
-        let mut current = self.cancellable.load(Ordering::Acquire);
-        loop {
-            if !current.is_null() && current != CANCELLED {
-                // SAFETY: a real pointer here is a strong reference this
-                // block owns until it is dropped, and we borrow the block.
-                return unsafe { from_glib_none(current) };
+        let key = self.key();
+        let mut table = cancellables(key);
+        if self.word.load(Ordering::Acquire).addr() & MADE != 0 {
+            if let Some(made) = table.get(&key) {
+                return made.clone();
             }
-            let made = gio::Cancellable::new();
-            if current == CANCELLED {
-                made.cancel();
-            }
-            // A strong reference for the block; `Drop` releases it.
-            let raw: *mut gio::ffi::GCancellable = made.clone().into_glib_ptr();
-            match self.cancellable.compare_exchange(
-                current,
-                raw,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return made,
-                Err(now) => {
-                    // SAFETY: `raw` was not published; take the reference back.
-                    drop(unsafe { gio::Cancellable::from_glib_full(raw) });
-                    current = now;
-                }
-            }
+            unreachable!("a task's made cancellable stays in the table until its block is freed");
         }
+        let made = gio::Cancellable::new();
+        table.insert(key, made.clone());
+        // Under the lock: a canceller that finds MADE set then waits here
+        // for the entry. One that set CANCELLED first is seen here.
+        if self.tag(MADE) & CANCELLED != 0 {
+            // Nobody can have connected to it yet: no handler runs here.
+            made.cancel();
+        }
+        made
     }
 
     /// For a task being cancelled: marks a cancellable nobody has asked for
@@ -113,34 +162,28 @@ impl TaskMeta {
     /// future is never polled with its cancellable cancelled: S5 drops it at
     /// its suspension point instead).
     pub(crate) fn to_cancel(&self) -> Option<gio::Cancellable> {
-        let mut current = self.cancellable.load(Ordering::Acquire);
-        loop {
-            if current == CANCELLED {
-                return None;
-            }
-            if !current.is_null() {
-                // SAFETY: a strong reference owned by the block we borrow.
-                return Some(unsafe { from_glib_none(current) });
-            }
-            match self.cancellable.compare_exchange(
-                current,
-                CANCELLED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return None,
-                Err(now) => current = now,
-            }
+        if self.tag(CANCELLED) & MADE == 0 {
+            return None;
         }
+        let key = self.key();
+        let made = cancellables(key).get(&key).cloned();
+        debug_assert!(made.is_some(), "a made cancellable is in the table");
+        made
     }
 }
 
 impl Drop for TaskMeta {
     fn drop(&mut self) {
-        let current = *self.cancellable.get_mut();
-        if !current.is_null() && current != CANCELLED {
-            // SAFETY: the block's own strong reference, released once.
-            unsafe { glib::gobject_ffi::g_object_unref(current.cast()) };
+        let word = *self.word.get_mut();
+        if word.addr() & MADE != 0 {
+            let key = self.key();
+            // Released outside the lock.
+            let made = cancellables(key).remove(&key);
+            drop(made);
+        }
+        if let Some(header) = NonNull::new(word.map_addr(|a| a & !TAGS)) {
+            // The block's reference, released once.
+            drop(OwnerRef(header));
         }
     }
 }
@@ -390,28 +433,27 @@ impl Drop for OwnerRef {
 
 /// A new reference to the owner of a task built by [`owned_builder`].
 pub(crate) fn owner_of(runnable: &Runnable) -> OwnerRef {
-    match &runnable.metadata().owner {
-        Some(owner) => owner.clone(),
-        None => unreachable!("an owned task's metadata names its owner"),
-    }
+    let Some(header) = runnable.metadata().owner() else {
+        unreachable!("an owned task's metadata names its owner")
+    };
+    // SAFETY: the block `runnable` keeps alive holds a strong reference to
+    // the owner (so it is live, and its header pointer came from the
+    // owner's own `Arc` or `retained`); the new count keeps it so.
+    unsafe { OwnerRef::retained(header) }
 }
 
 /// A builder for a stealable task of `owner`, to be spawned with
 /// [`schedule_on_owner`] as its schedule function.
 #[inline]
 pub(crate) fn owned_builder<T: Owner>(owner: Arc<T>) -> async_task::Builder<TaskMeta> {
-    let mut meta = TaskMeta::new();
-    meta.owner = Some(OwnerRef::new(owner));
-    async_task::Builder::new().metadata(meta)
+    async_task::Builder::new().metadata(TaskMeta::owned(OwnerRef::new(owner)))
 }
 
 /// A builder for a task scheduled through `owner` (with
 /// [`schedule_on_owner`]), for owners made by [`OwnerRef::retained`].
 #[inline]
 pub(crate) fn builder_for(owner: OwnerRef) -> async_task::Builder<TaskMeta> {
-    let mut meta = TaskMeta::new();
-    meta.owner = Some(owner);
-    async_task::Builder::new().metadata(meta)
+    async_task::Builder::new().metadata(TaskMeta::owned(owner))
 }
 
 /// The schedule function of a task built by [`owned_builder`]: hands the
@@ -419,11 +461,10 @@ pub(crate) fn builder_for(owner: OwnerRef) -> async_task::Builder<TaskMeta> {
 /// async-task makes no temporary waker around it.
 #[inline]
 pub(crate) fn schedule_on_owner(runnable: Runnable) {
-    let Some(owner) = &runnable.metadata().owner else {
+    // Copied out of the block so that `runnable` can move into the call.
+    let Some(header) = runnable.metadata().owner() else {
         unreachable!("an owned task's metadata names its owner")
     };
-    // Copied out of the block so that `runnable` can move into the call.
-    let header = owner.0;
     // SAFETY: the block `runnable` keeps alive holds a strong reference to
     // the owner, so the header is in a live owner whose vtable it holds;
     // `Owner::schedule`'s contract covers the owner's life after `runnable`
@@ -794,75 +835,63 @@ impl<F> CatchUnwind<F> {
         };
         CatchUnwind {
             future: std::mem::ManuallyDrop::new(future),
-            idle: Idle {
-                registry: None,
-                key: 0,
-                track,
-            },
+            idle: Idle::new(track),
         }
     }
 }
 
-/// A task's entry in a worker's registry of idle tasks (S9).
-struct Idle {
-    /// The registry holding the task's waker, if it holds it.
-    registry: Option<std::sync::Arc<crate::task::registry::Registry>>,
-    /// The entry in `registry`; [`UNTRACKED`] with no registry if the task
-    /// went idle on a thread that is no pool worker (a main-scheduler task):
-    /// no registry will ever hold it, and it stops asking.
-    key: u32,
-    /// The task's entry in the task dump (X8), plus one; 0: not tracked.
-    /// (Here, beside a 32-bit `key`, the task's block does not grow.)
-    track: u32,
-}
+/// A task's record in a worker's registry of idle tasks (S9), or, for a
+/// tracked task (X8), the mark of its entry in the task dump, which keeps
+/// the record for it: 8 bytes in every task's block either way.
+struct Idle(registry::Record);
 
-const UNTRACKED: u32 = u32::MAX;
+const _: () = assert!(std::mem::size_of::<Idle>() == 8);
 
 impl Idle {
+    fn new(track: u32) -> Self {
+        if track == 0 {
+            Idle(registry::Record::new())
+        } else {
+            Idle(registry::Record::tracked(track))
+        }
+    }
+
+    /// The task's entry in the task dump (X8); 0: not tracked.
+    #[inline]
+    fn track(&self) -> u32 {
+        self.0.track()
+    }
+
     /// The task's poll returned `Pending`: make sure a registry that has not
     /// been closed holds its waker.
     #[inline]
     fn pending(&mut self, waker: &std::task::Waker) {
-        match &self.registry {
-            Some(registry) if !registry.is_closed() => return,
-            None if self.key == UNTRACKED => return,
-            _ => {}
-        }
-        self.register(waker);
-    }
-
-    #[cold]
-    fn register(&mut self, waker: &std::task::Waker) {
-        // First idle, or the registry that held us was closed while we ran
-        // on another worker: record ourselves on this one, and tell the old
-        // one we are no longer its to drop.
-        if let Some(old) = self.registry.take() {
-            old.remove(self.key as usize);
-        }
-        let Some(registry) = registry::current() else {
-            self.key = UNTRACKED;
-            return;
-        };
-        match registry.insert(waker) {
-            Some(key) => {
-                self.registry = Some(registry);
-                self.key = u32::try_from(key)
-                    .ok()
-                    .filter(|&key| key != UNTRACKED)
-                    .expect("gdex: more than 4 billion idle tasks on one worker");
-            }
-            // This worker has closed its registry: it is dropping its queues.
-            // Be queued on it, to be dropped with them.
-            None => waker.wake_by_ref(),
+        match self.track() {
+            0 => self.0.pending(waker),
+            track => Self::tracked(track, |record| record.pending(waker)),
         }
     }
 
     /// The task finished or is dropped: forget its entry.
     #[inline]
     fn done(&mut self) {
-        if let Some(registry) = self.registry.take() {
-            registry.remove(self.key as usize);
+        match self.track() {
+            0 => self.0.done(),
+            track => Self::tracked(track, registry::Record::done),
         }
+    }
+
+    /// Runs `f` on a tracked task's record, which its dump entry keeps.
+    #[cold]
+    fn tracked(track: u32, f: impl FnOnce(&mut registry::Record)) {
+        crate::diagnostics::dump::with_word(track, |word| {
+            // SAFETY: the entry's word is this task's record, put there by
+            // `into_bits` below (0 at first: no record), and it is taken
+            // (0 left in its place, should `f` unwind) before it is used.
+            let mut record = unsafe { registry::Record::from_bits(std::mem::take(word)) };
+            f(&mut record);
+            *word = record.into_bits();
+        })
     }
 }
 
@@ -875,8 +904,9 @@ impl<F> Drop for CatchUnwind<F> {
             crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
         }
         self.idle.done();
-        if self.idle.track != 0 {
-            crate::diagnostics::dump::forget(self.idle.track);
+        let track = self.idle.track();
+        if track != 0 {
+            crate::diagnostics::dump::forget(track);
         }
     }
 }
@@ -890,7 +920,7 @@ impl<F: Future> Future for CatchUnwind<F> {
         // `self` (the Drop impl drops it in place), and `CatchUnwind` has no
         // `Unpin` impl of its own. `idle` is not pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        if this.idle.track != 0 {
+        if this.idle.track() != 0 {
             return this.poll_tracked(cx);
         }
         // SAFETY: as above.
@@ -909,7 +939,7 @@ impl<F: Future> CatchUnwind<F> {
     #[cold]
     #[inline(never)]
     fn poll_tracked(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<F::Output>> {
-        let track = self.idle.track;
+        let track = self.idle.track();
         let marking = crate::diagnostics::dump::begin_poll(track, cx.waker());
         let waker = marking.as_ref().unwrap_or(cx.waker());
         let mut inner_cx = Context::from_waker(waker);
@@ -1246,14 +1276,15 @@ mod tests {
         assert!(std::mem::size_of::<super::Task<u64>>() <= 2 * std::mem::size_of::<usize>());
     }
 
-    /// Every task's block carries its metadata: the cancellable's pointer
-    /// and a thin pointer to its owner, no more (a fat `Arc<dyn Owner>`
-    /// made each block 8 bytes bigger).
+    /// Every task's block carries its metadata: a thin pointer to its
+    /// owner with the cancellable's state in its low bits, no more (a fat
+    /// `Arc<dyn Owner>` made each block 8 bytes bigger, and the
+    /// cancellable's own pointer 8 more).
     #[test]
-    fn task_metadata_is_two_words() {
+    fn task_metadata_is_one_word() {
         assert_eq!(
             std::mem::size_of::<super::TaskMeta>(),
-            2 * std::mem::size_of::<usize>()
+            std::mem::size_of::<usize>()
         );
     }
 
@@ -1465,9 +1496,9 @@ mod size_tests {
     fn a_small_outcome_costs_a_task_no_more_than_its_value_and_a_pointer() {
         assert_eq!(std::mem::size_of::<Outcome<()>>(), 8);
         assert_eq!(std::mem::size_of::<Outcome<u64>>(), 16);
-        // What a task's wrapper adds to its future: the S9 entry and the
-        // X8 key.
-        assert_eq!(std::mem::size_of::<CatchUnwind<[u64; 2]>>(), 32);
+        // What a task's wrapper adds to its future: the S9 record (or the
+        // X8 key of a tracked task), one word.
+        assert_eq!(std::mem::size_of::<CatchUnwind<[u64; 2]>>(), 24);
         // A queue slot: a task's pointer, or a work item's word and vtable.
         assert_eq!(std::mem::size_of::<Job>(), 16);
     }
