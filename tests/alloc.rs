@@ -252,3 +252,40 @@ fn a_two_word_task_is_a_block_of_72_bytes() {
         }
     });
 }
+
+/// F1, S7: a fiber's spawn is one allocation, its task's block, as a task's
+/// is. Its cancellation (F4) is a mark in the block's metadata and a waker
+/// of the task in the handle; an `Arc` of a flag and a waker, shared by the
+/// handle and the fiber, was a second allocation per fiber (BENCH.md's
+/// fiber_spawn: the spawning thread's allocator time).
+#[test]
+fn a_fiber_spawn_is_one_allocation() {
+    let _one = serial();
+    common::watchdog("a_fiber_spawn_is_one_allocation", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        s.push(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let n = 10_000;
+        let mut fibers = Vec::with_capacity(n);
+        let before = ALLOCS.load(Ordering::Relaxed);
+        for i in 0..n {
+            fibers.push(s.spawn_fiber(move || i));
+        }
+        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        gate_tx.send(()).unwrap();
+        for (i, fiber) in fibers.into_iter().enumerate() {
+            assert_eq!(gdex::block_on(fiber).unwrap(), i);
+        }
+        let per_spawn = allocs as f64 / n as f64;
+        assert!(
+            (1.0..1.05).contains(&per_spawn),
+            "{per_spawn} allocations per fiber spawn"
+        );
+    });
+}

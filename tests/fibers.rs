@@ -606,3 +606,127 @@ fn a_wait_inside_a_waited_future_is_not_on_a_fiber() {
         },
     );
 }
+
+/// Pending forever, keeping no waker: only the fiber's own cancellation can
+/// end a wait on it. Says when it is first polled.
+struct KeepsNoWaker(Option<std::sync::mpsc::Sender<()>>);
+
+impl std::future::Future for KeepsNoWaker {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if let Some(polled) = self.0.take() {
+            let _ = polled.send(());
+        }
+        std::task::Poll::Pending
+    }
+}
+
+/// F4: the drop of a fiber's handle wakes the fiber itself, with a waker of
+/// its task the handle took at spawn (the fiber's cancellation needs no
+/// state shared with its handle but the task's own block), so a fiber
+/// suspended on a future that kept no waker still has its wait return
+/// `Cancelled`, then returns: on a pool, on a context scheduler, and as a
+/// local fiber of the main scheduler.
+#[test]
+fn a_dropped_handle_wakes_a_fiber_whose_future_kept_no_waker() {
+    common::watchdog("a_dropped_handle_wakes_a_fiber", 60, || {
+        let waits =
+            |polled| move || format!("{:?}", fiber::wait_output(KeepsNoWaker(Some(polled))));
+        // On a pool.
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let wait = waits(polled_tx);
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            done_tx.send(wait()).unwrap();
+        });
+        polled_rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        drop(fiber);
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "Err(Cancelled)"
+        );
+
+        // On a context scheduler, pumped here.
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let wait = waits(polled_tx);
+        let fiber = s.spawn_fiber(move || {
+            done_tx.send(wait()).unwrap();
+        });
+        context
+            .with_thread_default(|| {
+                common::pump_polling(&context, || polled_rx.try_recv().is_ok());
+                common::pump(&context);
+                drop(fiber);
+                let mut done = None;
+                common::pump_polling(&context, || {
+                    done = done_rx.try_recv().ok();
+                    done.is_some()
+                });
+                assert_eq!(done.as_deref(), Some("Err(Cancelled)"));
+            })
+            .unwrap();
+
+        // A local fiber of the main scheduler.
+        common::on_main(|| {
+            let main = glib::MainContext::default();
+            let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+            let done = Rc::new(std::cell::RefCell::new(None));
+            let d = done.clone();
+            let wait = waits(polled_tx);
+            let fiber = gdex::Scheduler::main().spawn_fiber_local(move || {
+                *d.borrow_mut() = Some(wait());
+            });
+            common::pump_polling(&main, || polled_rx.try_recv().is_ok());
+            common::pump(&main);
+            drop(fiber);
+            common::pump_polling(&main, || done.borrow().is_some());
+            assert_eq!(done.borrow().as_deref(), Some("Err(Cancelled)"));
+        });
+    });
+}
+
+/// F4 at shutdown: fibers suspended on futures that kept no waker are woken
+/// by their worker (each booked its task's waker there at its first
+/// suspension) and return, each on its own worker, before the shutdown
+/// returns; their handles, kept, give their results.
+#[test]
+fn shutdown_wakes_fibers_whose_futures_kept_no_waker() {
+    common::watchdog(
+        "shutdown_wakes_fibers_whose_futures_kept_no_waker",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let n = 20;
+            let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+            let returned = Arc::new(AtomicUsize::new(0));
+            let fibers: Vec<_> = (0..n)
+                .map(|i| {
+                    let polled = polled_tx.clone();
+                    let returned = returned.clone();
+                    pool.scheduler().spawn_fiber(move || {
+                        let waited = fiber::wait_output(KeepsNoWaker(Some(polled)));
+                        assert!(matches!(waited, Err(gdex::Error::Cancelled)));
+                        returned.fetch_add(1, Ordering::SeqCst);
+                        i
+                    })
+                })
+                .collect();
+            for _ in 0..n {
+                polled_rx.recv().unwrap();
+            }
+            pool.shutdown();
+            assert_eq!(returned.load(Ordering::SeqCst), n, "every fiber returned");
+            for (i, fiber) in fibers.into_iter().enumerate() {
+                assert_eq!(gdex::block_on(fiber).unwrap(), i);
+            }
+        },
+    );
+}

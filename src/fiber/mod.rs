@@ -39,12 +39,9 @@ pub(crate) mod stack;
 use std::cell::Cell;
 use std::future::{Future, IntoFuture};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
-use futures::task::AtomicWaker;
 
 use crate::current::{Role, Slot};
 use crate::error::{Error, IntoResult};
@@ -67,75 +64,108 @@ pub(crate) fn check_stack_size(bytes: usize) {
     );
 }
 
-/// What the fiber's handle, its worker and the fiber share.
-pub(crate) struct Shared {
-    cancelled: AtomicBool,
-    /// The waker of the fiber's task, registered by its first suspension,
-    /// so that a cancellation (its handle dropped, or its pool shutting
-    /// down) can wake the fiber whatever it waits on. The task's waker never
-    /// changes, so once is enough. The fiber's future takes it back when it
-    /// drops, which ends the reference cycle task -> future -> this -> task.
-    waker: AtomicWaker,
-}
-
-impl Shared {
-    /// Cancels the fiber (F4) and wakes it if it waits: its pending `wait`
-    /// returns `Cancelled`, and it goes on to its own return.
-    pub(crate) fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
-        self.waker.wake();
-    }
-}
-
 /// Per-fiber state the running fiber reaches through [`CURRENT`].
+///
+/// A fiber's cancellation (F4) needs no state of its own, shared with its
+/// handle: the handle marks the fiber's task cancelled (the mark in its
+/// block's metadata, `TaskMeta::to_cancel`) and wakes it with a waker of the
+/// task taken at spawn; a worker shutting down sets its thread's
+/// [`ON_WORKER`] flag and wakes the fibers it has. A `wait` asks both
+/// ([`cancelled`]). (An `Arc` of a flag and a waker, shared by the handle and
+/// the fiber, was a second allocation per fiber, and a third of the
+/// spawning thread's time went to the allocator.)
 struct FiberCtx {
     /// The coroutine's yielder; set by the fiber's first instructions.
     yielder: Cell<*const Yielder<(), ()>>,
     /// The `Context` of the poll that resumed the fiber; valid only while
     /// that poll runs.
     cx: Cell<*mut Context<'static>>,
-    shared: Arc<Shared>,
     guard: Cell<(usize, usize)>,
-    /// The task's waker is registered in `shared.waker`.
-    registered: Cell<bool>,
+    /// The fiber's entry in its worker's book of live fibers
+    /// ([`ON_WORKER`]), made by its first suspension; [`NOT_BOOKED`] before
+    /// (or on a thread that is no pool worker).
+    booked: Cell<usize>,
 }
+
+const NOT_BOOKED: usize = usize::MAX;
 
 /// The fiber running on this thread, if any: entered by its task's poll for
 /// the duration of the switch into it.
 // SAFETY: `fiber` owns `Role::Fiber`; this is its one slot.
 const CURRENT: Slot<FiberCtx> = unsafe { Slot::new(Role::Fiber) };
 
-thread_local! {
-    /// The fibers started on this thread, if it is a pool worker: the worker
-    /// cancels them when it shuts down (F4, shutdown step 3).
-    static ON_WORKER: std::cell::RefCell<Vec<std::sync::Weak<Shared>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+/// A pool worker's fibers (F4, shutdown step 3).
+struct OnWorker {
+    /// Set when the worker shuts down: every fiber on it is cancelled.
+    shutting_down: Cell<bool>,
+    /// The waker of each live fiber that has suspended on this worker, to
+    /// wake it when the worker shuts down; a fiber's future takes its entry
+    /// out when it drops.
+    live: std::cell::RefCell<slab::Slab<std::task::Waker>>,
 }
 
-/// Books a fiber started on this thread, if it is a pool worker.
-fn register_on_worker(fiber: std::sync::Weak<Shared>) {
-    if !crate::current::holds(Role::Worker) {
+thread_local! {
+    static ON_WORKER: OnWorker = const {
+        OnWorker {
+            shutting_down: Cell::new(false),
+            live: std::cell::RefCell::new(slab::Slab::new()),
+        }
+    };
+}
+
+/// Is the running fiber cancelled (F4)? Its task was (its handle dropped),
+/// or its worker is shutting down.
+fn cancelled() -> bool {
+    crate::task::running_task_cancelled()
+        || ON_WORKER
+            .try_with(|w| w.shutting_down.get())
+            .unwrap_or(true)
+}
+
+/// Books the fiber `ctx`, suspending for the first time with the waker
+/// `waker`, in its worker's book of live fibers (if it runs on a worker).
+fn book(ctx: &FiberCtx, waker: &std::task::Waker) {
+    if ctx.booked.get() != NOT_BOOKED || !crate::current::holds(Role::Worker) {
         return;
     }
-    ON_WORKER.with_borrow_mut(|fibers| {
-        if fibers.len() == fibers.capacity() {
-            // Forget the finished ones before growing.
-            fibers.retain(|f| f.strong_count() > 0);
-        }
-        fibers.push(fiber);
-    });
+    let key = ON_WORKER.try_with(|w| w.live.borrow_mut().insert(waker.clone()));
+    if let Ok(key) = key {
+        ctx.booked.set(key);
+    }
 }
 
-/// For a pool worker that shuts down: cancels every live fiber started on
-/// this thread and not cancelled by an earlier call (F4), and says whether
-/// there was one. Their waits return at once; the worker then runs them to
-/// their return.
+/// Takes the fiber `ctx` out of its worker's book, if it is in it.
+fn unbook(ctx: &FiberCtx) {
+    let key = ctx.booked.replace(NOT_BOOKED);
+    if key == NOT_BOOKED {
+        return;
+    }
+    // The waker is dropped outside the borrow (it may be the last reference
+    // to a task whose drop books or unbooks another fiber). During the
+    // thread's teardown the book is gone already, and took its wakers.
+    let waker = ON_WORKER
+        .try_with(|w| w.live.borrow_mut().try_remove(key))
+        .ok()
+        .flatten();
+    drop(waker);
+}
+
+/// For a pool worker that shuts down: cancels every fiber on this thread,
+/// those that start from now on too (F4), wakes those that have suspended,
+/// and says whether there was one. Their waits return at once; the worker
+/// then runs them to their return.
 pub(crate) fn cancel_those_on_this_worker() -> bool {
-    let fibers = ON_WORKER.with_borrow_mut(std::mem::take);
-    let mut any = false;
-    for fiber in fibers.iter().filter_map(std::sync::Weak::upgrade) {
-        fiber.cancel();
-        any = true;
+    let wakers: Vec<std::task::Waker> = ON_WORKER.with(|w| {
+        w.shutting_down.set(true);
+        w.live
+            .borrow()
+            .iter()
+            .map(|(_, waker)| waker.clone())
+            .collect()
+    });
+    let any = !wakers.is_empty();
+    for waker in wakers {
+        waker.wake();
     }
     any
 }
@@ -216,7 +246,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         // reports it, even if its future became ready meanwhile (a yield's
         // always does): `loop { work(); yield_now()?; }` must not run
         // `work()` again.
-        if resumed && ctx.shared.cancelled.load(Ordering::SeqCst) {
+        if resumed && cancelled() {
             return Err(Error::Cancelled);
         }
         let cx = ctx.cx.get();
@@ -249,16 +279,14 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if let Poll::Ready(value) = polled {
             return Ok(value);
         }
-        if !ctx.registered.get() {
-            ctx.registered.set(true);
-            ctx.shared.waker.register(cx.waker());
-        }
-        // Checked after the registration: a cancellation before it found no
-        // waker to wake. A cancelled fiber still goes round its scheduler
-        // once before it is told (as libdex's cancelled waits do), so one
-        // that ignores the error and loops on its waits never holds its
-        // thread in a single poll.
-        if ctx.shared.cancelled.load(Ordering::SeqCst) {
+        book(ctx, cx.waker());
+        // Checked after the booking: a worker's shutdown before it found no
+        // waker to wake (a handle's cancellation wakes the task with its own
+        // waker, whenever it comes). A cancelled fiber still goes round its
+        // scheduler once before it is told (as libdex's cancelled waits do),
+        // so one that ignores the error and loops on its waits never holds
+        // its thread in a single poll.
+        if cancelled() {
             cx.waker().wake_by_ref();
         }
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
@@ -308,37 +336,30 @@ impl Builder {
 
     /// The future that runs `f` as a fiber (with `default_stack` bytes of
     /// stack unless [`stack_size`](Self::stack_size) said otherwise), to be
-    /// spawned pinned, and the fiber's cancellation state for its handle
-    /// ([`Fiber::new`]).
+    /// spawned pinned.
     ///
-    /// Until its first poll the future holds only `f`, an `Arc` of
-    /// `Send + Sync` data and plain integers: it may move to the thread that
-    /// first polls it, and must stay there from then on.
+    /// Until its first poll the future holds only `f` and plain integers: it
+    /// may move to the thread that first polls it, and must stay there from
+    /// then on.
     pub(crate) fn prepare<F, T>(
         self,
         default_stack: usize,
         f: F,
-    ) -> (impl Future<Output = Result<T, Error>>, Arc<Shared>)
+    ) -> impl Future<Output = Result<T, Error>>
     where
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
-        let shared = Arc::new(Shared {
-            cancelled: AtomicBool::new(false),
-            waker: AtomicWaker::new(),
-        });
-        let future = FiberFuture {
+        FiberFuture {
             state: State::Start(f),
             ctx: FiberCtx {
                 yielder: Cell::new(std::ptr::null()),
                 cx: Cell::new(std::ptr::null_mut()),
-                shared: shared.clone(),
                 guard: Cell::new((0, 0)),
-                registered: Cell::new(false),
+                booked: Cell::new(NOT_BOOKED),
             },
             stack_size: self.stack_size.unwrap_or(default_stack),
-        };
-        (future, shared)
+        }
     }
 }
 
@@ -352,16 +373,18 @@ impl Builder {
 pub struct Fiber<T> {
     /// The fiber's task: the closure's result, or why it never started.
     task: Option<Task<Result<T, Error>>>,
-    shared: Arc<Shared>,
+    /// A waker of the task, to wake the fiber when it is cancelled (F4);
+    /// `None` for a fiber refused at spawn.
+    waker: Option<std::task::Waker>,
 }
 
 impl<T> Fiber<T> {
-    /// The handle of the fiber whose pinned task is `task`, with the
-    /// cancellation state [`Builder::prepare`] gave.
-    pub(crate) fn new(task: Task<Result<T, Error>>, shared: Arc<Shared>) -> Self {
+    /// The handle of the fiber whose pinned task is `task`, woken by
+    /// `waker` (a waker of that task).
+    pub(crate) fn new(task: Task<Result<T, Error>>, waker: Option<std::task::Waker>) -> Self {
         Fiber {
             task: Some(task),
-            shared,
+            waker,
         }
     }
 
@@ -394,9 +417,16 @@ impl<T> Drop for Fiber<T> {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             if !task.is_finished() {
-                self.shared.cancel();
-                // X1: GIO calls made with its cancellable stop too.
+                // Marks the task cancelled (what its waits ask), and, X1,
+                // cancels its cancellable: GIO calls made with it stop too.
                 task.cancel_cancellable();
+                // Then wakes it, whatever it waits on: its wait returns
+                // `Cancelled`. (A fiber that is running or queued is polled
+                // again anyway; one not started yet is told at its first
+                // wait.)
+                if let Some(waker) = self.waker.take() {
+                    waker.wake();
+                }
             }
             // The fiber ends through its own return; its result is dropped.
             task.detach();
@@ -461,8 +491,6 @@ where
                 }
             };
             this.ctx.guard.set(stack.guard());
-            // Its worker cancels it if the pool shuts down first.
-            register_on_worker(Arc::downgrade(&this.ctx.shared));
             let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
                 // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
                 let ctx = unsafe { &*CURRENT.get() };
@@ -509,7 +537,7 @@ impl Drop for ResetCx<'_> {
 
 impl<F, T> Drop for FiberFuture<F, T> {
     fn drop(&mut self) {
-        drop(self.ctx.shared.waker.take());
+        unbook(&self.ctx);
         if let State::Running(mut coroutine) = std::mem::replace(&mut self.state, State::Done) {
             if !coroutine.done() {
                 // Dropped while suspended (its pool shut down): unwind the
@@ -518,7 +546,6 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 // `wait` in a destructor meanwhile must neither suspend nor
                 // poll: it sees no live poll (`cx` is null outside one) and
                 // returns `Cancelled`.
-                self.ctx.shared.cancelled.store(true, Ordering::SeqCst);
                 self.ctx.cx.set(std::ptr::null_mut());
                 let _guard = stack::enter(self.ctx.guard.get());
                 let _current = CURRENT.enter(&self.ctx);

@@ -450,9 +450,9 @@ impl Core {
         let deadline = std::time::Instant::now() + FIBER_EXIT;
         self.in_slice.set(true);
         while std::time::Instant::now() < deadline {
-            // A fiber first polled during this phase registers itself now:
-            // cancel it too (F4), so that it returns rather than unwinds.
-            crate::fiber::cancel_those_on_this_worker();
+            // A fiber first polled during this phase is cancelled too (F4),
+            // so that it returns rather than unwinds: this thread's fibers
+            // are all cancelled from now on.
             match self.find_pinned() {
                 Some(job) => job.run(),
                 None => break,

@@ -78,12 +78,12 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
+        let future = self.prepare(scheduler.fiber_stack_size(), f);
         // SAFETY: `prepare`'s future may move to the thread that first polls
         // it (it holds only `Send` data until then), and
-        // `spawn_pinned_unchecked` keeps it on that thread from then on.
-        let task = unsafe { scheduler.spawn_pinned_unchecked(future, "fiber") };
-        Fiber::new(task, shared)
+        // `spawn_pinned_waking` keeps it on that thread from then on.
+        let (task, waker) = unsafe { scheduler.spawn_pinned_waking(future, "fiber", true) };
+        Fiber::new(task, waker)
     }
 
     /// Spawns `f` as a fiber on the calling thread, which must be the one
@@ -95,11 +95,12 @@ impl Builder {
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
-        let (future, shared) = self.prepare(scheduler.fiber_stack_size(), f);
-        let task = scheduler.spawn_local_outcome(
+        let future = self.prepare(scheduler.fiber_stack_size(), f);
+        let (task, waker) = scheduler.spawn_local_waking(
             "Scheduler::spawn_fiber_local",
             crate::task::CatchUnwind::new(future, || format!("fiber on {scheduler:?}")),
+            true,
         );
-        Fiber::new(task, shared)
+        Fiber::new(task, waker)
     }
 }

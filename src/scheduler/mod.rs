@@ -313,6 +313,22 @@ impl Scheduler {
         W: Future<Output = Outcome<T>> + 'static,
         T: 'static,
     {
+        self.spawn_local_waking(what, future, false).0
+    }
+
+    /// [`spawn_local_outcome`](Self::spawn_local_outcome), and, if `waking`,
+    /// a waker of the task (for a fiber's handle: F4), unless it was refused.
+    #[inline]
+    pub(crate) fn spawn_local_waking<W, T>(
+        &self,
+        what: &str,
+        future: W,
+        waking: bool,
+    ) -> (Task<T>, Option<std::task::Waker>)
+    where
+        W: Future<Output = Outcome<T>> + 'static,
+        T: 'static,
+    {
         match &self.kind {
             Kind::Context(shared) => {
                 let queue = shared.enter_local(what);
@@ -329,8 +345,9 @@ impl Scheduler {
                         move |r| shared.push_local(&queue, Job::task(r)),
                     )
                 };
+                let waker = waking.then(|| runnable.waker());
                 runnable.schedule();
-                Task::new(task)
+                (Task::new(task), waker)
             }
             Kind::Pool(pool) => {
                 let Some(worker) = crate::pool::current_index(pool) else {
@@ -346,7 +363,7 @@ impl Scheduler {
                     // A fiber or task still running during the shutdown:
                     // nothing new starts, as for every other spawn.
                     drop(future);
-                    return Task::failed(Error::ShutDown);
+                    return (Task::failed(Error::ShutDown), None);
                 }
                 let future = ThreadBound::new(future);
                 // The future is already on its worker's thread, and the
@@ -357,8 +374,9 @@ impl Scheduler {
                     task::builder_for(pool.home_of(worker, false))
                         .spawn_unchecked(move |_| future, task::schedule_on_owner)
                 };
+                let waker = waking.then(|| runnable.waker());
                 runnable.schedule();
-                Task::new(task)
+                (Task::new(task), waker)
             }
         }
     }
@@ -414,6 +432,29 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: Send + 'static,
     {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.spawn_pinned_waking(future, kind, false).0 }
+    }
+
+    /// [`spawn_pinned_unchecked`](Self::spawn_pinned_unchecked), and, if
+    /// `waking`, a waker of the task (for a fiber's handle: F4), unless it
+    /// was refused.
+    ///
+    /// # Safety
+    ///
+    /// As for `spawn_pinned_unchecked`.
+    #[track_caller]
+    #[inline]
+    pub(crate) unsafe fn spawn_pinned_waking<F>(
+        &self,
+        future: F,
+        kind: &str,
+        waking: bool,
+    ) -> (Task<F::Output>, Option<std::task::Waker>)
+    where
+        F: Future + 'static,
+        F::Output: Send + 'static,
+    {
         let future = CatchUnwind::new(ThreadBound::new(future), || format!("{kind} on {self:?}"));
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
@@ -428,7 +469,7 @@ impl Scheduler {
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
-                    return Task::failed(Error::ShutDown);
+                    return (Task::failed(Error::ShutDown), None);
                 }
                 let worker = pool.pick_worker();
                 // SAFETY: the schedule function only queues the task on one
@@ -440,11 +481,12 @@ impl Scheduler {
                 }
             }
         };
+        let waker = waking.then(|| runnable.waker());
         runnable.schedule();
         if let Kind::Pool(pool) = &self.kind {
             pool.settle_spawn();
         }
-        Task::new(task)
+        (Task::new(task), waker)
     }
 
     /// Pushes a work item: the cheapest way to run a closure on this

@@ -156,11 +156,19 @@ impl TaskMeta {
         made
     }
 
+    /// True once the task has been cancelled ([`to_cancel`](Self::to_cancel)
+    /// called): a fiber's cancellation (F4).
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.word.load(Ordering::Acquire).addr() & CANCELLED != 0
+    }
+
     /// For a task being cancelled: marks a cancellable nobody has asked for
     /// yet to be born cancelled, or gives the one that exists, for the
     /// canceller to cancel once the task is closed (so that the task's
     /// future is never polled with its cancellable cancelled: S5 drops it at
-    /// its suspension point instead).
+    /// its suspension point instead). Either way the task is marked
+    /// cancelled ([`is_cancelled`](Self::is_cancelled)).
     pub(crate) fn to_cancel(&self) -> Option<gio::Cancellable> {
         if self.tag(CANCELLED) & MADE == 0 {
             return None;
@@ -233,6 +241,14 @@ pub fn current_cancellable() -> Option<gio::Cancellable> {
     // SAFETY: CURRENT is set only while `Job::run` runs the task whose block
     // holds this metadata, and reset before the block can go away.
     unsafe { meta.as_ref() }.map(TaskMeta::cancellable)
+}
+
+/// True if the gdex task running on this thread has been cancelled: how a
+/// fiber, which runs on to its return when cancelled, learns it was (F4).
+pub(crate) fn running_task_cancelled() -> bool {
+    let meta = CURRENT.get();
+    // SAFETY: as in `current_cancellable`.
+    unsafe { meta.as_ref() }.is_some_and(TaskMeta::is_cancelled)
 }
 
 /// Cancels the running task's cancellable (for a task that stops itself
