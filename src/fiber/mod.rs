@@ -85,6 +85,12 @@ struct FiberCtx {
     /// ([`ON_WORKER`]), made by its first suspension; [`NOT_BOOKED`] before
     /// (or on a thread that is no pool worker).
     booked: Cell<usize>,
+    /// Where [`cancelled`] looks, found once by the first poll (a fiber
+    /// never leaves its thread, nor its task's block): its task's metadata
+    /// (null if it ran outside a task) and its thread's shutdown flag in
+    /// [`ON_WORKER`] (null during the thread's teardown).
+    meta: Cell<*const crate::task::TaskMeta>,
+    shutting_down: Cell<*const Cell<bool>>,
 }
 
 const NOT_BOOKED: usize = usize::MAX;
@@ -113,19 +119,34 @@ thread_local! {
     };
 }
 
-/// Is the running fiber cancelled (F4)? Its task was (its handle dropped),
+/// Is the fiber `ctx` cancelled (F4)? Its task was (its handle dropped),
 /// or its worker is shutting down.
-fn cancelled() -> bool {
-    crate::task::running_task_cancelled()
-        || ON_WORKER
-            .try_with(|w| w.shutting_down.get())
-            .unwrap_or(true)
+#[inline]
+fn cancelled(ctx: &FiberCtx) -> bool {
+    let meta = ctx.meta.get();
+    // SAFETY: set by the fiber's first poll to the metadata of the task
+    // running it, its own, in the block that holds this `FiberCtx`.
+    if !meta.is_null() && unsafe { &*meta }.is_cancelled() {
+        return true;
+    }
+    let shutting_down = ctx.shutting_down.get();
+    // SAFETY: set by the first poll to this thread's flag, which lives as
+    // long as the thread, the only one that runs the fiber.
+    shutting_down.is_null() || unsafe { &*shutting_down }.get()
 }
 
 /// Books the fiber `ctx`, suspending for the first time with the waker
 /// `waker`, in its worker's book of live fibers (if it runs on a worker).
+#[inline]
 fn book(ctx: &FiberCtx, waker: &std::task::Waker) {
-    if ctx.booked.get() != NOT_BOOKED || !crate::current::holds(Role::Worker) {
+    if ctx.booked.get() == NOT_BOOKED {
+        book_first(ctx, waker);
+    }
+}
+
+#[cold]
+fn book_first(ctx: &FiberCtx, waker: &std::task::Waker) {
+    if !crate::current::holds(Role::Worker) {
         return;
     }
     let key = ON_WORKER.try_with(|w| w.live.borrow_mut().insert(waker.clone()));
@@ -246,7 +267,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         // reports it, even if its future became ready meanwhile (a yield's
         // always does): `loop { work(); yield_now()?; }` must not run
         // `work()` again.
-        if resumed && cancelled() {
+        if resumed && cancelled(ctx) {
             return Err(Error::Cancelled);
         }
         let cx = ctx.cx.get();
@@ -286,7 +307,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         // scheduler once before it is told (as libdex's cancelled waits do),
         // so one that ignores the error and loops on its waits never holds
         // its thread in a single poll.
-        if cancelled() {
+        if cancelled(ctx) {
             cx.waker().wake_by_ref();
         }
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
@@ -357,6 +378,8 @@ impl Builder {
                 cx: Cell::new(std::ptr::null_mut()),
                 guard: Cell::new((0, 0)),
                 booked: Cell::new(NOT_BOOKED),
+                meta: Cell::new(std::ptr::null()),
+                shutting_down: Cell::new(std::ptr::null()),
             },
             stack_size: self.stack_size.unwrap_or(default_stack),
         }
@@ -491,6 +514,10 @@ where
                 }
             };
             this.ctx.guard.set(stack.guard());
+            this.ctx.meta.set(crate::task::running_task_meta());
+            if let Ok(flag) = ON_WORKER.try_with(|w| &w.shutting_down as *const Cell<bool>) {
+                this.ctx.shutting_down.set(flag);
+            }
             let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
                 // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
                 let ctx = unsafe { &*CURRENT.get() };

@@ -243,12 +243,10 @@ pub fn current_cancellable() -> Option<gio::Cancellable> {
     unsafe { meta.as_ref() }.map(TaskMeta::cancellable)
 }
 
-/// True if the gdex task running on this thread has been cancelled: how a
-/// fiber, which runs on to its return when cancelled, learns it was (F4).
-pub(crate) fn running_task_cancelled() -> bool {
-    let meta = CURRENT.get();
-    // SAFETY: as in `current_cancellable`.
-    unsafe { meta.as_ref() }.is_some_and(TaskMeta::is_cancelled)
+/// The metadata of the gdex task running on this thread, or null: a fiber
+/// finds its own there, to learn when it is cancelled (F4).
+pub(crate) fn running_task_meta() -> *const TaskMeta {
+    CURRENT.get()
 }
 
 /// Cancels the running task's cancellable (for a task that stops itself
