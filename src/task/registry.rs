@@ -401,10 +401,27 @@ impl Record {
     /// count on it.
     #[inline]
     unsafe fn registry(&self) -> &Registry {
+        // SAFETY: by the caller; the pointer names a live registry.
+        unsafe { &*self.registry_ptr() }
+    }
+
+    /// The registry this record names, as the pointer its `Arc` gave
+    /// (`Arc::as_ptr` in `Registry::new`), whose provenance covers the
+    /// whole `ArcInner`: the one to give the record's count back through.
+    /// (A pointer made from a `&Registry` covers only the `Registry`:
+    /// `Arc::decrement_strong_count` through it reaches the counts before
+    /// it, and frees the allocation, outside what it may touch: undefined
+    /// behaviour, which Miri reports.)
+    ///
+    /// # Safety
+    ///
+    /// As for [`registry`](Self::registry).
+    #[inline]
+    unsafe fn registry_ptr(&self) -> *const Registry {
         debug_assert!(self.id != 0 && self.id <= MAX_ID);
-        // SAFETY: the record holds a strong count on registry `id` (taken
-        // in `register`), so the registry is alive and its slot names it.
-        unsafe { &*slot(self.id).load(Ordering::Acquire) }
+        // The record holds a strong count on registry `id` (taken in
+        // `register`), so the registry is alive and its slot names it.
+        slot(self.id).load(Ordering::Acquire)
     }
 
     /// The task's poll returned `Pending`: make sure a registry that has not
@@ -454,8 +471,9 @@ impl Record {
         if self.id == 0 || self.id > MAX_ID {
             return;
         }
-        // SAFETY: a registry's id.
-        let registry: *const Registry = unsafe { self.registry() };
+        // SAFETY: a registry's id. The `Arc`'s own pointer, not one made
+        // from a `&Registry` (see `registry_ptr`).
+        let registry = unsafe { self.registry_ptr() };
         self.id = 0;
         // SAFETY: the count this record held (taken by `into_raw` in
         // `register`) keeps the registry alive for the removal, and is
@@ -566,6 +584,27 @@ mod tests {
                 Arc::as_ptr(again)
             ));
         }
+    }
+
+    /// A record whose count is its registry's last (the pool went, its
+    /// task lived on) frees the registry when it is done, through the
+    /// `Arc`'s own pointer (Miri checks that pointer's provenance:
+    /// `cargo +nightly miri test --lib registry::tests`).
+    #[test]
+    fn a_record_with_the_last_count_frees_its_registry() {
+        let noop = futures::task::noop_waker_ref();
+        let registry = Registry::new();
+        let gone = Arc::downgrade(&registry);
+        let mut record = Record::new();
+        {
+            let _entered = enter(&registry);
+            record.pending(noop);
+        }
+        assert_eq!((record.id, registry.len()), (registry.id, 1));
+        drop(registry);
+        assert!(gone.upgrade().is_some(), "the record's count keeps it");
+        drop(record);
+        assert!(gone.upgrade().is_none(), "the record's count was the last");
     }
 
     /// Keys run across pages; a freed key is given again, on whatever page.
