@@ -52,21 +52,27 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Holds a 1-worker pool's only worker until the returned sender sends (or
+/// drops), so that what is spawned meanwhile stays queued and the worker
+/// allocates nothing.
+fn hold_the_worker(s: &gdex::Scheduler) -> std::sync::mpsc::Sender<()> {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    s.push(move || {
+        started_tx.send(()).unwrap();
+        let _ = gate_rx.recv();
+    });
+    started_rx.recv().unwrap();
+    gate_tx
+}
+
 #[test]
 fn a_spawn_is_one_allocation() {
     let _one = serial();
     common::watchdog("a_spawn_is_one_allocation", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
-        // Hold the only worker so the spawned tasks stay queued and nothing
-        // else allocates meanwhile.
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        s.push(move || {
-            started_tx.send(()).unwrap();
-            gate_rx.recv().unwrap();
-        });
-        started_rx.recv().unwrap();
+        let gate_tx = hold_the_worker(&s);
         let n = 10_000;
         let mut tasks = Vec::with_capacity(n);
         let before = ALLOCS.load(Ordering::Relaxed);
@@ -209,13 +215,7 @@ fn a_two_word_task_is_a_block_of_72_bytes() {
     common::watchdog("a_two_word_task_is_a_block_of_72_bytes", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        s.push(move || {
-            started_tx.send(()).unwrap();
-            gate_rx.recv().unwrap();
-        });
-        started_rx.recv().unwrap();
+        let gate_tx = hold_the_worker(&s);
         let n = 1000;
         let shared = std::sync::Arc::new(());
         let mut tasks = Vec::with_capacity(n);
@@ -264,13 +264,7 @@ fn a_fiber_spawn_is_one_allocation() {
     common::watchdog("a_fiber_spawn_is_one_allocation", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let s = pool.scheduler();
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        s.push(move || {
-            started_tx.send(()).unwrap();
-            gate_rx.recv().unwrap();
-        });
-        started_rx.recv().unwrap();
+        let gate_tx = hold_the_worker(&s);
         let n = 10_000;
         let mut fibers = Vec::with_capacity(n);
         let before = ALLOCS.load(Ordering::Relaxed);

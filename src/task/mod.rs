@@ -119,19 +119,7 @@ impl TaskMeta {
 
     /// Sets `tag`; gives the tags that were set before.
     fn tag(&self, tag: usize) -> usize {
-        let mut current = self.word.load(Ordering::Acquire);
-        loop {
-            let tagged = current.map_addr(|a| a | tag);
-            match self.word.compare_exchange_weak(
-                current,
-                tagged,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return current.addr() & TAGS,
-                Err(now) => current = now,
-            }
-        }
+        self.word.fetch_or(tag, Ordering::AcqRel).addr() & TAGS
     }
 
     /// The task's cancellable, made now if nobody asked before (already
@@ -140,10 +128,10 @@ impl TaskMeta {
         let key = self.key();
         let mut table = cancellables(key);
         if self.word.load(Ordering::Acquire).addr() & MADE != 0 {
-            if let Some(made) = table.get(&key) {
-                return made.clone();
-            }
-            unreachable!("a task's made cancellable stays in the table until its block is freed");
+            return table
+                .get(&key)
+                .expect("a task's made cancellable stays in the table until its block is freed")
+                .clone();
         }
         let made = gio::Cancellable::new();
         table.insert(key, made.clone());
