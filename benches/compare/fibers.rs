@@ -1,7 +1,8 @@
 //! Fiber workloads of the project's BENCH.md: `fiber_spawn` (fibers that
 //! return at once, awaited) and `fiber_switch` (two fibers handing control
 //! back and forth through `fiber::wait`). The floor is corosensei's raw
-//! coroutine create/resume on one reused stack; libdex 1.0 measured 2.2 µs
+//! coroutine create/resume on one reused stack (and, across workers, two
+//! threads passing a turn through one atomic); libdex 1.0 measured 2.2 µs
 //! per spawn and 2 µs per switch on a 2-core machine. A regression check:
 //! read the per-element times criterion prints.
 //!
@@ -94,6 +95,16 @@ fn player(baton: Arc<Baton>, me: usize, rounds: usize) {
     }
 }
 
+/// One side of the hand-off floor: waits for its turn spinning, passes it.
+fn spin_player(turn: &AtomicUsize, me: usize, rounds: usize) {
+    for _ in 0..rounds {
+        while turn.load(Ordering::Acquire) != me {
+            std::hint::spin_loop();
+        }
+        turn.store(1 - me, Ordering::Release);
+    }
+}
+
 fn fiber_switch(c: &mut Criterion) {
     let mut g = c.benchmark_group("fiber_switch");
     g.throughput(Throughput::Elements(SWITCHES as u64));
@@ -118,6 +129,20 @@ fn fiber_switch(c: &mut Criterion) {
             })
         });
     }
+    // The floor of a hand-off across threads: two threads spinning on one
+    // atomic, each passing the turn to the other. Each hand-off moves one
+    // cache line from one core to the other; a fiber's hand-off across
+    // workers moves several (the baton, the woken task's state, the
+    // worker's inbox, its parking word).
+    g.bench_function(BenchmarkId::new("handoff-floor", 2), |b| {
+        b.iter(|| {
+            let turn = Arc::new(AtomicUsize::new(0));
+            let theirs = turn.clone();
+            let other = std::thread::spawn(move || spin_player(&theirs, 1, SWITCHES / 2));
+            spin_player(&turn, 0, SWITCHES / 2);
+            other.join().unwrap();
+        })
+    });
     g.bench_function(BenchmarkId::new("corosensei-floor", 1), |b| {
         b.iter(|| {
             let mut co: Coroutine<(), (), ()> = Coroutine::new(|y, ()| loop {

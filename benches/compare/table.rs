@@ -110,8 +110,12 @@ pub fn print(figures: &[Figure]) {
         } else {
             "2021"
         };
+        let handoff = match per("handoff-floor/2") {
+            Some(ns) => format!("; thread hand-off floor {}", fmt(ns)),
+            None => String::new(),
+        };
         println!(
-            "| {group} | ns/fiber | {gdex} | — | — | — | — | corosensei floor {}; libdex 1.0: {libdex} |",
+            "| {group} | ns/fiber | {gdex} | — | — | — | — | corosensei floor {}{handoff}; libdex 1.0: {libdex} |",
             floor.map(fmt).unwrap_or_else(|| "—".into())
         );
     }
