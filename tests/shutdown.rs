@@ -609,3 +609,117 @@ fn spawn_local_on_a_worker_of_a_closing_pool_is_refused() {
         shutting.join().unwrap();
     });
 }
+
+/// S9 for a scheduler made for a pool worker's own context
+/// (`Scheduler::for_context` on the context a pool task sees as its
+/// thread-default, as GLib code that captures "the caller's context" does):
+/// only that worker runs its tasks, so they end with the pool. After
+/// `shutdown()` each has resolved to `Cancelled`, whatever it was doing: idle
+/// on nothing, on a GLib timeout of that context, on a `gdex::sleep`; a
+/// `!Send` one; one still queued. Each future is dropped once, on the
+/// worker's thread. A spawn on the scheduler afterwards, or on a scheduler
+/// made for the context afterwards, resolves to `Cancelled` at once. Before
+/// the fix every one of them hung: the worker exited with them queued or
+/// idle on a context nobody would iterate again.
+#[test]
+fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
+    use std::future::pending;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let places = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(AtomicUsize::new(0));
+        let guard = || (Counted(drops.clone()), DroppedOn(places.clone()));
+        let long = Duration::from_secs(3600);
+        let (guards, st) = ((0..4).map(|_| guard()).collect::<Vec<_>>(), started.clone());
+        let setup = pool.scheduler().spawn(async move {
+            let context = glib::MainContext::thread_default().expect("a worker's context");
+            let s = gdex::Scheduler::for_context(&context);
+            let mut guards = guards.into_iter();
+            let mut tasks = Vec::new();
+            for what in 0..3 {
+                let (g, st) = (guards.next().unwrap(), st.clone());
+                tasks.push(s.spawn(async move {
+                    let _g = g;
+                    st.fetch_add(1, Ordering::SeqCst);
+                    match what {
+                        0 => pending::<()>().await,
+                        1 => glib::timeout_future(long).await,
+                        _ => gdex::sleep(long).await,
+                    }
+                }));
+            }
+            // The worker holds its context: it may spawn `!Send` work there.
+            let (g, st) = (guards.next().unwrap(), st.clone());
+            tasks.push(s.spawn_local(async move {
+                let _g = g;
+                let not_send = std::rc::Rc::new(());
+                st.fetch_add(1, Ordering::SeqCst);
+                pending::<()>().await;
+                drop(not_send);
+            }));
+            (context, s, tasks)
+        });
+        let (context, s, mut tasks) = gdex::block_on(setup).unwrap();
+        common::wait_until(|| started.load(Ordering::SeqCst) == 4);
+        // One more, queued from the worker while the worker is held in a
+        // poll until the shutdown has begun: its context's next turn, which
+        // would run it, never comes.
+        let go = Arc::new(AtomicBool::new(false));
+        let (g, s2, go2) = (guard(), s.clone(), go.clone());
+        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+        pool.scheduler()
+            .spawn(async move {
+                queued_tx
+                    .send(s2.spawn(async move {
+                        let _g = g;
+                        pending::<()>().await
+                    }))
+                    .unwrap();
+                while !go2.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .detach();
+        tasks.push(queued_rx.recv().unwrap());
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            go.store(true, Ordering::SeqCst);
+        });
+        pool.shutdown();
+        release.join().unwrap();
+        for (i, task) in tasks.iter().enumerate() {
+            assert!(task.is_finished(), "task {i}: not resolved by shutdown()");
+        }
+        assert_eq!(drops.load(Ordering::SeqCst), 5, "every future dropped once");
+        let places_now = places.lock().unwrap().clone();
+        assert!(
+            places_now.iter().all(|p| p == "gdex-worker-0"),
+            "dropped on {places_now:?}"
+        );
+        for (i, task) in tasks.into_iter().enumerate() {
+            let r = gdex::wait_for(task);
+            assert!(matches!(r, Err(gdex::Error::Cancelled)), "task {i}: {r:?}");
+        }
+        // Later spawns: on the scheduler kept from before, and on one made
+        // for the context afterwards (while the pool is still alive).
+        let late = s.spawn(async { 1 });
+        let r = gdex::wait_for(gdex::timeout(Duration::from_secs(5), late));
+        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
+        drop(s);
+        let again = gdex::Scheduler::for_context(&context);
+        let r = gdex::wait_for(gdex::timeout(
+            Duration::from_secs(5),
+            again.spawn(async { 2 }),
+        ));
+        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
+        drop(pool);
+    });
+}

@@ -48,11 +48,13 @@
 mod loom_pool;
 pub(crate) mod parking;
 mod reaper;
+pub(crate) use reaper::reap;
 pub(crate) mod timers;
 mod worker;
 
+use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 
 use crossbeam_deque::{Injector, Stealer};
@@ -92,6 +94,72 @@ pub(crate) struct Remote {
     pinned_home: Home,
     /// Where this worker's tasks are woken to in thread-per-core mode (P9).
     p9_home: Home,
+    /// What ends with this worker ([`at_worker_exit`]).
+    retiring: Arc<Retiring>,
+}
+
+/// What ends with one worker; `None` once it has exited. Shared by its
+/// [`Remote`] and its entry in [`worker_contexts`].
+type Retiring = Mutex<Option<Vec<Weak<dyn Retire>>>>;
+
+/// Something that ends with a pool worker: a scheduler of the worker's own
+/// context, whose tasks only that worker runs (S9: they resolve when the
+/// pool shuts down, as the pool's own do).
+pub(crate) trait Retire: Send + Sync {
+    /// Called once, on the worker's thread as it exits, after its idle
+    /// tasks were woken (shutdown step 3).
+    fn retire(&self);
+}
+
+/// What [`at_worker_exit`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkerContext {
+    /// Not the context of a worker of a live pool.
+    No,
+    /// A worker's: it will retire what was given when it exits.
+    Retires,
+    /// A worker's that has exited already.
+    Exited,
+}
+
+/// What ends with the worker of each context of a live pool, by the
+/// context's address (a pool holds its workers' contexts, so an address
+/// cannot be reused while its entry is here; the pool's drop removes them).
+fn worker_contexts() -> &'static Mutex<HashMap<usize, Arc<Retiring>>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Retiring>>>> = OnceLock::new();
+    CONTEXTS.get_or_init(Default::default)
+}
+
+fn context_key(context: &glib::MainContext) -> usize {
+    context.as_ptr() as usize
+}
+
+/// If `context` is a pool worker's own context, has `retire` retired on
+/// that worker's thread when it exits (unless it has exited already: then
+/// says so, and the caller retires it now). A scheduler made for a worker's
+/// context registers here, so that its tasks end with the pool's (S9).
+/// Takes two locks and no count on the pool.
+pub(crate) fn at_worker_exit(
+    context: &glib::MainContext,
+    retire: Weak<dyn Retire>,
+) -> WorkerContext {
+    let found = worker_contexts()
+        .lock()
+        .unpoisoned()
+        .get(&context_key(context))
+        .cloned();
+    let Some(retiring) = found else {
+        return WorkerContext::No;
+    };
+    let mut retiring = retiring.lock().unpoisoned();
+    match retiring.as_mut() {
+        Some(list) => {
+            list.retain(|r| r.strong_count() > 0);
+            list.push(retire);
+            WorkerContext::Retires
+        }
+        None => WorkerContext::Exited,
+    }
 }
 
 /// Where the tasks that belong to one worker (pinned tasks and fibers; every
@@ -545,6 +613,18 @@ impl PoolShared {
 
 impl Drop for PoolShared {
     fn drop(&mut self) {
+        {
+            let mut contexts = worker_contexts().lock().unpoisoned();
+            for remote in self.remotes.iter() {
+                let key = context_key(&remote.context);
+                if contexts
+                    .get(&key)
+                    .is_some_and(|retiring| Arc::ptr_eq(retiring, &remote.retiring))
+                {
+                    contexts.remove(&key);
+                }
+            }
+        }
         let mut leaked = 0;
         for remote in self.remotes.iter() {
             for job in drain(|| remote.inbox.steal()) {
@@ -832,6 +912,7 @@ impl ThreadPoolBuilder {
                         registry: crate::task::registry::Registry::new(),
                         exited: AtomicBool::new(false),
                         timers: Default::default(),
+                        retiring: Arc::new(Mutex::new(Some(Vec::new()))),
                     })
                 })
                 .collect(),
@@ -855,6 +936,14 @@ impl ThreadPoolBuilder {
                 ),
             ),
         });
+        {
+            // Before the workers start: a scheduler made for a worker's
+            // context from then on finds it (`at_worker_exit`).
+            let mut contexts = worker_contexts().lock().unpoisoned();
+            for remote in shared.remotes.iter() {
+                contexts.insert(context_key(&remote.context), remote.retiring.clone());
+            }
+        }
         let pool = ThreadPool {
             handle: Arc::new(PoolHandle {
                 shared: shared.clone(),

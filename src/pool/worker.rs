@@ -16,7 +16,7 @@ use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
-use crate::util::steal_one;
+use crate::util::{steal_one, Unpoisoned};
 
 /// Jobs a worker runs per dispatch before it lets its context dispatch due
 /// timers and other sources (P8).
@@ -345,6 +345,16 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         for waker in remote.registry.close() {
             waker.wake();
         }
+        // What ends with this worker (a scheduler of its context, whose
+        // woken tasks the wake-ups above queued there) drops its tasks
+        // here, on their thread.
+        let retiring: Vec<_> = (remote.retiring.lock().unpoisoned().take())
+            .into_iter()
+            .flatten()
+            .filter_map(|retire| retire.upgrade())
+            .collect();
+        let retire_all = || retiring.iter().for_each(|retire| retire.retire());
+        retire_all();
         // Shutdown step 3: drop what is left, here (see `drop_queued`).
         let inbox = &shared.remotes[index].inbox;
         core.drop_queued();
@@ -359,8 +369,10 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 shared.drain_injector();
                 core.drop_queued();
+                retire_all();
             }
         }
+        drop(retiring);
         // Shutdown step 5: from now on a pusher to our inbox hands what it
         // pushed to the reaper; a push that came before the flag is dropped
         // here.

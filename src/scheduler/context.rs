@@ -138,6 +138,12 @@ pub(crate) struct ContextShared {
     watch: OnceLock<Option<thread::Thread>>,
     /// True while the idle watch thread sleeps for good.
     watch_sleeping: AtomicBool,
+    /// The context is a pool worker's own: the scheduler ends with the
+    /// worker (see `retire`). Set before the scheduler is published.
+    on_worker: AtomicBool,
+    /// Set when the worker whose context this is exits: jobs pushed from
+    /// then on are dropped, never run (S9).
+    retired: AtomicBool,
 }
 
 /// The `!Send` jobs of one thread on one context scheduler: run only by that
@@ -305,9 +311,23 @@ impl ContextShared {
                 me: weak.clone(),
                 watch: OnceLock::new(),
                 watch_sleeping: AtomicBool::new(false),
+                on_worker: AtomicBool::new(false),
+                retired: AtomicBool::new(false),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
+        // A pool worker's own context: the scheduler ends with the worker
+        // (S9), or has ended already. Registered before the map's lock is
+        // let go: nobody else has the scheduler yet.
+        let retire: Weak<dyn crate::pool::Retire> = Arc::downgrade(&shared) as _;
+        match crate::pool::at_worker_exit(context, retire) {
+            crate::pool::WorkerContext::No => {}
+            crate::pool::WorkerContext::Retires => shared.on_worker.store(true, Ordering::Relaxed),
+            crate::pool::WorkerContext::Exited => {
+                shared.on_worker.store(true, Ordering::Relaxed);
+                shared.retired.store(true, Ordering::Relaxed);
+            }
+        }
         shared
     }
 
@@ -323,13 +343,40 @@ impl ContextShared {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.queue.push(job);
+        if self.on_worker.load(Ordering::Relaxed) {
+            // Pairs with the fence in `retire`: either its drain finds our
+            // job, or we see the flag.
+            fence(Ordering::SeqCst);
+            if self.retired.load(Ordering::Relaxed) {
+                self.drop_retired();
+                return;
+            }
+        }
         self.notify();
+    }
+
+    /// Once the worker whose context this is has exited: drops what was
+    /// pushed since, its tasks resolving as cancelled (S9). On a thread of
+    /// its own (the pool's reaper), as a closed pool's pushes do: the pusher
+    /// is often inside a wake-up, holding a lock that dropping the task's
+    /// future may take.
+    #[cold]
+    fn drop_retired(&self) {
+        crate::pool::reap(drain(|| self.queue.steal()).collect());
     }
 
     /// Queues a job of a `!Send` task on its owner thread's queue.
     #[inline]
     pub(crate) fn push_local(&self, queue: &LocalQueue, job: Job) {
         if queue.gone.load(Ordering::Acquire) {
+            drop_orphan(job);
+            return;
+        }
+        if self.retired.load(Ordering::Acquire) && queue.owner == thread_token() {
+            // The worker whose context this is has exited (S9): a job of
+            // this thread's is dropped here, on its own thread. (Another
+            // thread's wake-up queues it: its owner drops it, the exiting
+            // worker in `retire`, any other thread when it exits.)
             drop_orphan(job);
             return;
         }
@@ -495,6 +542,12 @@ impl ContextShared {
         self.pending.dispatches.fetch_add(1, Ordering::Relaxed);
         self.source.set_ready_time(-1);
         self.pending.notified.swap(false, Ordering::AcqRel);
+        if self.retired.load(Ordering::Acquire) {
+            // Its worker has exited, and someone else iterates the context:
+            // what its pushes left is dropped, not run (S9).
+            self.drop_retired();
+            return;
+        }
         let _current = super::enter_context(self);
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
@@ -534,6 +587,29 @@ impl ContextShared {
             {
                 thread.unpark();
             }
+        }
+    }
+}
+
+/// A scheduler of a pool worker's own context ends with the worker (S9):
+/// only that worker runs its tasks, so when the pool shuts down they resolve
+/// as cancelled, as the pool's own do.
+impl crate::pool::Retire for ContextShared {
+    /// On the worker's thread as it exits, after its idle tasks were woken
+    /// (a woken task of ours is in our queue by then): drops every queued
+    /// job here, on the thread that ran them, this thread's `!Send` ones
+    /// too; pushes from now on drop theirs (`push`). Again for the
+    /// wake-ups that straddled the worker's close (their tasks were not
+    /// queued yet the first time).
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+        // Pairs with the fence in `push`.
+        fence(Ordering::SeqCst);
+        for job in drain(|| self.queue.steal()) {
+            drop_orphan(job);
+        }
+        if let Some(queue) = self.local_queue_here() {
+            self.drain(&queue);
         }
     }
 }
