@@ -27,8 +27,9 @@
 //!    return `Cancelled`) and runs them until they have returned, for up to
 //!    500 ms. Then it wakes every task that went idle on it (S9: the tasks
 //!    waiting on a GLib source, a channel, anything; see [`registry`]), which
-//!    queues them on this worker, and drops every job in its deque and
-//!    queues, on its own thread (a fiber that did not return unwinds there;
+//!    queues them on this worker (or on the scheduler of this worker's own
+//!    context that they belong to, which it then retires: see [`Retire`]),
+//!    and drops every job in its deque and queues, on its own thread (a fiber that did not return unwinds there;
 //!    a `!Send` future is dropped on the thread it ran on). Their tasks
 //!    resolve to [`Error::Cancelled`](crate::Error::Cancelled), and every
 //!    future is dropped exactly once. A wake-up from another thread that

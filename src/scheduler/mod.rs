@@ -95,6 +95,12 @@ impl Scheduler {
 
     /// The scheduler of `context` (S2); one per context, created on first use.
     /// Its tasks run on whichever thread iterates `context`.
+    ///
+    /// On a pool worker's own context (what `glib::MainContext::thread_default()`
+    /// gives inside a pool task) that is the worker, so the scheduler ends
+    /// with it (S9): when the pool shuts down its tasks resolve to
+    /// [`Error::Cancelled`](crate::Error::Cancelled), and so do spawns there
+    /// afterwards.
     pub fn for_context(context: &glib::MainContext) -> Scheduler {
         Scheduler {
             kind: Kind::Context(ContextShared::for_context(context)),
