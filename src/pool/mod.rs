@@ -29,8 +29,9 @@
 //!    waiting on a GLib source, a channel, anything; see [`registry`]), which
 //!    queues them on this worker (or on the scheduler of this worker's own
 //!    context that they belong to, which it then retires: see [`Retire`]),
-//!    and drops every job in its deque and queues, on its own thread (a fiber that did not return unwinds there;
-//!    a `!Send` future is dropped on the thread it ran on). Their tasks
+//!    and drops every job in its deque and queues, on its own thread (a
+//!    fiber that did not return unwinds there; a `!Send` future is dropped
+//!    on the thread it ran on). Their tasks
 //!    resolve to [`Error::Cancelled`](crate::Error::Cancelled), and every
 //!    future is dropped exactly once. A wake-up from another thread that
 //!    straddled that step (the task marked scheduled, its job not queued
