@@ -26,7 +26,7 @@
 //! 3. Each worker cancels its fibers that are still alive (F4: their waits
 //!    return `Cancelled`) and runs them until they have returned, for up to
 //!    500 ms. Then it wakes every task that went idle on it (S9: the tasks
-//!    waiting on a GLib source, a channel, anything; see [`registry`]), which
+//!    waiting on a GLib source, a channel, anything; see [`registry`](crate::task::registry)), which
 //!    queues them on this worker (or on the scheduler of this worker's own
 //!    context that they belong to, which it then retires: see [`Retire`]),
 //!    and drops every job in its deque and queues, on its own thread (a

@@ -1,5 +1,5 @@
 //! X2: tasks bound to a GObject, cancelled when it is disposed; and the
-//! thread identity behind tasks bound to a thread ([`thread_token`]).
+//! thread identity behind tasks bound to a thread ([`thread_token`](crate::scheduler::thread_token)).
 
 use std::future::Future;
 use std::pin::Pin;
