@@ -401,7 +401,6 @@ fn race_round(round: usize, in_lock: bool) {
 /// other threads race `shutdown()`, with Send, `!Send`, pinned tasks and
 /// fibers idle on the scheduler of a worker's context.
 #[test]
-#[ignore = "bug: drop_retired steals the whole queue racing retire(); pinned tasks/fibers leaked on gdex-reaper (see spawns_racing_retire_do_not_steal_thread_bound_jobs)"]
 fn race_wakeups_and_spawns_with_shutdown() {
     let _one = one_at_a_time();
     watchdog("race_wakeups_and_spawns_with_shutdown", 600, || {
@@ -414,7 +413,6 @@ fn race_wakeups_and_spawns_with_shutdown() {
 /// Probe 1b: the same, the wake-ups done while holding the lock that the
 /// woken future's drop takes (a channel that wakes under its lock).
 #[test]
-#[ignore = "bug: drop_retired steals the whole queue racing retire(); pinned tasks/fibers leaked on gdex-reaper (see spawns_racing_retire_do_not_steal_thread_bound_jobs)"]
 fn race_wakeups_in_a_lock_with_shutdown() {
     let _one = one_at_a_time();
     watchdog("race_wakeups_in_a_lock_with_shutdown", 600, || {
@@ -567,7 +565,6 @@ fn pinned_tasks_and_fibers_at_shutdown_while_woken() {
 /// are leaked (g_critical "a pinned task or fiber was dropped on another
 /// thread than its own; it is leaked instead").
 #[test]
-#[ignore = "bug: drop_retired (src/scheduler/context.rs) steals the whole queue on any pusher's thread, racing retire(): thread-bound jobs polled on the worker go to the reaper and are leaked"]
 fn spawns_racing_retire_do_not_steal_thread_bound_jobs() {
     let _one = one_at_a_time();
     watchdog("spawns_racing_retire_do_not_steal_thread_bound_jobs", 120, || {
