@@ -108,9 +108,13 @@ type Retiring = Mutex<Option<Vec<Weak<dyn Retire>>>>;
 /// context, whose tasks only that worker runs (S9: they resolve when the
 /// pool shuts down, as the pool's own do).
 pub(crate) trait Retire: Send + Sync {
-    /// Called once, on the worker's thread as it exits, after its idle
-    /// tasks were woken (shutdown step 3).
+    /// Called on the worker's thread as it exits, after its idle tasks
+    /// were woken (shutdown step 3), and again while it waits for
+    /// late wake-ups.
     fn retire(&self);
+    /// Called once, on the worker's thread, after its last `retire`, just
+    /// before it exits.
+    fn finish(&self);
 }
 
 /// What [`at_worker_exit`] found.

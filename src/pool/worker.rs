@@ -372,6 +372,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
                 retire_all();
             }
         }
+        retiring.iter().for_each(|retire| retire.finish());
         drop(retiring);
         // Shutdown step 5: from now on a pusher to our inbox hands what it
         // pushed to the reaper; a push that came before the flag is dropped

@@ -142,8 +142,14 @@ pub(crate) struct ContextShared {
     /// worker (see `retire`). Set before the scheduler is published.
     on_worker: AtomicBool,
     /// Set when the worker whose context this is exits: jobs pushed from
-    /// then on are dropped, never run (S9).
+    /// then on are dropped, never run (S9): by the worker while it drains
+    /// (they stay queued until then), then by the reaper (`finished`).
     retired: AtomicBool,
+    /// Set once the exiting worker has drained the queue for the last time
+    /// (`Retire::finish`): a push from then on hands the queue to the
+    /// reaper. Before that only the worker takes from the queue, so a
+    /// pinned task or fiber it polled is dropped on its thread.
+    finished: AtomicBool,
 }
 
 /// The `!Send` jobs of one thread on one context scheduler: run only by that
@@ -313,6 +319,7 @@ impl ContextShared {
                 watch_sleeping: AtomicBool::new(false),
                 on_worker: AtomicBool::new(false),
                 retired: AtomicBool::new(false),
+                finished: AtomicBool::new(false),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -326,6 +333,7 @@ impl ContextShared {
             crate::pool::WorkerContext::Exited => {
                 shared.on_worker.store(true, Ordering::Relaxed);
                 shared.retired.store(true, Ordering::Relaxed);
+                shared.finished.store(true, Ordering::Relaxed);
             }
         }
         shared
@@ -344,10 +352,13 @@ impl ContextShared {
     pub(crate) fn push(&self, job: Job) {
         self.queue.push(job);
         if self.on_worker.load(Ordering::Relaxed) {
-            // Pairs with the fence in `retire`: either its drain finds our
-            // job, or we see the flag.
+            // Pairs with the fence in `finish`: either its drain finds our
+            // job, or we see the flag. (Until then the exiting worker
+            // drains the queue itself, on its thread: a pusher must not
+            // steal a job the worker polled, a pinned task's or a fiber's,
+            // for the reaper.)
             fence(Ordering::SeqCst);
-            if self.retired.load(Ordering::Relaxed) {
+            if self.finished.load(Ordering::Relaxed) {
                 self.drop_retired();
                 return;
             }
@@ -544,8 +555,12 @@ impl ContextShared {
         self.pending.notified.swap(false, Ordering::AcqRel);
         if self.retired.load(Ordering::Acquire) {
             // Its worker has exited, and someone else iterates the context:
-            // what its pushes left is dropped, not run (S9).
-            self.drop_retired();
+            // what its pushes left is dropped, not run (S9). (Before
+            // `finish`, on the exiting worker itself, in a nested loop: its
+            // drain drops them.)
+            if self.finished.load(Ordering::Acquire) {
+                self.drop_retired();
+            }
             return;
         }
         let _current = super::enter_context(self);
@@ -602,15 +617,22 @@ impl crate::pool::Retire for ContextShared {
     /// wake-ups that straddled the worker's close (their tasks were not
     /// queued yet the first time).
     fn retire(&self) {
-        self.retired.store(true, Ordering::Relaxed);
-        // Pairs with the fence in `push`.
-        fence(Ordering::SeqCst);
+        self.retired.store(true, Ordering::Release);
         for job in drain(|| self.queue.steal()) {
             drop_orphan(job);
         }
         if let Some(queue) = self.local_queue_here() {
             self.drain(&queue);
         }
+    }
+
+    /// The worker's last drain: from now on a push hands the queue to the
+    /// reaper.
+    fn finish(&self) {
+        self.finished.store(true, Ordering::Relaxed);
+        // Pairs with the fence in `push`.
+        fence(Ordering::SeqCst);
+        self.retire();
     }
 }
 
