@@ -344,7 +344,7 @@ fn race_round(round: usize, in_lock: bool) {
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     let mut g = Probe::new("pinned", &log, &drops, &made);
                     late.push(s.spawn_pinned(move || async move {
                         g.mark();
