@@ -179,6 +179,26 @@ fn never_dropped() -> std::collections::BTreeMap<(&'static str, Option<String>),
     out
 }
 
+/// Waits (up to 10 s: the reaper drops some late) until as many probes
+/// were dropped as were made, a little more for a second drop, then checks
+/// that each was dropped once, a thread-bound one on its thread.
+fn all_dropped(drops: &AtomicUsize, made: &AtomicUsize, log: &Log, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while drops.load(Ordering::SeqCst) < made.load(Ordering::SeqCst)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        made.load(Ordering::SeqCst),
+        "{what}: every future dropped exactly once; never dropped: {:?}",
+        never_dropped()
+    );
+    check_places(log);
+}
+
 /// Checks the log: each thread-bound probe that was polled was dropped on
 /// the thread that polled it.
 fn check_places(log: &Log) {
@@ -399,20 +419,7 @@ fn race_round(round: usize, in_lock: bool) {
     }
     drop(s);
     drop(pool);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while drops.load(Ordering::SeqCst) < made.load(Ordering::SeqCst)
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::thread::sleep(Duration::from_millis(5));
-    assert_eq!(
-        drops.load(Ordering::SeqCst),
-        made.load(Ordering::SeqCst),
-        "round {round}: every future dropped exactly once; never dropped: {:?}",
-        never_dropped()
-    );
-    check_places(&log);
+    all_dropped(&drops, &made, &log, &format!("round {round}"));
 }
 
 /// Probe 1a: wake-ups (outside the lock) and spawns (Send, pinned) from
@@ -549,19 +556,7 @@ fn pinned_and_fibers_at_shutdown(keep_waking: bool, workers: usize) {
     }
     drop(s);
     drop(pool);
-    common::wait_until(|| {
-        drops.load(Ordering::SeqCst) >= made.load(Ordering::SeqCst) || {
-            std::thread::sleep(Duration::from_millis(50));
-            true
-        }
-    });
-    assert_eq!(
-        drops.load(Ordering::SeqCst),
-        made.load(Ordering::SeqCst),
-        "every future dropped exactly once; never dropped: {:?}",
-        never_dropped()
-    );
-    check_places(&log);
+    all_dropped(&drops, &made, &log, "pinned tasks and fibers");
 }
 
 #[test]
@@ -645,14 +640,7 @@ fn spawns_racing_retire_do_not_steal_thread_bound_jobs() {
                     resolved_cancelled(t, "pinned task");
                 }
                 drop((s, pool));
-                std::thread::sleep(Duration::from_millis(20));
-                assert_eq!(
-                    drops.load(Ordering::SeqCst),
-                    made.load(Ordering::SeqCst),
-                    "round {round}: never dropped: {:?}",
-                    never_dropped()
-                );
-                check_places(&log);
+                all_dropped(&drops, &made, &log, &format!("round {round}"));
             }
         },
     );

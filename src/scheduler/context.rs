@@ -46,7 +46,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::Duration;
@@ -138,19 +138,23 @@ pub(crate) struct ContextShared {
     watch: OnceLock<Option<thread::Thread>>,
     /// True while the idle watch thread sleeps for good.
     watch_sleeping: AtomicBool,
-    /// The context is a pool worker's own: the scheduler ends with the
-    /// worker (see `retire`). Set before the scheduler is published.
-    on_worker: AtomicBool,
-    /// Set when the worker whose context this is exits: jobs pushed from
-    /// then on are dropped, never run (S9): by the worker while it drains
-    /// (they stay queued until then), then by the reaper (`finished`).
-    retired: AtomicBool,
-    /// Set once the exiting worker has drained the queue for the last time
-    /// (`Retire::finish`): a push from then on hands the queue to the
-    /// reaper. Before that only the worker takes from the queue, so a
-    /// pinned task or fiber it polled is dropped on its thread.
-    finished: AtomicBool,
+    /// How far the scheduler is in ending with the worker whose context
+    /// it runs on ([`ORDINARY`] on any other context): only grows.
+    stage: AtomicU8,
 }
+
+/// A scheduler of a context that is no pool worker's.
+const ORDINARY: u8 = 0;
+/// Of a pool worker's own context: it ends with the worker (`Retire`). Set
+/// before the scheduler is published.
+const ON_WORKER: u8 = 1;
+/// The worker is exiting: jobs are dropped, never run (S9), by the worker,
+/// on its thread; pushes leave theirs queued for it, so that a pinned task
+/// or fiber it polled is dropped there.
+const RETIRED: u8 = 2;
+/// The worker has drained the queue for the last time
+/// (`Retire::finish`): a push hands the queue to the reaper.
+const FINISHED: u8 = 3;
 
 /// The `!Send` jobs of one thread on one context scheduler: run only by that
 /// thread (S10).
@@ -317,9 +321,7 @@ impl ContextShared {
                 me: weak.clone(),
                 watch: OnceLock::new(),
                 watch_sleeping: AtomicBool::new(false),
-                on_worker: AtomicBool::new(false),
-                retired: AtomicBool::new(false),
-                finished: AtomicBool::new(false),
+                stage: AtomicU8::new(ORDINARY),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -327,15 +329,12 @@ impl ContextShared {
         // (S9), or has ended already. Registered before the map's lock is
         // let go: nobody else has the scheduler yet.
         let retire: Weak<dyn crate::pool::Retire> = Arc::downgrade(&shared) as _;
-        match crate::pool::at_worker_exit(context, retire) {
-            crate::pool::WorkerContext::No => {}
-            crate::pool::WorkerContext::Retires => shared.on_worker.store(true, Ordering::Relaxed),
-            crate::pool::WorkerContext::Exited => {
-                shared.on_worker.store(true, Ordering::Relaxed);
-                shared.retired.store(true, Ordering::Relaxed);
-                shared.finished.store(true, Ordering::Relaxed);
-            }
-        }
+        let stage = match crate::pool::at_worker_exit(context, retire) {
+            crate::pool::WorkerContext::No => ORDINARY,
+            crate::pool::WorkerContext::Retires => ON_WORKER,
+            crate::pool::WorkerContext::Exited => FINISHED,
+        };
+        shared.stage.store(stage, Ordering::Relaxed);
         shared
     }
 
@@ -351,14 +350,14 @@ impl ContextShared {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.queue.push(job);
-        if self.on_worker.load(Ordering::Relaxed) {
+        if self.stage.load(Ordering::Relaxed) != ORDINARY {
             // Pairs with the fence in `finish`: either its drain finds our
             // job, or we see the flag. (Until then the exiting worker
             // drains the queue itself, on its thread: a pusher must not
             // steal a job the worker polled, a pinned task's or a fiber's,
             // for the reaper.)
             fence(Ordering::SeqCst);
-            if self.finished.load(Ordering::Relaxed) {
+            if self.stage.load(Ordering::Relaxed) == FINISHED {
                 self.drop_retired();
                 return;
             }
@@ -383,7 +382,7 @@ impl ContextShared {
             drop_orphan(job);
             return;
         }
-        if self.retired.load(Ordering::Acquire) && queue.owner == thread_token() {
+        if self.stage.load(Ordering::Acquire) >= RETIRED && queue.owner == thread_token() {
             // The worker whose context this is has exited (S9): a job of
             // this thread's is dropped here, on its own thread. (Another
             // thread's wake-up queues it: its owner drops it, the exiting
@@ -553,12 +552,13 @@ impl ContextShared {
         self.pending.dispatches.fetch_add(1, Ordering::Relaxed);
         self.source.set_ready_time(-1);
         self.pending.notified.swap(false, Ordering::AcqRel);
-        if self.retired.load(Ordering::Acquire) {
+        let stage = self.stage.load(Ordering::Acquire);
+        if stage >= RETIRED {
             // Its worker has exited, and someone else iterates the context:
             // what its pushes left is dropped, not run (S9). (Before
             // `finish`, on the exiting worker itself, in a nested loop: its
             // drain drops them.)
-            if self.finished.load(Ordering::Acquire) {
+            if stage == FINISHED {
                 self.drop_retired();
             }
             return;
@@ -613,11 +613,11 @@ impl crate::pool::Retire for ContextShared {
     /// On the worker's thread as it exits, after its idle tasks were woken
     /// (a woken task of ours is in our queue by then): drops every queued
     /// job here, on the thread that ran them, this thread's `!Send` ones
-    /// too; pushes from now on drop theirs (`push`). Again for the
-    /// wake-ups that straddled the worker's close (their tasks were not
-    /// queued yet the first time).
+    /// too; pushes from now on leave theirs queued for the next call. Again
+    /// for the wake-ups that straddled the worker's close (their tasks were
+    /// not queued yet the first time), and once more by `finish`.
     fn retire(&self) {
-        self.retired.store(true, Ordering::Release);
+        self.stage.fetch_max(RETIRED, Ordering::Release);
         for job in drain(|| self.queue.steal()) {
             drop_orphan(job);
         }
@@ -629,7 +629,7 @@ impl crate::pool::Retire for ContextShared {
     /// The worker's last drain: from now on a push hands the queue to the
     /// reaper.
     fn finish(&self) {
-        self.finished.store(true, Ordering::Relaxed);
+        self.stage.store(FINISHED, Ordering::Relaxed);
         // Pairs with the fence in `push`.
         fence(Ordering::SeqCst);
         self.retire();
