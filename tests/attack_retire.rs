@@ -646,6 +646,47 @@ fn spawns_racing_retire_do_not_steal_thread_bound_jobs() {
     );
 }
 
+/// Threads that spawn on the scheduler of a worker's context in a loop,
+/// without pause, while the pool shuts down: the exiting worker's drains
+/// take what was queued when each began and no more, so its exit (and
+/// `shutdown()`) does not wait for the spawners to stop, which here only
+/// happens once `shutdown()` has returned. A drain to the empty queue
+/// chased them: at 070f462 this took from 1 s to never (one run in 20 of
+/// this file hung at the watchdog).
+#[test]
+fn shutdown_returns_while_threads_spawn_there_in_a_loop() {
+    let _one = one_at_a_time();
+    watchdog(
+        "shutdown_returns_while_threads_spawn_there_in_a_loop",
+        60,
+        || {
+            for _ in 0..common::stress(5) {
+                let pool = pool(1);
+                let (_context, s, _) = worker_context(&pool);
+                let stop = Arc::new(AtomicBool::new(false));
+                let spawners: Vec<_> = (0..2)
+                    .map(|_| {
+                        let (stop, s) = (stop.clone(), s.clone());
+                        std::thread::spawn(move || {
+                            while !stop.load(Ordering::Relaxed) {
+                                s.spawn(async {}).detach();
+                            }
+                        })
+                    })
+                    .collect();
+                std::thread::sleep(Duration::from_millis(5));
+                pool.shutdown();
+                stop.store(true, Ordering::Relaxed);
+                for spawner in spawners {
+                    spawner.join().unwrap();
+                }
+                let late = s.spawn(async { 1 });
+                resolved_cancelled(late, "a spawn after the shutdown");
+            }
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // 2. Deadlocks: destructors run by `retire`, on the worker.
 // ---------------------------------------------------------------------------

@@ -372,7 +372,14 @@ impl ContextShared {
     /// future may take.
     #[cold]
     fn drop_retired(&self) {
-        crate::pool::reap(drain(|| self.queue.steal()).collect());
+        crate::pool::reap(self.take_queued().collect());
+    }
+
+    /// Takes the jobs queued when called (or as many), no more: a thread
+    /// that pushes without pause (spawns in a loop) must not keep a drain
+    /// going forever. The queue is FIFO, so they are the oldest.
+    fn take_queued(&self) -> impl Iterator<Item = Job> + '_ {
+        drain(|| self.queue.steal()).take(self.queue.len())
     }
 
     /// Queues a job of a `!Send` task on its owner thread's queue.
@@ -618,7 +625,9 @@ impl crate::pool::Retire for ContextShared {
     /// not queued yet the first time), and once more by `finish`.
     fn retire(&self) {
         self.stage.fetch_max(RETIRED, Ordering::Release);
-        for job in drain(|| self.queue.steal()) {
+        // (A thread spawning here in a loop leaves its later jobs for the
+        // next call: the worker's exit does not wait for it to stop.)
+        for job in self.take_queued() {
             drop_orphan(job);
         }
         if let Some(queue) = self.local_queue_here() {
