@@ -54,8 +54,15 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
             if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
                 return output;
             }
-            // Woken during the poll: poll again before sleeping.
+            // Woken during the poll (it yielded, or what it awaits finished
+            // meanwhile): poll again without sleeping, but let the context
+            // dispatch what is ready first, as a worker does between two
+            // polls of a yielding task (S12). Polling again at once would let
+            // a `yield_now` loop starve the context's tasks and sources.
             if signal.woken.load(Ordering::Acquire) {
+                if let Sleeper::Context(context) = &signal.sleeper {
+                    context.iteration(false);
+                }
                 continue;
             }
         }
@@ -72,7 +79,10 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 ///
 /// While it waits, it iterates the calling thread's context, so that the
 /// tasks, timeouts and GIO callbacks of that context keep running; tasks
-/// spawned meanwhile go on after it returns (S8). The thread's context is:
+/// spawned meanwhile go on after it returns (S8). A future that wakes itself
+/// (a [`yield_now`](crate::yield_now) loop) is polled again only after one
+/// non-blocking iteration of the context, so it never starves the context's
+/// work (S12). The thread's context is:
 ///
 /// - its thread-default context, if one is pushed
 ///   (`MainContext::with_thread_default`);

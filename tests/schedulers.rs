@@ -1,4 +1,4 @@
-//! The main scheduler (S1), any-context schedulers (S2), `block_on` (S8) and
+//! The main scheduler (S1), any-context schedulers (S2), `block_on` (S8, S12) and
 //! awaiting across schedulers (S4), with real `GMainContext`s.
 
 mod common;
@@ -392,4 +392,53 @@ fn local_tasks_wait_for_their_owner_thread() {
         let owner_id = owner.join().unwrap();
         assert_eq!(*ran_on.lock().unwrap(), Some(owner_id));
     });
+}
+
+/// S12: a task that yields in a loop under `block_on` lets the thread's
+/// context dispatch between its polls, as a worker does: a main-scheduler
+/// task and a 1 ms GLib timeout both run, so the loop ends. (It used to poll
+/// the yielding future again at once, for ever: the main context never ran,
+/// and in a GTK app the window froze. tokio's `yield_defers_until_park`.)
+/// The same with a private context pushed as thread-default.
+#[test]
+fn a_yield_loop_under_block_on_lets_the_context_run() {
+    use std::cell::Cell;
+    fn yield_until(done: impl Fn() -> bool) {
+        gdex::block_on(async {
+            let mut yields = 0u64;
+            while !done() {
+                gdex::yield_now().await;
+                yields += 1;
+                assert!(
+                    yields < 1_000_000,
+                    "a million yields and the context's task and timeout have not run"
+                );
+            }
+        });
+    }
+    common::watchdog(
+        "a_yield_loop_under_block_on_lets_the_context_run",
+        60,
+        || {
+            common::on_main(|| {
+                let (task_ran, timer_fired) =
+                    (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
+                let t = task_ran.clone();
+                gdex::Scheduler::main()
+                    .spawn_local(async move { t.set(true) })
+                    .detach();
+                let f = timer_fired.clone();
+                glib::timeout_add_local_once(Duration::from_millis(1), move || f.set(true));
+                yield_until(|| task_ran.get() && timer_fired.get());
+            });
+            common::on_own_context(|context| {
+                let task_ran = Rc::new(Cell::new(false));
+                let t = task_ran.clone();
+                gdex::Scheduler::for_context(context)
+                    .spawn_local(async move { t.set(true) })
+                    .detach();
+                yield_until(|| task_ran.get());
+            });
+        },
+    );
 }

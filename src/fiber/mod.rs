@@ -33,6 +33,25 @@
 //! When its pool shuts down, a fiber is cancelled the same way, detached or
 //! not, and its worker runs it to its return before exiting, so that its
 //! state is dropped on its own thread.
+//!
+//! # Thread state across a wait
+//!
+//! A fiber shares its thread with every other task of that thread: while it
+//! is suspended in [`wait`], they run. So thread-local state the fiber sets
+//! and has not restored before a `wait` is seen by them. The usual case is
+//! a GLib thread-default context: a `wait` inside
+//! `MainContext::with_thread_default` (or between
+//! `g_main_context_push_thread_default` and its pop) leaves that context
+//! pushed while the thread's other tasks run, so their `glib::timeout_future`s
+//! and GIO callbacks attach to it rather than to the thread's own, and GLib
+//! complains when the pushes and pops of two fibers interleave. The same
+//! holds for a `RefCell` borrow of a `thread_local!`, a `tracing` span's
+//! entered guard, or any other guard of per-thread state. Keep such guards
+//! between two waits, never across one: to run GIO calls on a context of
+//! your own, push it, start the calls, pop it, and then `wait` on their
+//! futures (or give that work a task of its own, on a
+//! [`Scheduler::for_context`](crate::Scheduler::for_context) of that
+//! context).
 
 pub(crate) mod stack;
 
@@ -221,6 +240,10 @@ pub fn in_fiber() -> bool {
 /// [`Error`] (a task, a fiber, a GIO call), merged into the one result, or
 /// `()`; see [`IntoResult`]. For a future with any other
 /// output, use [`wait_output`].
+///
+/// The thread's other tasks run while the fiber waits: do not wait while
+/// holding a guard of per-thread state, such as a context pushed with
+/// `MainContext::with_thread_default` (see the [module docs](self#thread-state-across-a-wait)).
 ///
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();

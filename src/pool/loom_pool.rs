@@ -33,6 +33,7 @@
 //! | [`loom_shutdown_racing_a_push`] | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 4 | 56 s |
 //! | [`loom_shutdown_racing_an_inject`] | as above, the pusher injects | 4 | 100 s |
 //! | [`loom_directed_notify_racing_a_park`] | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 4 | 3 s |
+//! | [`loom_directed_push_racing_an_inject`] | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 4 | ? |
 //!
 //! Bound 3 is not enough to show the issue 12 defect in most of them: the
 //! requester's notify, the worker's un-park, the requester's failed CAS and
@@ -79,7 +80,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::parking::{Parking, Request};
+use super::parking::{Parking, Request, Woke};
 
 type Item = usize;
 
@@ -181,6 +182,12 @@ struct Setup {
     timers: Vec<Option<Item>>,
     /// An item whose run is announced to `wait_ran`.
     watched: Option<Item>,
+    /// An item whose run blocks its worker until the watched item has run
+    /// (a long poll that waits for another task).
+    blocker: Option<Item>,
+    /// Two items whose runs each block their worker until the other has
+    /// started: they must run at the same time, on two workers.
+    meet: Option<(Item, Item)>,
 }
 
 /// Where a worker's thread starts: any state the pool reaches.
@@ -212,6 +219,10 @@ struct World {
     drops: Vec<AtomicUsize>,
     timers: Vec<Option<Item>>,
     watched: Option<Item>,
+    blocker: Option<Item>,
+    meet: Option<(Item, Item)>,
+    started: Mutex<Vec<bool>>,
+    started_cv: Condvar,
     watched_ran: Mutex<bool>,
     watched_cv: Condvar,
 }
@@ -238,6 +249,10 @@ impl World {
             drops: (0..ITEMS).map(|_| AtomicUsize::new(0)).collect(),
             timers: setup.timers,
             watched: setup.watched,
+            blocker: setup.blocker,
+            meet: setup.meet,
+            started: Mutex::new(vec![false; ITEMS]),
+            started_cv: Condvar::new(),
             watched_ran: Mutex::new(false),
             watched_cv: Condvar::new(),
         };
@@ -303,6 +318,20 @@ impl World {
     }
 
     fn ran(&self, item: Item) {
+        if Some(item) == self.blocker {
+            self.wait_ran();
+        }
+        if let Some((a, b)) = self.meet {
+            if item == a || item == b {
+                let other = if item == a { b } else { a };
+                let mut started = self.started.lock().unwrap();
+                started[item] = true;
+                self.started_cv.notify_all();
+                while !started[other] {
+                    started = self.started_cv.wait(started).unwrap();
+                }
+            }
+        }
         self.runs[item].fetch_add(1, SeqCst);
         if Some(item) == self.watched {
             *self.watched_ran.lock().unwrap() = true;
@@ -335,13 +364,14 @@ impl World {
             world: self,
             i,
             woken: Cell::new(None),
+            searching: Cell::new(false),
             in_slice: Cell::new(false),
             timer: Cell::new(self.timers[i]),
         };
         if self.start[i] == Start::Parking && core.sees_work() {
             // The tail of `run_slice`: work arrived while we announced the
             // park.
-            let _ = self.parking.wake_up(i);
+            core.woke(self.parking.wake_up(i));
         }
         loop {
             if self.closed.load(SeqCst) || self.done.load(SeqCst) {
@@ -397,6 +427,9 @@ struct Core<'w> {
     world: &'w World,
     i: usize,
     woken: Cell<Option<Item>>,
+    /// `Core::searching`: a consumed request sends the next search to the
+    /// shared queues before the inbox (P10).
+    searching: Cell<bool>,
     in_slice: Cell<bool>,
     timer: Cell<Option<Item>>,
 }
@@ -429,7 +462,14 @@ impl Core<'_> {
 
     fn unpark_self(&self) {
         if self.parking().is_parked(self.i) {
-            let _ = self.parking().wake_up(self.i);
+            self.woke(self.parking().wake_up(self.i));
+        }
+    }
+
+    /// `Core::woke`.
+    fn woke(&self, woke: Woke) {
+        if woke.received {
+            self.searching.set(true);
         }
     }
 
@@ -447,7 +487,7 @@ impl Core<'_> {
             return;
         }
         if self.parking().is_parked(self.i) {
-            let _ = self.parking().wake_up(self.i);
+            self.woke(self.parking().wake_up(self.i));
         }
         self.in_slice.set(true);
         loop {
@@ -459,11 +499,11 @@ impl Core<'_> {
                 continue;
             }
             if !self.parking().try_park(self.i) {
-                let _ = self.parking().wake_up(self.i);
+                self.woke(self.parking().wake_up(self.i));
                 continue;
             }
             if self.sees_work() {
-                let _ = self.parking().wake_up(self.i);
+                self.woke(self.parking().wake_up(self.i));
                 continue;
             }
             break;
@@ -472,14 +512,25 @@ impl Core<'_> {
     }
 
     /// `Core::find_job`: the woken slot, pinned work, the deque, the
-    /// injector, then peers; a batch that leaves backlog asks for help.
+    /// injector, then peers; a batch that leaves backlog asks for help. A
+    /// worker that consumed a request looks at the shared queues first.
     fn find_job(&self) -> Option<Item> {
         if let Some(item) = self.woken.take() {
             return Some(item);
         }
+        if self.searching.replace(false) {
+            if let Some(item) = self.find_shared() {
+                return Some(item);
+            }
+        }
         if let Some(item) = self.world.inboxes[self.i].pop() {
             return Some(item);
         }
+        self.find_shared()
+    }
+
+    /// The deque, the injector, then peers.
+    fn find_shared(&self) -> Option<Item> {
         if let Some(item) = self.local().pop() {
             return Some(item);
         }
@@ -539,6 +590,8 @@ fn loom_two_injectors_one_worker() {
             start: vec![Start::Parking],
             timers: vec![None],
             watched: None,
+            blocker: None,
+            meet: None,
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
@@ -563,6 +616,8 @@ fn loom_one_injector_two_workers() {
             start: vec![Start::Parked, Start::Parked],
             timers: vec![None, None],
             watched: None,
+            blocker: None,
+            meet: None,
         });
         let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
         world.inject(0, 0);
@@ -587,6 +642,8 @@ fn loom_self_unparking_worker() {
             start: vec![Start::Parked],
             timers: vec![Some(2)],
             watched: None,
+            blocker: None,
+            meet: None,
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
@@ -612,6 +669,8 @@ fn shutdown_racing(bound: usize, push: fn(&World)) {
             start: vec![Start::Parking],
             timers: vec![None],
             watched: Some(0),
+            blocker: None,
+            meet: None,
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
@@ -655,6 +714,8 @@ fn loom_directed_notify_racing_a_park() {
             start: vec![Start::Parking],
             timers: vec![None],
             watched: None,
+            blocker: None,
+            meet: None,
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
@@ -662,6 +723,70 @@ fn loom_directed_notify_racing_a_park() {
         world.push_inbox(0, 0);
         injector.join().unwrap();
         worker.join().unwrap();
+        world.check_all_ran(2);
+    });
+}
+
+/// P10: pinned work is pushed to one of two parked workers, and an outside
+/// thread injects a job that the pinned job waits for (a long poll blocked
+/// on another task). Whatever the order, the injected job must reach a
+/// worker that runs it before that worker's pinned job: a worker woken by
+/// the inject's request, or whose directed wake-up the request coalesced
+/// with (a request scanning from the pinned job's worker), looks at the
+/// shared queues first. Otherwise the pinned job's worker would wait for
+/// ever while its peer slept, and loom would report the deadlock. (Fails
+/// with `Core::searching` removed, as at 938d2d9.)
+#[test]
+fn loom_directed_push_racing_an_inject() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 2,
+            total: 2,
+            start: vec![Start::Parked, Start::Parked],
+            timers: vec![None, None],
+            watched: Some(1),
+            blocker: Some(0),
+            meet: None,
+        });
+        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+        let w = world.clone();
+        let pusher = thread::spawn(move || w.push_inbox(0, 0));
+        world.inject(1, 0);
+        pusher.join().unwrap();
+        for t in workers {
+            t.join().unwrap();
+        }
+        world.check_all_ran(2);
+    });
+}
+
+/// P10: as above, but the pinned job and the injected one must run at the
+/// same time (each waits until the other has started), and the inject's
+/// request scans from the other worker. Only two workers at once can run
+/// them: the directed wake-up of the pinned job's worker must not absorb
+/// the inject's request, which wakes the other sleeper. (Fails with the
+/// directed wake-up counted as a request, `PARKED|NOTIFIED`, as at
+/// 938d2d9: the request coalesced and the other worker slept on.)
+#[test]
+fn loom_directed_push_and_inject_run_side_by_side() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 2,
+            total: 2,
+            start: vec![Start::Parked, Start::Parked],
+            timers: vec![None, None],
+            watched: None,
+            blocker: None,
+            meet: Some((0, 1)),
+        });
+        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+        let w = world.clone();
+        let pusher = thread::spawn(move || w.push_inbox(0, 0));
+        world.inject(1, 1);
+        pusher.join().unwrap();
+        for t in workers {
+            t.join().unwrap();
+        }
         world.check_all_ran(2);
     });
 }

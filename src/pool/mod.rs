@@ -468,11 +468,13 @@ impl PoolShared {
     }
 
     /// Worker `i` is stuck in one poll (B5): its deque must not be held
-    /// hostage. Peers are woken to steal it; in thread-per-core mode, where
-    /// peers do not steal, its jobs are moved to their inboxes.
+    /// hostage, nor the injector's work wait for it (P10: a request for help
+    /// may have reached it just before its long poll). Peers are woken to
+    /// steal; in thread-per-core mode, where peers do not steal, its jobs are
+    /// moved to their inboxes.
     pub(crate) fn help_stuck_worker(&self, i: usize) {
         let n = self.workers();
-        if n < 2 || self.stealers[i].is_empty() {
+        if n < 2 || self.stealers[i].is_empty() && self.injector.is_empty() {
             return;
         }
         if self.thread_per_core {

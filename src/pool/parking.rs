@@ -15,6 +15,10 @@
 //! | `NOTIFIED`         | awake and holding a wake request: it will search peers and the injector once its own deque is drained (a busy peer may keep a request until then) |
 //! | `PARKED`           | asleep in its context's poll, nobody has asked it to help  |
 //! | `PARKED\|NOTIFIED` | asleep, but a requester has woken it: it is on its way     |
+//! | `PARKED\|DIRECTED` | asleep, woken for its own pinned inbox only (P10)          |
+//!
+//! (`PARKED|DIRECTED|NOTIFIED` also occurs: a requester with local work
+//! marked a worker already woken for its inbox, as it marks a busy peer.)
 //!
 //! Two counters summarise the words so that the common request costs one or
 //! two loads: `sleepers` counts `PARKED` workers, `waking` counts
@@ -35,9 +39,27 @@
 //! requester's job. The counter may read below the true count (or at `-1`,
 //! when a woken worker lowers it before its notifier raised it): a requester
 //! then scans, finds the worker `PARKED|NOTIFIED` and coalesces anyway.
-//! (Until issue 12, `waking` was raised before the CAS and lowered after a
-//! failed one; a requester reading that transient `1` coalesced with a
-//! worker that had un-parked itself and parked again: a lost wake-up.)
+//! (Were `waking` raised before the CAS and lowered after a failed one, a
+//! requester reading that transient `1` would coalesce with a worker that
+//! had un-parked itself and parked again: a lost wake-up.)
+//!
+//! # Directed wake-ups are their own (P10)
+//!
+//! Work only worker `i` may run (a pinned job, a fiber) wakes `i` with
+//! [`Parking::notify`]: `PARKED → PARKED|DIRECTED`. That worker is woken for
+//! its inbox, not for the pool: it may run a pinned job that polls for a
+//! long time before it looks anywhere else. So a directed wake-up never
+//! raises `waking`, and a request for help skips a `PARKED|DIRECTED` worker
+//! as it skips an awake one, and wakes a plain sleeper instead. (Were the
+//! directed wake-up counted in `waking`, an outside spawn right behind a
+//! pinned push coalesced with it, and waited behind the pinned job's poll
+//! while a peer slept.) The directed worker still re-checks every queue
+//! before it parks again, so it never strands work either.
+//!
+//! Conversely a worker that consumed a general request (its
+//! [`Woke::received`]) searches the shared queues before its own pinned
+//! work: the request was sent for work any worker may run, and a pinned job
+//! that arrived meanwhile must not keep that work waiting.
 //!
 //! # Requests
 //!
@@ -74,8 +96,10 @@ use std::sync::atomic::{fence, AtomicIsize, AtomicU32, AtomicUsize, Ordering::Se
 
 use crossbeam_utils::CachePadded;
 
-const PARKED: u32 = 0b01;
-const NOTIFIED: u32 = 0b10;
+const PARKED: u32 = 0b001;
+const NOTIFIED: u32 = 0b010;
+/// Woken for its own inbox only (P10): see the module docs.
+const DIRECTED: u32 = 0b100;
 
 /// The outcome of a request for help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,7 +261,7 @@ impl Parking {
     }
 
     /// Worker `i` is about to run: it leaves the parked state and consumes a
-    /// pending request, if any.
+    /// pending request, if any. A directed wake-up (P10) is not a request.
     pub(crate) fn wake_up(&self, i: usize) -> Woke {
         let state = &self.states[i];
         // Cheap exit for the common case of an awake worker with no request.
@@ -245,27 +269,39 @@ impl Parking {
             return Woke { received: false };
         }
         let prev = state.swap(0, SeqCst);
-        match prev {
-            PARKED => {
-                self.sleepers.fetch_sub(1, SeqCst);
-                Woke { received: false }
-            }
-            x if x == PARKED | NOTIFIED => {
-                self.waking.fetch_sub(1, SeqCst);
-                Woke { received: true }
-            }
-            NOTIFIED => Woke { received: true },
-            _ => Woke { received: false },
+        if prev == PARKED {
+            self.sleepers.fetch_sub(1, SeqCst);
+        } else if prev == PARKED | NOTIFIED {
+            // The one state a request's `waking` increment stands for.
+            self.waking.fetch_sub(1, SeqCst);
+        }
+        // `PARKED|DIRECTED`: its notifier already lowered `sleepers`.
+        Woke {
+            received: prev & NOTIFIED != 0,
         }
     }
 
     /// Work that only worker `i` may run (its pinned inbox) was published:
-    /// if `i` is plainly parked it becomes `PARKED|NOTIFIED`, and the caller
-    /// must wake its context (returns `true`). An awake worker needs nothing:
-    /// it looks at its inbox before it parks, and the caller's `SeqCst` fence
-    /// after publishing pairs with the one in [`try_park`](Self::try_park).
+    /// if `i` is plainly parked it becomes `PARKED|DIRECTED`, and the caller
+    /// must wake its context (returns `true`). This is not a request for
+    /// help: it raises no `waking`, so it absorbs nobody else's (P10). A
+    /// worker already woken, or awake, needs nothing: it looks at its inbox
+    /// before it parks, and the caller's `SeqCst` fence after publishing
+    /// pairs with the one in [`try_park`](Self::try_park).
     pub(crate) fn notify(&self, i: usize) -> bool {
-        matches!(self.notify_parked(i), Some(Request::Wake(_)))
+        let state = &self.states[i];
+        if state.load(SeqCst) != PARKED {
+            return false;
+        }
+        // A failed CAS means the worker left `PARKED` (or was woken by
+        // someone else) after our publish: it will re-check its inbox.
+        let woke = state
+            .compare_exchange(PARKED, PARKED | DIRECTED, SeqCst, SeqCst)
+            .is_ok();
+        if woke {
+            self.sleepers.fetch_sub(1, SeqCst);
+        }
+        woke
     }
 
     /// True unless worker `i` is plainly parked: its source should dispatch.
@@ -360,9 +396,41 @@ mod tests {
         assert!(s.notify(1));
         assert!(s.is_parked(1) && s.should_run(1), "on its way");
         assert!(!s.notify(1), "a second notify coalesces");
-        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert_eq!(s.wake_up(1), Woke { received: false }, "not a request");
         assert_eq!(s.waking.load(SeqCst), 0);
         assert_eq!(s.sleepers.load(SeqCst), 0);
+    }
+
+    /// P10: a directed wake-up is not "a sleeper on its way": a request
+    /// right behind it wakes another sleeper instead of coalescing.
+    #[test]
+    fn a_directed_wake_up_absorbs_no_request() {
+        let s = Parking::new(3);
+        for i in 0..3 {
+            assert!(s.try_park(i));
+        }
+        assert!(s.notify(0));
+        assert_eq!(s.waking.load(SeqCst), 0);
+        // Scanning from the directed worker itself, remote and local.
+        assert_eq!(s.request(None, 0), Request::Wake(1));
+        assert_eq!(s.request(None, 0), Request::Coalesced, "1 is on its way");
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert_eq!(s.request(Some(1), 0), Request::Wake(2));
+        assert_eq!(s.wake_up(2), Woke { received: true });
+        // Now only awake workers and the directed one: a remote request has
+        // nobody to ask, a local one marks the directed worker as it marks a
+        // busy peer.
+        assert_eq!(s.request(None, 0), Request::Nobody);
+        assert_eq!(s.request(Some(1), 0), Request::Marked(0));
+        assert_eq!(s.wake_up(0), Woke { received: true }, "marked while woken");
+        assert_eq!(s.waking.load(SeqCst), 0);
+        assert_eq!(s.sleepers.load(SeqCst), 0);
+        // A worker woken by a request first gets no directed wake-up on top.
+        assert!(s.try_park(0));
+        assert_eq!(s.request(None, 0), Request::Wake(0));
+        assert!(!s.notify(0), "already on its way");
+        assert_eq!(s.wake_up(0), Woke { received: true });
+        assert_eq!(s.waking.load(SeqCst), 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crossbeam_deque::Steal;
 
-use super::parking::Request;
+use super::parking::{Request, Woke};
 use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::source::{Hooks, SourceRef};
@@ -160,8 +160,13 @@ pub(crate) struct Core {
     /// Pinned jobs queued by this worker's own thread (a fiber woken by a
     /// task it ran); the shared inbox takes those from other threads.
     pinned: std::cell::RefCell<std::collections::VecDeque<Job>>,
-    /// Whether pinned work goes first on the next search.
+    /// Whether pinned work went first on the last search (the next one
+    /// takes the other turn).
     pinned_turn: Cell<bool>,
+    /// This worker consumed a wake request (P6): it was asked to help with
+    /// work any worker may run, so its next search looks at the shared
+    /// queues before its own pinned work (P10).
+    searching: Cell<bool>,
     /// Inside `run_slice`: pushes come from the tasks it runs.
     in_slice: Cell<bool>,
     /// The first job this worker's own thread queued outside a slice since
@@ -288,6 +293,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             local,
             pinned: Default::default(),
             pinned_turn: Cell::new(false),
+            searching: Cell::new(false),
             in_slice: Cell::new(false),
             woken: Default::default(),
             slice_ticks: crate::util::clock::ticks(SLICE_TIME),
@@ -529,8 +535,19 @@ impl Core {
     /// dispatches our source. No syscall: we are the thread that would poll.
     fn unpark_self(&self) {
         let sleep = &self.shared.parking;
-        if sleep.is_parked(self.index) && sleep.wake_up(self.index).received {
+        if sleep.is_parked(self.index) {
+            self.woke(sleep.wake_up(self.index));
+        }
+    }
+
+    /// This worker left the parked state (or gave up parking): a request it
+    /// consumed is counted, and makes its next search look at the shared
+    /// queues first (P10).
+    #[inline]
+    fn woke(&self, woke: Woke) {
+        if woke.received {
             self.counters().wake_requests_received.bump();
+            self.searching.set(true);
         }
     }
 
@@ -587,8 +604,8 @@ impl Core {
         // request it holds until its own deque is drained (P6): it consumes
         // it below, when it has to search anyway, and until then further
         // requests coalesce on it without touching its state word.
-        if sleep.is_parked(self.index) && sleep.wake_up(self.index).received {
-            counters.wake_requests_received.bump();
+        if sleep.is_parked(self.index) {
+            self.woke(sleep.wake_up(self.index));
         }
         let mut ran = 0;
         // Spins since the last job: each time the worker runs dry it watches
@@ -633,16 +650,12 @@ impl Core {
             }
             if !sleep.try_park(self.index) {
                 // We hold a request: consume it and search once more.
-                if sleep.wake_up(self.index).received {
-                    counters.wake_requests_received.bump();
-                }
+                self.woke(sleep.wake_up(self.index));
                 continue;
             }
             if self.sees_work() {
                 // Work arrived while we announced the park.
-                if sleep.wake_up(self.index).received {
-                    counters.wake_requests_received.bump();
-                }
+                self.woke(sleep.wake_up(self.index));
                 continue;
             }
             counters.parks.bump();
@@ -657,6 +670,13 @@ impl Core {
         let woken = self.woken.borrow_mut().take();
         if woken.is_some() {
             return woken;
+        }
+        if self.searching.replace(false) {
+            // Asked to help (P10): what the request was for comes before a
+            // pinned job that may poll for long.
+            if let Some(job) = self.find_queued(slice_start).or_else(|| self.steal()) {
+                return Some(job);
+            }
         }
         let pinned_first = !self.pinned_turn.get();
         self.pinned_turn.set(pinned_first);
@@ -801,6 +821,44 @@ mod tests {
     fn a_deque_asks_for_help_when_it_doubles() {
         let asks: Vec<usize> = (0..=17).filter(|&n| wants_help(n)).collect();
         assert_eq!(asks, [2, 4, 8, 16]);
+    }
+
+    /// P10: the stall monitor's hand-over (B5) wakes a peer for work that
+    /// waits in the injector, not only for the stuck worker's own deque.
+    /// Here a job sits in the injector with nobody asked to run it (as
+    /// after a request that reached a worker just before a long poll),
+    /// while the worker that holds the pinned job is stuck waiting for that
+    /// very job and its peer sleeps.
+    #[test]
+    fn the_hand_over_wakes_a_peer_for_the_injectors_work() {
+        use std::time::{Duration, Instant};
+        let pool = crate::ThreadPool::builder().workers(2).build().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let parked = |n: usize| {
+            while pool.metrics().workers.iter().filter(|w| w.parked).count() < n {
+                assert!(Instant::now() < deadline, "the workers never parked");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        parked(2);
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let (ran_tx, ran) = std::sync::mpsc::channel::<()>();
+        let stuck = pool.spawn_pinned(move || async move {
+            started_tx.send(()).unwrap();
+            ran.recv_timeout(Duration::from_secs(5)).is_ok()
+        });
+        started.recv_timeout(Duration::from_secs(5)).unwrap();
+        parked(1);
+        // Straight onto the injector, with no request for help.
+        let shared = pool.shared();
+        shared.injector.push(Job::work(move || {
+            let _ = ran_tx.send(());
+        }));
+        assert!(
+            crate::wait_for(stuck).unwrap(),
+            "the injector's job waited for the stuck worker while its peer slept: {:?}",
+            pool.metrics()
+        );
     }
 
     /// P5: the first victim of a steal (and the first sleeper a remote
