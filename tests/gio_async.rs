@@ -631,3 +631,29 @@ fn a_finish_racing_the_completion_leaves_the_callback_its_value() {
         assert_eq!(criticals.count.load(Ordering::SeqCst), 0, "GIO criticals");
     });
 }
+
+/// An `AsyncResult` dropped without being spawned calls back, and its
+/// `_finish` (whatever value type it asks for) gives the `Dropped` error it
+/// was completed with, not a complaint about the caller (G1).
+#[test]
+fn an_unspawned_result_finishes_with_the_dropped_error() {
+    watchdog("gio_async_unspawned", 60, || {
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let got: Arc<Mutex<Option<glib::Error>>> = Arc::default();
+                let seen = got.clone();
+                let result = AsyncResult::new(None::<&glib::Object>, None, move |_, r| {
+                    let err = AsyncResult::propagate::<u64>(r, None::<&glib::Object>)
+                        .expect_err("nothing ran, so there is no value");
+                    *seen.lock().unwrap() = Some(err);
+                });
+                drop(result);
+                pump_until(&context, || got.lock().unwrap().is_some());
+                let err = got.lock().unwrap().take().unwrap();
+                assert!(err.matches(gdex::ErrorCode::Dropped), "{err}");
+                assert!(err.message().contains("without being spawned"), "{err}");
+            })
+            .unwrap();
+    });
+}

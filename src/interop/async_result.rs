@@ -440,7 +440,10 @@ impl AsyncResult {
     /// caller's cancellable was cancelled).
     ///
     /// The outcome is there to take once the operation's callback is
-    /// called: from the callback (as GIO asks), or after it returned.
+    /// called: from the callback (as GIO asks), or after it returned. A
+    /// result dropped unspawned gives the
+    /// [`ErrorCode::Dropped`](crate::ErrorCode::Dropped) error it was
+    /// completed with, whatever `T`.
     ///
     /// Misuse gets an error that says what was wrong, not a crash, and
     /// takes nothing (`G_IO_ERROR_INVALID_ARGUMENT`): a result that is not a
@@ -470,15 +473,14 @@ impl AsyncResult {
             ));
         };
         let want = (TypeId::of::<T>(), std::any::type_name::<T>());
-        match marks.value_type.get() {
-            Some(have) if have.0 == want.0 => {}
-            have => {
-                return Err(misuse(format!(
-                    "gdex: AsyncResult::propagate::<{}> on an operation whose future gives {}",
-                    want.1,
-                    have.map_or("nothing (never spawned)", |h| h.1)
-                )))
-            }
+        // No value type: never spawned. Dropped so, its outcome is the
+        // `Dropped` error, for any `T`; not dropped yet, `claim` refuses.
+        let spawned = marks.value_type.get();
+        if let Some(have) = spawned.filter(|have| have.0 != want.0) {
+            return Err(misuse(format!(
+                "gdex: AsyncResult::propagate::<{}> on an operation whose future gives {}",
+                want.1, have.1
+            )));
         }
         match marks.claim() {
             Ok(()) => {}
@@ -514,8 +516,9 @@ impl AsyncResult {
             // SAFETY: a `GError` GIO handed over to us.
             return Err(unsafe { glib::translate::from_glib_full(error) });
         }
-        if value.is_null() {
-            // Never: a spawned future's value is a box.
+        if spawned.is_none() || value.is_null() {
+            // Never: an unspawned result is completed with an error, a
+            // spawned one's value is a box.
             return Err(misuse(
                 "gdex: this operation completed without a value; call _finish from its callback"
                     .into(),
