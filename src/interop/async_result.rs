@@ -165,11 +165,11 @@ struct Progress {
     taken: bool,
 }
 
-/// Where the operation's callback is. The outcome is `_finish`'s to take
-/// only from `Calling`: GIO has it by then, and the callback's own
-/// `_finish` comes first. Marking it "returned" before GIO had it let a
-/// `_finish` on another thread take an outcome that was not there yet
-/// (a GIO critical, and the callback's `_finish` then found it taken).
+/// Where the operation's callback is. GIO calls it only once it holds the
+/// outcome, so the outcome is `_finish`'s to take from `Calling` on; before,
+/// `g_task_propagate_pointer` would find none (a GIO critical), and a
+/// `_finish` that claimed it would leave the callback's own `_finish`
+/// nothing. While the callback runs, its thread's `_finish` takes it.
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// The callback has not been called: no outcome to take yet.
