@@ -2,10 +2,12 @@
 //! daemon: a `gio::DBusServer` on a unix socket in a temp dir, a
 //! peer-to-peer client connection, 1,000 concurrent calls whose handlers do
 //! pool work, one handler cancelled by closing the client, results
-//! checked; and an export dropped with a call in flight answers it.
+//! checked; an export dropped with a call in flight answers it; and file
+//! descriptors passed in (an `h` argument) and out (a reply's fd list).
 
 mod common;
 
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +21,8 @@ const XML: &str = r#"<node>
     <method name="Hang"/>
     <method name="Panic"/>
     <method name="PanicEarly"/>
+    <method name="ReadFd"><arg type="h" direction="in"/><arg type="s" direction="out"/></method>
+    <method name="OpenPipe"><arg type="s" direction="in"/><arg type="h" direction="out"/></method>
   </interface>
 </node>"#;
 const PATH: &str = "/org/gdex/Test";
@@ -44,10 +48,20 @@ fn start_server(pool: &gdex::ThreadPool, server_state: &Arc<Server>) -> (gio::DB
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let address = format!("unix:path={}", dir.join("socket").display());
+    start_server_at(&address, gio::DBusServerFlags::NONE, pool, server_state)
+}
+
+/// [`start_server`] on `address`.
+fn start_server_at(
+    address: &str,
+    flags: gio::DBusServerFlags,
+    pool: &gdex::ThreadPool,
+    server_state: &Arc<Server>,
+) -> (gio::DBusServer, String) {
     let guid = gio::dbus_generate_guid();
     let server = gio::DBusServer::new_sync(
-        &address,
-        gio::DBusServerFlags::NONE,
+        address,
+        flags,
         &guid,
         None::<&gio::DBusAuthObserver>,
         gio::Cancellable::NONE,
@@ -66,6 +80,14 @@ fn start_server(pool: &gdex::ThreadPool, server_state: &Arc<Server>) -> (gio::DB
                 call.method_name, "PanicEarly",
                 "the handler fell over early"
             );
+            // GIO's invocation, on the thread it dispatched the call on,
+            // carries the same file descriptors as the call.
+            let invocation = call.invocation().expect("the dispatching thread");
+            let sent = invocation
+                .message()
+                .unix_fd_list()
+                .map_or(0, |l| l.length());
+            assert_eq!(sent as usize, call.fds().len());
             let state = handler_state.clone();
             async move {
                 assert!(std::thread::current()
@@ -87,6 +109,22 @@ fn start_server(pool: &gdex::ThreadPool, server_state: &Arc<Server>) -> (gio::DB
                         state.hanging.fetch_add(1, Ordering::SeqCst);
                         std::future::pending::<()>().await;
                         unreachable!()
+                    }
+                    "ReadFd" => {
+                        // Not on the dispatching thread: no invocation here.
+                        assert!(call.invocation().is_none());
+                        let (handle,): (glib::variant::Handle,) = call.parameters.get().unwrap();
+                        let fd = call.fd(handle)?.try_clone_to_owned().unwrap();
+                        let mut text = String::new();
+                        std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+                        Ok(Some((text,).to_variant()))
+                    }
+                    "OpenPipe" => {
+                        let (text,): (String,) = call.parameters.get().unwrap();
+                        let (reader, mut writer) = std::io::pipe().unwrap();
+                        writer.write_all(text.as_bytes()).unwrap();
+                        drop(writer);
+                        Ok(Some((call.reply_fd(reader),).to_variant()))
                     }
                     "Panic" => panic!("the handler fell over"),
                     other => Err(glib::Error::new(gio::DBusError::UnknownMethod, other)),
@@ -221,6 +259,108 @@ fn dropping_the_export_cancels_and_answers_its_calls_in_flight() {
             assert!(
                 err.matches(gio::DBusError::UnknownMethod)
                     || err.matches(gio::DBusError::UnknownObject),
+                "{err}"
+            );
+            server.stop();
+        })
+    });
+}
+
+/// A method takes a file descriptor (an `h` argument indexing the call's
+/// `GUnixFDList`) and reads from it on the pool; another replies with one
+/// (G3).
+#[test]
+fn file_descriptors_pass_in_and_out_of_method_calls() {
+    watchdog("dbus_fds", 60, || {
+        on_main(|| {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let state = Arc::new(Server::default());
+            let (server, address) = start_server(&pool, &state);
+            let client = connect(&address);
+            assert!(client
+                .capabilities()
+                .contains(gio::DBusCapabilityFlags::UNIX_FD_PASSING));
+
+            // In: the read end of a pipe holding the text.
+            let (reader, mut writer) = std::io::pipe().unwrap();
+            writer.write_all(b"sent through a pipe").unwrap();
+            drop(writer);
+            let fds = gio::UnixFDList::from_array([reader]);
+            let (reply, _) = gdex::block_on(client.call_with_unix_fd_list_future(
+                None,
+                PATH,
+                IFACE,
+                "ReadFd",
+                Some(&(glib::variant::Handle(0),).to_variant()),
+                None,
+                gio::DBusCallFlags::NONE,
+                30_000,
+                Some(&fds),
+            ))
+            .unwrap();
+            let (text,): (String,) = reply.get().unwrap();
+            assert_eq!(text, "sent through a pipe");
+
+            // A handle with no file descriptor behind it: the caller's error.
+            let err = gdex::block_on(call(
+                &client,
+                "ReadFd",
+                Some((glib::variant::Handle(3),).to_variant()),
+            ))
+            .unwrap_err();
+            assert!(err.matches(gio::DBusError::InvalidArgs), "{err}");
+            assert!(
+                err.message().contains("refers to no file descriptor"),
+                "{err}"
+            );
+
+            // Out: the reply carries the read end of a pipe.
+            let (reply, fds) = gdex::block_on(client.call_with_unix_fd_list_future(
+                None,
+                PATH,
+                IFACE,
+                "OpenPipe",
+                Some(&("back through another",).to_variant()),
+                None,
+                gio::DBusCallFlags::NONE,
+                30_000,
+                gio::UnixFDList::NONE,
+            ))
+            .unwrap();
+            let (handle,): (glib::variant::Handle,) = reply.get().unwrap();
+            let fd = fds.expect("the reply's fd list").get(handle.0).unwrap();
+            let mut text = String::new();
+            std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+            assert_eq!(text, "back through another");
+            server.stop();
+        })
+    });
+}
+
+/// A reply with file descriptors on a connection that cannot pass them (TCP)
+/// is an error that says so, not a reply GIO drops with a warning, leaving
+/// the caller to its timeout (G3).
+#[test]
+fn a_reply_with_fds_where_they_cannot_pass_is_an_error() {
+    watchdog("dbus_fds_tcp", 60, || {
+        on_main(|| {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let state = Arc::new(Server::default());
+            let (server, address) = start_server_at(
+                "tcp:host=127.0.0.1",
+                gio::DBusServerFlags::AUTHENTICATION_ALLOW_ANONYMOUS,
+                &pool,
+                &state,
+            );
+            let client = connect(&address);
+            assert!(!client
+                .capabilities()
+                .contains(gio::DBusCapabilityFlags::UNIX_FD_PASSING));
+            let err =
+                gdex::block_on(call(&client, "OpenPipe", Some(("x",).to_variant()))).unwrap_err();
+            assert!(err.matches(gio::DBusError::NotSupported), "{err}");
+            assert!(
+                err.message().contains("cannot pass file descriptors"),
                 "{err}"
             );
             server.stop();

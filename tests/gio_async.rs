@@ -509,3 +509,151 @@ fn a_rust_callback_due_on_another_thread_is_refused_not_run() {
         gdex::reset_panic_handler();
     });
 }
+
+/// A `gio::AsyncResult` handed to another thread, for a `_finish` called
+/// there (misuse the test commits on purpose).
+struct OnAnotherThread(gio::AsyncResult);
+
+// SAFETY: `AsyncResult::propagate` is what the other thread calls, and it
+// only reads the task's type, its qdata (both thread-safe in GObject) and
+// gdex's marks (atomics and a lock) until the outcome is the caller's to
+// take; the reference is dropped there, which GObject's refcounting allows.
+unsafe impl Send for OnAnotherThread {}
+
+/// Counts the GIO criticals logged while it lives (`g_return_if_fail`
+/// failures: a `_finish` that read a task with no outcome yet).
+struct Criticals {
+    count: Arc<AtomicUsize>,
+    handler: Option<glib::LogHandlerId>,
+}
+
+impl Criticals {
+    fn watch() -> Criticals {
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let handler = glib::log_set_handler(
+            Some("GLib-GIO"),
+            glib::LogLevels::LEVEL_CRITICAL,
+            false,
+            false,
+            move |_, _, message| {
+                eprintln!("GLib-GIO-CRITICAL: {message}");
+                seen.fetch_add(1, Ordering::SeqCst);
+            },
+        );
+        Criticals {
+            count,
+            handler: Some(handler),
+        }
+    }
+}
+
+impl Drop for Criticals {
+    fn drop(&mut self) {
+        if let Some(handler) = self.handler.take() {
+            glib::log_remove_handler(Some("GLib-GIO"), handler);
+        }
+    }
+}
+
+/// A `_finish` called from another thread while the operation completes
+/// (before or while its callback runs) gets an error that says why and
+/// takes nothing: the callback's own `_finish` gets the value, and GIO
+/// logs no critical (G1). Each round races a thread that calls `_finish`
+/// in a loop against the return of the value from a pool worker.
+#[test]
+fn a_finish_racing_the_completion_leaves_the_callback_its_value() {
+    watchdog("gio_async_finish_race", 120, || {
+        let criticals = Criticals::watch();
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let rounds = common::stress(200);
+        // Rounds where the early `_finish` took the value, and rounds where
+        // the callback's `_finish` did not get it.
+        let (mut stolen, mut lost) = (0, Vec::new());
+        for round in 0..rounds {
+            let context = glib::MainContext::new();
+            let (early, got) = context
+                .with_thread_default(|| {
+                    let (go, wait) = futures::channel::oneshot::channel::<()>();
+                    let got: Arc<Mutex<Option<Result<u32, glib::Error>>>> = Arc::default();
+                    let seen = got.clone();
+                    let result = AsyncResult::new(None::<&glib::Object>, None, move |_, r| {
+                        let value = AsyncResult::propagate::<u32>(r, None::<&glib::Object>);
+                        *seen.lock().unwrap() = Some(value);
+                    });
+                    let view = OnAnotherThread(result.as_async_result());
+                    result.spawn(&pool.scheduler(), async move {
+                        let _ = wait.await;
+                        Ok::<_, glib::Error>(7u32)
+                    });
+                    let spinning = Arc::new(AtomicBool::new(false));
+                    let started = spinning.clone();
+                    let finished = got.clone();
+                    let early = std::thread::spawn(move || {
+                        let view = view;
+                        while finished.lock().unwrap().is_none() {
+                            let early =
+                                AsyncResult::propagate::<u32>(&view.0, None::<&glib::Object>);
+                            started.store(true, Ordering::SeqCst);
+                            match early {
+                                Ok(value) => return Some(value),
+                                // "Already taken" once the callback took it.
+                                Err(e) => assert!(
+                                    ["not completed yet", "callback is running", "already taken"]
+                                        .iter()
+                                        .any(|why| e.message().contains(why)),
+                                    "{e}"
+                                ),
+                            }
+                        }
+                        None
+                    });
+                    wait_until(|| spinning.load(Ordering::SeqCst));
+                    go.send(()).unwrap();
+                    pump_until(&context, || got.lock().unwrap().is_some());
+                    let early = early.join().unwrap();
+                    let got = got.lock().unwrap().take().unwrap();
+                    (early, got)
+                })
+                .unwrap();
+            stolen += usize::from(early.is_some());
+            if got.as_ref().ok() != Some(&7) {
+                lost.push((round, got));
+            }
+        }
+        assert!(
+            stolen == 0 && lost.is_empty(),
+            "of {rounds} rounds, the early _finish took the value in {stolen}, and the callback's \
+             _finish did not get it in {} (first: {:?})",
+            lost.len(),
+            lost.first()
+        );
+        assert_eq!(criticals.count.load(Ordering::SeqCst), 0, "GIO criticals");
+    });
+}
+
+/// An `AsyncResult` dropped without being spawned calls back, and its
+/// `_finish` (whatever value type it asks for) gives the `Dropped` error it
+/// was completed with, not a complaint about the caller (G1).
+#[test]
+fn an_unspawned_result_finishes_with_the_dropped_error() {
+    watchdog("gio_async_unspawned", 60, || {
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let got: Arc<Mutex<Option<glib::Error>>> = Arc::default();
+                let seen = got.clone();
+                let result = AsyncResult::new(None::<&glib::Object>, None, move |_, r| {
+                    let err = AsyncResult::propagate::<u64>(r, None::<&glib::Object>)
+                        .expect_err("nothing ran, so there is no value");
+                    *seen.lock().unwrap() = Some(err);
+                });
+                drop(result);
+                pump_until(&context, || got.lock().unwrap().is_some());
+                let err = got.lock().unwrap().take().unwrap();
+                assert!(err.matches(gdex::ErrorCode::Dropped), "{err}");
+                assert!(err.message().contains("without being spawned"), "{err}");
+            })
+            .unwrap();
+    });
+}

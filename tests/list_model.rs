@@ -400,3 +400,56 @@ fn until_complete_and_misuse() {
         });
     });
 }
+
+/// `map` making an object of another type than the model's item type stops
+/// the feed as a panic in `map` does: the panic handler hears, naming both
+/// types; the items before it are in the model, each readable, and the
+/// model completes (L1). Appended, the object made gio-rs's `get_item`
+/// panic where unwinding aborts the process: hence a child process.
+#[test]
+fn an_object_of_another_type_from_map_stops_the_feed_like_a_panic() {
+    let (status, out) = common::run_child("child_object_of_another_type_from_map", &[], 60);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the child failed: {status:?}\n{out}"
+    );
+}
+
+#[test]
+#[ignore = "run by an_object_of_another_type_from_map_stops_the_feed_like_a_panic"]
+fn child_object_of_another_type_from_map() {
+    if !common::is_child() {
+        return;
+    }
+    watchdog("child_object_of_another_type_from_map", 30, || {
+        let reports: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let seen = reports.clone();
+        gdex::set_panic_handler(move |event| seen.lock().unwrap().push(event.message.clone()));
+        on_own_context(|context| {
+            let model = ListModel::from_stream(
+                glib::BoxedAnyObject::static_type(),
+                futures::stream::iter(0..10u64),
+                |n| {
+                    if n == 5 {
+                        glib::Object::new::<glib::Object>()
+                    } else {
+                        boxed(n)
+                    }
+                },
+            );
+            pump_polling(context, || model.is_complete());
+            // What a list view does: read every item.
+            for position in 0..model.n_items() {
+                assert_eq!(value_at(&model, position), u64::from(position));
+            }
+            assert_eq!(model.n_items(), 5, "the items map made before");
+        });
+        let reports = reports.lock().unwrap();
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert!(
+            reports[0].contains("map made a GObject for a model of BoxedAnyObject items"),
+            "{}",
+            reports[0]
+        );
+    });
+}

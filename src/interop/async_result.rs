@@ -24,14 +24,14 @@
 //!   abort; a panic in a Rust callback goes to the panic handler;
 //! - [`AsyncResult::propagate`] is the `_finish`: it checks that the result
 //!   is one of gdex's, made for that source object, carrying that value
-//!   type, and not taken before.
+//!   type, with its callback called, and not taken before; misuse takes
+//!   nothing from the callback's own `_finish`.
 
 use std::any::TypeId;
 use std::future::{Future, IntoFuture};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
@@ -62,7 +62,8 @@ use crate::{Error, Scheduler, Task};
 ///   Rust callback goes to the panic handler;
 /// - [`propagate`](AsyncResult::propagate) is the `_finish`: it checks that
 ///   the result is one of gdex's, made for that source object, carrying
-///   that value type, complete, and not taken before.
+///   that value type, with its callback called (the callback's own
+///   `_finish` comes first), and not taken before.
 ///
 /// A GObject method pair written with it (the Rust callback flavour; a C
 /// `_async` uses [`from_raw`](AsyncResult::from_raw) with the caller's
@@ -145,13 +146,68 @@ impl Drop for TaskRef {
 }
 
 /// What gdex keeps on each of its `GTask`s (as qdata): the value type the
-/// future returns, whether the outcome was returned to the task, and
-/// whether `_finish` took it.
-#[derive(Default)]
+/// future returns, the caller's callback, and how far the operation got.
 struct Marks {
+    /// Set when the future is spawned; unset, the result was dropped
+    /// unspawned (or is not spawned yet).
     value_type: OnceLock<(TypeId, &'static str)>,
-    returned: AtomicBool,
-    taken: AtomicBool,
+    /// The caller's `GAsyncReadyCallback`, called by [`call_back`] (the
+    /// callback GIO knows), with the caller's `user_data`, which GIO keeps.
+    callback: gio::ffi::GAsyncReadyCallback,
+    progress: Mutex<Progress>,
+}
+
+/// How far an operation got, as `_finish` sees it.
+#[derive(Default)]
+struct Progress {
+    stage: Stage,
+    /// `_finish` took the outcome.
+    taken: bool,
+}
+
+/// Where the operation's callback is. GIO calls it only once it holds the
+/// outcome, so the outcome is `_finish`'s to take from `Calling` on; before,
+/// `g_task_propagate_pointer` would find none (a GIO critical), and a
+/// `_finish` that claimed it would leave the callback's own `_finish`
+/// nothing. While the callback runs, its thread's `_finish` takes it.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The callback has not been called: no outcome to take yet.
+    #[default]
+    Pending,
+    /// The callback runs on this thread: only it may take the outcome.
+    Calling(std::thread::ThreadId),
+    /// The callback returned: the outcome, if nobody took it, is anyone's.
+    Called,
+}
+
+/// Why `_finish` may not take the outcome.
+enum Refusal {
+    NotYet,
+    CallbackElsewhere,
+    Taken,
+}
+
+impl Marks {
+    /// Claims the outcome for this thread's `_finish`, or says why not.
+    fn claim(&self) -> Result<(), Refusal> {
+        let mut progress = self.progress.lock().unpoisoned();
+        match progress.stage {
+            Stage::Pending => return Err(Refusal::NotYet),
+            Stage::Calling(thread) if thread != std::thread::current().id() => {
+                return Err(Refusal::CallbackElsewhere)
+            }
+            Stage::Calling(_) | Stage::Called => {}
+        }
+        if std::mem::replace(&mut progress.taken, true) {
+            return Err(Refusal::Taken);
+        }
+        Ok(())
+    }
+
+    fn enter(&self, stage: Stage) {
+        self.progress.lock().unpoisoned().stage = stage;
+    }
 }
 
 /// The qdata key of [`Marks`], with gdex's version in it: two copies of
@@ -233,11 +289,24 @@ impl AsyncResult {
         user_data: glib::ffi::gpointer,
     ) -> AsyncResult {
         // SAFETY: by the caller, the pointers are null or live; `g_task_new`
-        // takes its own references and returns one for us.
-        let raw =
-            unsafe { gio::ffi::g_task_new(source_object.cast(), cancellable, callback, user_data) };
+        // takes its own references and returns one for us. GIO calls
+        // `call_back`, which finds the caller's callback in the marks set
+        // below, before the task can complete, and gets the caller's
+        // `user_data` (which `g_async_result_get_user_data` still gives).
+        let raw = unsafe {
+            gio::ffi::g_task_new(
+                source_object.cast(),
+                cancellable,
+                Some(call_back),
+                user_data,
+            )
+        };
         let task = TaskRef(NonNull::new(raw).expect("g_task_new returns a task"));
-        let marks = Box::into_raw(Box::<Marks>::default());
+        let marks = Box::into_raw(Box::new(Marks {
+            value_type: OnceLock::new(),
+            callback,
+            progress: Mutex::default(),
+        }));
         // SAFETY: our own new task; the box is freed by `free_marks` when
         // the task is finalized.
         unsafe {
@@ -370,10 +439,19 @@ impl AsyncResult {
     /// the future gave, or its error (`G_IO_ERROR_CANCELLED` if the
     /// caller's cancellable was cancelled).
     ///
-    /// Misuse gets an error that says what was wrong, not a crash: a result
-    /// that is not a gdex `GTask`, one made for another source object, a
-    /// `T` other than the future's value type, or a second `_finish` of
-    /// the same result (`G_IO_ERROR_INVALID_ARGUMENT`).
+    /// The outcome is there to take once the operation's callback is
+    /// called: from the callback (as GIO asks), or after it returned. A
+    /// result dropped unspawned gives the
+    /// [`ErrorCode::Dropped`](crate::ErrorCode::Dropped) error it was
+    /// completed with, whatever `T`.
+    ///
+    /// Misuse gets an error that says what was wrong, not a crash, and
+    /// takes nothing (`G_IO_ERROR_INVALID_ARGUMENT`): a result that is not a
+    /// gdex `GTask`, one made for another source object, a `T` other than
+    /// the future's value type, a `_finish` before the callback is called
+    /// (whichever thread the future finished on), one from another thread
+    /// while the callback runs, or a second `_finish` of the same result.
+    /// The callback's own `_finish` still gets the outcome.
     pub fn propagate<T: 'static>(
         result: &impl IsA<gio::AsyncResult>,
         source_object: Option<&impl IsA<glib::Object>>,
@@ -395,39 +473,55 @@ impl AsyncResult {
             ));
         };
         let want = (TypeId::of::<T>(), std::any::type_name::<T>());
-        match marks.value_type.get() {
-            Some(have) if have.0 == want.0 => {}
-            have => {
-                return Err(misuse(format!(
-                    "gdex: AsyncResult::propagate::<{}> on an operation whose future gives {}",
-                    want.1,
-                    have.map_or("nothing (never spawned)", |h| h.1)
-                )))
+        // No value type: never spawned. Dropped so, its outcome is the
+        // `Dropped` error, for any `T`; not dropped yet, `claim` refuses.
+        let spawned = marks.value_type.get();
+        if let Some(have) = spawned.filter(|have| have.0 != want.0) {
+            return Err(misuse(format!(
+                "gdex: AsyncResult::propagate::<{}> on an operation whose future gives {}",
+                want.1, have.1
+            )));
+        }
+        match marks.claim() {
+            Ok(()) => {}
+            Err(Refusal::NotYet) => {
+                return Err(misuse(
+                    "gdex: this operation has not completed yet; call _finish from its callback"
+                        .into(),
+                ))
+            }
+            Err(Refusal::CallbackElsewhere) => {
+                return Err(misuse(
+                    "gdex: this operation's callback is running on another thread, and its \
+                     _finish is the one to take the result; call _finish from the callback"
+                        .into(),
+                ))
+            }
+            Err(Refusal::Taken) => {
+                return Err(misuse(
+                    "gdex: the result of this operation was already taken; call _finish once"
+                        .into(),
+                ))
             }
         }
-        if !marks.returned.load(Ordering::Acquire) {
-            return Err(misuse(
-                "gdex: this operation has not completed yet; call _finish from its callback".into(),
-            ));
-        }
-        if marks.taken.swap(true, Ordering::AcqRel) {
-            return Err(misuse(
-                "gdex: the result of this operation was already taken; call _finish once".into(),
-            ));
-        }
         let mut error = std::ptr::null_mut();
-        // SAFETY: a gdex task (marks checked) whose pointer, if any, is a
-        // `Box<T>` (value type checked), taken once (`taken`); we own what
-        // it gives (GIO hands over the pointer or the error).
+        // SAFETY: a gdex task (marks checked) whose callback was called, so
+        // GIO holds its outcome (the stage, under the marks' lock, orders
+        // this after the return); the pointer, if any, is a `Box<T>` (value
+        // type checked; only a spawned future returns a value), taken once
+        // (`claim`); we own what it gives (GIO hands over the pointer or
+        // the error).
         let value = unsafe { gio::ffi::g_task_propagate_pointer(raw, &mut error) };
         if !error.is_null() {
             // SAFETY: a `GError` GIO handed over to us.
             return Err(unsafe { glib::translate::from_glib_full(error) });
         }
-        if value.is_null() {
-            // Only a `_finish` racing the return from another thread.
+        if spawned.is_none() || value.is_null() {
+            // Never: an unspawned result is completed with an error, a
+            // spawned one's value is a box.
             return Err(misuse(
-                "gdex: this operation has not completed yet; call _finish from its callback".into(),
+                "gdex: this operation completed without a value; call _finish from its callback"
+                    .into(),
             ));
         }
         // SAFETY: see above: a `Box<T>` given by `return_now::<T>`.
@@ -457,6 +551,28 @@ impl std::fmt::Debug for AsyncResult {
             .field("cancellable", &self.cancellable.is_some())
             .finish()
     }
+}
+
+/// The callback GIO calls for every gdex `GTask` (it has the outcome by
+/// then): marks the outcome as `_finish`'s to take, from this thread while
+/// the caller's callback runs, then calls that callback.
+unsafe extern "C" fn call_back(
+    source: *mut glib::gobject_ffi::GObject,
+    result: *mut gio::ffi::GAsyncResult,
+    data: glib::ffi::gpointer,
+) {
+    // SAFETY: GIO calls this with the live `GTask` `from_raw` made (it
+    // holds a reference for the call), which carries our marks.
+    let Some(marks) = (unsafe { marks(result.cast()) }) else {
+        return;
+    };
+    marks.enter(Stage::Calling(std::thread::current().id()));
+    if let Some(callback) = marks.callback {
+        // SAFETY: the caller's callback with its own `user_data`, called
+        // once, on the task's context, as `from_raw`'s caller expects.
+        unsafe { callback(source, result, data) };
+    }
+    marks.enter(Stage::Called);
 }
 
 /// The callback of [`AsyncResult::new`]: the Rust closure, on the thread
@@ -647,14 +763,9 @@ fn complete<T: Send + 'static>(
     source.attach(Some(&context));
 }
 
-/// Returns `outcome` to the `GTask` now.
+/// Returns `outcome` to the `GTask` now (GIO calls [`call_back`], at once
+/// or from the task's context, after it stored the outcome).
 fn return_now<T: Send + 'static>(task: TaskRef, outcome: Result<T, glib::Error>) {
-    // SAFETY: our own live task.
-    if let Some(marks) = unsafe { marks(task.as_ptr()) } {
-        // Before the return, which may call the callback (and `_finish`)
-        // at once.
-        marks.returned.store(true, Ordering::Release);
-    }
     match outcome {
         Ok(value) => {
             let value = Box::into_raw(Box::new(value));

@@ -11,6 +11,10 @@
 //! it (its [`current_cancellable`](crate::current_cancellable) is
 //! cancelled).
 //!
+//! A call's file descriptors (the `GUnixFDList` of its message, which its
+//! `h` arguments index) are the call's [`fds`](MethodCall::fds); a reply
+//! carries file descriptors added with [`MethodCall::reply_fd`].
+//!
 //! A handler that panics answers its caller with an error
 //! (`org.gtk.GDBus.UnmappedGError…` carrying gdex's `Panicked` code and the
 //! message), and a call cancelled while its connection is still open (the
@@ -18,8 +22,10 @@
 //! never waits for a reply that will not come.
 
 use std::future::IntoFuture;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use futures::FutureExt;
 use gio::prelude::*;
@@ -30,6 +36,13 @@ use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, TaskGroup};
 
 /// One D-Bus method call, as [`export`]'s handler gets it.
+///
+/// It is `Send + Sync` (the handler's future takes it to the pool), so
+/// GIO's own objects for the call, which are not, are kept out of it: the
+/// file descriptors sent with the call are duplicated into
+/// [`fds`](Self::fds), and the [`invocation`](Self::invocation) (with its
+/// message) is given only on the thread GIO dispatched the call on. A
+/// clone is the same call: its reply's file descriptors are shared.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MethodCall {
@@ -45,6 +58,135 @@ pub struct MethodCall {
     pub method_name: String,
     /// The call's arguments, a tuple of the method's in-arguments.
     pub parameters: glib::Variant,
+    /// The file descriptors that came with the call, in its `GUnixFDList`'s
+    /// order.
+    fds: Arc<[OwnedFd]>,
+    /// The file descriptors for the reply's `GUnixFDList`.
+    reply_fds: Arc<Mutex<Vec<OwnedFd>>>,
+    /// The invocation, for the thread GIO dispatched the call on.
+    invocation: Dispatched,
+}
+
+impl MethodCall {
+    /// The file descriptors sent with the call (its message's
+    /// `GUnixFDList`), in order: an `h` argument is an index into them (see
+    /// [`fd`](Self::fd)). Duplicates, taken when the call came, open until
+    /// the call and its clones are gone; empty if the caller sent none.
+    pub fn fds(&self) -> &[OwnedFd] {
+        &self.fds
+    }
+
+    /// The file descriptor an `h` argument refers to, or a
+    /// `org.freedesktop.DBus.Error.InvalidArgs` error (for the caller) if
+    /// the call came with no file descriptor at that index.
+    /// [`try_clone_to_owned`](BorrowedFd::try_clone_to_owned) makes one to
+    /// keep.
+    ///
+    /// ```no_run
+    /// # use gdex::glib::prelude::*;
+    /// # use gdex::{gio, glib};
+    /// # use std::io::Read;
+    /// # fn handler(call: gdex::dbus::MethodCall) -> impl std::future::Future<Output = Result<Option<glib::Variant>, glib::Error>> + Send {
+    /// // A method `Count (h fd) -> (t bytes)`: reads what the fd gives, on the pool.
+    /// async move {
+    ///     let (handle,): (glib::variant::Handle,) = call.parameters.get().ok_or_else(|| {
+    ///         glib::Error::new(gio::DBusError::InvalidArgs, "expected (h)")
+    ///     })?;
+    ///     let fd = call.fd(handle)?.try_clone_to_owned().map_err(|e| {
+    ///         glib::Error::new(gio::IOErrorEnum::Failed, &e.to_string())
+    ///     })?;
+    ///     let mut bytes = Vec::new();
+    ///     std::fs::File::from(fd).read_to_end(&mut bytes).map_err(|e| {
+    ///         glib::Error::new(gio::IOErrorEnum::Failed, &e.to_string())
+    ///     })?;
+    ///     Ok(Some((bytes.len() as u64,).to_variant()))
+    /// }
+    /// # }
+    /// ```
+    pub fn fd(&self, handle: glib::variant::Handle) -> Result<BorrowedFd<'_>, glib::Error> {
+        let fd = usize::try_from(handle.0)
+            .ok()
+            .and_then(|index| self.fds.get(index));
+        match fd {
+            Some(fd) => Ok(std::os::fd::AsFd::as_fd(fd)),
+            None => Err(glib::Error::new(
+                gio::DBusError::InvalidArgs,
+                &format!(
+                    "gdex::dbus: the handle {} of this {}.{} call refers to no file descriptor: \
+                     the call came with {}",
+                    handle.0,
+                    self.interface_name,
+                    self.method_name,
+                    self.fds.len()
+                ),
+            )),
+        }
+    }
+
+    /// Adds `fd` to the `GUnixFDList` the reply carries and gives its
+    /// handle, the value of an `h` out-argument. It is sent with an `Ok`
+    /// reply; an error reply (or one added after the reply went) closes
+    /// it. A reply with file descriptors on a connection that cannot pass
+    /// them (not a unix socket, or not negotiated) is answered with an
+    /// error saying so.
+    ///
+    /// ```no_run
+    /// # use gdex::glib::prelude::*;
+    /// # use gdex::{gio, glib};
+    /// # use std::io::Write;
+    /// # fn handler(call: gdex::dbus::MethodCall) -> impl std::future::Future<Output = Result<Option<glib::Variant>, glib::Error>> + Send {
+    /// // A method `Greeting () -> (h fd)`: a pipe to read the greeting from.
+    /// async move {
+    ///     let io = |e: std::io::Error| glib::Error::new(gio::IOErrorEnum::Failed, &e.to_string());
+    ///     let (reader, mut writer) = std::io::pipe().map_err(io)?;
+    ///     writer.write_all(b"hello").map_err(io)?;
+    ///     drop(writer);
+    ///     let handle = call.reply_fd(reader);
+    ///     Ok(Some((handle,).to_variant()))
+    /// }
+    /// # }
+    /// ```
+    pub fn reply_fd(&self, fd: impl Into<OwnedFd>) -> glib::variant::Handle {
+        let mut fds = self.reply_fds.lock().unpoisoned();
+        fds.push(fd.into());
+        glib::variant::Handle(i32::try_from(fds.len() - 1).unwrap_or(i32::MAX))
+    }
+
+    /// GIO's invocation of the call (its message, with the
+    /// `GUnixFDList` as it came, its serial and flags, the method's info),
+    /// on the thread GIO dispatched the call on: in the handler itself,
+    /// and in the call's future if it runs there. Elsewhere `None`: GIO's
+    /// message and fd list are not thread-safe objects.
+    ///
+    /// Reply through the handler's future, never through this invocation:
+    /// gdex sends the reply.
+    pub fn invocation(&self) -> Option<gio::DBusMethodInvocation> {
+        (self.invocation.thread == std::thread::current().id())
+            .then(|| self.invocation.invocation.0.clone())
+    }
+}
+
+/// The invocation as [`MethodCall`] keeps it: given out only on the thread
+/// GIO dispatched the call on.
+#[derive(Clone)]
+struct Dispatched {
+    invocation: SendInvocation,
+    thread: ThreadId,
+}
+
+// SAFETY: off the dispatching thread, a `Dispatched` is only cloned and
+// dropped, which touches nothing but the invocation's reference count
+// (atomic); `MethodCall::invocation` gives the object out on the
+// dispatching thread alone. So `&Dispatched` shared between threads never
+// lets two of them use GIO's non-thread-safe objects.
+unsafe impl Sync for Dispatched {}
+
+impl std::fmt::Debug for Dispatched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatched")
+            .field("thread", &self.thread)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An object exported with [`export`]. Dropping it unregisters the object
@@ -197,7 +339,22 @@ where
         glib::translate::from_glib_full(glib::gobject_ffi::g_value_get_object(arg(6).as_ptr())
             as *mut gio::ffi::GDBusMethodInvocation)
     };
-    let reply = Reply(Some(SendInvocation(invocation)));
+    let fds = match call_fds(&invocation) {
+        Ok(fds) => fds,
+        Err(error) => {
+            invocation.return_gerror(error);
+            return;
+        }
+    };
+    let reply_fds = Arc::new(Mutex::new(Vec::new()));
+    let dispatched = Dispatched {
+        invocation: SendInvocation(invocation.clone()),
+        thread: std::thread::current().id(),
+    };
+    let reply = Reply {
+        invocation: Some(SendInvocation(invocation)),
+        fds: reply_fds.clone(),
+    };
     let call = MethodCall {
         connection: arg(0)
             .get::<gio::DBusConnection>()
@@ -214,6 +371,9 @@ where
         parameters: arg(5)
             .get::<glib::Variant>()
             .expect("GIO passes the parameters"),
+        fds,
+        reply_fds,
+        invocation: dispatched,
     };
     // The handler and its `IntoFuture` run inside GIO's dispatch, where a
     // panic cannot unwind: it becomes the caller's error.
@@ -288,7 +448,26 @@ impl std::fmt::Debug for Export {
     }
 }
 
+/// Duplicates of the file descriptors that came with the call, or the
+/// error to answer it with if they cannot be had (out of descriptors).
+fn call_fds(invocation: &gio::DBusMethodInvocation) -> Result<Arc<[OwnedFd]>, glib::Error> {
+    let Some(list) = invocation.message().unix_fd_list() else {
+        return Ok(Arc::new([]));
+    };
+    (0..list.length())
+        .map(|index| list.get(index))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Arc::from)
+        .map_err(|e| {
+            glib::Error::new(
+                gio::DBusError::LimitsExceeded,
+                &format!("gdex::dbus: the call's file descriptors could not be taken: {e}"),
+            )
+        })
+}
+
 /// A method invocation on its way to a worker.
+#[derive(Clone)]
 struct SendInvocation(gio::DBusMethodInvocation);
 
 // SAFETY: GDBus is thread-safe: a `GDBusMethodInvocation` is immutable
@@ -299,18 +478,56 @@ struct SendInvocation(gio::DBusMethodInvocation);
 // then go on that thread, which GObject's refcounting allows.
 unsafe impl Send for SendInvocation {}
 
-/// Answers the call once: with the outcome, or, if dropped unanswered (the
-/// call was cancelled or refused), with `G_IO_ERROR_CANCELLED`.
-struct Reply(Option<SendInvocation>);
+/// Answers the call once: with the outcome (and the file descriptors of
+/// [`MethodCall::reply_fd`]), or, if dropped unanswered (the call was
+/// cancelled or refused), with `G_IO_ERROR_CANCELLED`.
+struct Reply {
+    invocation: Option<SendInvocation>,
+    fds: Arc<Mutex<Vec<OwnedFd>>>,
+}
 
 impl Reply {
     fn send(mut self, outcome: Result<Option<glib::Variant>, glib::Error>) {
-        let Some(SendInvocation(invocation)) = self.0.take() else {
+        let Some(SendInvocation(invocation)) = self.invocation.take() else {
             return;
         };
-        let outcome = outcome.and_then(|body| checked_body(&invocation, body));
-        invocation.return_result(outcome);
+        // Taken whatever the outcome: an error reply closes them, and so
+        // does the last clone of the call for any added later.
+        let fds = std::mem::take(&mut *self.fds.lock().unpoisoned());
+        let outcome = outcome
+            .and_then(|body| checked_body(&invocation, body))
+            .and_then(|body| fds_passable(&invocation, &fds).map(|()| body));
+        match outcome {
+            Ok(body) if !fds.is_empty() => {
+                let list = gio::UnixFDList::from_array(fds);
+                invocation.return_value_with_unix_fd_list(body.as_ref(), Some(&list));
+            }
+            outcome => invocation.return_result(outcome),
+        }
     }
+}
+
+/// An error naming the reason if the reply's file descriptors cannot go
+/// over the call's connection: GIO would only log it and send nothing,
+/// leaving the caller waiting for its timeout.
+fn fds_passable(
+    invocation: &gio::DBusMethodInvocation,
+    fds: &[OwnedFd],
+) -> Result<(), glib::Error> {
+    let capabilities = invocation.connection().capabilities();
+    if fds.is_empty() || capabilities.contains(gio::DBusCapabilityFlags::UNIX_FD_PASSING) {
+        return Ok(());
+    }
+    Err(glib::Error::new(
+        gio::DBusError::NotSupported,
+        &format!(
+            "gdex::dbus: the reply of {}.{} carries {} file descriptors, but its connection \
+             cannot pass file descriptors (not a unix socket, or the peers did not negotiate it)",
+            invocation.interface_name().unwrap_or_default(),
+            invocation.method_name(),
+            fds.len()
+        ),
+    ))
 }
 
 /// The reply's body as GIO will send it (`None` is `()`, a lone value a
@@ -377,7 +594,7 @@ fn expected_reply(invocation: &gio::DBusMethodInvocation) -> Option<String> {
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        if let Some(SendInvocation(invocation)) = self.0.take() {
+        if let Some(SendInvocation(invocation)) = self.invocation.take() {
             invocation.return_gerror(glib::Error::new(
                 gio::IOErrorEnum::Cancelled,
                 "gdex: the method call was cancelled (its object was unexported or its scheduler shut down)",

@@ -190,6 +190,11 @@ impl ListModel {
     /// A model of `item_type` items, filled on this thread from `stream`,
     /// each item made by `map`.
     ///
+    /// `map` must make an `item_type` (or an object of a subtype): an object
+    /// of another type stops the feed as a panic in `map` does. It goes to
+    /// the panic handler, with both types named; the items before it stay
+    /// in the model, and the model is complete.
+    ///
     /// # Panics
     /// If this thread runs no gdex scheduler that it owns (see
     /// [`gdex::spawn_local`](crate::spawn_local)), or if `item_type` is not
@@ -323,7 +328,8 @@ impl ListModel {
     }
 
     /// True once the stream has ended: every item is in the model. (Also
-    /// once the feed stopped on a panic in `map` or in the stream, or a
+    /// once the feed stopped on a panic in `map` (or an object of another
+    /// type than the model's item type from it) or in the stream, or a
     /// [`spawn`](ListModel::spawn) producer panicked: the panic goes to the
     /// panic handler, and no more items will come. The items before the
     /// panic are in the model: every item the stream gave before it
@@ -574,17 +580,21 @@ async fn feed<T>(
                     .clamp(1, biggest.saturating_mul(4).max(FIRST_BATCH))
             }
         };
+        let item_type = imp::ListModel::item_type(list.imp());
         let batch_start = Instant::now();
         let mut batch = Vec::with_capacity(pending.len().min(limit));
         while batch.len() < limit {
             let Some(item) = pending.pop_front() else {
                 break;
             };
-            match std::panic::catch_unwind(AssertUnwindSafe(|| map(item))) {
+            let mapped = std::panic::catch_unwind(AssertUnwindSafe(|| map(item)))
+                .and_then(|object| of_item_type(object, item_type));
+            match mapped {
                 Ok(object) => batch.push(object),
                 Err(payload) => {
                     // The items mapped before it are appended; the feed
-                    // stops (the rest are dropped) and reports the panic.
+                    // stops (the rest are dropped) and reports the panic
+                    // (or the object of another type).
                     list.append(batch);
                     // A panic of the stream after this item came first:
                     // reported first, not dropped with the feed.
@@ -618,6 +628,26 @@ async fn feed<T>(
     if let Some(list) = model.upgrade() {
         list.set_complete();
     }
+}
+
+/// `object`, if it is an `item_type` (or a subtype); otherwise a panic
+/// payload that names both types, for the feed to stop on as on a panic in
+/// `map`. Appended, such an object made gio-rs's `get_item` panic at its
+/// first read, where unwinding aborts: in a GTK app, inside the list view
+/// during a frame, far from the `map` that made it.
+fn of_item_type(
+    object: glib::Object,
+    item_type: glib::Type,
+) -> Result<glib::Object, Box<dyn std::any::Any + Send>> {
+    if object.type_().is_a(item_type) {
+        return Ok(object);
+    }
+    Err(Box::new(format!(
+        "gdex::ListModel: map made a {} for a model of {item_type} items; every item must be \
+         of the model's item type or a subtype of it (the feed stopped here; fix map, or make \
+         the model with the type map makes)",
+        object.type_()
+    )))
 }
 
 /// What the feed does once it has taken what the stream had ready.
