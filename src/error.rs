@@ -25,17 +25,24 @@ pub enum Error {
     Panicked(String),
     /// A deadline passed before the value arrived.
     TimedOut,
-    /// The scheduler (or channel, blocking pool, …) was closed: nothing new
-    /// is accepted.
+    /// A channel, [`Semaphore`](crate::Semaphore), [`Limiter`](crate::Limiter),
+    /// [`TaskGroup`](crate::TaskGroup) or
+    /// [`BlockingPool`](crate::blocking::BlockingPool) was closed: nothing
+    /// new is accepted. (A thread pool that has shut down gives
+    /// [`Error::ShutDown`].)
     Closed,
     /// The thread pool has shut down: [`ThreadPool::shutdown`] was called,
-    /// or its last [`ThreadPool`] handle was dropped. A
+    /// or its last [`ThreadPool`] handle was dropped. Every spawn onto it
+    /// gives this, whatever its kind (a task, a pinned or `!Send` one, a
+    /// fiber, [`ThreadPool::spawn_blocking`], a
+    /// [`TaskGroup`](crate::TaskGroup) member). A
     /// [`Scheduler`](crate::Scheduler) does not keep its pool running: keep
     /// the `ThreadPool` for as long as you spawn on it
     /// (`ThreadPool::builder().build()?.scheduler()` drops it at once).
     ///
     /// [`ThreadPool`]: crate::ThreadPool
     /// [`ThreadPool::shutdown`]: crate::ThreadPool::shutdown
+    /// [`ThreadPool::spawn_blocking`]: crate::ThreadPool::spawn_blocking
     ShutDown,
     /// A fiber-only call was made outside a fiber.
     NotOnFiber,
@@ -142,7 +149,9 @@ impl fmt::Display for Error {
             Error::Cancelled => f.write_str("the task was cancelled"),
             Error::Panicked(msg) => write!(f, "{PANICKED}{msg}"),
             Error::TimedOut => f.write_str("the operation timed out"),
-            Error::Closed => f.write_str("the scheduler or queue is closed"),
+            Error::Closed => f.write_str(
+                "closed (a channel, semaphore, task group or blocking pool): nothing new is accepted",
+            ),
             Error::ShutDown => f.write_str(
                 "the thread pool has shut down (ThreadPool::shutdown was called, or its last \
                  ThreadPool handle was dropped: a Scheduler does not keep its pool running)",

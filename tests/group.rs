@@ -412,11 +412,12 @@ fn the_close_future_owns_the_members_once_the_group_is_closed() {
     });
 }
 
-/// A spawn into a group whose pool is shut down is refused at once, and
-/// leaves nothing behind.
+/// A spawn into a group whose pool is shut down is refused at once, with
+/// the pool's reason (`ShutDown`, as any spawn there: S9), and leaves
+/// nothing behind.
 #[test]
-fn a_spawn_refused_by_a_closed_pool_fails_and_leaves_nothing() {
-    watchdog("a_spawn_refused_by_a_closed_pool", 30, || {
+fn a_spawn_refused_by_a_shut_down_pool_fails_and_leaves_nothing() {
+    watchdog("a_spawn_refused_by_a_shut_down_pool", 30, || {
         let p = pool(1);
         let group = gdex::TaskGroup::<()>::on(p.scheduler());
         p.shutdown();
@@ -424,7 +425,7 @@ fn a_spawn_refused_by_a_closed_pool_fails_and_leaves_nothing() {
         let guard = Counted(drops.clone());
         assert!(matches!(
             group.spawn(async move { drop(guard) }),
-            Err(gdex::Error::Closed)
+            Err(gdex::Error::ShutDown)
         ));
         assert_eq!(drops.load(Ordering::SeqCst), 1);
         assert_eq!((group.len(), group.held_entries()), (0, 0));

@@ -354,7 +354,7 @@ fn workers_are_named_and_own_their_context() {
 }
 
 /// Shutdown: queued tasks are dropped (their handles say Cancelled), the
-/// threads are joined, and later spawns say Closed.
+/// threads are joined, and later spawns say ShutDown.
 #[test]
 fn shutdown_cancels_queued_tasks_and_refuses_new_ones() {
     common::watchdog("shutdown", 60, || {

@@ -727,3 +727,89 @@ fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
         drop(pool);
     });
 }
+
+/// A spawn onto a shut-down pool, whatever its kind, resolves at once to
+/// `Error::ShutDown` (S9): one cause, one error. From outside the pool:
+/// `spawn`, `spawn_named`, `spawn_bound`, `spawn_pinned` (the scheduler's
+/// and the pool's), fibers (`spawn_fiber` and `fiber::Builder::spawn`), the
+/// pool's `spawn_blocking`, and members of a `TaskGroup` on the pool (its
+/// `spawn` and a `TaskGroupRef`'s fail with it). From a pool task still
+/// running once the shutdown began: `spawn_local`, `spawn_local_bound` and
+/// `spawn_fiber_local`.
+#[test]
+fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
+    common::watchdog("every_spawn_onto_a_shut_down_pool", 30, || {
+        use gdex::{Error, Task};
+        fn shut_down<T: std::fmt::Debug>(what: &str, task: Task<T>) {
+            assert!(task.is_finished(), "{what}: not refused at once");
+            let r = gdex::block_on(task);
+            assert!(matches!(r, Err(Error::ShutDown)), "{what}: {r:?}");
+        }
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let group = gdex::TaskGroup::<()>::on(s.clone());
+        let member = group.handle();
+        let object = gio::Cancellable::new();
+        pool.shutdown();
+
+        shut_down("spawn", s.spawn(async { 1 }));
+        shut_down("spawn_named", s.spawn_named("late", async { 1 }));
+        shut_down("spawn_bound", s.spawn_bound(&object, async { 1 }));
+        shut_down("Scheduler::spawn_pinned", s.spawn_pinned(|| async { 1 }));
+        shut_down(
+            "ThreadPool::spawn_pinned",
+            pool.spawn_pinned(|| async { 1 }),
+        );
+        shut_down("spawn_blocking", pool.spawn_blocking(|| 1));
+        let fiber = s.spawn_fiber(|| 1);
+        assert!(fiber.is_finished(), "spawn_fiber: not refused at once");
+        let r = gdex::block_on(fiber);
+        assert!(matches!(r, Err(Error::ShutDown)), "spawn_fiber: {r:?}");
+        let fiber = gdex::fiber::Builder::new().spawn(&s, || 1);
+        let r = gdex::block_on(fiber);
+        assert!(matches!(r, Err(Error::ShutDown)), "Builder::spawn: {r:?}");
+        let r = group.spawn(async {});
+        assert!(matches!(r, Err(Error::ShutDown)), "TaskGroup::spawn: {r:?}");
+        let r = member.spawn(async {});
+        assert!(
+            matches!(r, Err(Error::ShutDown)),
+            "TaskGroupRef::spawn: {r:?}"
+        );
+
+        // The `!Send` spawns, from a task of the pool still running once
+        // its shutdown began (the only threads they are allowed on).
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (closer, watch) = (pool.clone(), pool.clone());
+        let task = pool.scheduler().spawn(async move {
+            let here = gdex::Scheduler::thread_default().unwrap();
+            let shutting = std::thread::spawn(move || closer.shutdown());
+            while !watch.is_closed() {
+                std::thread::yield_now();
+            }
+            let object = glib::Object::new::<glib::Object>();
+            let local = here.spawn_local(async { 1 });
+            let bound = here.spawn_local_bound(&object, async { 1 });
+            let fiber = here.spawn_fiber_local(|| 1);
+            let at_once = [
+                local.is_finished(),
+                bound.is_finished(),
+                fiber.is_finished(),
+            ];
+            let outcomes = [
+                futures::FutureExt::now_or_never(local).map(|r| format!("{r:?}")),
+                futures::FutureExt::now_or_never(bound).map(|r| format!("{r:?}")),
+                futures::FutureExt::now_or_never(fiber).map(|r| format!("{r:?}")),
+            ];
+            (at_once, outcomes, shutting)
+        });
+        let (at_once, outcomes, shutting) = gdex::wait_for(task).unwrap();
+        shutting.join().unwrap();
+        for (what, (at_once, outcome)) in ["spawn_local", "spawn_local_bound", "spawn_fiber_local"]
+            .into_iter()
+            .zip(at_once.into_iter().zip(outcomes))
+        {
+            assert!(at_once, "{what}: not refused at once");
+            assert_eq!(outcome.as_deref(), Some("Err(ShutDown)"), "{what}");
+        }
+    });
+}

@@ -130,11 +130,12 @@ fn cancellable_run_stops_polling_its_future_once_cancelled() {
 // Point 8: the channel serves waiters in arrival order
 // ---------------------------------------------------------------------------
 
-/// A receive that waited and was woken for an item keeps it: a `try_recv`
-/// or a newer receive polled before it cannot take it, and the woken
-/// receive does not lose its place in line to a receive that came later.
+/// A receive that waited and was woken for an item keeps its turn: a
+/// `try_recv` or a newer receive polled before it cannot take the item it
+/// is owed, and the woken receive does not lose its place in line to a
+/// receive that came later.
 #[test]
-fn a_receive_woken_for_an_item_keeps_it_against_try_recv_and_newer_receives() {
+fn a_receive_woken_for_an_item_keeps_its_turn_against_try_recv_and_newer_receives() {
     let (tx, rx) = gdex::channel::<u32>(4);
     let (wa, wake_a) = count_waker();
     let (wb, wake_b) = count_waker();
@@ -169,24 +170,26 @@ fn a_receive_woken_for_an_item_keeps_it_against_try_recv_and_newer_receives() {
     assert_eq!((wakes(&wb), wakes(&wn)), (1, 0));
     assert_eq!(rx.try_recv(), None);
     // The third item goes to the newcomer, third in line; a fourth has no
-    // waiter left to keep it for: try_recv may take it, and it leaves the
-    // kept items (1, 2, 3) alone.
+    // waiter left to owe it to: try_recv may take one item, the oldest (the
+    // turns owed are turns, not items: items leave in the order they came),
+    // and leaves three for the three woken receives.
     tx.try_send(3).unwrap();
     assert_eq!(wakes(&wn), 1, "the newcomer is third in line");
     tx.try_send(4).unwrap();
-    assert_eq!(rx.try_recv(), Some(4), "a free item is open to try_recv");
+    assert_eq!(rx.try_recv(), Some(1), "a free turn is open to try_recv");
+    assert_eq!(rx.try_recv(), None, "the other three are owed");
 
     assert!(matches!(
         poll_with(first.as_mut(), &wake_a),
-        Poll::Ready(Ok(1))
-    ));
-    assert!(matches!(
-        poll_with(second.as_mut(), &wake_b),
         Poll::Ready(Ok(2))
     ));
     assert!(matches!(
-        poll_with(newcomer.as_mut(), &wake_n),
+        poll_with(second.as_mut(), &wake_b),
         Poll::Ready(Ok(3))
+    ));
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(4))
     ));
     assert_eq!(rx.try_recv(), None);
 }
@@ -442,6 +445,244 @@ fn a_contended_channel_with_try_calls_and_dropped_waits_moves_every_item_once() 
             .map(|c| gdex::block_on(c).unwrap())
             .sum();
         assert_eq!(received, items);
+        for (i, n) in seen.iter().enumerate() {
+            assert_eq!(
+                n.load(Ordering::Relaxed),
+                1,
+                "item {i} received {n:?} times"
+            );
+        }
+    });
+}
+
+/// Items leave the channel in the order they were queued, whoever takes
+/// them: a woken receive is owed *a* turn, not a particular item, so a
+/// `try_recv`, a newer receive or a `recv_all` that takes what is not owed
+/// takes the oldest items, and the woken receive the next one when it runs.
+/// Also when a woken receive is dropped and its turn freed: the items it
+/// was woken for are not left behind newer ones. (The channel's arrival
+/// order, docs/libdex.md.)
+#[test]
+fn items_leave_in_send_order_when_woken_receives_race_or_go_away() {
+    let (tx, rx) = gdex::channel::<u32>(8);
+    let (_, wake_a) = count_waker();
+    let (_, wake_b) = count_waker();
+    let mut a = Box::pin(rx.recv());
+    let mut b = Box::pin(rx.recv());
+    assert!(poll_with(a.as_mut(), &wake_a).is_pending());
+    assert!(poll_with(b.as_mut(), &wake_b).is_pending());
+    // a, then b, is owed a turn.
+    tx.try_send(1).unwrap();
+    tx.try_send(2).unwrap();
+    // `a` goes away woken; nobody else waits: its turn is freed.
+    drop(a);
+    tx.try_send(3).unwrap();
+    // Queued: 1, 2, 3, with one turn owed (b's). Two are free, and they are
+    // the oldest two: the item `a` was woken for is not passed over.
+    assert_eq!(rx.try_recv(), Some(1), "an older item was passed over");
+    assert_eq!(rx.try_recv(), Some(2));
+    assert_eq!(rx.try_recv(), None, "b's turn was taken");
+    assert!(matches!(poll_with(b.as_mut(), &wake_b), Poll::Ready(Ok(3))));
+
+    // A newer receive polled before the woken one takes the oldest item.
+    let (_, wake_c) = count_waker();
+    let mut c = Box::pin(rx.recv());
+    assert!(poll_with(c.as_mut(), &wake_c).is_pending());
+    tx.try_send(4).unwrap(); // c is owed a turn
+    tx.try_send(5).unwrap();
+    let (_, wake_n) = count_waker();
+    let mut newcomer = Box::pin(rx.recv());
+    assert!(matches!(
+        poll_with(newcomer.as_mut(), &wake_n),
+        Poll::Ready(Ok(4))
+    ));
+    assert!(matches!(poll_with(c.as_mut(), &wake_c), Poll::Ready(Ok(5))));
+
+    // recv_all takes the oldest items, leaving as many as are owed.
+    let (_, wake_d) = count_waker();
+    let mut d = Box::pin(rx.recv());
+    assert!(poll_with(d.as_mut(), &wake_d).is_pending());
+    for i in 6..=8 {
+        tx.try_send(i).unwrap(); // d is owed a turn (for 6)
+    }
+    let mut all = Box::pin(rx.recv_all());
+    match poll_with(all.as_mut(), &wake_n) {
+        Poll::Ready(Ok(items)) => assert_eq!(items, [6, 7]),
+        other => panic!("recv_all: {other:?}"),
+    }
+    assert!(matches!(poll_with(d.as_mut(), &wake_d), Poll::Ready(Ok(8))));
+
+    // A woken recv_all takes its turn and every free item, oldest first,
+    // leaving the turns owed to others.
+    let (_, wake_e) = count_waker();
+    let (_, wake_f) = count_waker();
+    let mut e = Box::pin(rx.recv());
+    let mut f = Box::pin(rx.recv_all());
+    assert!(poll_with(e.as_mut(), &wake_e).is_pending());
+    assert!(poll_with(f.as_mut(), &wake_f).is_pending());
+    for i in 9..=12 {
+        tx.try_send(i).unwrap(); // e owed (for 9), f owed (for 10)
+    }
+    match poll_with(f.as_mut(), &wake_f) {
+        Poll::Ready(Ok(items)) => assert_eq!(items, [9, 10, 11]),
+        other => panic!("recv_all: {other:?}"),
+    }
+    assert!(matches!(
+        poll_with(e.as_mut(), &wake_e),
+        Poll::Ready(Ok(12))
+    ));
+    assert_eq!(rx.try_recv(), None);
+}
+
+/// What one consumer step of the order test got.
+enum Step {
+    Got(Vec<usize>),
+    Nothing,
+    Closed,
+}
+
+/// One receive of a consumer, of a kind chosen by `turn`: most are
+/// dropped mid-wait when no item comes soon (a timeout, a `select`
+/// against a sleep, a receive polled once and dropped), beside plain
+/// `recv` and `recv_all`.
+async fn consumer_step(rx: &gdex::Receiver<usize>, turn: usize) -> Step {
+    use futures::future::{select, Either};
+    use std::time::Duration;
+    let short = Duration::from_micros(50);
+    let one = |r: Result<usize, gdex::Error>| match r {
+        Ok(i) => Step::Got(vec![i]),
+        Err(gdex::Error::Closed) => Step::Closed,
+        Err(gdex::Error::TimedOut) => Step::Nothing,
+        Err(e) => panic!("recv: {e}"),
+    };
+    match turn % 5 {
+        0 => one(gdex::timeout(short, rx.recv()).await),
+        1 => match select(pin!(rx.recv()), pin!(gdex::sleep(short))).await {
+            Either::Left((r, _)) => one(r),
+            Either::Right(_) => Step::Nothing,
+        },
+        2 => {
+            let mut recv = pin!(rx.recv());
+            match futures::poll!(recv.as_mut()) {
+                Poll::Ready(r) => one(r),
+                // Dropped after one poll, possibly woken already.
+                Poll::Pending => {
+                    gdex::yield_now().await;
+                    Step::Nothing
+                }
+            }
+        }
+        3 => match rx.recv_all().await {
+            Ok(items) => Step::Got(items),
+            Err(gdex::Error::Closed) => Step::Closed,
+            Err(e) => panic!("recv_all: {e}"),
+        },
+        _ => one(rx.recv().await),
+    }
+}
+
+/// Each producer's items arrive in the order it sent them, with consumers
+/// that keep dropping receives mid-wait (woken ones among them) beside
+/// plain `recv` and `recv_all`, and none is lost or received twice. The
+/// two consumers (a task and a fiber) share one worker, so the order in
+/// which they record items is the order they took them from the channel.
+/// (The channel's arrival order, docs/libdex.md.)
+#[test]
+fn each_producers_items_arrive_in_send_order_despite_dropped_receives() {
+    watchdog("each_producers_items_arrive_in_send_order", 120, || {
+        const PRODUCERS: usize = 4;
+        let per_producer = stress(5_000).max(8);
+        let producing = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let consuming = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let (tx, rx) = gdex::channel::<usize>(8);
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let tx = tx.clone();
+                producing.scheduler().spawn(async move {
+                    for seq in 0..per_producer {
+                        tx.send(p * per_producer + seq).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+
+        /// Per producer, the last sequence number taken; and how often an
+        /// item came after a later one of its producer.
+        struct Order {
+            last: [Option<usize>; PRODUCERS],
+            out_of_order: usize,
+            first_example: Option<(usize, usize, usize)>,
+        }
+        let order = Arc::new(std::sync::Mutex::new(Order {
+            last: [None; PRODUCERS],
+            out_of_order: 0,
+            first_example: None,
+        }));
+        let seen: Arc<Vec<AtomicUsize>> = Arc::new(
+            (0..PRODUCERS * per_producer)
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+        );
+        let record = {
+            let (order, seen) = (order.clone(), seen.clone());
+            move |items: Vec<usize>| {
+                let mut order = order.lock().unwrap();
+                for i in items {
+                    seen[i].fetch_add(1, Ordering::Relaxed);
+                    let (p, seq) = (i / per_producer, i % per_producer);
+                    match order.last[p] {
+                        Some(last) if last > seq => {
+                            order.out_of_order += 1;
+                            order.first_example.get_or_insert((p, last, seq));
+                        }
+                        _ => order.last[p] = Some(seq),
+                    }
+                }
+            }
+        };
+
+        let task = consuming.scheduler().spawn({
+            let (rx, record) = (rx.clone(), record.clone());
+            async move {
+                let mut turn = 0;
+                loop {
+                    turn += 1;
+                    match consumer_step(&rx, turn).await {
+                        Step::Got(items) => record(items),
+                        Step::Nothing => {}
+                        Step::Closed => return,
+                    }
+                }
+            }
+        });
+        let fiber = consuming.scheduler().spawn_fiber(move || {
+            let mut turn = 2;
+            loop {
+                turn += 1;
+                match gdex::fiber::wait_output(consumer_step(&rx, turn)).unwrap() {
+                    Step::Got(items) => record(items),
+                    Step::Nothing => {}
+                    Step::Closed => return,
+                }
+            }
+        });
+        for producer in producers {
+            gdex::block_on(producer).unwrap();
+        }
+        gdex::block_on(task).unwrap();
+        gdex::block_on(fiber).unwrap();
+
+        let order = order.lock().unwrap();
+        assert_eq!(
+            order.out_of_order,
+            0,
+            "items arrived after a later item of their producer (first: producer {}, \
+             {} before {})",
+            order.first_example.map_or(0, |e| e.0),
+            order.first_example.map_or(0, |e| e.1),
+            order.first_example.map_or(0, |e| e.2),
+        );
         for (i, n) in seen.iter().enumerate() {
             assert_eq!(
                 n.load(Ordering::Relaxed),

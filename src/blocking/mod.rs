@@ -62,16 +62,26 @@ pub(crate) struct Lane {
     max_threads: usize,
     /// `None`: threads never retire (a fixed pool).
     keep_alive: Option<Duration>,
+    /// What a spawn on the closed lane resolves to: the error of its
+    /// owner's closing ([`Error::ShutDown`] for a pool's lane, closed by
+    /// the pool's shutdown; [`Error::Closed`] for a [`BlockingPool`]).
+    closed_error: Error,
     state: Mutex<LaneState>,
     cond: Condvar,
 }
 
 impl Lane {
-    pub(crate) fn new(name: &str, max_threads: usize, keep_alive: Option<Duration>) -> Arc<Lane> {
+    pub(crate) fn new(
+        name: &str,
+        max_threads: usize,
+        keep_alive: Option<Duration>,
+        closed_error: Error,
+    ) -> Arc<Lane> {
         Arc::new(Lane {
             name: name.to_owned(),
             max_threads,
             keep_alive,
+            closed_error,
             state: Mutex::new(LaneState {
                 queue: VecDeque::new(),
                 threads: 0,
@@ -90,7 +100,8 @@ impl Lane {
         self.state.lock().unpoisoned()
     }
 
-    /// Spawns a task running `f` on this lane; `Closed` if the lane is.
+    /// Spawns a task running `f` on this lane; if the lane is closed, a
+    /// task that resolves to the lane's `closed_error`.
     #[track_caller]
     pub(crate) fn spawn<F, T>(self: &Arc<Self>, f: F) -> Task<T>
     where
@@ -98,7 +109,7 @@ impl Lane {
         T: Send + 'static,
     {
         if self.lock().closed.is_some() {
-            return Task::failed(Error::Closed);
+            return Task::failed(self.closed_error.clone());
         }
         let lane = self.clone();
         let job = CatchUnwind::new(async move { f() }, || "a blocking lane".into());
@@ -340,7 +351,7 @@ impl BlockingPool {
             threads > 0,
             "gdex: BlockingPool::new(0): a pool needs at least one thread"
         );
-        let lane = Lane::new("gdex-blocking-pool", threads, None);
+        let lane = Lane::new("gdex-blocking-pool", threads, None, Error::Closed);
         {
             let mut state = lane.lock();
             for _ in 0..threads {

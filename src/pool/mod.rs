@@ -740,7 +740,9 @@ impl ThreadPool {
     /// and threads idle for
     /// [`blocking_keep_alive`](ThreadPoolBuilder::blocking_keep_alive) exit.
     /// The task resolves to `f`'s result; dropping it before `f` starts
-    /// cancels it.
+    /// cancels it. On a pool that has shut down it resolves to
+    /// [`Error::ShutDown`](crate::Error::ShutDown) and `f` never runs, as
+    /// the pool's other spawns do.
     #[track_caller]
     pub fn spawn_blocking<F, T>(&self, f: F) -> crate::Task<T>
     where
@@ -942,6 +944,9 @@ impl ThreadPoolBuilder {
                     self.blocking_keep_alive
                         .unwrap_or(std::time::Duration::from_secs(10)),
                 ),
+                // Closed only by the pool's shutdown: a spawn says so, as
+                // the pool's other spawns do.
+                crate::Error::ShutDown,
             ),
         });
         {

@@ -161,8 +161,9 @@ impl Scheduler {
     /// queue push (S7).
     ///
     /// On a pool, a spawn from one of its workers goes to that worker's deque,
-    /// a spawn from anywhere else to the pool's injector. On a closed pool the
-    /// task resolves to [`Error::Closed`] without running.
+    /// a spawn from anywhere else to the pool's injector. On a pool that has
+    /// shut down the task resolves to [`Error::ShutDown`] without running
+    /// (so do the other spawns: pinned, local, fibers, `spawn_blocking`).
     #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Task<F::Output>
     where

@@ -19,13 +19,18 @@ use crate::Error;
 /// future that is dropped never takes an item, and an item is only
 /// accepted when [`send`](Sender::send) resolves.
 ///
+/// Order: items leave in the order they were queued, whoever takes them,
+/// so each sender's items arrive in the order it sent them.
+///
 /// Fairness: waiters are served in arrival order. An item that arrives
-/// while receives wait is kept for the longest-waiting one until it takes
-/// it: [`try_recv`](Receiver::try_recv) and newer receives cannot take it
-/// meanwhile. Likewise, room made while sends wait is kept for the
-/// longest-waiting send, and [`try_send`](Sender::try_send) and newer sends
-/// cannot fill it. A woken future that goes away passes what was kept for
-/// it on to the next waiter (or frees it if none waits).
+/// while receives wait is owed to the longest-waiting one until it takes
+/// its turn: [`try_recv`](Receiver::try_recv) and newer receives take only
+/// the items beyond those owed. What is owed is a turn, not a particular
+/// item: whoever takes first takes the oldest item, and the woken receive
+/// the oldest one left when it runs. Likewise, room made while sends wait
+/// is kept for the longest-waiting send, and [`try_send`](Sender::try_send)
+/// and newer sends cannot fill it. A woken future that goes away passes
+/// its turn on to the next waiter (or frees it if none waits).
 ///
 /// Closing: [`Sender::close`] (or dropping every sender) lets receivers
 /// drain what is queued, then they get [`Error::Closed`];
@@ -65,7 +70,7 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
             send_wait: WaitQueue::default(),
             recv_wait: WaitQueue::default(),
             room_kept: 0,
-            items_kept: 0,
+            items_owed: 0,
         }),
     });
     (
@@ -95,11 +100,13 @@ struct State<T> {
     /// and have not pushed yet (one per sender notified in `send_wait`).
     /// Newcomers may fill only `capacity - queue.len() - room_kept` places.
     room_kept: usize,
-    /// While open: the items at the front of `queue` kept for receivers
-    /// that were woken for an item and have not taken it yet (one per
-    /// receiver notified in `recv_wait`). Newcomers take only the items
-    /// after them.
-    items_kept: usize,
+    /// While open: how many of the queued items are owed to receivers
+    /// that were woken for an item and have not taken their turn yet (one
+    /// per receiver notified in `recv_wait`; never more than
+    /// `queue.len()`). Newcomers take only `queue.len() - items_owed`.
+    /// A count, not a place in the queue: every take is from the front, so
+    /// items leave in the order they were queued.
+    items_owed: usize,
 }
 
 impl<T> Shared<T> {
@@ -115,9 +122,9 @@ impl<T> State<T> {
 
     fn close_send(&mut self) {
         self.send_closed = true;
-        // Nothing is kept once closed: receivers drain what is queued in
-        // any order, senders are refused.
-        self.items_kept = 0;
+        // Nothing is owed or kept once closed: whichever receiver comes
+        // first drains what is queued (oldest first), senders are refused.
+        self.items_owed = 0;
         self.room_kept = 0;
         self.recv_wait.notify_all();
         self.send_wait.notify_all();
@@ -125,7 +132,7 @@ impl<T> State<T> {
 
     fn close_recv(&mut self) -> Vec<T> {
         self.recv_closed = true;
-        self.items_kept = 0;
+        self.items_owed = 0;
         self.room_kept = 0;
         self.recv_wait.notify_all();
         self.send_wait.notify_all();
@@ -137,12 +144,12 @@ impl<T> State<T> {
         self.queue.len() + self.room_kept < self.capacity
     }
 
-    /// Queues `item` (the caller checked there is room for it) and keeps it
-    /// for the longest-waiting receiver, if one waits.
+    /// Queues `item` (the caller checked there is room for it) and owes a
+    /// turn to the longest-waiting receiver, if one waits.
     fn push(&mut self, item: T) {
         self.queue.push_back(item);
         if self.recv_wait.notify_one() {
-            self.items_kept += 1;
+            self.items_owed += 1;
         }
     }
 
@@ -157,11 +164,17 @@ impl<T> State<T> {
         }
     }
 
-    /// Takes the first item no woken receiver is owed, if any.
-    fn take_free_item(&mut self) -> Option<T> {
-        let item = self.queue.remove(self.items_kept)?;
-        self.made_room(1);
-        Some(item)
+    /// Items a receiver that is owed no turn may take now.
+    fn free_items(&self) -> usize {
+        self.queue.len() - self.items_owed
+    }
+
+    /// Takes the oldest `n` items (the caller checked they are there and
+    /// may be taken), keeping the room they free for waiting senders.
+    fn take(&mut self, n: usize) -> VecDeque<T> {
+        let taken: VecDeque<T> = self.queue.drain(..n).collect();
+        self.made_room(n);
+        taken
     }
 }
 
@@ -295,8 +308,8 @@ impl<T> Receiver<T> {
     }
 
     /// Waits for at least one item, then takes every queued item
-    /// (libdex's `dex_channel_receive_all`), except those kept for other
-    /// receives that waited and were woken for them.
+    /// (libdex's `dex_channel_receive_all`), oldest first, except as many
+    /// as are owed to other receives that waited and were woken for them.
     pub fn recv_all(&self) -> RecvAllFuture<'_, T> {
         RecvAllFuture(RecvFuture {
             shared: &self.shared,
@@ -305,10 +318,15 @@ impl<T> Receiver<T> {
         })
     }
 
-    /// An item if one is queued now and not kept for a receive that waited
-    /// and was woken for it (see [`channel`]: waiters keep their turn).
+    /// The oldest item if one is queued now beyond those owed to receives
+    /// that waited and were woken for one (see [`channel`]: waiters keep
+    /// their turn).
     pub fn try_recv(&self) -> Option<T> {
-        self.shared.lock().take_free_item()
+        let mut state = self.shared.lock();
+        if state.free_items() == 0 {
+            return None;
+        }
+        state.take(1).pop_front()
     }
 
     /// Closes the receiving side for every receiver: sends fail and give
@@ -421,27 +439,19 @@ pub struct RecvFuture<'a, T> {
 impl<T> RecvFuture<'_, T> {
     fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<VecDeque<T>, Error>> {
         let mut state = self.shared.lock();
-        // Woken for an item while open: the front item is kept for this
-        // receive (the kept items are the queue's first `items_kept`).
-        let kept = state.is_open() && state.recv_wait.is_notified(self.key);
-        if kept || state.queue.len() > state.items_kept {
+        // Woken for an item while open: a turn is owed to this receive.
+        let owed = state.is_open() && state.recv_wait.is_notified(self.key);
+        if owed || state.free_items() > 0 {
             state.recv_wait.remove(&mut self.key);
-            let mut taken = VecDeque::new();
-            if kept {
-                debug_assert!(state.items_kept > 0 && !state.queue.is_empty());
-                state.items_kept -= 1;
-                taken.extend(state.queue.pop_front());
+            if owed {
+                debug_assert!(state.items_owed > 0 && !state.queue.is_empty());
+                state.items_owed -= 1;
             }
-            if self.all {
-                // Every item no other woken receiver is owed.
-                let from = state.items_kept;
-                taken.extend(state.queue.drain(from..));
-            } else if taken.is_empty() {
-                let from = state.items_kept;
-                taken.extend(state.queue.remove(from));
-            }
-            state.made_room(taken.len());
-            return Poll::Ready(Ok(taken));
+            // From the front, whether this receive's turn was owed or not:
+            // the items left behind (as many as are still owed to others)
+            // are the newer ones, so items leave in the order they came.
+            let n = if self.all { state.free_items() } else { 1 };
+            return Poll::Ready(Ok(state.take(n)));
         }
         if !state.is_open() {
             state.recv_wait.remove(&mut self.key);
@@ -467,10 +477,10 @@ impl<T> Drop for RecvFuture<'_, T> {
         if self.key.is_some() {
             let mut state = self.shared.lock();
             if state.recv_wait.remove(&mut self.key) && state.is_open() {
-                // Woken for an item it will never take: the item goes to
-                // the next receiver in line, or is free if none waits.
+                // Woken for an item it will never take: its turn goes to
+                // the next receiver in line, or is freed if none waits.
                 if !state.recv_wait.notify_one() {
-                    state.items_kept -= 1;
+                    state.items_owed -= 1;
                 }
             }
         }

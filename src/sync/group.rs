@@ -21,7 +21,8 @@
 //! - `Done`: the member finished while its spawner still held `Reserved`;
 //!   the spawner frees the slot;
 //! - `Refused`: the scheduler dropped the member unpolled while its spawner
-//!   still held `Reserved` (a closed pool): the spawner undoes the spawn.
+//!   still held `Reserved` (a shut-down pool): the spawner undoes the
+//!   spawn, and fails with the error the refused task resolved to.
 
 use std::any::TypeId;
 use std::cell::Cell;
@@ -528,8 +529,19 @@ where
         Slot::Refused => {
             drop(state);
             undo(shared);
+            // The spawn fails with the scheduler's reason, which its task
+            // holds ([`Error::ShutDown`] for a shut-down pool), as a plain
+            // spawn there would give.
+            let mut task = task;
+            let mut why = Error::Closed;
+            if task.is_finished() {
+                let noop = &mut Context::from_waker(Waker::noop());
+                if let Poll::Ready(Err(error)) = Pin::new(&mut task).poll(noop) {
+                    why = error;
+                }
+            }
             drop(task);
-            return Err(Error::Closed);
+            return Err(why);
         }
         Slot::Filled(_) | Slot::Taken => unreachable!("only the spawner fills a reserved slot"),
     }
@@ -712,9 +724,10 @@ impl<T: GroupOutput> TaskGroup<T> {
         }
     }
 
-    /// Spawns a member. Fails with [`Error::Closed`] (and drops `future`
-    /// unrun) once the group is closed or cancelled, or if its scheduler
-    /// refuses the task (a closed pool).
+    /// Spawns a member. Fails (and drops `future` unrun) with
+    /// [`Error::Closed`] once the group is closed or cancelled, and with
+    /// the scheduler's reason if its scheduler refuses the task:
+    /// [`Error::ShutDown`] for a pool that has shut down.
     #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Result<(), Error>
     where
@@ -968,7 +981,8 @@ impl<T: GroupOutput> TaskGroupRef<T> {
     /// Spawns a member into the group, as [`TaskGroup::spawn`] does; also
     /// after the group was closed, as long as a member still runs. Fails
     /// with [`Error::Closed`] once the group is cancelled or gone, or closed
-    /// with every member finished.
+    /// with every member finished; with [`Error::ShutDown`] if its pool
+    /// has shut down.
     #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Result<(), Error>
     where
