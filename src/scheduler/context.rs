@@ -345,7 +345,11 @@ impl ContextShared {
             }
             crate::pool::WorkerContext::Exited => FINISHED,
         };
-        shared.stage.store(stage, Ordering::Relaxed);
+        // `fetch_max`, not a store: the worker may have exited since
+        // `at_worker_exit` registered us, and retired us (RETIRED, then
+        // FINISHED); a store of ON_WORKER would undo that, leaving our
+        // pushes for a loop that never runs again. The stage only grows.
+        shared.stage.fetch_max(stage, Ordering::Relaxed);
         shared
     }
 
