@@ -27,9 +27,11 @@ pub(crate) enum Role {
     /// The waker of the gdex task whose future is being polled
     /// (`std::task::Waker`, owned by `task`).
     Polling,
-    /// The book of tasks that went idle on this pool worker (S9,
-    /// `task::registry::Registry`, owned by `task::registry`; entered by the
-    /// worker for its whole life).
+    /// The book of idle tasks (S9) of the pool whose tasks this thread is
+    /// running (`task::registry::Registry`, owned by `task::registry`;
+    /// entered by a pool worker for its whole life and for each of its
+    /// dispatches, and by each context scheduler's dispatch: its worker's
+    /// or none).
     Registry,
     /// The fiber running on this thread (`fiber::FiberCtx`, owned by
     /// `fiber`).

@@ -309,3 +309,68 @@ fn a_dropped_fiber_cancels_its_cancellable() {
         assert!(rx.recv().is_err(), "the fiber returned");
     });
 }
+
+/// Cancels its cancellable when dropped.
+struct CancelOnDrop(gdex::Cancellable);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// X1: a [`gdex::CancelledFuture`] dropped inside its own cancellable's
+/// `cancelled` emission, on the emitting thread, lets its handler go
+/// without waiting for that emission to end (GLib's
+/// `g_cancellable_disconnect` waits for it, up to 2.74 at least: called
+/// from inside the emission on the same thread, it waits for itself). The
+/// drop happens so when a thread that owns a context exits: its queued
+/// `!Send` work is dropped there, one destructor cancels the cancellable,
+/// and a `!Send` task of that thread idle on the cancellable's future is
+/// woken and, its thread being gone, dropped at once, on its own thread,
+/// inside the emission.
+#[test]
+fn a_cancelled_future_dropped_inside_its_cancellation_does_not_wait_for_itself() {
+    watchdog(
+        "a_cancelled_future_dropped_inside_its_cancellation",
+        30,
+        || {
+            let cancellable = gdex::Cancellable::new();
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (c, d) = (cancellable.clone(), dropped.clone());
+            std::thread::Builder::new()
+                .name("exiting-owner".into())
+                .spawn(move || {
+                    let context = glib::MainContext::new();
+                    let scheduler = gdex::Scheduler::for_context(&context);
+                    context
+                        .with_thread_default(|| {
+                            let polled = Arc::new(AtomicUsize::new(0));
+                            let (guard, cancelled) = (Counted(d), c.future::<()>());
+                            let not_send = std::rc::Rc::new(());
+                            scheduler
+                                .spawn_local(common::after_first_poll(&polled, async move {
+                                    let _guard = guard;
+                                    let _ = cancelled.await;
+                                    drop(not_send);
+                                }))
+                                .detach();
+                            common::pump_until(&context, || polled.load(Ordering::SeqCst) == 1);
+                            // Queued, never run: dropped when this thread exits.
+                            let cancel_on_drop = CancelOnDrop(c);
+                            scheduler
+                                .spawn_local(async move {
+                                    let _cancel_on_drop = cancel_on_drop;
+                                })
+                                .detach();
+                        })
+                        .expect("a fresh context is free");
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            assert!(cancellable.is_cancelled());
+            assert_eq!(dropped.load(Ordering::SeqCst), 1, "the waiter was dropped");
+        },
+    );
+}

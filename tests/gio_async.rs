@@ -657,3 +657,68 @@ fn an_unspawned_result_finishes_with_the_dropped_error() {
             .unwrap();
     });
 }
+
+/// Cancels its cancellable when dropped.
+struct CancelOnDrop(gio::Cancellable);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// G1: the caller's cancellable, cancelled on the thread whose `!Send`
+/// operation it cancels while that thread exits, ends the operation
+/// without waiting for itself. The cancellation drops the operation's task
+/// handle; the task is idle and its thread gone, so its future is dropped
+/// at once, inside the cancellable's `cancelled` emission, and lets go of
+/// its handler there (`g_cancellable_disconnect` would wait for the
+/// emission to end, on GLib 2.74 for ever).
+#[test]
+fn an_operation_dropped_inside_its_callers_cancellation_does_not_wait_for_itself() {
+    watchdog(
+        "an_operation_dropped_inside_its_callers_cancellation",
+        30,
+        || {
+            let cancellable = gio::Cancellable::new();
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (c, d) = (cancellable.clone(), dropped.clone());
+            std::thread::Builder::new()
+                .name("exiting-caller".into())
+                .spawn(move || {
+                    let context = glib::MainContext::new();
+                    let scheduler = gdex::Scheduler::for_context(&context);
+                    context
+                        .with_thread_default(|| {
+                            let polled = Arc::new(AtomicUsize::new(0));
+                            let (guard, not_send) = (Counted(d), std::rc::Rc::new(()));
+                            let result =
+                                AsyncResult::new(None::<&glib::Object>, Some(&c), |_, _| {});
+                            result.spawn_local(
+                                &scheduler,
+                                common::after_first_poll(&polled, async move {
+                                    let _guard = guard;
+                                    std::future::pending::<()>().await;
+                                    drop(not_send);
+                                    Ok::<(), glib::Error>(())
+                                }),
+                            );
+                            pump_until(&context, || polled.load(Ordering::SeqCst) == 1);
+                            // Queued, never run: dropped when this thread exits.
+                            let cancel_on_drop = CancelOnDrop(c);
+                            scheduler
+                                .spawn_local(async move {
+                                    let _cancel_on_drop = cancel_on_drop;
+                                })
+                                .detach();
+                        })
+                        .expect("a fresh context is free");
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            assert!(cancellable.is_cancelled());
+            assert_eq!(dropped.load(Ordering::SeqCst), 1, "the work was dropped");
+        },
+    );
+}

@@ -813,3 +813,118 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
         }
     });
 }
+
+/// S9 ends the pool's own tasks (and those of its workers' own contexts),
+/// no others: a task of a scheduler of another context, polled on a worker
+/// because a pool task iterates that context in a nested loop, is not the
+/// pool's. The pool's shutdown neither wakes nor cancels it, nor waits for
+/// it; the task waits on, runs when its context is iterated later, and
+/// resolves normally. (It used to be recorded in the worker's book of idle
+/// tasks: the shutdown woke it into its context's queue, which nobody
+/// iterated, and the worker sat out its 2 s wait for late wake-ups for it.)
+#[test]
+fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
+    use std::future::Future;
+    use std::time::{Duration, Instant};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("a_task_of_another_context_polled_on_a_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let context = glib::MainContext::new();
+        let foreign_scheduler = gdex::Scheduler::for_context(&context);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let (tx, mut rx) = futures::channel::oneshot::channel::<u32>();
+        let p = polls.clone();
+        let foreign = foreign_scheduler.spawn(std::future::poll_fn(move |cx| {
+            p.fetch_add(1, Ordering::SeqCst);
+            std::pin::Pin::new(&mut rx)
+                .poll(cx)
+                .map(|sent| sent.expect("the sender is kept") + 1)
+        }));
+        // A pool task runs the context in a nested loop until the foreign
+        // task has been polled there once and gone idle.
+        let (c, p) = (context.clone(), polls.clone());
+        let nested = pool.scheduler().spawn(async move {
+            c.with_thread_default(|| common::pump_until(&c, || p.load(Ordering::SeqCst) > 0))
+                .expect("the context is free");
+            std::thread::current().name().map(str::to_owned)
+        });
+        let ran_on = gdex::wait_for(nested).unwrap();
+        assert_eq!(ran_on.as_deref(), Some("gdex-worker-0"));
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+
+        let began = Instant::now();
+        pool.shutdown();
+        let took = began.elapsed();
+        // Nothing woke it: its context's queue is empty.
+        common::pump(&context);
+        assert_eq!(
+            polls.load(Ordering::SeqCst),
+            1,
+            "the pool's shutdown woke a task that is not the pool's"
+        );
+        assert!(!foreign.is_finished(), "the pool's shutdown ended it");
+        // The worker did not wait for it: well under the 2 s it waits for
+        // late wake-ups of its own tasks.
+        assert!(took < Duration::from_secs(1), "shutdown() took {took:?}");
+        // It runs on when its context is iterated, and resolves normally.
+        tx.send(41).unwrap();
+        common::pump_until(&context, || foreign.is_finished());
+        assert_eq!(gdex::wait_for(foreign).unwrap(), 42);
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        drop(pool);
+    });
+}
+
+/// S9, the other way round: a pool task polled inside another scheduler's
+/// dispatch on a worker (a task of a scheduler of the worker's own context
+/// runs a nested loop of another context, whose task runs the worker's
+/// context in turn) is still the pool's, and ends with it. Each run loop
+/// says where the tasks it polls record themselves, the worker's as well
+/// as a context scheduler's: the inner one wins.
+#[test]
+fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
+    use std::future::pending;
+    use std::time::Duration;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let other_context = glib::MainContext::new();
+        let other = gdex::Scheduler::for_context(&other_context);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (pool_scheduler, p) = (pool.scheduler(), polled.clone());
+        let setup = pool.scheduler().spawn(async move {
+            let worker_context = glib::MainContext::thread_default().expect("a worker's context");
+            let on_worker = gdex::Scheduler::for_context(&worker_context);
+            on_worker
+                .spawn(async move {
+                    let c = other_context.clone();
+                    other_context
+                        .with_thread_default(move || {
+                            let inner = other.spawn(async move {
+                                let task = pool_scheduler
+                                    .spawn(common::after_first_poll(&p, pending::<()>()));
+                                common::pump_until(&worker_context, || {
+                                    p.load(Ordering::SeqCst) > 0
+                                });
+                                tx.send(task).unwrap();
+                            });
+                            common::pump_until(&c, || inner.is_finished());
+                        })
+                        .expect("the other context is free");
+                })
+                .detach();
+        });
+        gdex::wait_for(setup).unwrap();
+        let task = rx.recv().unwrap();
+        assert_eq!(polled.load(Ordering::SeqCst), 1);
+        pool.shutdown();
+        assert!(task.is_finished(), "not resolved by shutdown()");
+        assert!(matches!(gdex::wait_for(task), Err(gdex::Error::Cancelled)));
+        drop(pool);
+    });
+}

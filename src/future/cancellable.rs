@@ -145,8 +145,37 @@ impl<T> Future for CancelledFuture<T> {
 impl<T> Drop for CancelledFuture<T> {
     fn drop(&mut self) {
         if let Some(id) = self.handler.take() {
-            self.gio.disconnect_cancelled(id);
+            disconnect(&self.gio, id);
         }
+    }
+}
+
+/// Lets go of a `cancelled` handler of gdex's (one whose closure owns all it
+/// uses) without waiting for an emission of the signal that is under way.
+///
+/// Not `g_cancellable_disconnect` (`disconnect_cancelled`): it waits for a
+/// running emission to end, and GLib (2.74 at least) says that called from
+/// a `cancelled` handler it therefore deadlocks, waiting for itself. gdex
+/// can get there without calling it from a handler: a handler wakes a task,
+/// and a wake-up may drop the task's future on the spot (a `!Send` task of
+/// a thread that has exited, on that thread during its exit), and with it
+/// the future that holds the handler. Its wait only protects a C caller
+/// that frees the handler's data once the call returns. Ours is owned by
+/// the handler's closure, which GObject keeps alive while the handler runs
+/// and frees after it: the handler may still run once on another thread
+/// after this returns, raising a flag nobody waits for any more.
+pub(crate) fn disconnect(cancellable: &gio::Cancellable, id: gio::CancelledHandlerId) {
+    use glib::translate::ToGlibPtr;
+    let instance: *mut gio::ffi::GCancellable = cancellable.to_glib_none().0;
+    // SAFETY: `cancellable` is alive (borrowed), and `id` is a handler
+    // connected to it (`connect_cancelled`, i.e. `g_cancellable_connect`,
+    // which connects with `g_signal_connect_data`) and not disconnected yet:
+    // its holder gives it up here, once. The handler's closure owns its
+    // data (the trampoline's box, freed by its destroy notify once GObject
+    // drops its last reference to the closure, after any emission that is
+    // running it), so nothing it uses goes away under it.
+    unsafe {
+        glib::gobject_ffi::g_signal_handler_disconnect(instance.cast(), id.as_raw());
     }
 }
 

@@ -730,10 +730,11 @@ fn complete<T: Send + 'static>(
 ) {
     let Some(task) = task.take() else { return };
     if let Some((cancellable, Some(id))) = hook.take() {
-        // Never called from inside the handler (which only drops a handle,
-        // and a handle's drop never drops the future in place), so this
-        // does not wait on itself.
-        cancellable.disconnect_cancelled(id);
+        // Without waiting for an emission under way: this may run inside
+        // the handler, whose dropped handle can drop our future on the spot
+        // (a `!Send` operation of a thread that has exited, on that thread
+        // during its exit). See `disconnect`.
+        crate::future::cancellable::disconnect(&cancellable, id);
     }
     // SAFETY: our live task; the context is borrowed from it.
     let context = unsafe { gio::ffi::g_task_get_context(task.as_ptr()) };

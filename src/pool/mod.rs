@@ -25,14 +25,17 @@
 //!    finish on their own.
 //! 3. Each worker cancels its fibers that are still alive (F4: their waits
 //!    return `Cancelled`) and runs them until they have returned, for up to
-//!    500 ms. Then it wakes every task that went idle on it (S9: the tasks
-//!    waiting on a GLib source, a channel, anything; see [`registry`](crate::task::registry)), which
-//!    queues them on this worker (or on the scheduler of this worker's own
-//!    context that they belong to, which it then retires: see [`Retire`]),
-//!    and drops every job in its deque and queues, on its own thread (a
-//!    fiber that did not return unwinds there; a `!Send` future is dropped
-//!    on the thread it ran on). Their tasks
-//!    resolve to [`Error::Cancelled`](crate::Error::Cancelled), and every
+//!    500 ms. Then it wakes every task of the pool that went idle on it
+//!    (S9: the tasks waiting on a GLib source, a channel, anything; not a
+//!    task of another scheduler that a pool task polled in a nested loop of
+//!    its context, which is not the pool's to end; see
+//!    [`registry`](crate::task::registry)), which queues them on this
+//!    worker (or on the scheduler of this worker's own context that they
+//!    belong to, which it then retires: see [`Retire`]), and drops every job
+//!    in its deque and queues, on its own thread (a fiber that did not
+//!    return unwinds there; a `!Send` future is dropped on the thread it ran
+//!    on). Their tasks resolve to
+//!    [`Error::Cancelled`](crate::Error::Cancelled), and every
 //!    future is dropped exactly once. A wake-up from another thread that
 //!    straddled that step (the task marked scheduled, its job not queued
 //!    yet) is waited for, for up to 2 s, so that its job too is dropped here.
@@ -118,21 +121,30 @@ pub(crate) trait Retire: Send + Sync {
 }
 
 /// What [`at_worker_exit`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WorkerContext {
     /// Not the context of a worker of a live pool.
     No,
-    /// A worker's: it will retire what was given when it exits.
-    Retires,
+    /// A worker's: it will retire what was given when it exits. Until then
+    /// the tasks the retiring scheduler runs record themselves in this, the
+    /// worker's registry of idle tasks, as the pool's own do (S9: see
+    /// [`registry`](crate::task::registry)).
+    Retires(Arc<crate::task::registry::Registry>),
     /// A worker's that has exited already.
     Exited,
+}
+
+/// One worker of a live pool, as [`at_worker_exit`] finds it by its context.
+#[derive(Clone)]
+struct WorkerEnd {
+    retiring: Arc<Retiring>,
+    registry: Arc<crate::task::registry::Registry>,
 }
 
 /// What ends with the worker of each context of a live pool, by the
 /// context's address (a pool holds its workers' contexts, so an address
 /// cannot be reused while its entry is here; the pool's drop removes them).
-fn worker_contexts() -> &'static Mutex<HashMap<usize, Arc<Retiring>>> {
-    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Retiring>>>> = OnceLock::new();
+fn worker_contexts() -> &'static Mutex<HashMap<usize, WorkerEnd>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, WorkerEnd>>> = OnceLock::new();
     CONTEXTS.get_or_init(Default::default)
 }
 
@@ -143,7 +155,8 @@ fn context_key(context: &glib::MainContext) -> usize {
 /// If `context` is a pool worker's own context, has `retire` retired on
 /// that worker's thread when it exits (unless it has exited already: then
 /// says so, and the caller retires it now). A scheduler made for a worker's
-/// context registers here, so that its tasks end with the pool's (S9).
+/// context registers here, so that its tasks end with the pool's (S9), and
+/// gets the worker's registry of idle tasks, for its dispatches to enter.
 /// Takes two locks and no count on the pool.
 pub(crate) fn at_worker_exit(
     context: &glib::MainContext,
@@ -154,7 +167,7 @@ pub(crate) fn at_worker_exit(
         .unpoisoned()
         .get(&context_key(context))
         .cloned();
-    let Some(retiring) = found else {
+    let Some(WorkerEnd { retiring, registry }) = found else {
         return WorkerContext::No;
     };
     let mut retiring = retiring.lock().unpoisoned();
@@ -162,7 +175,7 @@ pub(crate) fn at_worker_exit(
         Some(list) => {
             list.retain(|r| r.strong_count() > 0);
             list.push(retire);
-            WorkerContext::Retires
+            WorkerContext::Retires(registry)
         }
         None => WorkerContext::Exited,
     }
@@ -627,7 +640,7 @@ impl Drop for PoolShared {
                 let key = context_key(&remote.context);
                 if contexts
                     .get(&key)
-                    .is_some_and(|retiring| Arc::ptr_eq(retiring, &remote.retiring))
+                    .is_some_and(|end| Arc::ptr_eq(&end.retiring, &remote.retiring))
                 {
                     contexts.remove(&key);
                 }
@@ -954,7 +967,11 @@ impl ThreadPoolBuilder {
             // context from then on finds it (`at_worker_exit`).
             let mut contexts = worker_contexts().lock().unpoisoned();
             for remote in shared.remotes.iter() {
-                contexts.insert(context_key(&remote.context), remote.retiring.clone());
+                let end = WorkerEnd {
+                    retiring: remote.retiring.clone(),
+                    registry: remote.registry.clone(),
+                };
+                contexts.insert(context_key(&remote.context), end);
             }
         }
         let pool = ThreadPool {

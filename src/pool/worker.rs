@@ -311,7 +311,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         };
         // Left (in reverse order) before `core` drops, also on unwind.
         let _worker = CURRENT.enter(&core);
-        let _registry = crate::task::registry::enter(&shared.remotes[index].registry);
+        let _registry = crate::task::registry::enter(Some(&shared.remotes[index].registry));
         let hooks: &dyn crate::current::WorkerHooks = &core;
         let _hooks = crate::current::enter_worker_hooks(&hooks);
         let _runner = crate::diagnostics::stall::enter(&core.runner);
@@ -409,6 +409,10 @@ impl Hooks for WorkerHooks {
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        // Our tasks record themselves in our registry (S9), also when this
+        // dispatch runs inside another scheduler's, which entered its own.
+        let _registry =
+            crate::task::registry::enter(Some(&self.shared.remotes[self.index].registry));
         with_current(|core| {
             if let Some(core) = core {
                 core.run_slice();

@@ -141,6 +141,13 @@ pub(crate) struct ContextShared {
     /// How far the scheduler is in ending with the worker whose context
     /// it runs on ([`ORDINARY`] on any other context): only grows.
     stage: AtomicU8,
+    /// The registry of idle tasks (S9) of the worker whose context this is,
+    /// for our dispatches to enter: our tasks end with that worker, as the
+    /// pool's own do. Unset on any other context: our dispatch then enters
+    /// none, so that a task of ours polled on a worker (in a nested loop
+    /// of our context) is not the pool's to wake and wait for at its
+    /// shutdown. Set before the scheduler is published.
+    registry: OnceLock<Arc<crate::task::registry::Registry>>,
 }
 
 /// A scheduler of a context that is no pool worker's.
@@ -322,6 +329,7 @@ impl ContextShared {
                 watch: OnceLock::new(),
                 watch_sleeping: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
+                registry: OnceLock::new(),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -331,10 +339,17 @@ impl ContextShared {
         let retire: Weak<dyn crate::pool::Retire> = Arc::downgrade(&shared) as _;
         let stage = match crate::pool::at_worker_exit(context, retire) {
             crate::pool::WorkerContext::No => ORDINARY,
-            crate::pool::WorkerContext::Retires => ON_WORKER,
+            crate::pool::WorkerContext::Retires(registry) => {
+                let _ = shared.registry.set(registry);
+                ON_WORKER
+            }
             crate::pool::WorkerContext::Exited => FINISHED,
         };
-        shared.stage.store(stage, Ordering::Relaxed);
+        // `fetch_max`, not a store: the worker may have exited since
+        // `at_worker_exit` registered us, and retired us (RETIRED, then
+        // FINISHED); a store of ON_WORKER would undo that, leaving our
+        // pushes for a loop that never runs again. The stage only grows.
+        shared.stage.fetch_max(stage, Ordering::Relaxed);
         shared
     }
 
@@ -571,6 +586,9 @@ impl ContextShared {
             return;
         }
         let _current = super::enter_context(self);
+        // Our tasks record themselves where they end (S9): in our worker's
+        // registry, or nowhere, whatever thread runs this dispatch.
+        let _registry = crate::task::registry::enter(self.registry.get());
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();

@@ -787,8 +787,10 @@ pub(crate) type Outcome<T> = Result<Output<T>, Failure>;
 /// takes a worker down. A destructor's panic goes to the panic handler.
 ///
 /// It also keeps the task's entry in the registry of idle tasks of the pool
-/// worker that polls it (S9, `pool::registry`): made at the first `Pending`
-/// on a worker, removed when the future finishes or is dropped.
+/// worker that polls it (S9, `task::registry`): made at the first `Pending`
+/// in a pool's run loop (a worker's dispatch, or that of a scheduler of a
+/// worker's own context; a task of any other scheduler records nowhere,
+/// wherever it is polled), removed when the future finishes or is dropped.
 pub(crate) struct CatchUnwind<F> {
     future: std::mem::ManuallyDrop<F>,
     idle: Idle,

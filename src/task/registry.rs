@@ -25,6 +25,19 @@
 //! in that worker's registry, which has not closed yet (a worker closes its
 //! registry only once it runs no more tasks).
 //!
+//! Only the tasks that end with the pool are recorded: the pool's own, and
+//! those of a scheduler of a worker's own context (which ends with its
+//! worker: `pool::Retire`). A task of any other scheduler can be polled on
+//! a worker too, when a pool task runs a nested loop of the task's context;
+//! it is not the pool's to end, and recorded here it would be woken at the
+//! shutdown into a queue that nobody runs, and its worker would wait
+//! [`LATE_WAKE`] for it. So a task records itself in the registry of the
+//! scheduler that runs it, not in the registry of whatever worker thread it
+//! runs on: each run loop enters its scheduler's ([`enter`]), a worker's
+//! dispatch the worker's own, a context scheduler's dispatch its worker's
+//! for a scheduler of a worker's context and none for any other, which
+//! marks the task as recorded nowhere for good.
+//!
 //! A wake-up from another thread can straddle that close: async-task marks
 //! the task scheduled, and only then calls the schedule function that
 //! pushes it to the worker's inbox. If the worker closes its registry in
@@ -56,26 +69,34 @@ use std::time::Duration;
 use crate::current::{Entered, Role, Slot};
 use crate::util::Unpoisoned;
 
-/// The registry of the pool worker running on this thread, if any.
+/// The registry of the scheduler whose tasks this thread is running, if it
+/// is a pool's (see [`enter`]).
 // SAFETY: `task::registry` owns `Role::Registry`; this is its one slot.
 const CURRENT: Slot<Registry> = unsafe { Slot::new(Role::Registry) };
 
-/// Makes `registry` this thread's (a pool worker's, for its whole life):
-/// where a task polled here records itself when it goes idle.
-pub(crate) fn enter(registry: &Arc<Registry>) -> Entered {
-    CURRENT.enter(Arc::as_ptr(registry))
+/// Makes `registry` (a pool worker's, or none) where a task polled on this
+/// thread records itself when it goes idle, until the guard drops. Whoever
+/// runs tasks enters the registry of the scheduler they belong to (see the
+/// module docs): a worker its own, for its whole life and again for each of
+/// its dispatches; a context scheduler's dispatch its worker's if it is a
+/// scheduler of a worker's own context, none otherwise. The caller keeps
+/// `registry` alive until the guard drops.
+pub(crate) fn enter(registry: Option<&Arc<Registry>>) -> Entered {
+    CURRENT.enter(registry.map_or(ptr::null(), Arc::as_ptr))
 }
 
-/// The registry of idle tasks (S9) of the worker running on this thread, if
-/// any.
+/// The registry of idle tasks (S9) of the scheduler whose tasks this thread
+/// is running, if it is a pool's.
 pub(crate) fn current() -> Option<Arc<Registry>> {
     let ptr = CURRENT.get();
     if ptr.is_null() {
         return None;
     }
     // SAFETY: a non-null pointer was entered by `enter` from an `Arc` that
-    // the worker keeps (through its pool) until it leaves the role; a new
-    // strong count makes the returned `Arc` its own.
+    // its caller (a worker, through its pool; a context scheduler's
+    // dispatch, through the scheduler) keeps until the guard drops, which
+    // puts the previous value back; a new strong count makes the returned
+    // `Arc` its own.
     unsafe {
         Arc::increment_strong_count(ptr);
         Some(Arc::from_raw(ptr))
@@ -263,8 +284,9 @@ impl Drop for Registry {
 /// The most registries alive at once (ids 1 to this; the two values above
 /// are [`Record`]'s marks).
 const MAX_ID: u32 = u32::MAX - 2;
-/// A [`Record`]'s id for a task that went idle on a thread that is no pool
-/// worker (a main-scheduler task): no registry will ever hold it.
+/// A [`Record`]'s id for a task that went idle outside a pool's run loop
+/// (a main-scheduler task, one of any context scheduler that is no
+/// worker's, wherever it is polled): no registry will ever hold it.
 const OFF_WORKER: u32 = u32::MAX;
 /// A [`Record`]'s id for a tracked task (X8): its key is the task's entry
 /// in the task dump, which keeps the task's real record.
@@ -554,7 +576,7 @@ mod tests {
         assert_ne!(first.id, second.id);
         let mut record = Record::new();
         {
-            let _entered = enter(&first);
+            let _entered = enter(Some(&first));
             record.pending(noop);
             assert_eq!((record.id, first.len()), (first.id, 1));
             assert_eq!(Arc::strong_count(&first), 2);
@@ -563,7 +585,7 @@ mod tests {
             assert_eq!(first.close().len(), 1);
         }
         {
-            let _entered = enter(&second);
+            let _entered = enter(Some(&second));
             record.pending(noop);
             assert_eq!((record.id, second.len()), (second.id, 1));
             assert_eq!(first.outstanding(), 0, "the move counts it done");
@@ -597,7 +619,7 @@ mod tests {
         let gone = Arc::downgrade(&registry);
         let mut record = Record::new();
         {
-            let _entered = enter(&registry);
+            let _entered = enter(Some(&registry));
             record.pending(noop);
         }
         assert_eq!((record.id, registry.len()), (registry.id, 1));
