@@ -847,10 +847,13 @@ mod tests {
         parked(2);
         let (started_tx, started) = std::sync::mpsc::channel::<()>();
         let (ran_tx, ran) = std::sync::mpsc::channel::<()>();
-        let stuck = pool.spawn_pinned(move || async move {
+        let (outcome_tx, outcome) = std::sync::mpsc::channel::<bool>();
+        pool.spawn_pinned(move || async move {
             started_tx.send(()).unwrap();
-            ran.recv_timeout(Duration::from_secs(5)).is_ok()
-        });
+            let ran_beside = ran.recv_timeout(Duration::from_secs(5)).is_ok();
+            outcome_tx.send(ran_beside).unwrap();
+        })
+        .detach();
         started.recv_timeout(Duration::from_secs(5)).unwrap();
         parked(1);
         // Straight onto the injector, with no request for help.
@@ -859,7 +862,7 @@ mod tests {
             let _ = ran_tx.send(());
         }));
         assert!(
-            crate::wait_for(stuck).unwrap(),
+            outcome.recv_timeout(Duration::from_secs(10)).unwrap(),
             "the injector's job waited for the stuck worker while its peer slept: {:?}",
             pool.metrics()
         );
