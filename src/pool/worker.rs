@@ -675,10 +675,8 @@ impl Core {
         if woken.is_some() {
             return woken;
         }
-        if self.searching.replace(false) {
-            // Asked to help (P10): what the request was for comes before a
-            // pinned job that may poll for long.
-            if let Some(job) = self.find_queued(slice_start).or_else(|| self.steal()) {
+        if self.searching.get() {
+            if let Some(job) = self.search_shared(slice_start) {
                 return Some(job);
             }
         }
@@ -690,6 +688,16 @@ impl Core {
             self.find_queued(slice_start).or_else(|| self.find_pinned())
         };
         job.or_else(|| self.steal())
+    }
+
+    /// Asked to help (P10): what the request was for comes before a pinned
+    /// job that may poll for long. Out of line: most searches are not the
+    /// first after a request, and `find_job` is on every job's path.
+    #[cold]
+    #[inline(never)]
+    fn search_shared(&self, slice_start: bool) -> Option<Job> {
+        self.searching.set(false);
+        self.find_queued(slice_start).or_else(|| self.steal())
     }
 
     fn find_pinned(&self) -> Option<Job> {
