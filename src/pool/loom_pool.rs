@@ -21,8 +21,9 @@
 //!
 //! # The models, their bound and their time
 //!
-//! Every model runs with a preemption bound of 4 (`GDEX_LOOM_BOUND`
-//! overrides it). Times are one run of each model alone, `--release`, on
+//! Every model runs with a preemption bound of 4, the two P10 models with
+//! 3, which already shows what they check (`GDEX_LOOM_BOUND` overrides
+//! it). Times are one run of each model alone, `--release`, on
 //! the project's 2-core machine; `cargo test` runs them two at a time.
 //!
 //! | model | threads | bound | time |
@@ -33,7 +34,8 @@
 //! | [`loom_shutdown_racing_a_push`] | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 4 | 56 s |
 //! | [`loom_shutdown_racing_an_inject`] | as above, the pusher injects | 4 | 100 s |
 //! | [`loom_directed_notify_racing_a_park`] | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 4 | 3 s |
-//! | [`loom_directed_push_racing_an_inject`] | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 4 | ? |
+//! | [`loom_directed_push_racing_an_inject`] | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 3 | 4 s |
+//! | [`loom_directed_push_and_inject_run_side_by_side`] | as above, the two jobs must run at once | 3 | 9 s |
 //!
 //! Bound 3 is not enough to show the issue 12 defect in most of them: the
 //! requester's notify, the worker's un-park, the requester's failed CAS and
@@ -65,6 +67,14 @@
 //!    two sleep).
 //! 6. `notified-not-ready`: a notified parked worker's source is not
 //!    ready, so it stays in its poll. Fails all six.
+//! 7. `directed-is-a-request`: P10 reverted, a directed wake-up is
+//!    `PARKED|NOTIFIED` and raises `waking`, so a request right behind it
+//!    coalesces. Fails [`loom_directed_push_and_inject_run_side_by_side`].
+//!
+//! (The counts "five" and "all six" above were taken before the two P10
+//! models were added.) [`loom_directed_push_racing_an_inject`] checks the
+//! worker's side of P10 instead (`Core::searching`, mirrored in this
+//! file's `Core`): with it removed, the model deadlocks.
 //!
 //! One run of `.ci/loom-mutations` takes about 11 minutes on the project's
 //! machine.
@@ -738,7 +748,8 @@ fn loom_directed_notify_racing_a_park() {
 /// with `Core::searching` removed, as at 938d2d9.)
 #[test]
 fn loom_directed_push_racing_an_inject() {
-    model(4, || {
+    // Bound 3 (4 s) shows the defect; 4 takes 2 minutes and more.
+    model(3, || {
         let world = World::new(Setup {
             workers: 2,
             total: 2,
@@ -769,7 +780,8 @@ fn loom_directed_push_racing_an_inject() {
 /// 938d2d9: the request coalesced and the other worker slept on.)
 #[test]
 fn loom_directed_push_and_inject_run_side_by_side() {
-    model(4, || {
+    // Bound 3 (9 s) shows the defect; 4 takes 3 minutes and more.
+    model(3, || {
         let world = World::new(Setup {
             workers: 2,
             total: 2,
