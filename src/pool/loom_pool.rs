@@ -737,6 +737,31 @@ fn loom_directed_notify_racing_a_park() {
     });
 }
 
+/// Two parked workers; one thread pushes pinned item 0 to worker 0 while
+/// another injects item 1, its request scanning from worker `start`. Every
+/// item must run (`blocker` and `meet` say how the two items wait for each
+/// other).
+fn directed_push_and_inject(start: usize, blocker: Option<Item>, meet: Option<(Item, Item)>) {
+    let world = World::new(Setup {
+        workers: 2,
+        total: 2,
+        start: vec![Start::Parked, Start::Parked],
+        timers: vec![None, None],
+        watched: blocker.map(|_| 1),
+        blocker,
+        meet,
+    });
+    let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+    let w = world.clone();
+    let pusher = thread::spawn(move || w.push_inbox(0, 0));
+    world.inject(1, start);
+    pusher.join().unwrap();
+    for t in workers {
+        t.join().unwrap();
+    }
+    world.check_all_ran(2);
+}
+
 /// P10: pinned work is pushed to one of two parked workers, and an outside
 /// thread injects a job that the pinned job waits for (a long poll blocked
 /// on another task). Whatever the order, the injected job must reach a
@@ -749,26 +774,7 @@ fn loom_directed_notify_racing_a_park() {
 #[test]
 fn loom_directed_push_racing_an_inject() {
     // Bound 3 (4 s) shows the defect; 4 takes 2 minutes and more.
-    model(3, || {
-        let world = World::new(Setup {
-            workers: 2,
-            total: 2,
-            start: vec![Start::Parked, Start::Parked],
-            timers: vec![None, None],
-            watched: Some(1),
-            blocker: Some(0),
-            meet: None,
-        });
-        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
-        let w = world.clone();
-        let pusher = thread::spawn(move || w.push_inbox(0, 0));
-        world.inject(1, 0);
-        pusher.join().unwrap();
-        for t in workers {
-            t.join().unwrap();
-        }
-        world.check_all_ran(2);
-    });
+    model(3, || directed_push_and_inject(0, Some(0), None));
 }
 
 /// P10: as above, but the pinned job and the injected one must run at the
@@ -781,24 +787,5 @@ fn loom_directed_push_racing_an_inject() {
 #[test]
 fn loom_directed_push_and_inject_run_side_by_side() {
     // Bound 3 (9 s) shows the defect; 4 takes 3 minutes and more.
-    model(3, || {
-        let world = World::new(Setup {
-            workers: 2,
-            total: 2,
-            start: vec![Start::Parked, Start::Parked],
-            timers: vec![None, None],
-            watched: None,
-            blocker: None,
-            meet: Some((0, 1)),
-        });
-        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
-        let w = world.clone();
-        let pusher = thread::spawn(move || w.push_inbox(0, 0));
-        world.inject(1, 1);
-        pusher.join().unwrap();
-        for t in workers {
-            t.join().unwrap();
-        }
-        world.check_all_ran(2);
-    });
+    model(3, || directed_push_and_inject(1, None, Some((0, 1))));
 }
