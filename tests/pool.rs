@@ -608,36 +608,3 @@ fn a_local_burst_is_stolen_by_the_peers_of_a_three_worker_pool() {
         assert!(steals > 0, "nobody stole: {:?}", pool.metrics());
     });
 }
-
-/// P10: a pinned job pushed to a parked worker wakes that worker for its
-/// own inbox only. An outside spawn right behind it must still wake the
-/// other sleeper, not coalesce with the directed wake-up and then wait
-/// behind the pinned job's long poll. Here the pinned job blocks its worker
-/// until the outside task has started (up to 2 s): with the two wake-ups
-/// merged, the outside task sat in the injector while its only awake worker
-/// waited for it and the other slept on.
-#[test]
-fn a_directed_wake_up_does_not_absorb_an_outside_spawns() {
-    common::watchdog("a_directed_wake_up_does_not_absorb", 120, || {
-        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-        let s = pool.scheduler();
-        for trial in 0..common::stress(100) {
-            common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
-            let (started, seen) = std::sync::mpsc::channel::<()>();
-            let pinned = pool.spawn_pinned(move || async move {
-                seen.recv_timeout(std::time::Duration::from_secs(2)).is_ok()
-            });
-            let outside = s.spawn(async move {
-                let _ = started.send(());
-            });
-            let ran_beside = gdex::wait_for(pinned).unwrap();
-            gdex::wait_for(outside).unwrap();
-            assert!(
-                ran_beside,
-                "trial {trial}: the outside task waited behind the pinned job's poll while \
-                 the other worker slept: {:?}",
-                pool.metrics()
-            );
-        }
-    });
-}

@@ -442,3 +442,217 @@ fn a_yield_loop_under_block_on_lets_the_context_run() {
         },
     );
 }
+
+/// S12 at its edges: `block_on`'s iteration between two polls of a future
+/// that woke itself, nested in main tasks, GLib callbacks, destructors and
+/// fibers, and beside an always-ready source.
+mod yields_let_the_loop_run {
+    use super::common;
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// An idle source on `context` (not the global default context, where
+    /// glib-rs's `idle_add_local` goes).
+    fn idle_on(
+        context: &glib::MainContext,
+        f: impl FnMut() -> glib::ControlFlow + Send + 'static,
+    ) -> glib::Source {
+        let source = glib::idle_source_new(None, glib::Priority::DEFAULT_IDLE, f);
+        source.attach(Some(context));
+        source
+    }
+
+    /// S12: a future that wakes itself on every poll, for ever, while the
+    /// context has an always-ready idle source: both make progress (the idle
+    /// runs between polls; the polls go on between idles).
+    #[test]
+    fn a_self_waking_future_and_an_always_ready_source_share_the_loop() {
+        common::watchdog("self_waking_and_idle", 60, || {
+            common::on_own_context(|context| {
+                let idles = Arc::new(AtomicUsize::new(0));
+                let i = idles.clone();
+                let source = idle_on(context, move || {
+                    i.fetch_add(1, Ordering::SeqCst);
+                    glib::ControlFlow::Continue
+                });
+                let polls = gdex::block_on(async {
+                    let mut polls = 0u64;
+                    while idles.load(Ordering::SeqCst) < 1000 {
+                        gdex::yield_now().await;
+                        polls += 1;
+                        assert!(
+                            polls < 10_000_000,
+                            "the idle source ran {} times",
+                            idles.load(Ordering::SeqCst)
+                        );
+                    }
+                    polls
+                });
+                source.destroy();
+                assert!(polls >= 1000, "polled {polls} times for 1000 idles");
+            });
+        });
+    }
+
+    /// S12 inside a main-scheduler task: the task's `block_on` of a yield loop
+    /// runs a nested loop, in which another main-scheduler task must run (the
+    /// loop waits for it).
+    #[test]
+    fn block_on_of_a_yield_loop_inside_a_main_task_runs_other_main_tasks() {
+        common::watchdog("block_on_in_main_task", 60, || {
+            common::on_main(|| {
+                let flag = Rc::new(Cell::new(false));
+                let f = flag.clone();
+                let done = Rc::new(Cell::new(false));
+                let d = done.clone();
+                let main = gdex::Scheduler::main();
+                let m2 = main.clone();
+                main.spawn_local(async move {
+                    // Spawned from inside: queued behind us.
+                    m2.spawn_local(async move { f.set(true) }).detach();
+                    gdex::block_on(async {
+                        let mut n = 0u64;
+                        while !flag.get() {
+                            gdex::yield_now().await;
+                            n += 1;
+                            assert!(n < 1_000_000, "the other main task never ran");
+                        }
+                    });
+                    d.set(true);
+                })
+                .detach();
+                common::pump_until(&glib::MainContext::default(), || done.get());
+            });
+        });
+    }
+
+    /// S12 inside a GLib callback dispatched by an outer `block_on`'s
+    /// iteration(false): the callback's own `block_on` of a yield loop iterates
+    /// the context again, nested; a second idle source must run there (the
+    /// first is blocked while it dispatches).
+    #[test]
+    fn block_on_inside_a_glib_callback_nests() {
+        common::watchdog("block_on_in_callback", 60, || {
+            common::on_own_context(|context| {
+                let second = Arc::new(AtomicUsize::new(0));
+                let inner_done = Arc::new(AtomicBool::new(false));
+                let (s2, done2) = (second.clone(), inner_done.clone());
+                idle_on(context, move || {
+                    let s3 = s2.clone();
+                    gdex::block_on(async move {
+                        while s3.load(Ordering::SeqCst) < 5 {
+                            gdex::yield_now().await;
+                        }
+                    });
+                    done2.store(true, Ordering::SeqCst);
+                    glib::ControlFlow::Break
+                });
+                let s4 = second.clone();
+                let other = idle_on(context, move || {
+                    s4.fetch_add(1, Ordering::SeqCst);
+                    glib::ControlFlow::Continue
+                });
+                let d = inner_done.clone();
+                gdex::block_on(async move {
+                    while !d.load(Ordering::SeqCst) {
+                        gdex::yield_now().await;
+                    }
+                });
+                other.destroy();
+                assert!(second.load(Ordering::SeqCst) >= 5);
+            });
+        });
+    }
+
+    /// S12 re-entrancy: a `block_on` of a yielding future inside a `Drop` run
+    /// while GLib destroys a source (the closure of an idle that returned
+    /// `Break`) during another `block_on`'s iteration(false), and inside the
+    /// drop of a cancelled context-scheduler task's future.
+    #[test]
+    fn block_on_inside_drop_during_the_iteration() {
+        struct BlockOnDrop(Arc<AtomicUsize>);
+        impl Drop for BlockOnDrop {
+            fn drop(&mut self) {
+                let c = self.0.clone();
+                gdex::block_on(async move {
+                    gdex::yield_now().await;
+                    gdex::yield_now().await;
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        }
+        common::watchdog("block_on_in_drop", 60, || {
+            common::on_own_context(|context| {
+                let drops = Arc::new(AtomicUsize::new(0));
+                for _ in 0..3 {
+                    let guard = BlockOnDrop(drops.clone());
+                    idle_on(context, move || {
+                        let _keep = &guard;
+                        glib::ControlFlow::Break
+                    });
+                }
+                // Cancelled tasks whose futures call block_on when dropped.
+                let sched = gdex::Scheduler::for_context(context);
+                let mut tasks = Vec::new();
+                for _ in 0..3 {
+                    let guard = BlockOnDrop(drops.clone());
+                    tasks.push(sched.spawn_local(async move {
+                        let _keep = guard;
+                        std::future::pending::<()>().await;
+                    }));
+                }
+                let d = drops.clone();
+                gdex::block_on(async move {
+                    let mut n = 0u64;
+                    while d.load(Ordering::SeqCst) < 3 {
+                        gdex::yield_now().await;
+                        n += 1;
+                        assert!(n < 1_000_000, "the idles never ran");
+                    }
+                });
+                drop(tasks);
+                let d = drops.clone();
+                gdex::block_on(async move {
+                    let mut n = 0u64;
+                    while d.load(Ordering::SeqCst) < 6 {
+                        gdex::yield_now().await;
+                        n += 1;
+                        assert!(n < 1_000_000, "the cancelled tasks were never dropped");
+                    }
+                });
+                assert_eq!(drops.load(Ordering::SeqCst), 6);
+            });
+        });
+    }
+
+    /// S12 inside a fiber on a context scheduler: `block_on` there runs a
+    /// nested loop outside the fiber; a yield loop waiting for another task of
+    /// the same scheduler must see it run.
+    #[test]
+    fn block_on_of_a_yield_loop_inside_a_fiber_on_a_context_scheduler() {
+        common::watchdog("block_on_in_fiber", 60, || {
+            common::on_own_context(|context| {
+                let sched = gdex::Scheduler::for_context(context);
+                let flag = Arc::new(AtomicBool::new(false));
+                let f = flag.clone();
+                let s2 = sched.clone();
+                let fiber = sched.spawn_fiber(move || {
+                    s2.spawn(async move { f.store(true, Ordering::SeqCst) })
+                        .detach();
+                    gdex::block_on(async {
+                        let mut n = 0u64;
+                        while !flag.load(Ordering::SeqCst) {
+                            gdex::yield_now().await;
+                            n += 1;
+                            assert!(n < 1_000_000, "the other task never ran");
+                        }
+                    });
+                    7
+                });
+                assert_eq!(gdex::block_on(fiber).unwrap(), 7);
+            });
+        });
+    }
+}

@@ -1,0 +1,326 @@
+//! Directed wake-ups are their own (P10), under load and at their edges:
+//! pinned pushes and fibers woken from outside racing outside spawns on
+//! pools of 2 and 3 workers, from parked workers each round. Three tests
+//! are ignored: they show the contract's known limit (a worker busy in
+//! another source of its own context is still taken for a sleeper; see P10
+//! in `docs/architecture.md`), for the fix that lifts it.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// The context of each of `pool`'s workers, by index (found by pinned tasks,
+/// which go round-robin).
+fn worker_contexts(pool: &gdex::ThreadPool, n: usize) -> Vec<glib::MainContext> {
+    let mut found: Vec<(String, glib::MainContext)> = Vec::new();
+    for _ in 0..8 * n {
+        let (name, ctx) = gdex::wait_for(pool.spawn_pinned(|| async {
+            (
+                std::thread::current().name().unwrap_or("").to_owned(),
+                glib::MainContext::thread_default().expect("a worker's context"),
+            )
+        }))
+        .unwrap();
+        if !found.iter().any(|(n, _)| *n == name) {
+            found.push((name, ctx));
+        }
+        if found.len() == n {
+            break;
+        }
+    }
+    assert_eq!(found.len(), n, "found every worker's context");
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.into_iter().map(|(_, c)| c).collect()
+}
+
+fn all_parked(pool: &gdex::ThreadPool) {
+    common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+}
+
+/// P10: a pinned job pushed to a parked worker wakes that worker for its
+/// own inbox only. An outside spawn right behind it must still wake the
+/// other sleeper, not coalesce with the directed wake-up and then wait
+/// behind the pinned job's long poll. Here the pinned job blocks its worker
+/// until the outside task has started (up to 2 s): with the two wake-ups
+/// merged, the outside task sat in the injector while its only awake worker
+/// waited for it and the other slept on.
+#[test]
+fn a_directed_wake_up_does_not_absorb_an_outside_spawns() {
+    common::watchdog("a_directed_wake_up_does_not_absorb", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        for trial in 0..common::stress(100) {
+            common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+            let (started, seen) = std::sync::mpsc::channel::<()>();
+            let pinned = pool.spawn_pinned(move || async move {
+                seen.recv_timeout(std::time::Duration::from_secs(2)).is_ok()
+            });
+            let outside = s.spawn(async move {
+                let _ = started.send(());
+            });
+            let ran_beside = gdex::wait_for(pinned).unwrap();
+            gdex::wait_for(outside).unwrap();
+            assert!(
+                ran_beside,
+                "trial {trial}: the outside task waited behind the pinned job's poll while \
+                 the other worker slept: {:?}",
+                pool.metrics()
+            );
+        }
+    });
+}
+
+/// P10 under load: several outside threads each push a pinned task that
+/// waits (blocking its worker, up to 2 s) for an outside task spawned right
+/// behind it. On 3 workers there is always a worker free for the outside
+/// task; it must start while the pinned one waits, every time.
+#[test]
+fn concurrent_pinned_waiters_and_outside_spawns_all_meet() {
+    common::watchdog("concurrent_pinned_waiters", 240, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        let failures = Arc::new(AtomicUsize::new(0));
+        for _round in 0..common::stress(30) {
+            all_parked(&pool);
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let s = pool.scheduler();
+                    let failures = failures.clone();
+                    std::thread::spawn(move || {
+                        let (started, seen) = mpsc::channel::<()>();
+                        let pinned = s.spawn_pinned(move || async move {
+                            seen.recv_timeout(Duration::from_secs(2)).is_ok()
+                        });
+                        let outside = s.spawn(async move {
+                            let _ = started.send(());
+                        });
+                        if !gdex::wait_for(pinned).unwrap() {
+                            failures.fetch_add(1, Ordering::SeqCst);
+                        }
+                        gdex::wait_for(outside).unwrap();
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        }
+        assert_eq!(
+            failures.load(Ordering::SeqCst),
+            0,
+            "an outside task waited 2 s behind a pinned poll: {:?}",
+            pool.metrics()
+        );
+    });
+}
+
+/// P6/P10 lost wake-ups: bursts of pinned pushes to every worker, outside
+/// spawns and tasks spawning children, from parked workers each round. Every
+/// task must finish (the watchdog catches a worker left asleep with work).
+#[test]
+fn bursts_of_directed_and_general_pushes_lose_nothing() {
+    common::watchdog("bursts_of_directed_and_general", 240, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        for _round in 0..common::stress(200) {
+            all_parked(&pool);
+            let done = Arc::new(AtomicUsize::new(0));
+            let s = pool.scheduler();
+            let (d1, d2) = (done.clone(), done.clone());
+            let s1 = s.clone();
+            let a = std::thread::spawn(move || {
+                for _ in 0..6 {
+                    let d = d1.clone();
+                    s1.spawn_pinned(move || async move {
+                        d.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .detach();
+                }
+            });
+            let s2 = s.clone();
+            let b = std::thread::spawn(move || {
+                for _ in 0..6 {
+                    let d = d2.clone();
+                    let s3 = s2.clone();
+                    s2.spawn(async move {
+                        let d4 = d.clone();
+                        s3.spawn(async move {
+                            d4.fetch_add(1, Ordering::SeqCst);
+                        })
+                        .detach();
+                        d.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .detach();
+                }
+            });
+            a.join().unwrap();
+            b.join().unwrap();
+            common::wait_until(|| done.load(Ordering::SeqCst) == 18);
+        }
+    });
+}
+
+/// P10's promise, "queued work never waits behind one long poll while a
+/// peer sleeps", when the long poll is not a pool job: a task of a context
+/// scheduler made for a worker's own context (supported: S9) runs on the
+/// worker's thread while its pool state is `PARKED`. An outside spawn's
+/// request that picks that worker makes it `PARKED|NOTIFIED` ("on its
+/// way"), so every later request coalesces, and the stall monitor's
+/// hand-over watches only pool jobs: the outside tasks wait for the whole
+/// foreign poll while the other worker sleeps.
+#[test]
+#[ignore = "known limit of P10: a worker busy in a context-scheduler task on its own context absorbs outside \
+            spawns' requests while its peer sleeps (docs/architecture.md, P10: known limit)"]
+fn an_outside_spawn_does_not_wait_behind_a_foreign_poll_on_a_parked_worker() {
+    common::watchdog("outside_spawn_foreign_poll", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let contexts = worker_contexts(&pool, 2);
+        let s = pool.scheduler();
+        let mut worst = Duration::ZERO;
+        for _trial in 0..3 {
+            all_parked(&pool);
+            let (entered_tx, entered) = mpsc::channel::<()>();
+            let foreign = gdex::Scheduler::for_context(&contexts[1]);
+            let blocker = foreign.spawn(async move {
+                entered_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(600));
+            });
+            entered.recv().unwrap();
+            // Worker 1's thread is in the foreign poll; worker 0 sleeps.
+            for _ in 0..10 {
+                let t0 = Instant::now();
+                let lat = gdex::wait_for(s.spawn(async move { t0.elapsed() })).unwrap();
+                worst = worst.max(lat);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            gdex::wait_for(blocker).unwrap();
+        }
+        assert!(
+            worst < Duration::from_millis(200),
+            "an outside task waited {worst:?} behind a context-scheduler task's poll on a \
+             parked worker while the other worker slept: {:?}",
+            pool.metrics()
+        );
+    });
+}
+
+/// As above on 3 workers, with a pool task stuck waiting for the outside
+/// task: the stall monitor's hand-over (P10: it includes the injector)
+/// asks for help every tick, but its request coalesces with the worker
+/// "on its way" (`PARKED|NOTIFIED`, in `waking`) that is really busy in the
+/// foreign poll, so the third worker sleeps on.
+#[test]
+#[ignore = "known limit of P10: the hand-over's request coalesces with a worker busy outside its run slice"]
+fn the_hand_over_is_not_absorbed_by_a_worker_busy_outside_its_slice() {
+    common::watchdog("hand_over_absorbed", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
+        let contexts = worker_contexts(&pool, 3);
+        let s = pool.scheduler();
+        let mut worst = Duration::ZERO;
+        for _trial in 0..3 {
+            all_parked(&pool);
+            let (entered_tx, entered) = mpsc::channel::<()>();
+            let foreign = gdex::Scheduler::for_context(&contexts[1]);
+            let blocker = foreign.spawn(async move {
+                entered_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(800));
+            });
+            entered.recv().unwrap();
+            for _ in 0..6 {
+                let (tx, rx) = mpsc::channel::<Instant>();
+                // A pool task that blocks its worker until the next one runs.
+                let waiter = s.spawn(async move { rx.recv_timeout(Duration::from_secs(2)).ok() });
+                std::thread::sleep(Duration::from_millis(5));
+                let t0 = Instant::now();
+                let j = s.spawn(async move {
+                    let _ = tx.send(Instant::now());
+                });
+                if let Some(ran) = gdex::wait_for(waiter).unwrap() {
+                    worst = worst.max(ran.saturating_duration_since(t0));
+                } else {
+                    worst = Duration::from_secs(2);
+                }
+                gdex::wait_for(j).unwrap();
+            }
+            gdex::wait_for(blocker).unwrap();
+        }
+        assert!(
+            worst < Duration::from_millis(200),
+            "an outside task waited {worst:?} (a pool task blocked on it, a third worker \
+             asleep): {:?}",
+            pool.metrics()
+        );
+    });
+}
+
+/// The same with a plain GLib source on a worker's context (a timeout whose
+/// callback runs long), to show the cause is not the scheduler.
+#[test]
+#[ignore = "known limit of P10: as above, with a plain GLib callback on a worker's context"]
+fn an_outside_spawn_does_not_wait_behind_a_glib_callback_on_a_parked_worker() {
+    common::watchdog("outside_spawn_glib_callback", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let contexts = worker_contexts(&pool, 2);
+        let s = pool.scheduler();
+        let mut worst = Duration::ZERO;
+        for _trial in 0..3 {
+            all_parked(&pool);
+            let (entered_tx, entered) = mpsc::channel::<()>();
+            let (left_tx, left) = mpsc::channel::<()>();
+            let source = glib::timeout_source_new(
+                Duration::from_millis(1),
+                None,
+                glib::Priority::DEFAULT,
+                move || {
+                    entered_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(600));
+                    left_tx.send(()).unwrap();
+                    glib::ControlFlow::Break
+                },
+            );
+            source.attach(Some(&contexts[1]));
+            entered.recv().unwrap();
+            for _ in 0..10 {
+                let t0 = Instant::now();
+                let lat = gdex::wait_for(s.spawn(async move { t0.elapsed() })).unwrap();
+                worst = worst.max(lat);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            left.recv().unwrap();
+        }
+        assert!(
+            worst < Duration::from_millis(200),
+            "an outside task waited {worst:?} behind a GLib callback on a parked worker while \
+             the other worker slept: {:?}",
+            pool.metrics()
+        );
+    });
+}
+
+/// P10 with fibers: a fiber woken from outside is a directed wake-up. A
+/// fiber that blocks its worker until an outside task runs must not hold
+/// that task hostage while the other worker sleeps.
+#[test]
+fn a_fiber_woken_from_outside_does_not_absorb_an_outside_spawn() {
+    common::watchdog("fiber_directed", 120, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        for trial in 0..common::stress(50) {
+            let (go_tx, go_rx) = futures::channel::oneshot::channel::<()>();
+            let (started, seen) = mpsc::channel::<()>();
+            let fiber = s.spawn_fiber(move || {
+                let _ = gdex::fiber::wait(go_rx);
+                seen.recv_timeout(Duration::from_secs(2)).is_ok()
+            });
+            all_parked(&pool);
+            // Wakes the fiber (a directed push), then an outside spawn.
+            go_tx.send(()).unwrap();
+            let outside = s.spawn(async move {
+                let _ = started.send(());
+            });
+            let ran_beside = gdex::wait_for(fiber).unwrap();
+            gdex::wait_for(outside).unwrap();
+            assert!(ran_beside, "trial {trial}: {:?}", pool.metrics());
+        }
+    });
+}
