@@ -160,6 +160,32 @@ fn bursts_of_directed_and_general_pushes_lose_nothing() {
     });
 }
 
+/// On a pool of two whose workers have parked, `occupy` makes worker 1's
+/// thread busy for 600 ms in another source of its own context, and
+/// returns once that has begun and something to wait on for its end; ten
+/// outside spawns meanwhile, three times over. Gives the longest an outside
+/// task waited to start (worker 0 sleeps all along).
+fn worst_wait_behind_a_foreign_source(
+    occupy: impl Fn(&glib::MainContext) -> Box<dyn FnOnce()>,
+) -> (Duration, gdex::PoolMetrics) {
+    let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    let contexts = worker_contexts(&pool, 2);
+    let s = pool.scheduler();
+    let mut worst = Duration::ZERO;
+    for _trial in 0..3 {
+        all_parked(&pool);
+        let ended = occupy(&contexts[1]);
+        for _ in 0..10 {
+            let t0 = Instant::now();
+            let waited = gdex::wait_for(s.spawn(async move { t0.elapsed() })).unwrap();
+            worst = worst.max(waited);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        ended();
+    }
+    (worst, pool.metrics())
+}
+
 /// P10's promise, "queued work never waits behind one long poll while a
 /// peer sleeps", when the long poll is not a pool job: a task of a context
 /// scheduler made for a worker's own context (supported: S9) runs on the
@@ -169,37 +195,23 @@ fn bursts_of_directed_and_general_pushes_lose_nothing() {
 /// hand-over watches only pool jobs: the outside tasks wait for the whole
 /// foreign poll while the other worker sleeps.
 #[test]
-#[ignore = "known limit of P10: a worker busy in a context-scheduler task on its own context absorbs outside \
-            spawns' requests while its peer sleeps (docs/architecture.md, P10: known limit)"]
+#[ignore = "known limit of P10: a worker busy in a context-scheduler task on its own context \
+            absorbs outside spawns' requests while its peer sleeps (docs/architecture.md)"]
 fn an_outside_spawn_does_not_wait_behind_a_foreign_poll_on_a_parked_worker() {
     common::watchdog("outside_spawn_foreign_poll", 120, || {
-        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-        let contexts = worker_contexts(&pool, 2);
-        let s = pool.scheduler();
-        let mut worst = Duration::ZERO;
-        for _trial in 0..3 {
-            all_parked(&pool);
+        let (worst, metrics) = worst_wait_behind_a_foreign_source(|context| {
             let (entered_tx, entered) = mpsc::channel::<()>();
-            let foreign = gdex::Scheduler::for_context(&contexts[1]);
-            let blocker = foreign.spawn(async move {
+            let blocker = gdex::Scheduler::for_context(context).spawn(async move {
                 entered_tx.send(()).unwrap();
                 std::thread::sleep(Duration::from_millis(600));
             });
             entered.recv().unwrap();
-            // Worker 1's thread is in the foreign poll; worker 0 sleeps.
-            for _ in 0..10 {
-                let t0 = Instant::now();
-                let lat = gdex::wait_for(s.spawn(async move { t0.elapsed() })).unwrap();
-                worst = worst.max(lat);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            gdex::wait_for(blocker).unwrap();
-        }
+            Box::new(move || gdex::wait_for(blocker).unwrap())
+        });
         assert!(
             worst < Duration::from_millis(200),
             "an outside task waited {worst:?} behind a context-scheduler task's poll on a \
-             parked worker while the other worker slept: {:?}",
-            pool.metrics()
+             parked worker while the other worker slept: {metrics:?}"
         );
     });
 }
@@ -259,12 +271,7 @@ fn the_hand_over_is_not_absorbed_by_a_worker_busy_outside_its_slice() {
 #[ignore = "known limit of P10: as above, with a plain GLib callback on a worker's context"]
 fn an_outside_spawn_does_not_wait_behind_a_glib_callback_on_a_parked_worker() {
     common::watchdog("outside_spawn_glib_callback", 120, || {
-        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
-        let contexts = worker_contexts(&pool, 2);
-        let s = pool.scheduler();
-        let mut worst = Duration::ZERO;
-        for _trial in 0..3 {
-            all_parked(&pool);
+        let (worst, metrics) = worst_wait_behind_a_foreign_source(|context| {
             let (entered_tx, entered) = mpsc::channel::<()>();
             let (left_tx, left) = mpsc::channel::<()>();
             let source = glib::timeout_source_new(
@@ -278,21 +285,14 @@ fn an_outside_spawn_does_not_wait_behind_a_glib_callback_on_a_parked_worker() {
                     glib::ControlFlow::Break
                 },
             );
-            source.attach(Some(&contexts[1]));
+            source.attach(Some(context));
             entered.recv().unwrap();
-            for _ in 0..10 {
-                let t0 = Instant::now();
-                let lat = gdex::wait_for(s.spawn(async move { t0.elapsed() })).unwrap();
-                worst = worst.max(lat);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            left.recv().unwrap();
-        }
+            Box::new(move || left.recv().unwrap())
+        });
         assert!(
             worst < Duration::from_millis(200),
             "an outside task waited {worst:?} behind a GLib callback on a parked worker while \
-             the other worker slept: {:?}",
-            pool.metrics()
+             the other worker slept: {metrics:?}"
         );
     });
 }
