@@ -532,16 +532,8 @@ where
             // The spawn fails with the scheduler's reason, which its task
             // holds ([`Error::ShutDown`] for a shut-down pool), as a plain
             // spawn there would give.
-            let mut task = task;
-            let mut why = Error::Closed;
-            if task.is_finished() {
-                let noop = &mut Context::from_waker(Waker::noop());
-                if let Poll::Ready(Err(error)) = Pin::new(&mut task).poll(noop) {
-                    why = error;
-                }
-            }
-            drop(task);
-            return Err(why);
+            let why = futures::FutureExt::now_or_never(task).and_then(Result::err);
+            return Err(why.unwrap_or(Error::Closed));
         }
         Slot::Filled(_) | Slot::Taken => unreachable!("only the spawner fills a reserved slot"),
     }
