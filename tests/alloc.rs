@@ -1,6 +1,7 @@
 //! S7: spawning is one allocation and one queue push. A counting global
 //! allocator sees how many allocations a spawn makes (queue storage is
-//! amortised: crossbeam's injector allocates a block per 63 pushes).
+//! amortised: crossbeam's injector allocates a block per 63 pushes). And
+//! AIO's owned buffers are not copied behind the caller's back (A1).
 
 mod common;
 
@@ -10,6 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 struct Counting;
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes asked for by every allocation and growth.
+static BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Bytes allocated and not yet freed.
 static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
 /// While set, allocations are counted by size, in 8-byte steps up to 256.
@@ -20,6 +23,7 @@ static BY_SIZE: [AtomicUsize; 33] = [const { AtomicUsize::new(0) }; 33];
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size(), Ordering::Relaxed);
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         if BY_SIZE_ON.load(Ordering::Relaxed) {
             BY_SIZE[layout.size().div_ceil(8).min(32)].fetch_add(1, Ordering::Relaxed);
@@ -34,6 +38,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size, Ordering::Relaxed);
         LIVE.fetch_add(
             new_size as isize - layout.size() as isize,
             Ordering::Relaxed,
@@ -282,4 +287,52 @@ fn a_fiber_spawn_is_one_allocation() {
             "{per_spawn} allocations per fiber spawn"
         );
     });
+}
+
+/// (A1) `write_all_at` goes on after a short write from where the write
+/// stopped, in the caller's own buffer: it copies nothing. 4 MiB into a
+/// pipe (on io_uring, short writes of one pipe's worth each; copying the
+/// rest after each would allocate over 100 MiB here, and a write of more
+/// than 2 GiB to a file, which the kernel cuts short, would copy the rest
+/// once more).
+#[test]
+fn write_all_at_copies_nothing_after_a_short_write() {
+    use std::io::Read;
+    let _one = serial();
+    common::watchdog(
+        "write_all_at_copies_nothing_after_a_short_write",
+        60,
+        || {
+            let size = 4 << 20;
+            let (mut reader, writer) = std::io::pipe().unwrap();
+            let drain = std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                let mut total = 0;
+                loop {
+                    let n = reader.read(&mut buf).unwrap();
+                    if n == 0 {
+                        return total;
+                    }
+                    total += n;
+                }
+            });
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let file = gdex::aio::File::from(std::os::fd::OwnedFd::from(writer));
+            let data = vec![7u8; size];
+            let before = BYTES.load(Ordering::Relaxed);
+            let task = pool.scheduler().spawn(async move {
+                let back = file.write_all_at(data, 0).await?;
+                Ok::<_, gdex::Error>(back.len())
+            });
+            let written = gdex::block_on(task).unwrap().unwrap();
+            let allocated = BYTES.load(Ordering::Relaxed) - before;
+            assert_eq!(written, size, "the buffer comes back whole");
+            assert!(
+                allocated < 1 << 20,
+                "{allocated} bytes allocated while writing {size} bytes"
+            );
+            drop(pool);
+            assert_eq!(drain.join().unwrap(), size);
+        },
+    );
 }

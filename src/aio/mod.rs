@@ -17,12 +17,24 @@
 //!   extra thread, and a read that hits the page cache completes during the
 //!   submission itself.
 //!
-//! An operation keeps its ring for its whole life: a task that moves to
-//! another worker while a read is in flight gets its completion from the
-//! first worker's loop. While that worker sits in one long poll (a
+//! An operation follows the task that awaits it (A2): polled on another
+//! context than its ring's (its task moved to another worker, its pool
+//! was shut down, or a `block_on` loop stopped and the future is awaited
+//! with [`wait_for`](crate::wait_for)), an operation not yet handed to the
+//! kernel starts again there, and one in the kernel completes through the
+//! first ring, which the new context then watches: no operation depends on
+//! a loop that no longer runs. While a worker sits in one long poll (a
 //! CPU-bound job, a call in [`blocking::blocking`]), the pool's monitor
-//! submits and reaps its ring's operations instead, and their tasks run on
-//! a peer, as its overdue timers do.
+//! reaps its ring and hands the operations queued there back to their
+//! tasks, which run on a peer, as its overdue timers do.
+//!
+//! Only the thread that iterates a ring's context hands requests to the
+//! kernel, which ties the work it queues for a request to the thread that
+//! submitted it: a thread that drops an operation, or exits, fails no
+//! other operation. A request the kernel stops before it ran (its
+//! submitter exited, a signal came) starts again, as an interrupted
+//! system call is restarted; the kernel's internal codes ("Unknown error
+//! 512") never reach the caller.
 //!
 //! # Buffers and cancellation
 //!
@@ -56,6 +68,12 @@
 //! finishes and its result is discarded (the file an open made is
 //! closed). [`backend`] tells which is in use.
 //!
+//! Both backends open, read and write as `open(2)`, `pread(2)` and
+//! `pwrite(2)` do, and refuse what `std::fs::OpenOptions` refuses (A2): a
+//! FIFO opened for reading or writing only waits for its other end (on
+//! io_uring too, whose first, non-blocking try would not); a call that a
+//! signal interrupted is made again.
+//!
 //! Errors are [`Error::Failed`] with a `glib::Error` in `G_IO_ERROR`'s
 //! domain (`gio::IOErrorEnum`, from the errno as `g_io_error_from_errno`
 //! maps it), and a message that names the file, as GIO words its own.
@@ -86,7 +104,7 @@ mod uring;
 use std::ffi::CString;
 use std::fmt;
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -211,30 +229,31 @@ impl File {
     /// `offset` is as for [`read_at`](Self::read_at): ignored on a stream,
     /// refused past `i64::MAX`.
     pub fn write_at(&self, buf: Vec<u8>, offset: u64) -> WriteAt {
+        self.write_from(buf, 0, offset)
+    }
+
+    /// Writes `buf[from..]` at `offset`.
+    fn write_from(&self, buf: Vec<u8>, from: usize, offset: u64) -> WriteAt {
         WriteAt {
             op: Op::new(Operation::Write {
                 file: self.inner.clone(),
                 buf,
+                from,
                 offset,
             }),
         }
     }
 
-    /// Writes the whole buffer at `offset`, going on after short writes,
+    /// Writes the whole buffer at `offset`, going on after short writes
+    /// (from where each stopped, in the same buffer: nothing is copied),
     /// and gives the buffer back.
     pub async fn write_all_at(&self, mut buf: Vec<u8>, offset: u64) -> Result<Vec<u8>, Error> {
         let total = buf.len();
         let mut done = 0;
         while done < total {
-            // Each write takes the rest of the buffer: move it to the front
-            // of a buffer of its own only after a short write (rare).
-            let (written, back) = if done == 0 {
-                self.write_at(buf, offset).await?
-            } else {
-                let rest = buf[done..].to_vec();
-                let (written, _) = self.write_at(rest, offset + done as u64).await?;
-                (written, buf)
-            };
+            let (written, back) = self
+                .write_from(buf, done, offset.saturating_add(done as u64))
+                .await?;
             buf = back;
             if written == 0 {
                 return Err(self.error(
@@ -375,51 +394,77 @@ impl OpenOptions {
 
     /// Opens `path` with these options.
     ///
-    /// # Panics
-    /// If the options ask for nothing (neither read, write nor append), or
-    /// for creating or truncating without writing, or if `path` holds a NUL
-    /// byte: the same combinations `std::fs::OpenOptions::open` refuses.
+    /// The combinations `std::fs::OpenOptions::open` refuses fail the same
+    /// way, with `InvalidArgument`: asking for nothing (neither read, write
+    /// nor append), creating or truncating without writing, truncating
+    /// while appending (unless with `create_new`). A path with a NUL byte,
+    /// which no file name can hold, fails with `InvalidFilename`.
+    ///
+    /// A FIFO opens as `open(2)` opens it on both backends: for reading or
+    /// for writing only, the open waits for the other end.
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    /// let refused = gdex::aio::OpenOptions::new().append(true).truncate(true).open("/tmp/x");
+    /// let err = gdex::block_on(pool.scheduler().spawn(refused)).unwrap().unwrap_err();
+    /// assert!(err.matches(gdex::gio::IOErrorEnum::InvalidArgument), "{err}");
+    /// ```
     pub fn open(&self, path: impl AsRef<Path>) -> Open {
         let path = path.as_ref();
-        let access = match (self.read, self.write || self.append) {
-            (true, false) => libc::O_RDONLY,
-            (false, true) => libc::O_WRONLY,
-            (true, true) => libc::O_RDWR,
-            (false, false) => panic!(
-                "gdex::aio::OpenOptions::open({}): neither read, write nor append was asked for",
-                path.display()
+        let refused = |why: &str| Open {
+            op: Op::Refused(Some(error_for_code(
+                gio::IOErrorEnum::InvalidArgument,
+                "opening",
+                Some(path),
+                why,
+            ))),
+        };
+        // The rules, and the flags, of `std::fs::OpenOptions` on Unix.
+        let access = match (self.read, self.write, self.append) {
+            (true, false, false) => libc::O_RDONLY,
+            (false, true, false) => libc::O_WRONLY,
+            (true, true, false) => libc::O_RDWR,
+            (false, _, true) => libc::O_WRONLY | libc::O_APPEND,
+            (true, _, true) => libc::O_RDWR | libc::O_APPEND,
+            (false, false, false) => return refused(
+                "neither read, write nor append was asked for (set one of them in the OpenOptions)",
             ),
         };
-        let writes = self.write || self.append;
-        assert!(
-            writes || !(self.truncate || self.create || self.create_new),
-            "gdex::aio::OpenOptions::open({}): create, create_new and truncate need write or append",
-            path.display()
-        );
-        let mut flags = access | libc::O_CLOEXEC;
-        if self.append {
-            flags |= libc::O_APPEND;
+        match (self.write, self.append) {
+            (true, false) => {}
+            (false, false) if self.truncate || self.create || self.create_new => {
+                return refused("create, create_new and truncate need write or append");
+            }
+            (_, true) if self.truncate && !self.create_new => {
+                return refused("truncate and append together (ask for one of them)");
+            }
+            _ => {}
         }
-        if self.create_new {
-            flags |= libc::O_CREAT | libc::O_EXCL;
-        } else if self.create {
-            flags |= libc::O_CREAT;
-        }
-        if self.truncate {
-            flags |= libc::O_TRUNC;
-        }
-        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_else(|_| {
-            panic!(
-                "gdex::aio::OpenOptions::open: the path {:?} holds a NUL byte, which no file name can",
-                path
-            )
-        });
+        let creation = match (self.create, self.truncate, self.create_new) {
+            (false, false, false) => 0,
+            (true, false, false) => libc::O_CREAT,
+            (false, true, false) => libc::O_TRUNC,
+            (true, true, false) => libc::O_CREAT | libc::O_TRUNC,
+            (_, _, true) => libc::O_CREAT | libc::O_EXCL,
+        };
+        let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+            return Open {
+                op: Op::Refused(Some(error_for_code(
+                    gio::IOErrorEnum::InvalidFilename,
+                    "opening",
+                    Some(path),
+                    "the path holds a NUL byte, which no file name can",
+                ))),
+            };
+        };
         Open {
             op: Op::new(Operation::Open {
                 c_path,
                 path: path.to_path_buf(),
-                flags,
+                flags: access | creation | libc::O_CLOEXEC,
                 mode: self.mode,
+                blocking: false,
+                early: None,
             }),
         }
     }
@@ -464,15 +509,24 @@ enum Operation {
         path: PathBuf,
         flags: i32,
         mode: u32,
+        /// On io_uring: open in the kernel's worker threads, as `open(2)`
+        /// does, skipping io_uring's first, non-blocking try (see
+        /// [`Operation::needs_a_blocking_open`]).
+        blocking: bool,
+        /// A FIFO that io_uring's non-blocking try opened for reading, kept
+        /// open while the blocking open waits for a writer.
+        early: Option<OwnedFd>,
     },
     Read {
         file: Arc<FileInner>,
         buf: Vec<u8>,
         offset: u64,
     },
+    /// Writes `buf[from..]`.
     Write {
         file: Arc<FileInner>,
         buf: Vec<u8>,
+        from: usize,
         offset: u64,
     },
 }
@@ -495,8 +549,19 @@ impl Operation {
     }
 
     /// Runs it here, as a plain system call (the blocking lane's way),
-    /// giving the result the way io_uring gives it.
+    /// giving the result the way io_uring gives it. A call interrupted by a
+    /// signal before it did anything (`EINTR`) is made again, as std's
+    /// `File::open` does, and as the io_uring backend does.
     fn run_blocking(&mut self) -> i32 {
+        loop {
+            let res = self.run_blocking_once();
+            if res != -libc::EINTR {
+                return res;
+            }
+        }
+    }
+
+    fn run_blocking_once(&mut self) -> i32 {
         let res = match self {
             Operation::Open {
                 c_path,
@@ -529,10 +594,15 @@ impl Operation {
                     res
                 }
             }
-            Operation::Write { file, buf, offset } => {
+            Operation::Write {
+                file,
+                buf,
+                from,
+                offset,
+            } => {
                 let fd = file.fd.as_raw_fd();
-                let from = buf.as_ptr().cast();
-                let len = write_len(buf);
+                let len = write_len(buf, *from);
+                let from = buf[*from..].as_ptr().cast();
                 // SAFETY: the buffer is this operation's own, `len` bytes
                 // long at least; the fd is open (owned by the file this
                 // operation holds).
@@ -562,12 +632,18 @@ impl Operation {
     /// a new fd nobody else owns.
     unsafe fn finish(self, res: i32) -> Result<Outcome, Error> {
         match self {
-            Operation::Open { path, .. } => {
-                if res < 0 {
+            Operation::Open { path, early, .. } => {
+                let fd = if res >= 0 {
+                    // SAFETY: per the contract, a fresh fd we now own.
+                    unsafe { OwnedFd::from_raw_fd(res) }
+                } else if let Some(early) = early {
+                    // The blocking open of a FIFO already opened for
+                    // reading failed (the path changed meanwhile): the
+                    // first open stands.
+                    early
+                } else {
                     return Err(error_for(-res, "opening", Some(&path), ""));
-                }
-                // SAFETY: per the contract, a fresh fd we now own.
-                let fd = unsafe { OwnedFd::from_raw_fd(res) };
+                };
                 Ok(Outcome::Opened(File {
                     inner: Arc::new(FileInner {
                         fd,
@@ -598,6 +674,58 @@ impl Operation {
         }
     }
 
+    /// io_uring first tries an open without blocking (with `O_NONBLOCK`),
+    /// which a FIFO answers unlike `open(2)`: for writing with no reader,
+    /// `ENXIO` at once; for reading with no writer, an fd at once, whose
+    /// reads then see the end of the file. Given such a result (`res`) of
+    /// an open that did not ask for `O_NONBLOCK`, this readies the open to
+    /// run again in the kernel's worker threads, which wait for the other
+    /// end as `open(2)` does, and says so. A FIFO opened for reading stays
+    /// open meanwhile (the first open made the writer's side see a reader,
+    /// which it must go on seeing). Any other file opens without blocking
+    /// the same as with, so only `ENXIO` and FIFOs pay the second open.
+    fn needs_a_blocking_open(&mut self, res: i32) -> bool {
+        let Operation::Open {
+            flags,
+            blocking,
+            early,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if *blocking || *flags & libc::O_NONBLOCK != 0 {
+            return false;
+        }
+        match *flags & libc::O_ACCMODE {
+            libc::O_WRONLY if res == -libc::ENXIO => {
+                *blocking = true;
+                true
+            }
+            libc::O_RDONLY if res >= 0 => {
+                // SAFETY: `res` is the fd this open just made, which
+                // nobody else owns.
+                let fd = unsafe { OwnedFd::from_raw_fd(res) };
+                // SAFETY: `st` is written by `fstat` before it is read.
+                let is_fifo = unsafe {
+                    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                    libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) == 0
+                        && st.assume_init().st_mode & libc::S_IFMT == libc::S_IFIFO
+                };
+                if is_fifo {
+                    *early = Some(fd);
+                    *blocking = true;
+                    true
+                } else {
+                    // Not ours to close: the caller goes on with `res`.
+                    let _ = fd.into_raw_fd();
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// Releases what a finished operation made that nobody will take: the
     /// fd of an open whose future was dropped.
     fn discard(self, res: i32) {
@@ -624,30 +752,60 @@ fn read_len(buf: &Vec<u8>) -> usize {
     (buf.capacity() - buf.len()).min(u32::MAX as usize)
 }
 
-fn write_len(buf: &[u8]) -> usize {
-    buf.len().min(u32::MAX as usize)
+/// How many bytes a write of `buf[from..]` gives the kernel, capped as
+/// the kernel's `u32` length is (Linux writes at most a little under
+/// 2 GiB at once: the rest is a short write).
+fn write_len(buf: &[u8], from: usize) -> usize {
+    (buf.len() - from).min(u32::MAX as usize)
 }
 
 /// A `G_IO_ERROR` from an errno, worded as GIO words its own ("Error
 /// opening file “/x”: No such file or directory").
 fn error_for(errno: i32, doing: &str, path: Option<&Path>, why: &str) -> Error {
-    let code = gio::io_error_from_errno(errno);
+    let errno = user_errno(errno);
     let os = std::io::Error::from_raw_os_error(errno).to_string();
     let os = os.split(" (os error").next().unwrap_or(&os);
     let why = if why.is_empty() { os } else { why };
+    error_for_code(gio::io_error_from_errno(errno), doing, path, why)
+}
+
+/// A `G_IO_ERROR` with `code`, worded as [`error_for`] words it.
+fn error_for_code(code: gio::IOErrorEnum, doing: &str, path: Option<&Path>, why: &str) -> Error {
     let message = match path {
         Some(path) => format!("Error {doing} file “{}”: {why}", path.display()),
         None => format!("Error {doing} file: {why}"),
     };
-    Error::Failed(glib::Error::new(code, &message))
+    // A GLib message is a C string: a NUL byte (of a path that holds one)
+    // is written out.
+    Error::Failed(glib::Error::new(code, &message.replace('\0', "\\0")))
+}
+
+/// The errno a user may see for `errno`: the kernel's internal codes
+/// (512 and up, which io_uring can hand over as they are, and which have
+/// no name in user space: "Unknown error 512") become the user-space
+/// code they stand for. The io_uring backend restarts an operation the
+/// restart codes stopped, so this is a last guard.
+fn user_errno(errno: i32) -> i32 {
+    const ENOTSUPP: i32 = 524;
+    match errno {
+        // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK:
+        // a signal stopped the call.
+        512..=514 | 516 => libc::EINTR,
+        ENOTSUPP => libc::EOPNOTSUPP,
+        512.. => libc::EIO,
+        errno => errno,
+    }
 }
 
 /// The state every AIO future shares: not started, in flight on a ring, or
 /// in flight on the blocking lane.
 enum Op {
     /// Not polled yet: the backend and ring are chosen at the first poll,
-    /// on the thread that awaits.
+    /// on the thread that awaits. (Also an operation to start again: one
+    /// that moved with its task, or that the kernel stopped before it ran.)
     Start(Option<Operation>),
+    /// Refused before it started (the error, until the first poll).
+    Refused(Option<Error>),
     Ring(uring::InFlight),
     Lane(Task<Ran>),
     Done,
@@ -689,8 +847,10 @@ impl Op {
                     if backend() == Backend::IoUring {
                         match uring::InFlight::start(operation, cx.waker()) {
                             Ok(in_flight) => {
+                                // Its waker is in: the next poll comes with
+                                // the completion.
                                 *self = Op::Ring(in_flight);
-                                continue;
+                                return Poll::Pending;
                             }
                             Err(given_back) => operation = given_back,
                         }
@@ -700,11 +860,25 @@ impl Op {
                         Ran(Some((operation, res)))
                     }));
                 }
-                Op::Ring(in_flight) => {
-                    let (operation, res) = std::task::ready!(in_flight.poll(cx));
+                Op::Ring(in_flight) => match std::task::ready!(in_flight.poll(cx)) {
+                    uring::Polled::Done(mut operation, res) => {
+                        if operation.needs_a_blocking_open(res) {
+                            *self = Op::Start(Some(operation));
+                            continue;
+                        }
+                        *self = Op::Done;
+                        // SAFETY: the ring gives each operation its own
+                        // result.
+                        return Poll::Ready(unsafe { operation.finish(res) });
+                    }
+                    uring::Polled::Again(operation) => {
+                        *self = Op::Start(Some(operation));
+                    }
+                },
+                Op::Refused(err) => {
+                    let err = err.take().expect("a refusal is given once");
                     *self = Op::Done;
-                    // SAFETY: the ring gives each operation its own result.
-                    return Poll::Ready(unsafe { operation.finish(res) });
+                    return Poll::Ready(Err(err));
                 }
                 Op::Lane(task) => {
                     let outcome = std::task::ready!(Pin::new(task).poll(cx));
@@ -728,6 +902,7 @@ impl Op {
     fn state(&self) -> &'static str {
         match self {
             Op::Start(_) => "not started",
+            Op::Refused(_) => "refused",
             Op::Ring(_) => "on io_uring",
             Op::Lane(_) => "on the blocking lane",
             Op::Done => "done",

@@ -3,16 +3,37 @@
 //!
 //! A ring's state sits behind one mutex. Only the thread that iterates the
 //! context (the pool worker, the main thread) normally takes it, so it is
-//! uncontended; it is there because a context may be iterated by another
-//! thread than the one that polls an operation (a thread parked in
-//! `gdex::wait_for` waits on the `gdex-timers` context's ring, which that
-//! thread reaps).
+//! uncontended; it is there because other threads reap completions too (a
+//! task polled on another context watches the ring, the pool's monitor
+//! reaps a stuck worker's ring) and drop operations.
+//!
+//! # Who submits (A2)
+//!
+//! Only the ring's *owner*, the thread that iterates its context (the last
+//! one to run its source), hands requests to the kernel: the kernel ties
+//! the work it queues for a request (its io-wq) to the submitting thread,
+//! and when that thread exits the work ends with a kernel-internal error
+//! (`-ERESTARTSYS`), or the thread's exit waits for it. So an operation is
+//! queued by whatever thread polls it, and submitted by the owner's source
+//! in its `prepare`; another thread that needs the owner (it queued an
+//! operation, or dropped one whose cancel waits) wakes the owner's loop
+//! through a second, ready-time source. A dropped operation in the kernel
+//! is cancelled by a non-owner with `IORING_REGISTER_SYNC_CANCEL`, a
+//! register call that submits nothing (kernels before 6.0: the owner sends
+//! the cancel at its next turn). If the owner exits anyway, the kernel ends
+//! its requests with `-ECANCELED` or a restart code: an operation whose
+//! future is still alive is then started again where it is next polled,
+//! as an interrupted system call is restarted; no such code reaches the
+//! user.
+//!
+//! # An operation follows its poller (A2)
 //!
 //! The life of an operation, by its slot in the ring's slab (the slab key is
 //! the request's `user_data`):
 //!
 //! 1. [`InFlight::start`] puts the operation in a slot and at the back of
-//!    the backlog; if another thread iterates the context, it wakes it.
+//!    the backlog of the ring of the context the polling thread waits on;
+//!    if another thread iterates the context, it wakes it.
 //! 2. The source's `prepare` ([`Hooks::ready`]) moves the backlog into the
 //!    submission queue, as long as fewer requests are in flight than the
 //!    completion queue holds, and submits them all in one `io_uring_enter`:
@@ -24,20 +45,30 @@
 //! 4. The next poll of the future takes the operation and its result out of
 //!    the slot.
 //!
+//! A poll on another context than the ring's (the task moved to another
+//! worker, its pool is gone, a `block_on` loop stopped and the future is
+//! awaited with `wait_for`) moves the operation: one still in the backlog
+//! leaves it and starts again on the poller's ring; one in the kernel stays
+//! there (a request cannot move), and the poller's context watches the old
+//! ring's fd and reaps it, so the completion comes whether or not the old
+//! loop still runs. The pool's monitor hands the backlog of a worker stuck
+//! in one long poll back to its operations' tasks, which then start them
+//! on the peer that runs them.
+//!
 //! Dropping the future before 4 marks the slot dropped: a slot still in the
-//! backlog is freed when the backlog reaches it (no request was made); one in
-//! flight gets an `ASYNC_CANCEL` request, submitted there and then (unless
-//! the ring is full, then at the next turn), and the slot (with its buffer
-//! and file) is freed when the kernel's completion comes, whatever it says;
-//! a completed one is freed at once. A ring whose last user is gone (its
-//! source finalized with its context, and no operation left) cancels what
-//! is still in flight and waits for the kernel to complete it before it
-//! frees the buffers and closes the ring.
+//! backlog is freed when the backlog reaches it (its buffer and file at
+//! once); one in flight is cancelled (see above), and the slot (with its
+//! buffer and file) is freed when the kernel's completion comes, whatever
+//! it says; a completed one is freed at once. A ring whose last user is
+//! gone (its source finalized with its context, and no operation left)
+//! cancels what is still in flight and waits for the kernel to complete it
+//! before it frees the buffers and closes the ring.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -64,6 +95,50 @@ pub(super) fn probe() -> std::io::Result<()> {
     IoUring::new(2).map(drop)
 }
 
+/// A number for this thread, unique for the life of the process (0 is no
+/// thread): how a ring knows its owner.
+fn this_thread() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static ME: Cell<u64> = const { Cell::new(0) };
+    }
+    ME.with(|me| {
+        if me.get() == 0 {
+            me.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        me.get()
+    })
+}
+
+/// Kernel results that say an operation was stopped before it did
+/// anything, not that it failed: `-ECANCELED` (we cancel only dropped
+/// operations, so for a live one the kernel did, at its submitter's exit),
+/// `-EINTR` and the restart codes a signal leaves (`-ERESTARTSYS` and its
+/// kin, which the kernel turns into a restart of a plain system call, but
+/// io_uring hands over as they are). The operation starts again.
+fn stopped_before_it_ran(res: i32) -> bool {
+    const ERESTARTSYS: i32 = 512;
+    const ERESTARTNOINTR: i32 = 513;
+    const ERESTARTNOHAND: i32 = 514;
+    const ERESTART_RESTARTBLOCK: i32 = 516;
+    matches!(
+        -res,
+        libc::ECANCELED
+            | libc::EINTR
+            | ERESTARTSYS
+            | ERESTARTNOINTR
+            | ERESTARTNOHAND
+            | ERESTART_RESTARTBLOCK
+    )
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Submissions on this thread that fail with `EAGAIN` before reaching
+    /// the kernel: how a unit test stands for a kernel short of memory.
+    static FAIL_SUBMITS: Cell<usize> = const { Cell::new(0) };
+}
+
 /// One context's ring.
 pub(crate) struct Ring {
     state: Mutex<State>,
@@ -71,7 +146,17 @@ pub(crate) struct Ring {
     /// ring is still its context's.
     context: usize,
     /// True until the ring's source is finalized (its context is gone).
+    /// Cleared under the state's lock: while a thread holds the lock and
+    /// reads it true, the context's memory is still there.
     alive: AtomicBool,
+    /// The thread that iterates the context ([`this_thread`]), the last to
+    /// run the ring's source: the only one that submits (A2).
+    owner: AtomicU64,
+    /// A ready-time source on the context, which another thread sets to
+    /// wake the owner's loop (for a queued operation, a cancel, a retry).
+    /// It holds the ring weakly; the ring holds it, so it can be set after
+    /// the context is gone (it then does nothing).
+    wake: OnceLock<SourceRef>,
 }
 
 struct State {
@@ -103,6 +188,10 @@ enum Phase {
     Backlog,
     InKernel,
     Done(i32),
+    /// Out of the backlog and not in the kernel: handed back by the
+    /// monitor, or stopped by the kernel before it ran. Its next poll
+    /// starts it again, on the poller's ring.
+    Adrift,
 }
 
 /// The rings of every context that has one, for the threads whose cache
@@ -160,6 +249,20 @@ impl Ring {
                     glib::ffi::G_PRIORITY_DEFAULT - 1,
                 );
                 drop(source);
+                let wake = SourceRef::attach(
+                    context,
+                    Box::new(WakeRing(Arc::downgrade(&ring))),
+                    false,
+                    c"[gdex aio wake]",
+                    glib::ffi::G_PRIORITY_DEFAULT - 1,
+                    false,
+                );
+                if ring.wake.set(wake).is_err() {
+                    unreachable!("a new ring gets its wake source once");
+                }
+                if context.is_owner() {
+                    ring.claim();
+                }
                 rings.push((address, Arc::downgrade(&ring)));
                 ring
             }
@@ -168,27 +271,93 @@ impl Ring {
         Ok(ring)
     }
 
-    /// One turn of the ring's work, from its source's `dispatch` or from
-    /// the monitor ([`service`]): hands the kernel what is queued, reaps
-    /// every completion, hands it more of the backlog (room was freed), and
-    /// wakes the finished operations' tasks outside the lock. A waker that
-    /// panics goes to the panic handler (X5); the others are woken all the
-    /// same (their operations are done, and a lost wake-up would leave
-    /// their tasks waiting forever).
-    fn turn(&self) {
+    /// One turn of the ring's work, from one of its sources' `dispatch`
+    /// (`owner`: on the thread that iterates the context) or from a thread
+    /// that watches it: hands the kernel what is queued (the owner only),
+    /// reaps every completion, hands it more of the backlog (room was
+    /// freed), and wakes the finished operations' tasks outside the lock. A
+    /// waker that panics goes to the panic handler (X5); the others are
+    /// woken all the same (their operations are done, and a lost wake-up
+    /// would leave their tasks waiting forever).
+    fn turn(&self, owner: bool) {
         let mut wakers = Vec::new();
         {
             let mut state = self.state.lock().unpoisoned();
-            if state.has_work() {
-                state.submit();
+            if owner {
+                self.claim();
+                if state.has_work() {
+                    self.submit(&mut state);
+                }
             }
             state.reap(&mut wakers);
-            if state.has_work() {
-                state.submit();
+            if owner && state.has_work() {
+                self.submit(&mut state);
             }
         }
         for waker in wakers {
             crate::diagnostics::panic::wake(waker);
+        }
+    }
+
+    /// For a context whose thread is stuck in one long poll: reaps the
+    /// completions, and hands every operation still in the backlog back to
+    /// its task, whose next poll (on a peer) starts it there.
+    fn evict(&self) {
+        let mut wakers = Vec::new();
+        {
+            let mut state = self.state.lock().unpoisoned();
+            state.reap(&mut wakers);
+            while let Some(key) = state.backlog.pop_front() {
+                let slot = &mut state.slots[key];
+                if slot.dropped {
+                    state.slots.remove(key);
+                    continue;
+                }
+                slot.phase = Phase::Adrift;
+                wakers.extend(slot.waker.take());
+            }
+        }
+        for waker in wakers {
+            crate::diagnostics::panic::wake(waker);
+        }
+    }
+
+    /// This thread is the one that iterates the context: the owner.
+    fn claim(&self) {
+        let me = this_thread();
+        if self.owner.load(Ordering::Relaxed) != me {
+            self.owner.store(me, Ordering::Relaxed);
+        }
+    }
+
+    fn owned_here(&self) -> bool {
+        self.owner.load(Ordering::Relaxed) == this_thread()
+    }
+
+    /// Submits what is queued (the owner only), and if the kernel took
+    /// none of it for a passing reason (`EAGAIN`, `EBUSY`), comes back to
+    /// it in a millisecond rather than when something else wakes the loop.
+    fn submit(&self, state: &mut State) {
+        if state.submit() {
+            self.wake_loop_at(state, glib::monotonic_time() + 1000);
+        }
+    }
+
+    /// Wakes the owner's loop (its next turn submits what is queued).
+    fn wake_loop(&self, state: &State) {
+        self.wake_loop_at(state, 0);
+    }
+
+    /// `state` is the held lock: under it, `alive` read true means the
+    /// context is not yet freed (its ring source's drop clears `alive`
+    /// under the same lock, before the context's memory goes), so setting
+    /// the wake source's ready time touches a live context, or, once the
+    /// context has let go of its sources, none.
+    fn wake_loop_at(&self, _state: &State, time: i64) {
+        if self.alive.load(Ordering::Acquire) {
+            if let Some(wake) = self.wake.get() {
+                wake.set_ready_time(time);
+            }
         }
     }
 
@@ -207,14 +376,19 @@ impl Ring {
             }),
             context,
             alive: AtomicBool::new(true),
+            owner: AtomicU64::new(0),
+            wake: OnceLock::new(),
         })
     }
 }
 
 impl State {
     /// Hands the kernel what it can take: cancels first, then the backlog,
-    /// up to the cap, in one submission.
-    fn submit(&mut self) {
+    /// up to the cap, in one submission. True if entries were left in the
+    /// submission queue by a passing failure (`EAGAIN`: the kernel is short
+    /// of memory; `EBUSY`: completions must be reaped first), to be
+    /// submitted again soon. `EINTR` is retried at once.
+    fn submit(&mut self) -> bool {
         let mut queue = self.ring.submission();
         let mut pushed = 0usize;
         while self.in_flight < self.cap && !queue.is_full() {
@@ -254,17 +428,35 @@ impl State {
             pushed += 1;
         }
         drop(queue);
-        if pushed > 0 || !self.ring.submission().is_empty() {
-            match self.ring.submit() {
-                Ok(_) => {}
+        if pushed == 0 && self.ring.submission().is_empty() {
+            return false;
+        }
+        loop {
+            #[cfg(test)]
+            let injected = FAIL_SUBMITS.with(|fail| {
+                let left = fail.get();
+                fail.set(left.saturating_sub(1));
+                left > 0
+            });
+            #[cfg(not(test))]
+            let injected = false;
+            let submitted = if injected {
+                Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
+            } else {
+                self.ring.submit()
+            };
+            match submitted {
+                Ok(_) => return !self.ring.submission().is_empty(),
+                Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
                 // The kernel is short of memory, or busy with completions:
                 // the entries stay queued and go with the next submission.
-                Err(err)
-                    if matches!(
-                        err.raw_os_error(),
-                        Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
-                    ) => {}
-                Err(err) => glib::g_critical!("gdex", "io_uring submission failed: {}", err),
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
+                    return true
+                }
+                Err(err) => {
+                    glib::g_critical!("gdex", "io_uring submission failed: {}", err);
+                    return !self.ring.submission().is_empty();
+                }
             }
         }
     }
@@ -284,9 +476,15 @@ impl State {
             let slot = &mut self.slots[key];
             if slot.dropped {
                 let slot = self.slots.remove(key);
+                // A cancel still waiting to be sent would hit the next
+                // operation given this key.
+                self.cancels.retain(|cancel| *cancel != key);
                 slot.operation
                     .expect("in flight with its operation")
                     .discard(res);
+            } else if stopped_before_it_ran(res) {
+                slot.phase = Phase::Adrift;
+                wakers.extend(slot.waker.take());
             } else {
                 slot.phase = Phase::Done(res);
                 wakers.extend(slot.waker.take());
@@ -313,11 +511,22 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
             c_path,
             flags,
             mode,
+            blocking,
             ..
-        } => opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), c_path.as_ptr())
-            .flags(*flags)
-            .mode(*mode)
-            .build(),
+        } => {
+            let entry = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), c_path.as_ptr())
+                .flags(*flags)
+                .mode(*mode)
+                .build();
+            if *blocking {
+                // Straight to the kernel's worker threads, which open as
+                // `open(2)` does; the first, non-blocking try io_uring
+                // makes otherwise does not wait for a FIFO's partner.
+                entry.flags(squeue::Flags::ASYNC)
+            } else {
+                entry
+            }
+        }
         Operation::Read { file, buf, offset } => {
             let len = super::read_len(buf) as u32;
             // SAFETY: `len` is at most the spare capacity, so the pointer
@@ -327,10 +536,15 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
                 .offset(*offset)
                 .build()
         }
-        Operation::Write { file, buf, offset } => opcode::Write::new(
+        Operation::Write {
+            file,
+            buf,
+            from,
+            offset,
+        } => opcode::Write::new(
             types::Fd(file.fd.as_raw_fd()),
-            buf.as_ptr(),
-            super::write_len(buf) as u32,
+            buf[*from..].as_ptr(),
+            super::write_len(buf, *from) as u32,
         )
         .offset(*offset)
         .build(),
@@ -341,25 +555,56 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
 struct RingSource(Arc<Ring>);
 
 impl Hooks for RingSource {
-    /// Called as the context prepares to poll (and checks after): submit
-    /// what this turn of the loop queued; dispatch if completions wait.
+    /// Called as the context prepares to poll (and checks after), on the
+    /// thread that iterates it, the owner: submit what this turn of the
+    /// loop queued; dispatch if completions wait.
     fn ready(&self) -> bool {
-        let mut state = self.0.state.lock().unpoisoned();
+        let ring = &self.0;
+        ring.claim();
+        let mut state = ring.state.lock().unpoisoned();
         if state.has_work() {
-            state.submit();
+            ring.submit(&mut state);
         }
         state.has_completions()
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
-        self.0.turn();
+        self.0.turn(true);
         true
     }
 }
 
 impl Drop for RingSource {
     fn drop(&mut self) {
+        // Under the lock: see `Ring::wake_loop_at`.
+        let _state = self.0.state.lock().unpoisoned();
         self.0.alive.store(false, Ordering::Release);
+    }
+}
+
+/// The hooks of a ring's wake source: another thread set its ready time
+/// for the owner to submit (or retry) what waits.
+struct WakeRing(Weak<Ring>);
+
+impl Hooks for WakeRing {
+    fn dispatch(&self, source: *mut glib_sys::GSource) -> bool {
+        // SAFETY: `dispatch` passes its own live source.
+        unsafe { glib_sys::g_source_set_ready_time(source, -1) };
+        if let Some(ring) = self.0.upgrade() {
+            ring.turn(true);
+        }
+        true
+    }
+}
+
+/// The hooks of a source that watches another context's ring for an
+/// operation polled here (its task moved): reaps it when completions wait.
+struct WatchRing(Arc<Ring>);
+
+impl Hooks for WatchRing {
+    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
+        self.0.turn(false);
+        true
     }
 }
 
@@ -367,6 +612,9 @@ impl Drop for Ring {
     fn drop(&mut self) {
         // Every future is gone (each holds the ring): cancel what is in the
         // kernel and wait for it, so that no buffer is freed under a request.
+        // Whichever thread drops the last reference sends these cancels:
+        // a cancel completes inline and leaves no work in that thread's
+        // name.
         let state = self.state.get_mut().unpoisoned();
         let in_kernel: Vec<usize> = state
             .slots
@@ -404,15 +652,14 @@ impl Drop for Ring {
     }
 }
 
-/// Does the ring's work for `context` from this thread: submits what is
-/// queued and reaps what completed, waking the operations' tasks. For the
-/// pool's monitor, when the worker that iterates `context` has sat in one
-/// poll (a CPU-bound job, a call in `blocking::blocking`): the operations
-/// queued on its ring would otherwise not even reach the kernel until that
-/// poll ends, though their tasks could run on an idle peer (as its overdue
-/// timers are raised for one, issue 19 point 1). The ring's state is
-/// behind its mutex, so any thread may do this; the worker's own source
-/// then finds nothing left to reap.
+/// For the pool's monitor, when the worker that iterates `context` has sat
+/// in one poll (a CPU-bound job, a call in `blocking::blocking`): the
+/// operations queued on its ring would otherwise not even reach the kernel
+/// until that poll ends, though their tasks could run on an idle peer (as
+/// its overdue timers are raised for one). The monitor may not submit them
+/// itself (only the owner submits, A2): it reaps what completed, and hands
+/// the backlog back to the operations' tasks, which start them on the peer
+/// that runs them.
 pub(crate) fn service(context: &glib::MainContext) {
     let address = context.as_ptr() as usize;
     let ring = RINGS
@@ -424,21 +671,42 @@ pub(crate) fn service(context: &glib::MainContext) {
     let Some(ring) = ring.filter(|ring| ring.alive.load(Ordering::Acquire)) else {
         return;
     };
-    ring.turn();
+    ring.evict();
 }
 
 /// An operation handed to a ring, as its future holds it.
 pub(crate) struct InFlight {
     ring: Arc<Ring>,
     key: usize,
-    /// The ring's context, to wake it when this thread does not iterate it.
-    context: glib::MainContext,
+    /// While the operation is in the kernel on another context's ring than
+    /// the one it is now polled from: a source on the poller's context
+    /// that reaps that ring.
+    watch: Option<Watch>,
+}
+
+/// A source that watches a ring for an operation polled elsewhere, and the
+/// address of the context it is attached to; destroyed when dropped.
+struct Watch(SourceRef, usize);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.destroy();
+    }
+}
+
+/// What a poll of an [`InFlight`] gives.
+pub(crate) enum Polled {
+    /// The operation and its result.
+    Done(Operation, i32),
+    /// The operation, not run: start it again where it is polled now.
+    Again(Operation),
 }
 
 impl InFlight {
     /// Queues `operation` on the ring of the context this thread waits on;
     /// gives the operation back if that ring cannot be set up (the caller
-    /// then runs it on the blocking lane).
+    /// then runs it on the blocking lane). `waker` is woken when it
+    /// completes.
     pub(crate) fn start(operation: Operation, waker: &Waker) -> Result<InFlight, Operation> {
         let context = crate::future::time::waiting_context();
         let ring = match Ring::of(&context) {
@@ -459,72 +727,120 @@ impl InFlight {
                 dropped: false,
             });
             state.backlog.push_back(key);
+            if ring.owned_here() {
+                // We are in one of the context's turns: its next `prepare`
+                // submits it, and a pool worker that runs dry goes back to
+                // its loop at once for it.
+                crate::current::note_loop_work();
+            } else {
+                ring.wake_loop(&state);
+            }
             key
         };
-        let in_flight = InFlight { ring, key, context };
-        in_flight.nudge();
-        Ok(in_flight)
+        Ok(InFlight {
+            ring,
+            key,
+            watch: None,
+        })
     }
 
-    /// Makes sure the context's next `prepare` comes soon: if this thread
-    /// iterates it (we are in one of its turns), by noting that the turn
-    /// has work (a pool worker that runs dry then takes it at once);
-    /// otherwise by waking the context.
-    fn nudge(&self) {
-        if self.context.is_owner() {
-            crate::current::note_loop_work();
-        } else {
-            self.context.wakeup();
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Polled> {
+        if let Some(polled) = self.take_if_over() {
+            return Poll::Ready(polled);
         }
-    }
-
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(Operation, i32)> {
+        // Still waiting. Where is it polled from? (Not under the lock: the
+        // first call may start the `gdex-timers` thread.)
+        let here = crate::future::time::waiting_context();
+        let at_home = here.as_ptr() as usize == self.ring.context;
+        // The new waker is cloned, and the old one dropped, outside the
+        // lock: dropping a waker may drop what it owns (a simple executor's
+        // task, and with it its future), which may be another operation of
+        // this ring, whose drop takes the lock.
+        let new = cx.waker().clone();
         let mut state = self.ring.state.lock().unpoisoned();
         let slot = &mut state.slots[self.key];
-        match slot.phase {
-            Phase::Done(res) => {
-                let slot = state.slots.remove(self.key);
-                // Taken: `Drop` has nothing left to do.
+        let old = match slot.phase {
+            Phase::Done(_) | Phase::Adrift => {
+                // Finished (or handed back) meanwhile: take it now.
+                drop(state);
+                drop(new);
+                return self.poll(cx);
+            }
+            Phase::Backlog if !at_home => {
+                // Not asked of the kernel yet: it moves with its task. The
+                // slot stays in the backlog, dropped, until the backlog
+                // reaches it.
+                slot.dropped = true;
+                let operation = slot.operation.take().expect("queued with its operation");
+                let old = slot.waker.take();
+                drop(state);
                 self.key = usize::MAX;
-                Poll::Ready((slot.operation.expect("done with its operation"), res))
+                self.watch = None;
+                drop((old, new));
+                return Poll::Ready(Polled::Again(operation));
             }
-            _ => {
-                if slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    return Poll::Pending;
-                }
-                drop(state);
-                // The new waker is cloned, and the old one dropped, outside
-                // the lock: dropping a waker may drop what it owns (a simple
-                // executor's task, and with it its future), which may be
-                // another operation of this ring, whose drop takes the lock.
-                let new = cx.waker().clone();
-                let mut state = self.ring.state.lock().unpoisoned();
-                let slot = &mut state.slots[self.key];
-                if let Phase::Done(_) = slot.phase {
-                    // Completed meanwhile (its waker, the old one, taken
-                    // and woken): take the result now.
-                    drop(state);
-                    drop(new);
-                    return self.poll(cx);
-                }
-                let old = slot.waker.replace(new);
-                drop(state);
-                drop(old);
-                Poll::Pending
-            }
+            Phase::Backlog | Phase::InKernel => slot.waker.replace(new),
+        };
+        let in_kernel_elsewhere = slot.phase == Phase::InKernel && !at_home;
+        drop(state);
+        drop(old);
+        if !in_kernel_elsewhere {
+            self.watch = None;
+        } else if self.watch.as_ref().map(|watch| watch.1) != Some(here.as_ptr() as usize) {
+            // In the kernel on a ring whose loop may no longer run: the
+            // completion comes to its fd; watch it from here.
+            let fd = self.ring.state.lock().unpoisoned().ring.as_raw_fd();
+            let source = SourceRef::attach_fd(
+                &here,
+                Box::new(WatchRing(self.ring.clone())),
+                false,
+                fd,
+                glib::IOCondition::IN,
+                c"[gdex aio watch]",
+                glib::ffi::G_PRIORITY_DEFAULT - 1,
+            );
+            self.watch = Some(Watch(source, here.as_ptr() as usize));
+            // It may have completed already, before the watch.
+            self.ring.turn(false);
         }
+        Poll::Pending
+    }
+
+    /// The operation, if it is done or adrift: its slot freed.
+    fn take_if_over(&mut self) -> Option<Polled> {
+        let mut state = self.ring.state.lock().unpoisoned();
+        let res = match state.slots[self.key].phase {
+            Phase::Done(res) => Some(res),
+            Phase::Adrift => None,
+            Phase::Backlog | Phase::InKernel => return None,
+        };
+        let slot = state.slots.remove(self.key);
+        drop(state);
+        // Taken: `Drop` has nothing left to do.
+        self.key = usize::MAX;
+        self.watch = None;
+        let operation = slot.operation.expect("over with its operation");
+        drop(slot.waker);
+        Some(match res {
+            Some(res) => Polled::Done(operation, res),
+            None => Polled::Again(operation),
+        })
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        // Its watch, if any, goes first: it would only reap.
+        self.watch = None;
         if self.key == usize::MAX {
             return;
         }
         let mut state = self.ring.state.lock().unpoisoned();
         let slot = &mut state.slots[self.key];
-        // The waker is dropped after the lock (see `poll`).
+        // The waker, and what the operation owns, are dropped after the
+        // lock (see `poll`).
         let waker;
+        let mut released = None;
         match slot.phase {
             Phase::Done(res) => {
                 let slot = state.slots.remove(self.key);
@@ -534,10 +850,18 @@ impl Drop for InFlight {
                     operation.discard(res);
                 }
             }
+            Phase::Adrift => {
+                let slot = state.slots.remove(self.key);
+                drop(state);
+                waker = slot.waker;
+                released = slot.operation;
+            }
             Phase::Backlog => {
-                // Freed when the backlog reaches it.
+                // Not asked of the kernel: its buffer and file go now, its
+                // slot when the backlog reaches it.
                 slot.dropped = true;
                 waker = slot.waker.take();
+                released = slot.operation.take();
                 drop(state);
             }
             Phase::InKernel => {
@@ -545,16 +869,35 @@ impl Drop for InFlight {
                 waker = slot.waker.take();
                 // Cancelled now, not at the next turn of the loop: a read of
                 // a stream would take data that comes meanwhile.
-                state.cancels.push(self.key);
-                state.submit();
-                let later = state.has_work();
-                drop(state);
-                if later {
-                    self.nudge();
+                if self.ring.owned_here() {
+                    state.cancels.push(self.key);
+                    self.ring.submit(&mut state);
+                } else if !sync_cancel(&state, self.key) {
+                    state.cancels.push(self.key);
+                    self.ring.wake_loop(&state);
                 }
+                drop(state);
             }
         }
         drop(waker);
+        drop(released);
+    }
+}
+
+/// Cancels the request `key` from a thread that is not the ring's owner,
+/// without a submission (`IORING_REGISTER_SYNC_CANCEL`, not waiting for it
+/// to end): true if the kernel found it, false if it did not (it completed,
+/// or was not submitted yet) or cannot (a kernel before 6.0), and the
+/// owner must send the cancel.
+fn sync_cancel(state: &State, key: usize) -> bool {
+    let outcome = state.ring.submitter().register_sync_cancel(
+        Some(types::Timespec::new()),
+        types::CancelBuilder::user_data(key as u64),
+    );
+    match outcome {
+        Ok(()) => true,
+        // Found, and told to stop; it ends in its own time.
+        Err(err) => err.raw_os_error() == Some(libc::ETIME),
     }
 }
 
@@ -580,6 +923,67 @@ mod tests {
         let ring = Ring::of(context).unwrap();
         let state = ring.state.lock().unpoisoned();
         state.slots.len()
+    }
+
+    /// (A2) Entries that a submission left queued (the kernel short of
+    /// memory: `EAGAIN`, made up here) go to the kernel again a moment
+    /// later by themselves: nothing else need wake the loop. Here the only
+    /// other thing that would is a 5 s timeout.
+    #[test]
+    fn a_submission_the_kernel_refused_is_made_again_without_another_wake_up() {
+        if super::super::backend() != super::super::Backend::IoUring {
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("gdex-uring-retry-{}", std::process::id()));
+        std::fs::write(&path, b"retried").unwrap();
+        let file = super::super::File::from(std::fs::File::open(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let _owner = context.acquire().unwrap();
+                let late = Arc::new(AtomicBool::new(false));
+                let guard = glib::timeout_source_new(
+                    std::time::Duration::from_secs(5),
+                    None,
+                    // Above the ring's sources: it dispatches in the turn
+                    // it fires in, whatever else is ready.
+                    glib::Priority::HIGH,
+                    {
+                        let late = late.clone();
+                        move || {
+                            late.store(true, Ordering::SeqCst);
+                            glib::ControlFlow::Break
+                        }
+                    },
+                );
+                guard.attach(Some(&context));
+                let mut cx = Context::from_waker(Waker::noop());
+                // A first read sets the ring up; then the loop settles
+                // (nothing is pending that would wake it).
+                let mut first = Box::pin(file.read_at(Vec::with_capacity(16), 0));
+                while first.as_mut().poll(&mut cx).is_pending() {
+                    context.iteration(true);
+                }
+                while context.iteration(false) {}
+                let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
+                FAIL_SUBMITS.with(|fail| fail.set(1));
+                assert!(read.as_mut().poll(&mut cx).is_pending());
+                let got = loop {
+                    context.iteration(true);
+                    assert!(
+                        !late.load(Ordering::SeqCst),
+                        "the refused submission waited for an unrelated wake-up"
+                    );
+                    if let Poll::Ready(got) = read.as_mut().poll(&mut cx) {
+                        break got.unwrap();
+                    }
+                };
+                assert_eq!(FAIL_SUBMITS.with(Cell::get), 0, "the refusal was made up");
+                assert_eq!(got, b"retried");
+                guard.destroy();
+            })
+            .unwrap();
     }
 
     /// A read dropped while the kernel waits on it (a pipe with no data)
