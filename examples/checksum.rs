@@ -224,7 +224,7 @@ async fn hash_file(
         text.rsplit(": ").next().unwrap_or(&text).to_owned()
     };
     let file = gdex::aio::File::open(path).await.map_err(os_words)?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut hasher = Sha256::new();
     let mut offset = 0u64;
     loop {
@@ -239,9 +239,12 @@ async fn hash_file(
         *buf = chunk;
         offset += read as u64;
         progress.bytes.fetch_add(read as u64, Ordering::Relaxed);
-        // The end: a read that gives nothing, or a short one at the size
-        // the file had when it was opened (which saves a read per file).
-        if read == 0 || (read < CHUNK && offset >= size) {
+        // The end: a read that gives nothing, as `sha256sum` reads to the
+        // end. The size the file had when it was opened is only a hint
+        // that saves that last read: a file whose size `stat` gives as 0
+        // may have content all the same (a FIFO, /proc and /sys files,
+        // which give a page or so per read), and one that grew goes on.
+        if read == 0 || (size > 0 && offset == size) {
             break;
         }
     }

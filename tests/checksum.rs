@@ -1,9 +1,10 @@
-//! Issue 16 point 2: `examples/checksum` prints what `sha256sum` prints,
-//! byte for byte, for the files `find -type f` lists (in a byte-ordered
-//! depth-first walk), on a tree with odd names (spaces, newline, backslash,
-//! carriage return, non-UTF-8), symlinks to directories and files, a FIFO,
-//! and unreadable files and directories; and `checksum -c` checks sum files
-//! as `sha256sum -c` does, with its verdicts, warnings and exit status.
+//! C1: `examples/checksum` is `sha256sum`. It prints what `sha256sum`
+//! prints, byte for byte, for the files `find -type f` lists (in a
+//! byte-ordered depth-first walk), on a tree with odd names (spaces,
+//! newline, backslash, carriage return, non-UTF-8), symlinks to directories
+//! and files, a FIFO, and unreadable files and directories; and
+//! `checksum -c` checks sum files as `sha256sum -c` does, with its
+//! verdicts, warnings and exit status.
 //!
 //! The tool is the example binary `cargo test` builds next to this test.
 
@@ -423,4 +424,152 @@ fn verdicts_stream_while_the_list_is_still_coming() {
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     assert_eq!(rest, format!("{}: OK\n", second.display()));
     assert!(child.wait().unwrap().success());
+}
+
+/// Runs `command` with `stdin` as its standard input and gives its output;
+/// kills it if it has not finished after 60 s (a hang fails the test, not
+/// the run).
+fn output_within(mut command: Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_vec();
+    // The child may not read it all (an error, or it has no `-` to read).
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(std::time::Duration::from_secs(60))
+        {
+            // SAFETY: kill(2) on the child's pid, which is not yet waited for.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let output = child.wait_with_output().unwrap();
+    drop(done);
+    dog.join().unwrap();
+    feeder.join().unwrap();
+    assert_ne!(
+        output.status.code(),
+        None,
+        "killed (hung for 60 s, or crashed): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// `sha256sum`'s line for `contents` under the name `name`.
+fn sum_line_of(contents: &[u8], name: &Path) -> Vec<u8> {
+    let theirs = output_within(Command::new("sha256sum"), contents);
+    let mut line = theirs.stdout[..64].to_vec();
+    line.extend(b"  ");
+    line.extend(name.as_os_str().as_encoded_bytes());
+    line.push(b'\n');
+    line
+}
+
+/// A file whose size `stat` gives as 0 but that has content is hashed to
+/// its end, as `sha256sum` reads it, not from its first read only: a FIFO
+/// fed in pieces, and a /proc file that gives a page per read (C1).
+#[test]
+fn files_whose_stat_size_is_zero_are_hashed_to_the_end() {
+    use std::io::Write;
+    let tree = Tree::new("size-zero");
+    let contents: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    for lane in ["", "blocking"] {
+        let fifo = tree.0.join(format!("fifo-{lane}"));
+        let path = std::ffi::CString::new(fifo.clone().into_os_string().into_vec()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o644) }, 0);
+        // The writer opens the FIFO once the tool has (a non-blocking open
+        // fails until a reader is there), and stops if the tool goes away.
+        let writer = {
+            let (fifo, contents) = (fifo.clone(), contents.clone());
+            std::thread::spawn(move || {
+                use std::os::unix::fs::OpenOptionsExt;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                let mut file = loop {
+                    match std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&fifo)
+                    {
+                        Ok(file) => break file,
+                        Err(_) if std::time::Instant::now() < deadline => {
+                            std::thread::sleep(std::time::Duration::from_millis(1))
+                        }
+                        Err(err) => panic!("the tool never opened the FIFO: {err}"),
+                    }
+                };
+                // Blocking writes from here, in pieces.
+                // SAFETY: fcntl on the fd `file` owns.
+                unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::F_SETFL, 0) };
+                for piece in contents.chunks(16 * 1024) {
+                    if file.write_all(piece).is_err() {
+                        break; // the tool closed it
+                    }
+                }
+            })
+        };
+        let mut ours = Command::new(checksum_exe());
+        ours.arg(&fifo);
+        if !lane.is_empty() {
+            ours.env("GDEX_AIO", lane);
+        }
+        let ours = output_within(ours, b"");
+        writer.join().unwrap();
+        assert_eq!(ours.status.code(), Some(0), "{ours:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&sum_line_of(&contents, &fifo)),
+            "a FIFO fed 1 MiB in 16 KiB pieces (lane: {lane:?})"
+        );
+    }
+    // A /proc file with a stable content longer than one read.
+    let stable = ["/proc/kallsyms", "/proc/crypto", "/proc/devices"]
+        .into_iter()
+        .map(Path::new)
+        .find(|path| {
+            use std::os::unix::fs::FileExt;
+            let Ok(file) = std::fs::File::open(path) else {
+                return false;
+            };
+            let mut first = vec![0; 256 * 1024];
+            let Ok(read) = file.read_at(&mut first, 0) else {
+                return false;
+            };
+            let (Ok(a), Ok(b)) = (std::fs::read(path), std::fs::read(path)) else {
+                return false;
+            };
+            file.metadata().is_ok_and(|m| m.len() == 0) && a == b && a.len() > read
+        });
+    let Some(proc_file) = stable else {
+        eprintln!("no stable /proc file longer than one read here: that part is skipped");
+        return;
+    };
+    let theirs = sha256sum(&[proc_file.to_path_buf()], false);
+    for lane in ["", "blocking"] {
+        let mut ours = Command::new(checksum_exe());
+        ours.arg(proc_file);
+        if !lane.is_empty() {
+            ours.env("GDEX_AIO", lane);
+        }
+        let ours = output_within(ours, b"");
+        assert_eq!(ours.status.code(), Some(0), "{ours:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&theirs.stdout),
+            "{} (lane: {lane:?})",
+            proc_file.display()
+        );
+    }
 }
