@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use sha2::{Digest, Sha256};
+use std::panic::AssertUnwindSafe;
 
 /// Bytes per read.
 const CHUNK: usize = 256 * 1024;
@@ -166,7 +167,12 @@ async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
                     for work in batch.works {
                         let result = match &work {
                             Work::Sum(path) | Work::Check(path, _) => {
-                                hash_file(path, &mut buf, &progress).await
+                                // A panic is this file's failure, not the
+                                // run's end.
+                                AssertUnwindSafe(hash_file(path, &mut buf, &progress))
+                                    .catch_unwind()
+                                    .await
+                                    .unwrap_or_else(|panic| Err(panic_words(&*panic)))
                             }
                             Work::Fail(_, message) => Err(message.clone()),
                         };
@@ -202,14 +208,27 @@ async fn run(args: Vec<OsString>, check: bool, progress: Arc<Progress>) -> i32 {
         }
         printer.flush();
     }
-    group
-        .close()
-        .await
-        .expect("the hashers neither panic nor fail");
+    // Neither fails: a hasher catches its panics, and the feeder is never
+    // cancelled. If one did all the same, the run says so and fails.
+    let mut status = 0;
+    if let Err(err) = group.close().await {
+        eprintln!("checksum: internal error: a hashing task failed: {err}");
+        status = 1;
+    }
     let feeder = feeder
         .await
-        .expect("the feeder neither panics nor is cancelled");
-    printer.finish(feeder)
+        .unwrap_or_else(|err| Err(format!("internal error: reading the list failed: {err}")));
+    status.max(printer.finish(feeder))
+}
+
+/// A caught panic's message.
+fn panic_words(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    format!("internal error: {text}")
 }
 
 /// Hashes one file with AIO reads; the error is the system's words
@@ -223,6 +242,11 @@ async fn hash_file(
         let text = err.to_string();
         text.rsplit(": ").next().unwrap_or(&text).to_owned()
     };
+    if path.as_os_str().as_bytes().contains(&0) {
+        // No file has such a name (the parser never makes one): the
+        // system's words for what open(2) cannot even be asked.
+        return Err("Invalid argument".to_owned());
+    }
     let file = gdex::aio::File::open(path).await.map_err(os_words)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut hasher = Sha256::new();
@@ -462,10 +486,12 @@ fn parse_sum_line(line: &[u8]) -> Option<([u8; 32], PathBuf)> {
         let text = std::str::from_utf8(pair).ok()?;
         digest[i] = u8::from_str_radix(text, 16).ok()?;
     }
+    // As sha256sum, whose names are C strings: an escaped name may not
+    // hold a NUL, and a plain one ends at its first.
     let name = if escaped {
         unescape(name)?
     } else {
-        name.to_vec()
+        name.split(|&b| b == 0).next().unwrap_or_default().to_vec()
     };
     Some((digest, PathBuf::from(OsString::from_vec(name))))
 }
@@ -474,7 +500,9 @@ fn unescape(name: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(name.len());
     let mut bytes = name.iter();
     while let Some(&b) = bytes.next() {
-        if b == b'\\' {
+        if b == 0 {
+            return None;
+        } else if b == b'\\' {
             match bytes.next()? {
                 b'\\' => out.push(b'\\'),
                 b'n' => out.push(b'\n'),

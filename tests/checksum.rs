@@ -573,3 +573,64 @@ fn files_whose_stat_size_is_zero_are_hashed_to_the_end() {
         );
     }
 }
+
+/// `checksum -c` and `sha256sum -c` on `sums` (written to a file in `dir`,
+/// and run there): stdout byte for byte, stderr with the program's name
+/// made the same, and the exit status. Gives our output.
+fn check_like_sha256sum(dir: &Path, sums: &[u8]) -> Output {
+    let sum_file = dir.join("sums.txt");
+    std::fs::write(&sum_file, sums).unwrap();
+    let mut theirs = Command::new("sha256sum");
+    theirs.arg("-c").arg(&sum_file).current_dir(dir);
+    let theirs = output_within(theirs, b"");
+    let mut ours = Command::new(checksum_exe());
+    ours.arg("-c").arg(&sum_file).current_dir(dir);
+    let ours = output_within(ours, b"");
+    assert!(
+        !String::from_utf8_lossy(&ours.stderr).contains("panicked"),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&theirs.stdout),
+        "stdout, for {:?}",
+        String::from_utf8_lossy(sums)
+    );
+    assert_eq!(ours.stdout, theirs.stdout, "stdout, byte for byte");
+    assert_eq!(
+        stderr_of(&ours, "checksum"),
+        stderr_of(&theirs, "sha256sum"),
+        "stderr, for {:?}",
+        String::from_utf8_lossy(sums)
+    );
+    assert_eq!(ours.status.code(), theirs.status.code(), "exit status");
+    ours
+}
+
+/// A NUL byte in a sum file's name is what `sha256sum -c` makes of it (a
+/// plain name ends at it, an escaped one is improperly formatted), never a
+/// crash: every other line still gets its verdict (C1).
+#[test]
+fn a_nul_in_a_listed_name_never_crashes_the_check() {
+    let tree = Tree::new("nul");
+    let file = tree.file("f", b"contents");
+    let digest = String::from_utf8(sha256sum(&[file], false).stdout[..64].to_vec()).unwrap();
+    let mut sums = Vec::new();
+    for line in [
+        format!("{digest}  f\0after"),
+        format!("\\{digest}  f\0"),
+        format!("SHA256 (f\0x) = {digest}"),
+        format!("{digest}  missing\0f"),
+        format!("{digest}  f"),
+    ] {
+        sums.extend(line.as_bytes());
+        sums.push(b'\n');
+    }
+    let ours = check_like_sha256sum(&tree.0, &sums);
+    assert_eq!(ours.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        "f: OK\nf: OK\nmissing: FAILED open or read\nf: OK\n"
+    );
+}
