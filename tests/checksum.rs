@@ -9,7 +9,7 @@
 //! The tool is the example binary `cargo test` builds next to this test.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -169,7 +169,9 @@ fn checksum(args: &[&std::ffi::OsStr], unprivileged: bool) -> Output {
 /// stderr with the program's name made the same, and without the
 /// tool-specific lines (`find`'s messages).
 fn stderr_of(output: &Output, program: &str) -> String {
-    String::from_utf8_lossy(&output.stderr).replace(&format!("{program}: "), "PROGRAM: ")
+    String::from_utf8_lossy(&output.stderr)
+        .replace(&format!("{program}: "), "PROGRAM: ")
+        .replace(&format!("'{program} --help'"), "'PROGRAM --help'")
 }
 
 /// The same bytes as `sha256sum` over the same files, in the walk's order:
@@ -574,38 +576,55 @@ fn files_whose_stat_size_is_zero_are_hashed_to_the_end() {
     }
 }
 
-/// `checksum -c` and `sha256sum -c` on `sums` (written to a file in `dir`,
-/// and run there): stdout byte for byte, stderr with the program's name
-/// made the same, and the exit status. Gives our output.
-fn check_like_sha256sum(dir: &Path, sums: &[u8]) -> Output {
-    let sum_file = dir.join("sums.txt");
-    std::fs::write(&sum_file, sums).unwrap();
-    let mut theirs = Command::new("sha256sum");
-    theirs.arg("-c").arg(&sum_file).current_dir(dir);
-    let theirs = output_within(theirs, b"");
-    let mut ours = Command::new(checksum_exe());
-    ours.arg("-c").arg(&sum_file).current_dir(dir);
-    let ours = output_within(ours, b"");
+/// `checksum ARGS` and `sha256sum ARGS`, run in `dir` with `stdin` and
+/// the locale `LC_ALL=locale`: the same stdout byte for byte, the same
+/// stderr with the program's name made the same, the same exit status, and
+/// no crash. Gives our output.
+fn like_sha256sum(dir: &Path, args: &[&[u8]], stdin: &[u8], locale: &str) -> Output {
+    let run_in_dir = |program: &Path| {
+        let mut command = Command::new(program);
+        command
+            .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+            .current_dir(dir)
+            .env("LC_ALL", locale)
+            .env_remove("POSIXLY_CORRECT");
+        output_within(command, stdin)
+    };
+    let theirs = run_in_dir(Path::new("sha256sum"));
+    let ours = run_in_dir(&checksum_exe());
+    let shown: Vec<_> = args.iter().map(|a| String::from_utf8_lossy(a)).collect();
     assert!(
         !String::from_utf8_lossy(&ours.stderr).contains("panicked"),
-        "{}",
+        "{shown:?}: {}",
         String::from_utf8_lossy(&ours.stderr)
     );
     assert_eq!(
         String::from_utf8_lossy(&ours.stdout),
         String::from_utf8_lossy(&theirs.stdout),
-        "stdout, for {:?}",
-        String::from_utf8_lossy(sums)
+        "stdout, for {shown:?}"
     );
-    assert_eq!(ours.stdout, theirs.stdout, "stdout, byte for byte");
+    assert_eq!(
+        ours.stdout, theirs.stdout,
+        "stdout byte for byte, for {shown:?}"
+    );
     assert_eq!(
         stderr_of(&ours, "checksum"),
         stderr_of(&theirs, "sha256sum"),
-        "stderr, for {:?}",
-        String::from_utf8_lossy(sums)
+        "stderr, for {shown:?}"
     );
-    assert_eq!(ours.status.code(), theirs.status.code(), "exit status");
+    assert_eq!(
+        ours.status.code(),
+        theirs.status.code(),
+        "exit status, for {shown:?}"
+    );
     ours
+}
+
+/// `checksum -c` and `sha256sum -c` on `sums` (written to a file in `dir`,
+/// and run there), as [`like_sha256sum`] compares them.
+fn check_like_sha256sum(dir: &Path, sums: &[u8]) -> Output {
+    std::fs::write(dir.join("sums.txt"), sums).unwrap();
+    like_sha256sum(dir, &[b"-c", b"sums.txt"], b"", "C.UTF-8")
 }
 
 /// A NUL byte in a sum file's name is what `sha256sum -c` makes of it (a
@@ -633,4 +652,293 @@ fn a_nul_in_a_listed_name_never_crashes_the_check() {
         String::from_utf8_lossy(&ours.stdout),
         "f: OK\nf: OK\nmissing: FAILED open or read\nf: OK\n"
     );
+}
+
+/// The digest of `contents`, in hex.
+fn digest_hex(contents: &[u8]) -> String {
+    let out = output_within(Command::new("sha256sum"), contents);
+    String::from_utf8(out.stdout[..64].to_vec()).unwrap()
+}
+
+/// A directory with a few files for the format and option tests: `f`,
+/// `g`, `with space`, `back\slash`, `new\nline`, `-dash` and a
+/// subdirectory `d`.
+fn small_tree(name: &str) -> Tree {
+    let tree = Tree::new(name);
+    for (file, contents) in [
+        ("f", &b"eff"[..]),
+        ("g", b"gee"),
+        ("with space", b"spaced"),
+        ("back\\slash", b"slashed"),
+        ("new\nline", b"two\nlines"),
+        ("-dash", b"dashed"),
+    ] {
+        tree.file(file, contents);
+    }
+    tree.dir("d");
+    tree
+}
+
+/// Sum files as `sha256sum -c` reads them: comments and blank lines are
+/// not lines at all, CRLF is a line end, blanks may lead, one blank makes
+/// the BSD-reversed format (for the rest of the run), the BSD-tagged
+/// format with or without blanks around `=`, escaped names, upper-case but
+/// not `+` digits, no trailing newline, `-` for standard input (improper
+/// when the sum file is standard input), several sum files, a missing
+/// one and one that cannot be read (C1).
+#[test]
+fn sum_files_are_read_as_sha256sum_reads_them() {
+    let tree = small_tree("formats");
+    let f = digest_hex(b"eff");
+    let g = digest_hex(b"gee");
+    let stdin_digest = digest_hex(b"from stdin");
+    let upper = f.to_uppercase();
+    let plus = format!("{}+", &f[..63]);
+    let slashed = digest_hex(b"slashed");
+    let two_lines = digest_hex(b"two\nlines");
+    let spaced = digest_hex(b"spaced");
+    let cases: Vec<String> = vec![
+        format!("# a comment\n\n{f}  f\n#{g}  g\n"),
+        format!("   \n{f}  f\n"),
+        format!("{f}  f\r\n{g}  g\r\n"),
+        format!("{f}  f\r"),
+        format!("  \t{f}  f\n"),
+        format!(" #{f}  f\n"),
+        format!("{f} f\n{g}  g\n"),
+        format!("{f}  f\n{g} g\n"),
+        format!("{f}\tf\n{g} *g\n"),
+        format!("{f} *f\n{f}\t f\n"),
+        format!("SHA256 (f) = {f}\nSHA256(g)={g}\nSHA256 (f)\t=\t{f}\n"),
+        format!("SHA256  (f) = {f}\nSHA256 (f) = {f} x\nsha256 (f) = {f}\n"),
+        format!("SHA256 (with space) = {spaced}\nSHA256 (a (b)) = {f}\n"),
+        format!("\\SHA256 (back\\\\slash) = {slashed}\n\\{two_lines}  new\\nline\n"),
+        format!("\\{f}  a\\tb\n\\{f}  f\\\n{slashed}  back\\slash\n"),
+        format!("{upper}  f\n{plus}  f\n{}  f\n{f}0  f\n", &f[..62]),
+        format!("{f}  f\n{f}  f\n{g}  f\n"),
+        format!("{f}  with space\n{spaced}  with space\n"),
+        format!("{stdin_digest}  -\n{stdin_digest}  -\n"),
+        format!("{f}  missing\n{f}  d\n{f}  f\n"),
+        format!("{f}  f"),
+        format!("{f}  "),
+        format!("{f} *\n"),
+        format!("\u{feff}{f}  f\n"),
+        String::new(),
+        "\n\n#\n".to_owned(),
+    ];
+    for case in &cases {
+        std::fs::write(tree.0.join("sums.txt"), case).unwrap();
+        for options in [&[][..], &[&b"-w"[..]], &[b"--strict"]] {
+            let mut args: Vec<&[u8]> = vec![b"-c"];
+            args.extend(options);
+            args.push(b"sums.txt");
+            like_sha256sum(&tree.0, &args, b"from stdin", "C.UTF-8");
+        }
+        // The same sum file on standard input: `-` lines are improper.
+        like_sha256sum(&tree.0, &[b"-c", b"-w"], case.as_bytes(), "C.UTF-8");
+    }
+    // Several sum files, a missing one, one that cannot be read (a
+    // directory), and the BSD-reversed format carried from one to the
+    // next; no sum file at all is standard input.
+    std::fs::write(tree.0.join("a.txt"), format!("{f} f\n")).unwrap();
+    std::fs::write(tree.0.join("b.txt"), format!("{g}  g\n{f} f\n")).unwrap();
+    like_sha256sum(
+        &tree.0,
+        &[b"-c", b"a.txt", b"missing.txt", b"d", b"b.txt"],
+        b"",
+        "C.UTF-8",
+    );
+    like_sha256sum(&tree.0, &[b"-c", b"b.txt", b"a.txt"], b"", "C.UTF-8");
+    like_sha256sum(&tree.0, &[b"-c"], format!("{g}  g\n").as_bytes(), "C.UTF-8");
+}
+
+/// `sha256sum`'s options, as it reads them and with its outputs:
+/// `-b`/`-t`, `--tag`, `-z`, `-` for standard input and `--` for sums;
+/// `--quiet`, `--status` (the last of those and `-w` wins), `--strict`,
+/// `--ignore-missing` for `-c`; bundled short options, abbreviated long
+/// ones, options after operands. Misuse (an unknown, ambiguous or
+/// misplaced option, one given an argument) gets its message and exit
+/// status 1; `--help` and `--version` print and exit 0 (C1).
+#[test]
+fn options_are_sha256sums() {
+    let tree = small_tree("options");
+    let f = digest_hex(b"eff");
+    let g = digest_hex(b"gee");
+    let two_lines = digest_hex(b"two\nlines");
+    std::fs::write(
+        tree.0.join("sums.txt"),
+        format!("{f}  f\n{f}  g\n{g}  missing\nbad line\n\\{two_lines}  new\\nline\n"),
+    )
+    .unwrap();
+    std::fs::write(tree.0.join("good.txt"), format!("{f}  f\n{g}  g\n")).unwrap();
+    std::fs::write(tree.0.join("gone.txt"), format!("{f}  missing\n")).unwrap();
+    std::fs::write(tree.0.join("half.txt"), format!("{f}  missing\n{f}  f\n")).unwrap();
+    std::fs::write(tree.0.join("improper.txt"), format!("{f}  f\nbad\n")).unwrap();
+    let runs: &[&[&[u8]]] = &[
+        // Sums.
+        &[b"f", b"g"],
+        &[b"-b", b"f", b"new\nline"],
+        &[b"-t", b"f"],
+        &[b"--binary", b"--text", b"f"],
+        &[b"--tag", b"f", b"back\\slash", b"new\nline"],
+        &[b"-z", b"f", b"new\nline", b"back\\slash"],
+        &[b"--tag", b"-z", b"new\nline"],
+        &[b"-zb", b"f"],
+        &[b"--", b"-dash", b"f"],
+        &[b"f", b"--", b"--tag"],
+        &[b"-"],
+        &[b"f", b"-", b"-"],
+        &[b"f", b"missing", b"g"],
+        &[b"f", b"--tag"],
+        &[b"--ta", b"--bin", b"f"],
+        // Checks.
+        &[b"-c", b"sums.txt"],
+        &[b"--check", b"--quiet", b"sums.txt"],
+        &[b"-c", b"--status", b"sums.txt"],
+        &[b"-c", b"--status", b"good.txt"],
+        &[b"-c", b"--quiet", b"--status", b"sums.txt"],
+        &[b"-c", b"--status", b"--quiet", b"sums.txt"],
+        &[b"-c", b"--status", b"-w", b"sums.txt"],
+        &[b"-cw", b"sums.txt"],
+        &[b"-c", b"--strict", b"improper.txt"],
+        &[b"-c", b"improper.txt"],
+        &[b"-c", b"--ignore-missing", b"sums.txt"],
+        &[b"-c", b"--ignore-missing", b"gone.txt"],
+        &[b"-c", b"--ignore-missing", b"--status", b"gone.txt"],
+        &[b"-c", b"--ignore-missing", b"half.txt"],
+        &[b"sums.txt", b"--che", b"--qui"],
+        &[b"-c", b"good.txt", b"--", b"-dash"],
+        // Misuse.
+        &[b"--foo"],
+        &[b"--foo=bar", b"f"],
+        &[b"-x", b"f"],
+        &[b"-bx"],
+        &[b"--st"],
+        &[b"--t", b"f"],
+        &[b"--=x"],
+        &[b"--quiet=1", b"-c", b"good.txt"],
+        &[b"--tag", b"-t", b"f"],
+        &[b"-t", b"--tag", b"f"],
+        &[b"-c", b"-z", b"good.txt"],
+        &[b"-c", b"--tag", b"good.txt"],
+        &[b"-c", b"-b", b"good.txt"],
+        &[b"-c", b"-t", b"good.txt"],
+        &[b"--quiet", b"f"],
+        &[b"--status", b"f"],
+        &[b"-w", b"f"],
+        &[b"--strict", b"f"],
+        &[b"--ignore-missing", b"f"],
+        &[b"--foo", b"--help"],
+    ];
+    for args in runs {
+        like_sha256sum(&tree.0, args, b"standard input", "C.UTF-8");
+    }
+    // Options stop at the first operand for POSIX.
+    let posix = |program: &Path| {
+        let mut command = Command::new(program);
+        command
+            .args(["f", "--tag"])
+            .current_dir(&tree.0)
+            .env("POSIXLY_CORRECT", "1");
+        output_within(command, b"")
+    };
+    let (ours, theirs) = (posix(&checksum_exe()), posix(Path::new("sha256sum")));
+    assert_eq!(ours.stdout, theirs.stdout);
+    assert_eq!(
+        stderr_of(&ours, "checksum"),
+        stderr_of(&theirs, "sha256sum")
+    );
+    assert_eq!(ours.status.code(), theirs.status.code());
+    // --help and --version: the tool's own words, on stdout, exit 0, when
+    // they are read (a later misuse is not).
+    for (args, start) in [
+        (&["--help", "--foo"][..], "Usage: checksum "),
+        (&["--he"], "Usage: checksum "),
+        (&["--version"], "checksum (gdex) "),
+    ] {
+        let mut command = Command::new(checksum_exe());
+        command.args(args);
+        let ours = output_within(command, b"");
+        assert_eq!(ours.status.code(), Some(0), "{args:?}: {ours:?}");
+        assert!(
+            String::from_utf8_lossy(&ours.stdout).starts_with(start),
+            "{args:?}: {ours:?}"
+        );
+        assert!(ours.stderr.is_empty(), "{args:?}: {ours:?}");
+    }
+}
+
+/// Names on stderr are quoted as `sha256sum` quotes them (gnulib's
+/// shell-escape quoting, `:` too): as they are when no shell would mind,
+/// else in single quotes with `$'\n'` escapes, in double quotes when an
+/// apostrophe is all; bytes the locale cannot print escaped (C1).
+#[test]
+fn names_on_stderr_are_quoted_as_sha256sum_quotes_them() {
+    let tree = Tree::new("quoting");
+    let names: &[&[u8]] = &[
+        b"plain",
+        b"with space",
+        b"colon:name",
+        b"it's",
+        b"it's here",
+        b"it's\nnew line",
+        b"new\nline",
+        b"tab\there",
+        b"back\\slash",
+        b"#hash",
+        b"a#b",
+        b"~tilde",
+        b"a~",
+        b"{",
+        b"a{b}",
+        b"$dollar",
+        b"a=b",
+        b"star*",
+        b"q?",
+        b"[x]",
+        b"@at",
+        b"\x01control",
+        b"\x7fdel",
+        b"\xff",
+        b"a\xffb",
+        b"it's\xff",
+        b"\xffit's",
+        b"'",
+        b"it's:x",
+        b"it's#",
+        "caf\u{e9}".as_bytes(),
+        "arrow \u{2192}".as_bytes(),
+        "sep\u{2028}arator".as_bytes(),
+        "it's \u{e9}".as_bytes(),
+        b"\xe2\x80",
+        b"\xc2\x85",
+        b"\x07\x08\x0c\x0b\r",
+        b"",
+    ];
+    for locale in ["C.UTF-8", "C"] {
+        // Files that do not exist, summed, and checked.
+        let mut args: Vec<&[u8]> = vec![b"--"];
+        args.extend(names.iter().filter(|n| !n.is_empty()));
+        like_sha256sum(&tree.0, &args, b"", locale);
+        let mut sums = Vec::new();
+        for name in names {
+            let escaped = name.contains(&b'\n') || name.contains(&b'\\');
+            if escaped {
+                sums.push(b'\\');
+            }
+            sums.extend("0".repeat(64).as_bytes());
+            sums.extend(b"  ");
+            for &b in *name {
+                match b {
+                    b'\n' if escaped => sums.extend(b"\\n"),
+                    b'\\' if escaped => sums.extend(b"\\\\"),
+                    b'\r' if escaped => sums.extend(b"\\r"),
+                    _ => sums.push(b),
+                }
+            }
+            sums.push(b'\n');
+        }
+        std::fs::write(tree.0.join("odd: sums"), &sums).unwrap();
+        like_sha256sum(&tree.0, &[b"-c", b"-w", b"odd: sums"], b"", locale);
+        like_sha256sum(&tree.0, &[b"-c", b"-w", b"not: there"], b"", locale);
+    }
 }
