@@ -52,7 +52,7 @@ use std::io::{BufRead, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,15 @@ const BATCH: usize = 32;
 const BATCH_WAIT: Duration = Duration::from_millis(2);
 /// The name messages start with.
 const PROGRAM: &str = "checksum";
+/// Descriptors kept free beside the hashers' files, on top of those open
+/// when the run starts and a ring per worker: the walk's directory, the
+/// sum file, and what the runtime may open on the way.
+const SPARE_FDS: u64 = 8;
+/// How long an open that finds no free descriptor waits, at most, while
+/// the hashers hold files they will close (and for a moment when they
+/// hold none: something else may close one).
+const EMFILE_PATIENCE: Duration = Duration::from_secs(60);
+const EMFILE_GRACE: Duration = Duration::from_millis(20);
 
 /// Whether the locale's character set is UTF-8 (else each byte is a
 /// character, and only ASCII is printable), for quoting names.
@@ -429,6 +438,8 @@ async fn run(options: Options, progress: Arc<Progress>) -> i32 {
     let window = gdex::Semaphore::new(WINDOW);
     let (items, queue) = gdex::channel::<Batch>(WINDOW / BATCH);
     let (results, printed) = gdex::channel::<Done>(WINDOW / BATCH);
+    let workers = gdex::ThreadPool::default().workers();
+    let files = Arc::new(OpenFiles::new(workers * HASHERS_PER_WORKER, workers));
     let check = options.check;
     let mut operands = options.operands.clone();
     if operands.is_empty() {
@@ -438,9 +449,10 @@ async fn run(options: Options, progress: Arc<Progress>) -> i32 {
     let feeder = {
         let progress = progress.clone();
         let window = window.clone();
+        let files = files.clone();
         let warn = options.warn;
         gdex::spawn_blocking(move || {
-            let mut feed = Feed::new(&items, &window, &progress);
+            let mut feed = Feed::new(&items, &window, &progress, &files);
             if check {
                 let mut parser = SumParser::default();
                 for name in &operands {
@@ -456,11 +468,11 @@ async fn run(options: Options, progress: Arc<Progress>) -> i32 {
     };
     // The hashers: a group, so that dropping `run` (Ctrl-C) cancels them.
     let group = gdex::TaskGroup::builder().scheduler(pool.clone()).build();
-    let workers = gdex::ThreadPool::default().workers();
     for _ in 0..workers * HASHERS_PER_WORKER {
         let queue = queue.clone();
         let results = results.clone();
         let progress = progress.clone();
+        let files = files.clone();
         group
             .spawn(async move {
                 let mut buf = Vec::with_capacity(CHUNK);
@@ -472,7 +484,7 @@ async fn run(options: Options, progress: Arc<Progress>) -> i32 {
                                 // A panic is this file's failure, not the
                                 // run's end.
                                 let result =
-                                    AssertUnwindSafe(hash_file(&name, &mut buf, &progress))
+                                    AssertUnwindSafe(hash_file(&name, &mut buf, &progress, &files))
                                         .catch_unwind()
                                         .await
                                         .unwrap_or_else(|panic| {
@@ -553,6 +565,7 @@ async fn hash_file(
     path: &Path,
     buf: &mut Vec<u8>,
     progress: &Progress,
+    files: &OpenFiles,
 ) -> Result<[u8; 32], Failure> {
     let failure = |err: gdex::Error| {
         let text = err.to_string();
@@ -566,7 +579,24 @@ async fn hash_file(
         // system's words for what open(2) cannot even be asked.
         return Err(Failure::new("Invalid argument".to_owned()));
     }
-    let file = gdex::aio::File::open(path).await.map_err(failure)?;
+    // A place under the process's limit of open files, held until the
+    // file is closed (dropped before it: declared first).
+    let _place = match &files.places {
+        Some(places) => Some(places.acquire().await.map_err(failure)?),
+        None => None,
+    };
+    let mut patience = files.patience();
+    let file = loop {
+        match gdex::aio::File::open(path).await {
+            Err(err)
+                if err.matches(gio::IOErrorEnum::TooManyOpenFiles) && patience.wait_for(files) =>
+            {
+                gdex::sleep(patience.pause).await;
+            }
+            opened => break opened.map_err(failure)?,
+        }
+    };
+    let _open = files.opened();
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut hasher = Sha256::new();
     let mut offset = 0u64;
@@ -592,6 +622,101 @@ async fn hash_file(
         }
     }
     Ok(hasher.finalize().into())
+}
+
+/// Keeps the hashers' open files under the process's limit
+/// (`RLIMIT_NOFILE`): a file that finds no free descriptor (`EMFILE`,
+/// `ENFILE`) waits for one, as `xargs sha256sum`, one file at a time,
+/// never runs out.
+struct OpenFiles {
+    /// Places for the hashers' open files, if the limit leaves fewer than
+    /// one per hasher (else no wait and no cost).
+    places: Option<gdex::Semaphore>,
+    /// How many files the hashers have open now.
+    open: AtomicUsize,
+}
+
+impl OpenFiles {
+    /// Room for what is open now, a ring per worker and [`SPARE_FDS`].
+    fn new(hashers: usize, workers: usize) -> OpenFiles {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only writes the struct it is given.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            limit.rlim_cur
+        } else {
+            libc::RLIM_INFINITY
+        };
+        let in_use = std::fs::read_dir("/proc/self/fd").map_or(16, |fds| fds.count()) as u64;
+        let room = soft
+            .saturating_sub(in_use + workers as u64 + SPARE_FDS)
+            .max(1);
+        OpenFiles {
+            places: (room < hashers as u64).then(|| gdex::Semaphore::new(room as usize)),
+            open: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts a file open until the guard is dropped.
+    fn opened(&self) -> impl Drop + '_ {
+        struct Open<'a>(&'a AtomicUsize);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Open(&self.open)
+    }
+
+    fn patience(&self) -> Patience {
+        Patience {
+            pause: Duration::from_millis(1),
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// `open` (on this blocking-lane thread), waiting while it finds no
+    /// free descriptor.
+    fn retry<T>(&self, mut open: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+        let mut patience = self.patience();
+        loop {
+            match open() {
+                Err(err)
+                    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && patience.wait_for(self) =>
+                {
+                    std::thread::sleep(patience.pause)
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Waiting for a free descriptor: pauses that double up to 50 ms.
+struct Patience {
+    pause: Duration,
+    waited: Duration,
+}
+
+impl Patience {
+    /// Whether to wait once more (then for `self.pause`): while the
+    /// hashers hold files, which they will close, or for a moment, up to
+    /// [`EMFILE_PATIENCE`] in all.
+    fn wait_for(&mut self, files: &OpenFiles) -> bool {
+        let others = files.open.load(Ordering::Relaxed) > 0;
+        if self.waited >= EMFILE_PATIENCE || (!others && self.waited >= EMFILE_GRACE) {
+            return false;
+        }
+        if self.waited > Duration::ZERO {
+            self.pause = (self.pause * 2).min(Duration::from_millis(50));
+        }
+        self.waited += self.pause;
+        true
+    }
 }
 
 /// Hashes standard input from where it is to its end, as `sha256sum`
@@ -620,6 +745,7 @@ struct Feed<'a> {
     items: &'a gdex::Sender<Batch>,
     window: &'a gdex::Semaphore,
     progress: &'a Progress,
+    files: &'a OpenFiles,
     /// The place of the next piece of work.
     next: u64,
     pending: Vec<Work>,
@@ -633,11 +759,13 @@ impl<'a> Feed<'a> {
         items: &'a gdex::Sender<Batch>,
         window: &'a gdex::Semaphore,
         progress: &'a Progress,
+        files: &'a OpenFiles,
     ) -> Self {
         Feed {
             items,
             window,
             progress,
+            files,
             next: 0,
             pending: Vec::with_capacity(BATCH),
             permits: Vec::with_capacity(BATCH),
@@ -724,7 +852,7 @@ impl<'a> Feed<'a> {
     /// are summed, directories entered, symlinks and special files left
     /// alone (`find -type f`).
     fn walk(&mut self, dir: PathBuf) {
-        let entries = match std::fs::read_dir(&dir) {
+        let entries = match self.files.retry(|| std::fs::read_dir(&dir)) {
             Ok(entries) => entries,
             Err(err) => return self.known(dir, None, Err(Failure::new(os_words(&err)))),
         };
@@ -773,7 +901,7 @@ fn read_sum_file(name: &OsStr, feed: &mut Feed, parser: &mut SumParser, warn: bo
     let source: Box<dyn Read> = if is_stdin {
         Box::new(std::io::stdin())
     } else {
-        match std::fs::File::open(name) {
+        match feed.files.retry(|| std::fs::File::open(name)) {
             Ok(file) => Box::new(file),
             Err(err) => {
                 end.error = Some(

@@ -942,3 +942,77 @@ fn names_on_stderr_are_quoted_as_sha256sum_quotes_them() {
         like_sha256sum(&tree.0, &[b"-c", b"-w", b"not: there"], b"", locale);
     }
 }
+
+/// With few descriptors (`RLIMIT_NOFILE` of 20, as `ulimit -n 20`), where
+/// `xargs sha256sum` sums every file, so does the tool: its hashers keep
+/// under the limit and wait for a descriptor instead of failing a file
+/// with "Too many open files", on both AIO backends (C1).
+#[test]
+fn few_descriptors_still_sum_every_file() {
+    let tree = Tree::new("nofile");
+    for dir in 0..4 {
+        tree.dir(&format!("d{dir}"));
+        for file in 0..100 {
+            tree.file(
+                format!("d{dir}/f{file:03}"),
+                format!("{dir} {file}\n").as_bytes(),
+            );
+        }
+    }
+    let files = find_files(&tree.0);
+    let theirs = sha256sum(&files, false);
+    assert!(theirs.status.success());
+    let aside = Tree::new("nofile-sums");
+    let sums = aside.file("sums.txt", &theirs.stdout);
+    let verdicts: Vec<u8> = files
+        .iter()
+        .flat_map(|f| format!("{}: OK\n", f.display()).into_bytes())
+        .collect();
+    for (lane, check) in [
+        ("", false),
+        ("blocking", false),
+        ("", true),
+        ("blocking", true),
+    ] {
+        let mut ours = Command::new(checksum_exe());
+        if check {
+            ours.arg("-c").arg(&sums);
+        } else {
+            ours.arg(&tree.0);
+        }
+        if !lane.is_empty() {
+            ours.env("GDEX_AIO", lane);
+        }
+        // SAFETY: setrlimit is async-signal-safe, and the closure touches
+        // nothing else of the parent's between fork and exec.
+        unsafe {
+            ours.pre_exec(|| {
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                limit.rlim_cur = 20;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let ours = output_within(ours, b"");
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stderr),
+            "",
+            "no file fails (lane: {lane:?}, -c: {check})"
+        );
+        assert_eq!(ours.status.code(), Some(0));
+        let expected = if check { &verdicts } else { &theirs.stdout };
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(expected),
+            "lane: {lane:?}, -c: {check}"
+        );
+    }
+}
