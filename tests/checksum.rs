@@ -1228,7 +1228,7 @@ fn differential_case(seed: u64) {
                     // Upper case, or a digit that is not one.
                     let mut line = rng.pick(&plain).clone();
                     let start = usize::from(line[0] == b'\\');
-                    let bad = rng.pick(&[b'+', b'g', b' ', b'-']);
+                    let bad = rng.pick(b"+g -");
                     if rng.chance(50) {
                         line[start..start + 64].make_ascii_uppercase();
                     } else {
@@ -1275,11 +1275,11 @@ fn differential_case(seed: u64) {
                 }
                 21 => {
                     // The tagged format, spaced otherwise.
+                    const SPACINGS: [&[u8]; 3] = [b")=", b")\t=  ", b")  = "];
                     let line = rng.pick(&tagged).clone();
-                    let text = line.clone();
-                    let spaced: &[u8] = *rng.pick(&[&b")="[..], b")\t=  ", b")  = "]);
-                    match text.windows(4).rposition(|w| w == b") = ") {
-                        Some(at) => [&text[..at], spaced, &text[at + 4..]].concat(),
+                    let spaced = *rng.pick(&SPACINGS);
+                    match line.windows(4).rposition(|w| w == b") = ") {
+                        Some(at) => [&line[..at], spaced, &line[at + 4..]].concat(),
                         None => line,
                     }
                 }
