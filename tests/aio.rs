@@ -865,3 +865,43 @@ async fn read_to_end(file: &File) -> Result<Vec<u8>, gdex::Error> {
         }
     }
 }
+
+/// (A2) An operation whose submitting thread exits while the kernel works
+/// on it (an open of a FIFO for writing, which waits for a reader in the
+/// kernel's worker threads) is stopped by the kernel with a restart code;
+/// awaited on another thread, it starts again there and completes when a
+/// reader comes: the kernel's code ("Unknown error 512") never surfaces.
+#[test]
+fn an_operation_outlives_the_thread_that_submitted_it() {
+    watchdog(
+        "an_operation_outlives_the_thread_that_submitted_it",
+        60,
+        || {
+            let dir = TempDir::new("aio-exited-submitter");
+            let path = fifo(&dir, "fifo");
+            let open = std::thread::spawn({
+                let path = path.clone();
+                move || {
+                    let context = glib::MainContext::new();
+                    context
+                        .with_thread_default(|| {
+                            started_here(OpenOptions::new().write(true).create(true).open(&path), 3)
+                        })
+                        .unwrap()
+                }
+            })
+            .join()
+            .unwrap();
+            let reader = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::fs::read(path).unwrap()
+            });
+            let fifo = finish_elsewhere("the FIFO's open", open);
+            let (written, _) =
+                gdex::wait_for(fifo.write_at(b"after the exit".to_vec(), 0)).unwrap();
+            assert_eq!(written, 14);
+            drop(fifo);
+            assert_eq!(reader.join().unwrap(), b"after the exit");
+        },
+    );
+}
