@@ -145,9 +145,11 @@ pub(crate) struct Ring {
     /// The context's address: with `alive`, how a thread's cache knows the
     /// ring is still its context's.
     context: usize,
-    /// True until the ring's source is finalized (its context is gone).
-    /// Cleared under the state's lock: while a thread holds the lock and
-    /// reads it true, the context's memory is still there.
+    /// True until the ring's context is destroyed (cleared as GLib destroys
+    /// its sources, before it frees the context: [`AliveGuard`]). Cleared
+    /// under the state's lock: while a thread holds the lock and reads it
+    /// true, the context's memory is still there; and a live ring whose
+    /// context's address is that of a context held is that context's.
     alive: AtomicBool,
     /// The thread that iterates the context ([`this_thread`]), the last to
     /// run the ring's source: the only one that submits (A2).
@@ -260,6 +262,22 @@ impl Ring {
                 if ring.wake.set(wake).is_err() {
                     unreachable!("a new ring gets its wake source once");
                 }
+                // `alive` must turn false before the context's memory goes
+                // (see `wake_loop_at`). A dying context frees its memory
+                // first and finalizes its sources (the ring source's drop)
+                // after; it destroys them before, which drops a source's
+                // callback: this one, which never fires, clears `alive`.
+                let guard = AliveGuard(Arc::downgrade(&ring));
+                glib::timeout_source_new_seconds(
+                    u32::MAX,
+                    Some("[gdex aio alive]"),
+                    glib::Priority::LOW,
+                    move || {
+                        let _ = &guard;
+                        glib::ControlFlow::Continue
+                    },
+                )
+                .attach(Some(context));
                 if context.is_owner() {
                     ring.claim();
                 }
@@ -349,8 +367,8 @@ impl Ring {
     }
 
     /// `state` is the held lock: under it, `alive` read true means the
-    /// context is not yet freed (its ring source's drop clears `alive`
-    /// under the same lock, before the context's memory goes), so setting
+    /// context is not yet freed (its [`AliveGuard`] clears `alive` under
+    /// the same lock, before the context's memory goes), so setting
     /// the wake source's ready time touches a live context, or, once the
     /// context has let go of its sources, none.
     fn wake_loop_at(&self, _state: &State, time: i64) {
@@ -576,9 +594,26 @@ impl Hooks for RingSource {
 
 impl Drop for RingSource {
     fn drop(&mut self) {
-        // Under the lock: see `Ring::wake_loop_at`.
+        // Under the lock: see `Ring::wake_loop_at`. (Cleared already when
+        // the context was destroyed, by its `AliveGuard`.)
         let _state = self.0.state.lock().unpoisoned();
         self.0.alive.store(false, Ordering::Release);
+    }
+}
+
+/// Clears its ring's `alive` when dropped: held by the callback of a source
+/// on the ring's context, so dropped when GLib destroys that source, while
+/// the context is still there (a dying context finalizes its sources only
+/// after it freed its own memory: too late for `wake_loop_at`).
+struct AliveGuard(Weak<Ring>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        if let Some(ring) = self.0.upgrade() {
+            // Under the lock: see `Ring::wake_loop_at`.
+            let _state = ring.state.lock().unpoisoned();
+            ring.alive.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -685,8 +720,10 @@ pub(crate) struct InFlight {
 }
 
 /// A source that watches a ring for an operation polled elsewhere, and the
-/// address of the context it is attached to; destroyed when dropped.
-struct Watch(SourceRef, usize);
+/// context it is attached to; destroyed when dropped. The context is held,
+/// not its address: a context made later at a dead one's address is
+/// another, whose poll must watch again.
+struct Watch(SourceRef, glib::MainContext);
 
 impl Drop for Watch {
     fn drop(&mut self) {
@@ -751,7 +788,10 @@ impl InFlight {
         // Still waiting. Where is it polled from? (Not under the lock: the
         // first call may start the `gdex-timers` thread.)
         let here = crate::future::time::waiting_context();
-        let at_home = here.as_ptr() as usize == self.ring.context;
+        // The ring's context, not one made later at a dead one's address:
+        // `here` is held, so a live ring at its address is its own.
+        let at_home =
+            here.as_ptr() as usize == self.ring.context && self.ring.alive.load(Ordering::Acquire);
         // The new waker is cloned, and the old one dropped, outside the
         // lock: dropping a waker may drop what it owns (a simple executor's
         // task, and with it its future), which may be another operation of
@@ -786,7 +826,7 @@ impl InFlight {
         drop(old);
         if !in_kernel_elsewhere {
             self.watch = None;
-        } else if self.watch.as_ref().map(|watch| watch.1) != Some(here.as_ptr() as usize) {
+        } else if self.watch.as_ref().map(|watch| &watch.1) != Some(&here) {
             // In the kernel on a ring whose loop may no longer run: the
             // completion comes to its fd; watch it from here.
             let fd = self.ring.state.lock().unpoisoned().ring.as_raw_fd();
@@ -799,7 +839,7 @@ impl InFlight {
                 c"[gdex aio watch]",
                 glib::ffi::G_PRIORITY_DEFAULT - 1,
             );
-            self.watch = Some(Watch(source, here.as_ptr() as usize));
+            self.watch = Some(Watch(source, here));
             // It may have completed already, before the watch.
             self.ring.turn(false);
         }
@@ -984,6 +1024,73 @@ mod tests {
                 guard.destroy();
             })
             .unwrap();
+    }
+
+    /// (A2) A context is not freed while a thread that read its ring
+    /// `alive` holds the ring's lock (as `wake_loop_at` does, to set the
+    /// wake source's ready time, which touches the context): `alive` turns
+    /// false before the context's memory goes. GLib frees a dying context
+    /// before it finalizes its sources, so the ring source's drop alone
+    /// would be too late. Seen here by the context's wake-up eventfd, which
+    /// GLib closes just before it frees the context.
+    #[test]
+    fn a_context_is_not_freed_under_a_thread_that_read_its_ring_alive() {
+        if super::super::backend() != super::super::Backend::IoUring {
+            return;
+        }
+        let context = glib::MainContext::new();
+        let (ring, wakeup) = context
+            .with_thread_default(|| {
+                let ring = Ring::of(&context).unwrap();
+                // The fds the context polls: its wake-up eventfd among them.
+                let mut priority = 0;
+                let mut timeout = 0;
+                let mut fds = [glib::ffi::GPollFD {
+                    fd: -1,
+                    events: 0,
+                    revents: 0,
+                }; 16];
+                use glib::translate::ToGlibPtr;
+                let raw: *mut glib::ffi::GMainContext = context.to_glib_none().0;
+                // SAFETY: this thread owns the context (pushed); the array
+                // has room for the 16 fds it is told of.
+                let n = unsafe {
+                    glib::ffi::g_main_context_prepare(raw, &mut priority);
+                    glib::ffi::g_main_context_query(
+                        raw,
+                        i32::MAX,
+                        &mut timeout,
+                        fds.as_mut_ptr(),
+                        16,
+                    )
+                };
+                let wakeup = fds[..n.clamp(0, 16) as usize]
+                    .iter()
+                    .map(|fd| fd.fd)
+                    .find(|&fd| is_eventfd(fd))
+                    .expect("a context polls its wake-up eventfd");
+                (ring, wakeup)
+            })
+            .unwrap();
+        let state = ring.state.lock().unpoisoned();
+        assert!(ring.alive.load(Ordering::Acquire));
+        // The last reference to the context goes on another thread, while
+        // this one holds the lock having read `alive` true.
+        let dropper = std::thread::spawn(move || drop(context));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let still_there = is_eventfd(wakeup);
+        drop(state);
+        dropper.join().unwrap();
+        assert!(
+            still_there,
+            "the context was freed while a thread that read its ring alive held the ring's lock"
+        );
+        assert!(!ring.alive.load(Ordering::Acquire));
+    }
+
+    fn is_eventfd(fd: i32) -> bool {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|target| target.to_string_lossy().contains("eventfd"))
     }
 
     /// A read dropped while the kernel waits on it (a pipe with no data)
