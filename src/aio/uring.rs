@@ -139,6 +139,24 @@ thread_local! {
     static FAIL_SUBMITS: Cell<usize> = const { Cell::new(0) };
 }
 
+thread_local! {
+    /// The rings this thread has owned, stopped when it exits.
+    static OWNED: Owned = const { Owned(std::cell::RefCell::new(Vec::new())) };
+}
+
+/// The rings a thread has owned ([`Ring::claim`]); its drop, at the
+/// thread's exit, stops what the thread handed the kernel on those it still
+/// owns ([`Ring::stop_for_exit`]).
+struct Owned(std::cell::RefCell<Vec<Weak<Ring>>>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for ring in self.0.take().iter().filter_map(Weak::upgrade) {
+            ring.stop_for_exit();
+        }
+    }
+}
+
 /// One context's ring.
 pub(crate) struct Ring {
     state: Mutex<State>,
@@ -297,7 +315,7 @@ impl Ring {
     /// waker that panics goes to the panic handler (X5); the others are
     /// woken all the same (their operations are done, and a lost wake-up
     /// would leave their tasks waiting forever).
-    fn turn(&self, owner: bool) {
+    fn turn(self: &Arc<Self>, owner: bool) {
         let mut wakers = Vec::new();
         {
             let mut state = self.state.lock().unpoisoned();
@@ -340,12 +358,51 @@ impl Ring {
         }
     }
 
-    /// This thread is the one that iterates the context: the owner.
-    fn claim(&self) {
+    /// This thread is the one that iterates the context: the owner. The
+    /// thread notes the ring, to stop what it handed the kernel when it
+    /// exits ([`Owned`]).
+    fn claim(self: &Arc<Self>) {
         let me = this_thread();
         if self.owner.load(Ordering::Relaxed) != me {
             self.owner.store(me, Ordering::Relaxed);
+            // During the thread's exit the note is gone: nothing to add.
+            let _ = OWNED.try_with(|owned| {
+                let mut rings = owned.0.borrow_mut();
+                rings.retain(|ring| ring.strong_count() > 0);
+                rings.push(Arc::downgrade(self));
+            });
         }
+    }
+
+    /// This thread, the ring's owner, exits. The kernel ties the work it
+    /// queued for this thread's requests (io-wq) to the thread: the
+    /// thread's exit would wait for that work to end (an open of a FIFO
+    /// waits for the other end, for good), or the work ends with a restart
+    /// code. So the thread stops its requests first, with
+    /// `IORING_REGISTER_SYNC_CANCEL` (waiting up to a second for each), and
+    /// hands everything back to the operations' tasks: the stopped
+    /// requests and the backlog start again where their tasks are next
+    /// polled (A2).
+    fn stop_for_exit(self: &Arc<Self>) {
+        if !self.owned_here() {
+            return; // another thread iterates the context now
+        }
+        {
+            let state = self.state.lock().unpoisoned();
+            let in_kernel: Vec<usize> = state
+                .slots
+                .iter()
+                .filter(|(_, slot)| slot.phase == Phase::InKernel)
+                .map(|(key, _)| key)
+                .collect();
+            for key in in_kernel {
+                let _ = state.ring.submitter().register_sync_cancel(
+                    Some(types::Timespec::new().sec(1)),
+                    types::CancelBuilder::user_data(key as u64),
+                );
+            }
+        }
+        self.evict();
     }
 
     fn owned_here(&self) -> bool {
