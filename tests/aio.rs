@@ -1161,3 +1161,1831 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------
+// A seeded random program through gdex::aio and std::fs side by side (A1, A2)
+// ---------------------------------------------------------------------------
+
+/// A seeded random program of file operations runs through `gdex::aio`
+/// (this process's backend) and through `std::fs` (the reference) side by
+/// side, each in a directory of its own, and agrees with it step by step
+/// (A1, A2): the same `Ok` or error (GIO's code for the errno; the errno
+/// itself where the code is the catch-all `Failed`), the same bytes read
+/// and counts written, and the same files (names, types, permissions,
+/// contents) after every step.
+///
+/// The operations: opens with every combination of `OpenOptions` (those
+/// `std` refuses included) on files, a directory, a missing directory, a
+/// path through a file and a path with a NUL byte; reads and writes at
+/// offsets in, at and past the end, making holes, and past `i64::MAX`;
+/// `write_all_at`, `metadata`, `read_file`; futures dropped before their
+/// first poll, after it, and after they completed; a task cancelled while
+/// it holds an operation; an operation polled once in one place (a pool
+/// task, a context this thread stops iterating, a thread that exits, a pool
+/// that is dropped) and finished in another (A2); FIFO opens, whose partner
+/// comes from a helper thread after a delay; a thread that exits while an
+/// operation it submitted waits. Every wait is bounded, so a hang is
+/// reported as a divergence, not waited for. See `differential` for how
+/// each kind of step is compared.
+///
+/// `GDEX_AIO_SEED` runs one program with that seed (decimal or `0x` hex);
+/// `GDEX_STRESS` lengthens the programs; `GDEX_AIO_TRACE=1` prints every
+/// step. A divergence names its seed and step.
+#[test]
+fn a_seeded_random_program_agrees_with_std_fs() {
+    let secs = 60 + common::stress(60) as u64;
+    watchdog("a_seeded_random_program_agrees_with_std_fs", secs, || {
+        differential::run()
+    });
+}
+
+/// The machinery of `a_seeded_random_program_agrees_with_std_fs`.
+///
+/// How a step is compared:
+/// - An operation awaited to its end: its outcome exactly (`Got`), then
+///   both directories.
+/// - A future dropped before its first poll: nothing happened (the
+///   directories as before the step), and no fd is left open on the file.
+/// - A future dropped after its first poll (a read or a write: the drop
+///   may come before the request reached the kernel or after the kernel
+///   did it): the file is as `std` leaves it either with the operation or
+///   without it. The operation holds a descriptor of its own on the file
+///   until it is over, so the step first waits (bounded) for the file's
+///   fds to come back to those of the program's open handles: then
+///   nothing can change it later. An open dropped in flight is compared
+///   only on a FIFO, where it cannot finish before its partner comes: on a
+///   regular file nothing outside the backend tells when the kernel is
+///   done with it, and a late `O_CREAT` would be reported as a divergence
+///   of a later step.
+/// - A future dropped after it completed (its waker was woken, it was not
+///   polled again): exactly as `std` with the operation, no fd left.
+/// - An operation whose result arrives late or never (polled once on a
+///   context nobody iterates any more): reported as hung after a bound.
+/// - A FIFO open: the outcome, and whether it returned before its partner
+///   (a reader or a writer, from a helper thread after a delay) came:
+///   `open(2)` of a FIFO for reading or writing waits for the other end.
+///
+/// After a divergence the gdex directory is made equal to the reference
+/// one again, so one defect is reported once per step it shows in, not
+/// in every later comparison. Divergences are gathered, deduplicated by
+/// kind, and reported together at the end.
+mod differential {
+    use super::*;
+
+    use std::any::Any;
+    use std::collections::BTreeMap;
+    use std::ffi::CString;
+    use std::future::Future;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::pin::Pin;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    use futures::FutureExt as _;
+
+    /// Programs run by default (seeds `DEFAULT_SEED`, `DEFAULT_SEED + 1`,
+    /// ...), each of `STEPS` steps (times `GDEX_STRESS`).
+    const PROGRAMS: u64 = 2;
+    const STEPS: usize = 200;
+    const DEFAULT_SEED: u64 = 0xA10_D1FF;
+    /// The bound on an operation that should complete at once.
+    const LIMIT: Duration = Duration::from_secs(5);
+    /// The bound on an operation finished away from where it was first
+    /// polled (A2): short, as on the base each of these hangs.
+    const FOLLOW_LIMIT: Duration = Duration::from_secs(1);
+    /// How long a FIFO's partner takes to come.
+    const PARTNER_DELAY: Duration = Duration::from_millis(30);
+
+    /// The regular files' names (one in a subdirectory).
+    const FILES: [&str; 4] = ["a", "b", "c", "sub/d"];
+
+    /// splitmix64: small, seedable, good enough to choose steps.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn coin(&mut self) -> bool {
+            self.next() & 1 == 1
+        }
+        fn one_in(&mut self, n: u64) -> bool {
+            self.below(n) == 0
+        }
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    /// What an operation gave, as compared: the same for both sides.
+    #[derive(Clone, Debug)]
+    enum Got {
+        Opened,
+        Read(Vec<u8>),
+        Wrote(usize),
+        Done,
+        Meta {
+            len: u64,
+            dir: bool,
+        },
+        /// A FIFO open: the outcome, and whether it returned before the
+        /// other end came.
+        Fifo(Box<Got>, bool),
+        Failed {
+            code: String,
+            errno: Option<String>,
+        },
+        Panicked(String),
+        Hung(Duration),
+        /// Anything else gdex gave (a task's `Cancelled`, a wrong buffer).
+        Other(String),
+    }
+
+    impl PartialEq for Got {
+        fn eq(&self, other: &Got) -> bool {
+            use Got::*;
+            match (self, other) {
+                (Opened, Opened) | (Done, Done) => true,
+                (Read(a), Read(b)) => a == b,
+                (Wrote(a), Wrote(b)) => a == b,
+                (Meta { len: a, dir: x }, Meta { len: b, dir: y }) => a == b && x == y,
+                (Fifo(a, x), Fifo(b, y)) => a == b && x == y,
+                // The code; and where the code is the catch-all `Failed`,
+                // which hides the errno, the errno's text as well.
+                (Failed { code: a, errno: x }, Failed { code: b, errno: y }) => {
+                    a == b && (a != "Failed" || x.is_none() || y.is_none() || x == y)
+                }
+                _ => false,
+            }
+        }
+    }
+
+    impl std::fmt::Display for Got {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Got::Read(bytes) => write!(f, "read {} bytes {}", bytes.len(), preview(bytes)),
+                Got::Wrote(n) => write!(f, "wrote {n}"),
+                Got::Fifo(got, early) => write!(
+                    f,
+                    "{got}, {}",
+                    if *early {
+                        "returned before the other end came"
+                    } else {
+                        "after the other end came"
+                    }
+                ),
+                Got::Failed { code, errno } => match errno {
+                    Some(errno) => write!(f, "Err({code}: {errno})"),
+                    None => write!(f, "Err({code})"),
+                },
+                Got::Panicked(message) => write!(f, "panicked: {message}"),
+                Got::Hung(limit) => write!(f, "no result after {limit:?}"),
+                Got::Other(what) => write!(f, "{what}"),
+                other => write!(f, "{other:?}"),
+            }
+        }
+    }
+
+    impl Got {
+        /// The kind of outcome, without its data: what divergences are
+        /// deduplicated by.
+        fn class(&self) -> String {
+            match self {
+                Got::Read(_) => "Read".into(),
+                Got::Wrote(_) => "Wrote".into(),
+                Got::Meta { .. } => "Meta".into(),
+                Got::Fifo(got, early) => format!("Fifo({}, early: {early})", got.class()),
+                Got::Failed { code, errno } if code == "Failed" => {
+                    format!("Err(Failed: {})", errno.as_deref().unwrap_or("?"))
+                }
+                Got::Failed { code, .. } => format!("Err({code})"),
+                Got::Panicked(_) => "Panicked".into(),
+                Got::Hung(_) => "Hung".into(),
+                Got::Other(_) => "Other".into(),
+                other => format!("{other:?}"),
+            }
+        }
+    }
+
+    fn preview(bytes: &[u8]) -> String {
+        let head: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        format!(
+            "[{}{}]",
+            head.join(" "),
+            if bytes.len() > 8 { " …" } else { "" }
+        )
+    }
+
+    fn strerror(errno: i32) -> String {
+        let text = std::io::Error::from_raw_os_error(errno).to_string();
+        text.split(" (os error").next().unwrap_or(&text).to_owned()
+    }
+
+    /// A `std` error as compared: GIO's code for its errno (as
+    /// `g_io_error_from_errno` maps it), and the errno's text; a refusal
+    /// without an errno (a NUL byte in the path) as `InvalidArgument`.
+    fn std_failed(err: &std::io::Error) -> Got {
+        match err.raw_os_error() {
+            Some(errno) => Got::Failed {
+                code: format!("{:?}", gdex::gio::io_error_from_errno(errno)),
+                errno: Some(strerror(errno)),
+            },
+            None if err.kind() == std::io::ErrorKind::InvalidInput => Got::Failed {
+                code: "InvalidArgument".into(),
+                errno: None,
+            },
+            None => Got::Failed {
+                code: format!("{:?}", err.kind()),
+                errno: None,
+            },
+        }
+    }
+
+    /// A gdex error as compared: the `G_IO_ERROR` code, and the errno's
+    /// text, which gdex's messages end with ("Error opening file “…”: No
+    /// such device or address").
+    fn gdex_failed(err: &gdex::Error) -> Got {
+        match err {
+            gdex::Error::Failed(error) => match error.kind::<IOErrorEnum>() {
+                Some(code) => Got::Failed {
+                    code: format!("{code:?}"),
+                    errno: error.message().rsplit(": ").next().map(str::to_owned),
+                },
+                None => Got::Other(format!("a non-GIO error: {error}")),
+            },
+            other => Got::Other(format!("gdex::Error::{other:?}")),
+        }
+    }
+
+    fn std_got<T>(result: std::io::Result<T>, ok: impl FnOnce(T) -> Got) -> Got {
+        match result {
+            Ok(value) => ok(value),
+            Err(err) => std_failed(&err),
+        }
+    }
+
+    fn panic_message(payload: &(dyn Any + Send)) -> String {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic".into())
+    }
+
+    /// An operation's future, boxed so every kind travels the same way.
+    type Fut<T> = Pin<Box<dyn Future<Output = Result<T, gdex::Error>> + Send>>;
+
+    /// What became of a gdex operation.
+    enum Fate<T> {
+        Ok(T),
+        Err(gdex::Error),
+        Panicked(String),
+        Hung(Duration),
+    }
+
+    impl<T> Fate<T> {
+        fn got(self, ok: impl FnOnce(T) -> Got) -> Got {
+            match self {
+                Fate::Ok(value) => ok(value),
+                Fate::Err(err) => gdex_failed(&err),
+                Fate::Panicked(message) => Got::Panicked(message),
+                Fate::Hung(limit) => Got::Hung(limit),
+            }
+        }
+    }
+
+    /// Makes an operation's future; a panic while making it (gdex refuses
+    /// some options and paths by panicking) is its fate.
+    fn make<T>(f: impl FnOnce() -> Fut<T>) -> Result<Fut<T>, Fate<T>> {
+        catch_unwind(AssertUnwindSafe(f)).map_err(|p| Fate::Panicked(panic_message(&*p)))
+    }
+
+    /// Where an operation is awaited to its end.
+    #[derive(Clone, Copy, Debug)]
+    enum Awaiter {
+        /// `gdex::wait_for` on the program's thread (the `gdex-timers`
+        /// context's ring).
+        WaitFor,
+        /// `gdex::block_on` on the program's thread with its own context
+        /// pushed (that context's ring).
+        BlockOnOwn,
+        /// A task on the pool (a worker's ring).
+        PoolTask,
+        /// A fiber on the pool.
+        Fiber,
+        /// `gdex::wait_for` on a thread started for it.
+        OtherThread,
+    }
+
+    const AWAITERS: [Awaiter; 5] = [
+        Awaiter::WaitFor,
+        Awaiter::BlockOnOwn,
+        Awaiter::PoolTask,
+        Awaiter::Fiber,
+        Awaiter::OtherThread,
+    ];
+
+    /// Where an operation is polled once, to be finished elsewhere (A2).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum FirstPoll {
+        /// On the program's thread with no context pushed (the
+        /// `gdex-timers` context's ring).
+        Plain,
+        /// On the program's thread with its own context pushed; nobody
+        /// iterates that context until the program does.
+        Own,
+        /// In a task on the pool, which gives the future back.
+        PoolTask,
+        /// Under `block_on` on a thread with a context of its own pushed;
+        /// the thread then exits, and nobody iterates that context again.
+        ExitingThread,
+        /// In a task on a pool of its own, which is dropped right after.
+        DroppedPool,
+    }
+
+    /// A future polled once: still pending, or done.
+    enum Polled<T> {
+        Pending(Fut<T>),
+        Ready(Result<T, gdex::Error>),
+        Panicked(String),
+    }
+
+    fn poll_here<T>(mut fut: Fut<T>, waker: &Waker) -> Polled<T> {
+        let mut cx = Context::from_waker(waker);
+        match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(value)) => Polled::Ready(value),
+            Ok(Poll::Pending) => Polled::Pending(fut),
+            Err(p) => Polled::Panicked(panic_message(&*p)),
+        }
+    }
+
+    /// A future that polls `fut` once, with `waker` if given (else with its
+    /// own poller's), and gives it back.
+    fn poll_once_future<T: Send + 'static>(
+        fut: Fut<T>,
+        waker: Option<Waker>,
+    ) -> impl Future<Output = Polled<T>> + Send {
+        let mut fut = Some(fut);
+        std::future::poll_fn(move |cx| {
+            let fut = fut.take().expect("polled once");
+            Poll::Ready(match &waker {
+                Some(waker) => poll_here(fut, waker),
+                None => poll_here(fut, cx.waker()),
+            })
+        })
+    }
+
+    /// A waker that notes it was woken.
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn flag() -> (Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        (flag.clone(), Waker::from(flag))
+    }
+
+    /// The other end of a FIFO, opened (read and write, which never waits)
+    /// by a helper thread after `PARTNER_DELAY`, and held until released.
+    struct Partner {
+        /// Set just before its `open`: an open of ours that returned
+        /// before this was set did not wait for it.
+        coming: Arc<AtomicBool>,
+        /// Set once its `open` returned: its fd is open.
+        arrived: Arc<AtomicBool>,
+        release: Option<mpsc::Sender<()>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Partner {
+        fn after_delay(path: &Path) -> Partner {
+            let coming = Arc::new(AtomicBool::new(false));
+            let arrived = Arc::new(AtomicBool::new(false));
+            let (release, released) = mpsc::channel::<()>();
+            let thread = std::thread::spawn({
+                let path = path.to_path_buf();
+                let (coming, arrived) = (coming.clone(), arrived.clone());
+                move || {
+                    std::thread::sleep(PARTNER_DELAY);
+                    coming.store(true, Ordering::SeqCst);
+                    let end = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&path)
+                        .expect("the FIFO's partner opens it");
+                    arrived.store(true, Ordering::SeqCst);
+                    let _ = released.recv_timeout(Duration::from_secs(10));
+                    drop(end);
+                }
+            });
+            Partner {
+                coming,
+                arrived,
+                release: Some(release),
+                thread: Some(thread),
+            }
+        }
+
+        fn coming(&self) -> bool {
+            self.coming.load(Ordering::SeqCst)
+        }
+
+        fn arrived(&self) -> bool {
+            self.arrived.load(Ordering::SeqCst)
+        }
+
+        /// Waits for it to come, then lets it close its end.
+        fn finish(mut self) {
+            drop(self.release.take());
+            self.thread.take().unwrap().join().unwrap();
+        }
+    }
+
+    impl Drop for Partner {
+        fn drop(&mut self) {
+            drop(self.release.take());
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    }
+
+    /// A directory entry as compared.
+    #[derive(Clone, Debug, PartialEq)]
+    enum Entry {
+        File { mode: u32, contents: Vec<u8> },
+        Dir { mode: u32 },
+        Fifo,
+        Other,
+    }
+
+    /// Every entry under `root`, by its path relative to `root`.
+    fn snapshot(root: &Path) -> BTreeMap<String, Entry> {
+        let mut entries = BTreeMap::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let mode = meta.permissions().mode() & 0o7777;
+                let kind = meta.file_type();
+                let entry = if kind.is_file() {
+                    Entry::File {
+                        mode,
+                        contents: std::fs::read(&path).unwrap(),
+                    }
+                } else if kind.is_dir() {
+                    dirs.push(path.clone());
+                    Entry::Dir { mode }
+                } else if kind.is_fifo() {
+                    Entry::Fifo
+                } else {
+                    Entry::Other
+                };
+                entries.insert(name, entry);
+            }
+        }
+        entries
+    }
+
+    /// How two snapshots differ, or `None`.
+    fn differences(
+        reference: &BTreeMap<String, Entry>,
+        got: &BTreeMap<String, Entry>,
+    ) -> Option<String> {
+        let mut out = Vec::new();
+        let names: std::collections::BTreeSet<&String> =
+            reference.keys().chain(got.keys()).collect();
+        for name in names {
+            let (s, g) = (reference.get(name), got.get(name));
+            if s == g {
+                continue;
+            }
+            let describe = |e: Option<&Entry>| match e {
+                None => "nothing".to_owned(),
+                Some(Entry::File { mode, contents }) => {
+                    format!("a file ({mode:o}, {} bytes)", contents.len())
+                }
+                Some(other) => format!("{other:?}"),
+            };
+            let mut line = format!("{name}: std has {}, gdex {}", describe(s), describe(g));
+            if let (Some(Entry::File { contents: a, .. }), Some(Entry::File { contents: b, .. })) =
+                (s, g)
+            {
+                if let Some(at) = a.iter().zip(b.iter()).position(|(x, y)| x != y) {
+                    line += &format!(", first different byte at {at}");
+                }
+            }
+            out.push(line);
+        }
+        (!out.is_empty()).then(|| out.join("; "))
+    }
+
+    /// Makes `dir` hold what `reference` says (files only are rewritten in
+    /// place, keeping their inodes, so open handles still refer to them).
+    fn restore(dir: &Path, reference: &BTreeMap<String, Entry>) {
+        let now = snapshot(dir);
+        for (name, entry) in &now {
+            if reference.contains_key(name) {
+                continue;
+            }
+            let path = dir.join(name);
+            match entry {
+                Entry::Dir { .. } => {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        for (name, entry) in reference {
+            let path = dir.join(name);
+            if now.get(name) == Some(entry) {
+                continue;
+            }
+            match entry {
+                Entry::File { mode, contents } => {
+                    if !matches!(now.get(name), None | Some(Entry::File { .. })) {
+                        let _ = std::fs::remove_dir_all(&path);
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    std::fs::write(&path, contents).unwrap();
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                        .unwrap();
+                }
+                Entry::Dir { mode } => {
+                    let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::create_dir(&path);
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                        .unwrap();
+                }
+                Entry::Fifo => {
+                    let _ = std::fs::remove_file(&path);
+                    mkfifo(&path);
+                }
+                Entry::Other => {}
+            }
+        }
+    }
+
+    /// One open file, on both sides.
+    struct Handle {
+        name: String,
+        how: String,
+        gdex: File,
+        std: std::fs::File,
+    }
+
+    /// Random `OpenOptions`, as the fields of both kinds.
+    #[derive(Clone, Copy, Debug)]
+    struct Options {
+        read: bool,
+        write: bool,
+        append: bool,
+        truncate: bool,
+        create: bool,
+        create_new: bool,
+    }
+
+    impl Options {
+        fn random(rng: &mut Rng) -> Options {
+            Options {
+                read: rng.coin(),
+                write: rng.coin(),
+                append: rng.one_in(3),
+                truncate: rng.one_in(3),
+                create: rng.coin(),
+                create_new: rng.one_in(4),
+            }
+        }
+
+        /// Why `std` refuses these options without trying, if it does.
+        fn refusal(&self) -> Option<&'static str> {
+            if !(self.read || self.write || self.append) {
+                Some("no access mode")
+            } else if !(self.write || self.append)
+                && (self.truncate || self.create || self.create_new)
+            {
+                Some("create or truncate without write")
+            } else if self.append && self.truncate && !self.create_new {
+                Some("append with truncate")
+            } else {
+                None
+            }
+        }
+
+        fn access(&self) -> &'static str {
+            match (self.read, self.write || self.append) {
+                (true, true) => "reading and writing",
+                (true, false) => "reading",
+                _ => "writing",
+            }
+        }
+
+        /// Ones `std` accepts.
+        fn valid(rng: &mut Rng) -> Options {
+            let o = |read, write, append, truncate, create, create_new| Options {
+                read,
+                write,
+                append,
+                truncate,
+                create,
+                create_new,
+            };
+            rng.pick(&[
+                o(true, false, false, false, false, false),
+                o(false, true, false, false, true, false),
+                o(false, true, false, true, true, false),
+                o(true, true, false, false, true, false),
+                o(false, false, true, false, true, false),
+                o(false, true, false, false, false, true),
+                o(true, true, false, true, false, false),
+            ])
+        }
+
+        fn std(&self) -> std::fs::OpenOptions {
+            let mut o = std::fs::OpenOptions::new();
+            o.read(self.read)
+                .write(self.write)
+                .append(self.append)
+                .truncate(self.truncate)
+                .create(self.create)
+                .create_new(self.create_new);
+            o
+        }
+
+        fn gdex(&self) -> OpenOptions {
+            let mut o = OpenOptions::new();
+            o.read(self.read)
+                .write(self.write)
+                .append(self.append)
+                .truncate(self.truncate)
+                .create(self.create)
+                .create_new(self.create_new);
+            o
+        }
+    }
+
+    impl std::fmt::Display for Options {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let names = [
+                (self.read, "read"),
+                (self.write, "write"),
+                (self.append, "append"),
+                (self.truncate, "truncate"),
+                (self.create, "create"),
+                (self.create_new, "create_new"),
+            ];
+            let on: Vec<&str> = names
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, n)| *n)
+                .collect();
+            if on.is_empty() {
+                f.write_str("nothing")
+            } else {
+                f.write_str(&on.join("+"))
+            }
+        }
+    }
+
+    /// The divergences found, by kind: the first one's report, and how
+    /// many more there were.
+    #[derive(Default)]
+    struct Found(BTreeMap<String, (String, usize)>);
+
+    impl Found {
+        fn add(&mut self, key: String, report: String) {
+            println!("DIVERGENCE {report}");
+            self.0
+                .entry(key)
+                .and_modify(|(_, more)| *more += 1)
+                .or_insert((report, 0));
+        }
+    }
+
+    /// Runs the programs; fails listing every kind of divergence found.
+    pub(super) fn run() {
+        let seeds: Vec<u64> = match std::env::var("GDEX_AIO_SEED") {
+            Ok(text) => {
+                let text = text.trim();
+                let seed = match text.strip_prefix("0x") {
+                    Some(hex) => u64::from_str_radix(hex, 16),
+                    None => text.parse(),
+                };
+                vec![seed.expect("GDEX_AIO_SEED: a number (decimal, or hex with 0x)")]
+            }
+            Err(_) => (0..PROGRAMS).map(|i| DEFAULT_SEED + i).collect(),
+        };
+        let steps = common::stress(STEPS);
+        let trace = std::env::var_os("GDEX_AIO_TRACE").is_some();
+        let mut found = Found::default();
+        let started = Instant::now();
+        for seed in seeds {
+            Program::new(seed, trace).run(steps, &mut found);
+        }
+        println!(
+            "a_seeded_random_program_agrees_with_std_fs: {} step(s) of each program in {:?} on {:?}",
+            steps,
+            started.elapsed(),
+            gdex::aio::backend()
+        );
+        if !found.0.is_empty() {
+            let mut text = format!(
+                "gdex::aio ({:?}) diverged from std::fs in {} way(s); rerun one with \
+                 GDEX_AIO_SEED=<seed> GDEX_AIO_TRACE=1{} to see its steps:\n",
+                gdex::aio::backend(),
+                found.0.len(),
+                if gdex::aio::backend() == Backend::BlockingLane {
+                    " GDEX_AIO=blocking"
+                } else {
+                    ""
+                }
+            );
+            for (report, more) in found.0.values() {
+                text += &format!("- {report}");
+                if *more > 0 {
+                    text += &format!(" ({more} more like it)");
+                }
+                text += "\n";
+            }
+            panic!("{text}");
+        }
+    }
+
+    /// One program: its two directories, its open handles, and where its
+    /// operations run.
+    struct Program {
+        seed: u64,
+        rng: Rng,
+        step: usize,
+        trace: bool,
+        /// This step, as the report names it.
+        what: String,
+        /// This step's kind, for deduplicating its divergences.
+        key: String,
+        gdex_dir: TempDir,
+        std_dir: TempDir,
+        handles: Vec<Handle>,
+        pool: ThreadPool,
+        /// This thread's own context (pushed only while it is used).
+        own: glib::MainContext,
+        fifos: usize,
+        /// This step's divergence in an operation's outcome, if any (a
+        /// difference in the files after it is then part of the same one).
+        diverged: bool,
+    }
+
+    impl Program {
+        fn new(seed: u64, trace: bool) -> Program {
+            let gdex_dir = TempDir::new(&format!("aio-diff-{seed:x}-gdex"));
+            let std_dir = TempDir::new(&format!("aio-diff-{seed:x}-std"));
+            for dir in [&gdex_dir, &std_dir] {
+                std::fs::create_dir(dir.0.join("sub")).unwrap();
+                std::fs::write(dir.0.join("a"), b"the first file").unwrap();
+            }
+            Program {
+                seed,
+                rng: Rng(seed),
+                step: 0,
+                trace,
+                what: String::new(),
+                key: String::new(),
+                gdex_dir,
+                std_dir,
+                handles: Vec::new(),
+                pool: pool(2),
+                own: glib::MainContext::new(),
+                fifos: 0,
+                diverged: false,
+            }
+        }
+
+        fn run(&mut self, steps: usize, found: &mut Found) {
+            for step in 0..steps {
+                self.step = step;
+                self.diverged = false;
+                self.one_step(found);
+                if self.trace {
+                    println!("seed {:#x} step {step}: {}", self.seed, self.what);
+                }
+                let reference = snapshot(&self.std_dir.0);
+                let got = snapshot(&self.gdex_dir.0);
+                if let Some(diff) = differences(&reference, &got) {
+                    if !self.diverged {
+                        let key = format!("{}: the files differ", self.key);
+                        let report = self.report(&format!("the files differ after it: {diff}"));
+                        found.add(key, report);
+                    }
+                    restore(&self.gdex_dir.0, &reference);
+                }
+            }
+            // Close everything; nothing may be left open in gdex's directory.
+            self.handles.clear();
+            self.what = "the end: every handle closed".into();
+            self.key = "the end".into();
+            let open = self.wait_quiet_all();
+            if open > 0 {
+                found.add(
+                    "fds left open".into(),
+                    self.report(&format!("{open} fd(s) still open in gdex's directory")),
+                );
+            }
+        }
+
+        fn report(&self, what: &str) -> String {
+            format!(
+                "[seed {:#x}, step {}] {}: {what}",
+                self.seed, self.step, self.what
+            )
+        }
+
+        /// Compares an operation's outcomes, noting a divergence.
+        fn compare(&mut self, found: &mut Found, reference: &Got, got: &Got) {
+            if reference != got {
+                self.diverged = true;
+                let key = match (reference, got) {
+                    // One kind, whatever std gave.
+                    (_, Got::Hung(_)) => format!("{}: gdex never completes", self.key),
+                    // A refusal (std's, without an errno) that gdex tried:
+                    // one kind, whatever the system then said.
+                    (Got::Failed { errno: None, .. }, Got::Opened | Got::Failed { .. }) => {
+                        format!("{}: std refuses / gdex tries", self.key)
+                    }
+                    _ => format!(
+                        "{}: std {} / gdex {}",
+                        self.key,
+                        reference.class(),
+                        got.class()
+                    ),
+                };
+                let report = self.report(&format!("std: {reference}; gdex: {got}"));
+                found.add(key, report);
+            }
+        }
+
+        /// Notes a divergence that is not two outcomes.
+        fn note(&mut self, found: &mut Found, kind: &str, what: &str) {
+            self.diverged = true;
+            let key = format!("{}: {kind}", self.key);
+            let report = self.report(what);
+            found.add(key, report);
+        }
+
+        fn gdex_path(&self, name: &str) -> PathBuf {
+            self.gdex_dir.0.join(name)
+        }
+
+        fn std_path(&self, name: &str) -> PathBuf {
+            self.std_dir.0.join(name)
+        }
+
+        /// A path to open: mostly the regular files, sometimes the
+        /// directory, a file in a missing directory, a path through a
+        /// file, a path with a NUL byte.
+        fn pick_name(&mut self) -> String {
+            match self.rng.below(40) {
+                0..=1 => "sub".into(),
+                2..=3 => "missing/x".into(),
+                4..=5 => "a/x".into(),
+                6..=7 => "a\0b".into(),
+                _ => self.rng.pick(&FILES).into(),
+            }
+        }
+
+        /// Regular files present in the reference directory now.
+        fn existing_files(&self) -> Vec<&'static str> {
+            FILES
+                .iter()
+                .copied()
+                .filter(|name| self.std_path(name).is_file())
+                .collect()
+        }
+
+        /// The fds of this process open on `name` in gdex's directory that
+        /// the program's handles account for.
+        fn handles_on(&self, name: &str) -> usize {
+            self.handles.iter().filter(|h| h.name == name).count()
+        }
+
+        /// Iterates this thread's context (its ring, if an operation was
+        /// polled there) until `done` or `limit`.
+        fn wait_bounded(&self, limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+            let deadline = Instant::now() + limit;
+            loop {
+                if done() {
+                    return true;
+                }
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                if !self.own.iteration(false) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+
+        /// Waits until the fds on `name` in gdex's directory are those of
+        /// the open handles: an operation still holding one is not over.
+        fn wait_quiet(&self, name: &str) -> bool {
+            let path = self.gdex_path(name);
+            let expected = self.handles_on(name);
+            self.wait_bounded(LIMIT, || fds_open_on(&path) == expected)
+        }
+
+        /// Waits until no fd is open in gdex's directory; gives how many
+        /// are.
+        fn wait_quiet_all(&self) -> usize {
+            let dir = self.gdex_dir.0.clone();
+            let count = || {
+                std::fs::read_dir("/proc/self/fd")
+                    .unwrap()
+                    .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                    .filter(|target| target.starts_with(&dir))
+                    .count()
+            };
+            self.wait_bounded(LIMIT, || count() == 0);
+            count()
+        }
+
+        /// Awaits `fut` to its end on `awaiter`, within `limit`.
+        fn finish<T: Send + 'static>(
+            &self,
+            awaiter: Awaiter,
+            fut: Fut<T>,
+            limit: Duration,
+        ) -> Fate<T> {
+            type Caught<T> = Result<Result<T, gdex::Error>, Box<dyn Any + Send>>;
+            let guarded = async move {
+                Ok::<Caught<T>, gdex::Error>(AssertUnwindSafe(fut).catch_unwind().await)
+            };
+            let timed = gdex::timeout(limit, guarded);
+            let flat = |r: Result<Result<Caught<T>, gdex::Error>, gdex::Error>| r.and_then(|r| r);
+            let out: Result<Caught<T>, gdex::Error> = match awaiter {
+                Awaiter::WaitFor => gdex::wait_for(timed),
+                Awaiter::BlockOnOwn => self
+                    .own
+                    .with_thread_default(|| gdex::block_on(timed))
+                    .expect("this thread's context is free"),
+                Awaiter::PoolTask => flat(gdex::wait_for(self.pool.scheduler().spawn(timed))),
+                Awaiter::Fiber => flat(gdex::wait_for(
+                    self.pool
+                        .scheduler()
+                        .spawn_fiber(move || gdex::fiber::wait(timed)),
+                )),
+                Awaiter::OtherThread => std::thread::spawn(move || gdex::wait_for(timed))
+                    .join()
+                    .unwrap(),
+            };
+            match out {
+                Err(gdex::Error::TimedOut) => Fate::Hung(limit),
+                Err(err) => Fate::Err(err),
+                Ok(Err(payload)) => Fate::Panicked(panic_message(&*payload)),
+                Ok(Ok(Ok(value))) => Fate::Ok(value),
+                Ok(Ok(Err(err))) => Fate::Err(err),
+            }
+        }
+
+        /// Makes and awaits an operation on a random awaiter.
+        fn run_op<T: Send + 'static>(&mut self, f: impl FnOnce() -> Fut<T>) -> (Fate<T>, Awaiter) {
+            let awaiter = self.rng.pick(&AWAITERS);
+            let fate = match make(f) {
+                Ok(fut) => self.finish(awaiter, fut, LIMIT),
+                Err(fate) => fate,
+            };
+            (fate, awaiter)
+        }
+
+        /// Polls `fut` once at `first`, with `waker` if given.
+        fn poll_once<T: Send + 'static>(
+            &self,
+            first: FirstPoll,
+            fut: Fut<T>,
+            waker: Option<Waker>,
+        ) -> Polled<T> {
+            let once = poll_once_future(fut, waker);
+            let on_pool = |pool: &ThreadPool, once| {
+                gdex::wait_for(pool.scheduler().spawn(once))
+                    .unwrap_or_else(|err| Polled::Panicked(format!("the task: {err}")))
+            };
+            match first {
+                FirstPoll::Plain => gdex::wait_for(once),
+                FirstPoll::Own => self
+                    .own
+                    .with_thread_default(|| gdex::block_on(once))
+                    .expect("this thread's context is free"),
+                FirstPoll::PoolTask => on_pool(&self.pool, once),
+                FirstPoll::ExitingThread => std::thread::spawn(move || {
+                    let context = glib::MainContext::new();
+                    context
+                        .with_thread_default(|| gdex::block_on(once))
+                        .expect("a fresh context is free")
+                })
+                .join()
+                .unwrap(),
+                FirstPoll::DroppedPool => {
+                    let pool = pool(1);
+                    let polled = on_pool(&pool, once);
+                    drop(pool);
+                    polled
+                }
+            }
+        }
+
+        // -------------------------------------------------------------
+        // The steps
+        // -------------------------------------------------------------
+
+        fn one_step(&mut self, found: &mut Found) {
+            let roll = self.rng.below(100);
+            match roll {
+                0..=15 => self.open(found),
+                16..=31 => self.read_at(found),
+                32..=43 => self.write_at(found),
+                44..=51 => self.write_all_at(found),
+                52..=55 => self.metadata(found),
+                56..=61 => self.read_file(found),
+                62..=67 => self.close(),
+                68..=79 => self.dropped(found),
+                80..=83 => self.cancelled_task(found),
+                84..=91 => self.follows_its_poller(found),
+                92..=96 => self.fifo(found),
+                _ => self.exiting_thread(found),
+            }
+        }
+
+        fn open(&mut self, found: &mut Found) {
+            let name = self.pick_name();
+            let (gpath, spath) = (self.gdex_path(&name), self.std_path(&name));
+            let (options, refusal, how, reference, gdex) = match self.rng.below(8) {
+                0 => {
+                    let (fate, awaiter) = self.run_op(|| Box::pin(File::open(gpath)));
+                    let reference = std::fs::File::open(&spath);
+                    ("File::open".to_owned(), None, awaiter, reference, fate)
+                }
+                1 => {
+                    let (fate, awaiter) = self.run_op(|| Box::pin(File::create(gpath)));
+                    let reference = std::fs::File::create(&spath);
+                    ("File::create".to_owned(), None, awaiter, reference, fate)
+                }
+                _ => {
+                    let o = Options::random(&mut self.rng);
+                    let (fate, awaiter) = self.run_op(|| Box::pin(o.gdex().open(gpath)));
+                    let reference = o.std().open(&spath);
+                    (
+                        format!("open with {o}"),
+                        o.refusal(),
+                        awaiter,
+                        reference,
+                        fate,
+                    )
+                }
+            };
+            self.what = format!("{options} {name:?} ({how:?})");
+            self.key = match (name.contains('\0'), refusal) {
+                (true, _) => "open (a NUL byte in the path)".into(),
+                (false, Some(why)) => format!("open ({why})"),
+                (false, None) => "open".into(),
+            };
+            let (reference_got, std_file) = match reference {
+                Ok(file) => (Got::Opened, Some(file)),
+                Err(err) => (std_failed(&err), None),
+            };
+            let (gdex_got, gdex_file) = match gdex {
+                Fate::Ok(file) => (Got::Opened, Some(file)),
+                other => (other.got(|_: File| Got::Opened), None),
+            };
+            self.compare(found, &reference_got, &gdex_got);
+            if let (Some(gdex), Some(std)) = (gdex_file, std_file) {
+                if self.handles.len() >= 8 {
+                    self.handles.remove(0);
+                }
+                self.handles.push(Handle {
+                    name,
+                    how: options,
+                    gdex,
+                    std,
+                });
+            }
+        }
+
+        /// A handle to work on, opening one first if there is none.
+        fn handle(&mut self, found: &mut Found) -> Option<usize> {
+            if self.handles.is_empty() {
+                self.open(found);
+                return None;
+            }
+            Some(self.rng.below(self.handles.len() as u64) as usize)
+        }
+
+        /// An offset to read or write at: in the file, at its end, past it
+        /// (a hole, for a write), or past `i64::MAX`.
+        fn offset(&mut self, len: u64, write: bool) -> u64 {
+            match self.rng.below(20) {
+                0..=5 => self.rng.below(len + 1),
+                6..=7 => 0,
+                8..=9 => len,
+                10..=13 => len + 1 + self.rng.below(8192),
+                14 if !write => len + self.rng.below(1 << 40),
+                15 => i64::MAX as u64,
+                16 => i64::MAX as u64 + 1 + self.rng.below(1 << 20),
+                17 => u64::MAX,
+                _ => self.rng.below(len + 1),
+            }
+        }
+
+        fn file_len(&self, index: usize) -> u64 {
+            self.handles[index]
+                .std
+                .metadata()
+                .map(|m| m.len())
+                .unwrap_or(0)
+        }
+
+        fn read_at(&mut self, found: &mut Found) {
+            let Some(i) = self.handle(found) else { return };
+            let len = self.file_len(i);
+            let offset = self.offset(len, false);
+            let room = match self.rng.below(8) {
+                0 => 1,
+                1 => 65_536,
+                _ => 1 + self.rng.below(4096) as usize,
+            };
+            let prefix = if self.rng.one_in(4) {
+                {
+                    let n = 1 + self.rng.below(16) as usize;
+                    self.rng.bytes(n)
+                }
+            } else {
+                Vec::new()
+            };
+            let mut buf = Vec::with_capacity(prefix.len() + room);
+            buf.extend_from_slice(&prefix);
+            let room = buf.capacity() - buf.len();
+            let h = &self.handles[i];
+            let file = h.gdex.clone();
+            let mut into = vec![0u8; room];
+            let reference = std_got(h.std.read_at(&mut into, offset), |n| {
+                Got::Read(into[..n].to_vec())
+            });
+            self.what = format!(
+                "read_at({room} bytes, offset {offset}) of {:?} opened by {}",
+                h.name, h.how
+            );
+            self.key = "read_at".into();
+            let (fate, awaiter) = self.run_op(move || Box::pin(file.read_at(buf, offset)));
+            self.what += &format!(" ({awaiter:?})");
+            let gdex = fate.got(|buf| read_got(buf, &prefix));
+            self.compare(found, &reference, &gdex);
+        }
+
+        fn write_data(&mut self) -> Vec<u8> {
+            let size = match self.rng.below(16) {
+                0 => 0,
+                1..=5 => 1 + self.rng.below(64) as usize,
+                _ => 1 + self.rng.below(4096) as usize,
+            };
+            self.rng.bytes(size)
+        }
+
+        fn write_at(&mut self, found: &mut Found) {
+            let Some(i) = self.handle(found) else { return };
+            let len = self.file_len(i);
+            let offset = self.offset(len, true);
+            let data = self.write_data();
+            let h = &self.handles[i];
+            self.what = format!(
+                "write_at({} bytes, offset {offset}) to {:?} opened by {}",
+                data.len(),
+                h.name,
+                h.how
+            );
+            self.key = "write_at".into();
+            let reference = std_got(h.std.write_at(&data, offset), Got::Wrote);
+            let file = h.gdex.clone();
+            let sent = data.clone();
+            let (fate, awaiter) = self.run_op(move || Box::pin(file.write_at(sent, offset)));
+            self.what += &format!(" ({awaiter:?})");
+            let gdex = fate.got(|(n, back)| {
+                if back == data {
+                    Got::Wrote(n)
+                } else {
+                    Got::Other("the buffer came back changed".into())
+                }
+            });
+            self.compare(found, &reference, &gdex);
+        }
+
+        fn write_all_at(&mut self, found: &mut Found) {
+            let Some(i) = self.handle(found) else { return };
+            let len = self.file_len(i);
+            let offset = self.offset(len, true);
+            let data = self.write_data();
+            let h = &self.handles[i];
+            self.what = format!(
+                "write_all_at({} bytes, offset {offset}) to {:?} opened by {}",
+                data.len(),
+                h.name,
+                h.how
+            );
+            self.key = "write_all_at".into();
+            let reference = std_got(h.std.write_all_at(&data, offset), |()| Got::Done);
+            let file = h.gdex.clone();
+            let (fate, awaiter) = self.run_op(move || {
+                Box::pin(async move { file.write_all_at(data, offset).await.map(drop) })
+            });
+            self.what += &format!(" ({awaiter:?})");
+            self.compare(found, &reference, &fate.got(|()| Got::Done));
+        }
+
+        fn metadata(&mut self, found: &mut Found) {
+            let Some(i) = self.handle(found) else { return };
+            let h = &self.handles[i];
+            self.what = format!("metadata of {:?} opened by {}", h.name, h.how);
+            self.key = "metadata".into();
+            let meta = |m: std::fs::Metadata| Got::Meta {
+                len: m.len(),
+                dir: m.is_dir(),
+            };
+            let reference = std_got(h.std.metadata(), meta);
+            let gdex = std_got(h.gdex.metadata(), meta);
+            self.compare(found, &reference, &gdex);
+        }
+
+        fn read_file(&mut self, found: &mut Found) {
+            let name = self.pick_name();
+            let gpath = self.gdex_path(&name);
+            let reference = std_got(std::fs::read(self.std_path(&name)), Got::Read);
+            let (fate, awaiter) = self.run_op(move || Box::pin(gdex::aio::read_file(gpath)));
+            self.what = format!("read_file {name:?} ({awaiter:?})");
+            self.key = if name.contains('\0') {
+                "read_file (a NUL byte in the path)".into()
+            } else {
+                "read_file".into()
+            };
+            self.compare(found, &reference, &fate.got(Got::Read));
+        }
+
+        fn close(&mut self) {
+            if self.handles.is_empty() {
+                self.what = "close (none open)".into();
+                self.key = "close".into();
+                return;
+            }
+            let i = self.rng.below(self.handles.len() as u64) as usize;
+            let h = self.handles.remove(i);
+            self.what = format!("close {:?} opened by {}", h.name, h.how);
+            self.key = "close".into();
+        }
+
+        /// An operation on a descriptor of its own (so that when it is
+        /// over shows in the fds open on the file): a read or a write of
+        /// an existing file.
+        fn own_fd_op(&mut self) -> Option<OwnFdOp> {
+            let files = self.existing_files();
+            if files.is_empty() {
+                return None;
+            }
+            let name = self.rng.pick(&files).to_owned();
+            let len = std::fs::metadata(self.std_path(&name)).unwrap().len();
+            let own = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.gdex_path(&name))
+                .unwrap();
+            let file = File::from(own);
+            if self.rng.one_in(3) {
+                let offset = self.rng.below(len + 1);
+                let room = 1 + self.rng.below(4096) as usize;
+                let fut: Fut<Got> = Box::pin(async move {
+                    file.read_at(Vec::with_capacity(room), offset)
+                        .await
+                        .map(Got::Read)
+                });
+                let reference = Box::new(move |f: &std::fs::File| {
+                    let mut buf = vec![0; room];
+                    std_got(f.read_at(&mut buf, offset), |n| {
+                        Got::Read(buf[..n].to_vec())
+                    })
+                });
+                Some(OwnFdOp {
+                    desc: format!("read_at({room}, {offset}) of {name:?}"),
+                    name,
+                    fut,
+                    reference,
+                })
+            } else {
+                let offset = self.rng.below(len + 4096);
+                let size = 1 + self.rng.below(4096) as usize;
+                let data = self.rng.bytes(size);
+                let size = data.len();
+                let sent = data.clone();
+                let fut: Fut<Got> = Box::pin(async move {
+                    file.write_at(sent, offset)
+                        .await
+                        .map(|(n, _)| Got::Wrote(n))
+                });
+                let reference = Box::new(move |f: &std::fs::File| {
+                    std_got(f.write_at(&data, offset), Got::Wrote)
+                });
+                Some(OwnFdOp {
+                    desc: format!("write_at({size}, {offset}) to {name:?}"),
+                    name,
+                    fut,
+                    reference,
+                })
+            }
+        }
+
+        /// The reference's own descriptor for `name`, read and write.
+        fn std_own(&self, name: &str) -> std::fs::File {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.std_path(name))
+                .unwrap()
+        }
+
+        /// After an operation that may or may not have happened: gdex's
+        /// files must be the reference's with it (then kept) or without it
+        /// (then the reference is put back).
+        fn either(&mut self, found: &mut Found, apply: impl FnOnce(&mut Self)) {
+            let without = snapshot(&self.std_dir.0);
+            apply(self);
+            let with = snapshot(&self.std_dir.0);
+            let got = snapshot(&self.gdex_dir.0);
+            if got == with {
+                self.what += ", which happened";
+            } else if got == without {
+                restore(&self.std_dir.0, &without);
+                self.what += ", which did not happen";
+            } else {
+                self.diverged = true;
+                let diff = differences(&with, &got).unwrap_or_default();
+                found.add(
+                    format!("{}: neither with nor without it", self.key),
+                    self.report(&format!(
+                        "the files are as std leaves them neither with the operation nor without: {diff}"
+                    )),
+                );
+                restore(&self.gdex_dir.0, &with);
+            }
+        }
+
+        /// A future dropped before its first poll, after it, or after it
+        /// completed.
+        fn dropped(&mut self, found: &mut Found) {
+            let first = self
+                .rng
+                .pick(&[FirstPoll::Plain, FirstPoll::Own, FirstPoll::PoolTask]);
+            if self.rng.one_in(3) {
+                return self.dropped_open(found, first);
+            }
+            let Some(OwnFdOp {
+                name,
+                fut,
+                reference,
+                desc,
+            }) = self.own_fd_op()
+            else {
+                return self.write_at(found);
+            };
+            match self.rng.below(3) {
+                0 => {
+                    self.what = format!("{desc} dropped before its first poll");
+                    self.key = format!("{} dropped before its first poll", op_name(&desc));
+                    drop(fut);
+                    self.check_quiet(found, &name);
+                }
+                1 => {
+                    self.what = format!("{desc} dropped after its first poll ({first:?})");
+                    self.key = format!("{} dropped after its first poll", op_name(&desc));
+                    match self.poll_once(first, fut, None) {
+                        Polled::Pending(fut) => {
+                            drop(fut);
+                            self.check_quiet(found, &name);
+                            let std = self.std_own(&name);
+                            self.either(found, |_| drop(reference(&std)));
+                        }
+                        Polled::Ready(result) => {
+                            self.what += ", done at its first poll";
+                            let got = result.unwrap_or_else(|e| gdex_failed(&e));
+                            let std = self.std_own(&name);
+                            let reference = reference(&std);
+                            self.compare(found, &reference, &got);
+                        }
+                        Polled::Panicked(message) => {
+                            let std = self.std_own(&name);
+                            let reference = reference(&std);
+                            self.compare(found, &reference, &Got::Panicked(message));
+                        }
+                    }
+                }
+                _ => {
+                    self.what = format!("{desc} dropped after it completed ({first:?})");
+                    self.key = format!("{} dropped after it completed", op_name(&desc));
+                    let (woken, waker) = flag();
+                    let got = match self.poll_once(first, fut, Some(waker)) {
+                        Polled::Pending(fut) => {
+                            if !self.wait_bounded(LIMIT, || woken.0.load(Ordering::SeqCst)) {
+                                let what = format!("its waker was not woken within {LIMIT:?}");
+                                self.note(found, "gdex never completes", &what);
+                            }
+                            drop(fut);
+                            None
+                        }
+                        Polled::Ready(result) => Some(result.unwrap_or_else(|e| gdex_failed(&e))),
+                        Polled::Panicked(message) => Some(Got::Panicked(message)),
+                    };
+                    let reference = reference(&self.std_own(&name));
+                    if let Some(got) = got {
+                        self.compare(found, &reference, &got);
+                    }
+                    self.check_quiet(found, &name);
+                }
+            }
+        }
+
+        /// Checks that no operation holds a descriptor of `name` any more.
+        fn check_quiet(&mut self, found: &mut Found, name: &str) {
+            if !self.wait_quiet(name) {
+                let open = fds_open_on(&self.gdex_path(name)) - self.handles_on(name);
+                let what = format!(
+                    "{open} more fd(s) open on the file than the handles account for, after {LIMIT:?}"
+                );
+                self.note(found, "fd kept", &what);
+            }
+        }
+
+        /// An open dropped before its first poll (nothing happens) or after
+        /// it completed (it happened, and its fd is closed).
+        fn dropped_open(&mut self, found: &mut Found, first: FirstPoll) {
+            let name = self.rng.pick(&FILES);
+            let o = Options::valid(&mut self.rng);
+            let gpath = self.gdex_path(name);
+            let fut: Fut<Got> = Box::pin({
+                let open = o.gdex().open(gpath);
+                async move { open.await.map(|_| Got::Opened) }
+            });
+            if self.rng.coin() {
+                self.what = format!("open {name:?} with {o} dropped before its first poll");
+                self.key = "open dropped before its first poll".into();
+                drop(fut);
+            } else {
+                self.what =
+                    format!("open {name:?} with {o} dropped after it completed ({first:?})");
+                self.key = "open dropped after it completed".into();
+                let (woken, waker) = flag();
+                if let Polled::Pending(fut) = self.poll_once(first, fut, Some(waker)) {
+                    if !self.wait_bounded(LIMIT, || woken.0.load(Ordering::SeqCst)) {
+                        let what = format!("its waker was not woken within {LIMIT:?}");
+                        self.note(found, "gdex never completes", &what);
+                    }
+                    drop(fut);
+                }
+                drop(o.std().open(self.std_path(name)));
+            }
+            self.check_quiet(found, name);
+        }
+
+        /// A task holding an operation is cancelled (its handle dropped)
+        /// after the operation's first poll.
+        fn cancelled_task(&mut self, found: &mut Found) {
+            let Some(OwnFdOp {
+                name,
+                fut,
+                reference,
+                desc,
+            }) = self.own_fd_op()
+            else {
+                return self.write_at(found);
+            };
+            self.what = format!("{desc} in a task cancelled after its first poll");
+            self.key = "a task holding an operation cancelled".into();
+            let polled = Arc::new(AtomicUsize::new(0));
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let marker = common::Counted(dropped.clone());
+            let task = self
+                .pool
+                .scheduler()
+                .spawn(after_first_poll(&polled, async move {
+                    let _marker = marker;
+                    fut.await
+                }));
+            if !self.wait_bounded(LIMIT, || polled.load(Ordering::SeqCst) == 1) {
+                self.note(found, "never polled", "the task was not polled");
+            }
+            drop(task);
+            if !self.wait_bounded(LIMIT, || dropped.load(Ordering::SeqCst) == 1) {
+                self.note(
+                    found,
+                    "never dropped",
+                    "the cancelled task's future was not dropped",
+                );
+            }
+            self.check_quiet(found, &name);
+            let std = self.std_own(&name);
+            self.either(found, |_| drop(reference(&std)));
+        }
+
+        /// An operation polled once in one place and awaited to its end in
+        /// another (A2): it completes as it would have where it started.
+        fn follows_its_poller(&mut self, found: &mut Found) {
+            let first = self.rng.pick(&[
+                FirstPoll::Plain,
+                FirstPoll::Own,
+                FirstPoll::PoolTask,
+                FirstPoll::ExitingThread,
+                FirstPoll::DroppedPool,
+            ]);
+            let awaiter = self.rng.pick(&AWAITERS);
+            let (fut, reference, desc): (Fut<Got>, Got, String) = match self.rng.below(3) {
+                0 if !self.handles.is_empty() => {
+                    let i = self.rng.below(self.handles.len() as u64) as usize;
+                    let len = self.file_len(i);
+                    let offset = self.rng.below(len + 1);
+                    let h = &self.handles[i];
+                    let mut into = vec![0; 512];
+                    let reference = std_got(h.std.read_at(&mut into, offset), |n| {
+                        Got::Read(into[..n].to_vec())
+                    });
+                    let file = h.gdex.clone();
+                    (
+                        Box::pin(async move {
+                            file.read_at(Vec::with_capacity(512), offset)
+                                .await
+                                .map(Got::Read)
+                        }),
+                        reference,
+                        format!("read_at(512, {offset}) of {:?} opened by {}", h.name, h.how),
+                    )
+                }
+                1 if !self.handles.is_empty() => {
+                    let i = self.rng.below(self.handles.len() as u64) as usize;
+                    let len = self.file_len(i);
+                    let offset = self.rng.below(len + 64);
+                    let size = 1 + self.rng.below(512) as usize;
+                    let data = self.rng.bytes(size);
+                    let h = &self.handles[i];
+                    let reference = std_got(h.std.write_at(&data, offset), Got::Wrote);
+                    let file = h.gdex.clone();
+                    let size = data.len();
+                    (
+                        Box::pin(async move {
+                            file.write_at(data, offset)
+                                .await
+                                .map(|(n, _)| Got::Wrote(n))
+                        }),
+                        reference,
+                        format!(
+                            "write_at({size}, {offset}) to {:?} opened by {}",
+                            h.name, h.how
+                        ),
+                    )
+                }
+                _ => {
+                    let name = self.rng.pick(&FILES);
+                    let o = Options::valid(&mut self.rng);
+                    let reference = std_got(o.std().open(self.std_path(name)), |_| Got::Opened);
+                    let open = o.gdex().open(self.gdex_path(name));
+                    (
+                        Box::pin(async move { open.await.map(|_| Got::Opened) }),
+                        reference,
+                        format!("open {name:?} with {o}"),
+                    )
+                }
+            };
+            self.what = format!("{desc} polled once ({first:?}) then awaited ({awaiter:?})");
+            self.key = format!("polled once ({first:?}) and awaited elsewhere");
+            let got = match self.poll_once(first, fut, None) {
+                Polled::Pending(fut) => self.finish(awaiter, fut, FOLLOW_LIMIT).got(|got| got),
+                Polled::Ready(result) => result.unwrap_or_else(|e| gdex_failed(&e)),
+                Polled::Panicked(message) => Got::Panicked(message),
+            };
+            self.compare(found, &reference, &got);
+        }
+
+        /// A FIFO opened while nobody has its other end, which a helper
+        /// thread opens after a delay: `open(2)` for reading or writing
+        /// waits for it. Sometimes gdex's open is dropped while it waits:
+        /// then its fd must not stay open.
+        fn fifo(&mut self, found: &mut Found) {
+            self.fifos += 1;
+            let name = format!("fifo{}", self.fifos);
+            let (gpath, spath) = (self.gdex_path(&name), self.std_path(&name));
+            mkfifo(&gpath);
+            mkfifo(&spath);
+            let o = self.rng.pick(&[
+                (true, false, false, false, false),
+                (false, true, false, false, false),
+                (false, true, false, true, false),
+                (false, true, false, false, true),
+                (false, false, true, false, false),
+                (true, true, false, false, false),
+            ]);
+            let o = Options {
+                read: o.0,
+                write: o.1,
+                append: o.2,
+                truncate: o.3,
+                create: o.4,
+                create_new: false,
+            };
+            // The reference.
+            let partner = Partner::after_delay(&spath);
+            let opened = o.std().open(&spath);
+            let early = !partner.coming();
+            let reference = Got::Fifo(Box::new(std_got(opened, |_| Got::Opened)), early);
+            partner.finish();
+            // gdex.
+            let partner = Partner::after_delay(&gpath);
+            if self.rng.one_in(3) {
+                let first = self
+                    .rng
+                    .pick(&[FirstPoll::Plain, FirstPoll::Own, FirstPoll::PoolTask]);
+                self.what = format!("open FIFO with {o}, dropped while it waits ({first:?})");
+                self.key = "open FIFO dropped while it waits".into();
+                match make(|| -> Fut<File> { Box::pin(o.gdex().open(&gpath)) }) {
+                    Ok(fut) => drop(self.poll_once(first, fut, None)),
+                    Err(_) => self.what += ", refused",
+                }
+                // Once the partner holds its end, an open still running
+                // (on the blocking lane, `openat` is not interrupted)
+                // returns, and its fd is closed: then only the partner's
+                // is left. The FIFO goes before the partner does, so that
+                // an open that had not started yet fails instead of
+                // waiting for a partner that is gone.
+                let arrived = self.wait_bounded(LIMIT, || partner.arrived());
+                let quiet = arrived && self.wait_bounded(LIMIT, || fds_open_on(&gpath) == 1);
+                let _ = std::fs::remove_file(&gpath);
+                partner.finish();
+                if !quiet {
+                    self.note(found, "fd kept", "the dropped open's fd is still open");
+                }
+            } else {
+                let awaiter =
+                    self.rng
+                        .pick(&[Awaiter::WaitFor, Awaiter::BlockOnOwn, Awaiter::PoolTask]);
+                self.what = format!("open FIFO with {o} ({awaiter:?})");
+                self.key = format!("open FIFO for {}", o.access());
+                let fate = match make(|| -> Fut<File> { Box::pin(o.gdex().open(&gpath)) }) {
+                    Ok(fut) => self.finish(awaiter, fut, LIMIT),
+                    Err(fate) => fate,
+                };
+                // Returning before the other end came is compared only
+                // where std waited: an open that need not wait may still
+                // return after it on a busy machine.
+                let early = !partner.coming() && matches!(&reference, Got::Fifo(_, false));
+                let early = early || matches!(&reference, Got::Fifo(_, true));
+                let got = Got::Fifo(Box::new(fate.got(|_| Got::Opened)), early);
+                partner.finish();
+                self.compare(found, &reference, &got);
+            }
+            let _ = std::fs::remove_file(&gpath);
+            let _ = std::fs::remove_file(&spath);
+        }
+
+        /// A thread polls an open of a FIFO for writing (with `create` or
+        /// `truncate`, which the kernel's io_uring runs on a worker of its
+        /// own, where it waits for a reader), drops another operation it
+        /// had in flight, hands the open over and exits; the program awaits
+        /// the open, whose reader comes after a delay.
+        fn exiting_thread(&mut self, found: &mut Found) {
+            self.fifos += 1;
+            let name = format!("fifo{}", self.fifos);
+            let (gpath, spath) = (self.gdex_path(&name), self.std_path(&name));
+            mkfifo(&gpath);
+            mkfifo(&spath);
+            let create = self.rng.coin();
+            let o = Options {
+                read: false,
+                write: true,
+                append: false,
+                truncate: !create,
+                create,
+                create_new: false,
+            };
+            let awaiter = self.rng.pick(&AWAITERS);
+            self.what = format!(
+                "open FIFO with {o} polled on a thread that dropped a read in flight and exited ({awaiter:?})"
+            );
+            self.key = "open FIFO polled on a thread that then exits".into();
+            let partner = Partner::after_delay(&spath);
+            let reference = std_got(o.std().open(&spath), |_| Got::Opened);
+            partner.finish();
+            let partner = Partner::after_delay(&gpath);
+            let directory = self.gdex_path("sub");
+            let (pipe_reader, pipe_writer) = std::io::pipe().unwrap();
+            let polled = std::thread::spawn({
+                let gpath = gpath.clone();
+                move || {
+                    let pipe = File::from(std::os::fd::OwnedFd::from(pipe_reader));
+                    let (woken, waker) = flag();
+                    let mut cx = Context::from_waker(&waker);
+                    // A read of an empty pipe, in flight until dropped.
+                    let mut waiting = Box::pin(pipe.read_at(Vec::with_capacity(8), 0));
+                    if waiting.as_mut().poll(&mut cx).is_ready() {
+                        return Err("the pipe read finished at once".to_owned());
+                    }
+                    // A read submitted after it (it fails: a directory):
+                    // when it completes, the pipe read is in flight too.
+                    let dir = File::from(std::fs::File::open(&directory).unwrap());
+                    let mut after = Box::pin(dir.read_at(Vec::with_capacity(8), 0));
+                    if after.as_mut().poll(&mut cx).is_pending() {
+                        let deadline = Instant::now() + LIMIT;
+                        while !woken.0.load(Ordering::SeqCst) {
+                            if Instant::now() > deadline {
+                                return Err("the directory read never completed".to_owned());
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                    let open: Result<Fut<File>, _> = make(|| Box::pin(o.gdex().open(gpath)));
+                    match open {
+                        Ok(mut open) => {
+                            let polled =
+                                open.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+                            drop(waiting);
+                            match polled {
+                                Poll::Pending => Ok(Ok(open)),
+                                Poll::Ready(result) => Ok(Err(result)),
+                            }
+                        }
+                        Err(_) => Err("the open was refused".to_owned()),
+                    }
+                }
+            })
+            .join()
+            .unwrap();
+            drop(pipe_writer);
+            let got = match polled {
+                Ok(Ok(open)) => self.finish(awaiter, open, LIMIT).got(|_| Got::Opened),
+                Ok(Err(result)) => match result {
+                    Ok(_) => Got::Opened,
+                    Err(err) => gdex_failed(&err),
+                },
+                Err(why) => Got::Other(why),
+            };
+            partner.finish();
+            self.compare(found, &reference, &got);
+            let _ = std::fs::remove_file(&gpath);
+            let _ = std::fs::remove_file(&spath);
+        }
+    }
+
+    /// A read or a write on a descriptor of its own, of the file `name`:
+    /// gdex's future, what `std` does for it (given its own descriptor),
+    /// and its description.
+    struct OwnFdOp {
+        name: String,
+        fut: Fut<Got>,
+        reference: Box<dyn FnOnce(&std::fs::File) -> Got>,
+        desc: String,
+    }
+
+    /// A gdex read's outcome: the bytes it appended, the bytes already in
+    /// the buffer left as they were.
+    fn read_got(buf: Vec<u8>, prefix: &[u8]) -> Got {
+        if buf.starts_with(prefix) {
+            Got::Read(buf[prefix.len()..].to_vec())
+        } else {
+            Got::Other("the bytes already in the buffer changed".into())
+        }
+    }
+
+    /// An operation's name from its description ("read_at(…) of …").
+    fn op_name(desc: &str) -> &str {
+        desc.split('(').next().unwrap_or(desc)
+    }
+}
