@@ -1397,7 +1397,9 @@ mod differential {
 
     /// A `std` error as compared: GIO's code for its errno (as
     /// `g_io_error_from_errno` maps it), and the errno's text; a refusal
-    /// without an errno (a NUL byte in the path) as `InvalidArgument`.
+    /// without an errno as `InvalidArgument`, except a NUL byte in the
+    /// path, which gdex calls `InvalidFilename` (GIO's code for a name no
+    /// file can have: a documented difference, A2).
     fn std_failed(err: &std::io::Error) -> Got {
         match err.raw_os_error() {
             Some(errno) => Got::Failed {
@@ -1405,7 +1407,11 @@ mod differential {
                 errno: Some(strerror(errno)),
             },
             None if err.kind() == std::io::ErrorKind::InvalidInput => Got::Failed {
-                code: "InvalidArgument".into(),
+                code: if err.to_string().contains("NUL") {
+                    "InvalidFilename".into()
+                } else {
+                    "InvalidArgument".into()
+                },
                 errno: None,
             },
             None => Got::Failed {
