@@ -1023,12 +1023,10 @@ fn a_watched_operation_is_watched_again_from_a_new_context_at_a_dead_watchers_ad
 /// (A2) A FIFO opened for reading while a writer already waits in its own
 /// `open(2)`, writes at once and closes, opens and reads what was written,
 /// as `open(2)` would. On io_uring the first, non-blocking open lets the
-/// writer through; the writer writes and leaves before the second,
-/// blocking open runs, which then waits for another writer, for good.
+/// writer through; if the writer wrote and left before a second, blocking
+/// open ran, that open would wait for another writer, for good: the first
+/// open's fd says whether a writer came.
 #[test]
-#[ignore = "io_uring: the blocking reopen of a FIFO for reading waits for a new writer if the \
-            first writer came, wrote and left between the two opens; a fix must also finish \
-            the open when the early fd sees data or a hang-up (design question, see A2)"]
 fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_first_wrote() {
     watchdog(
         "a_fifo_opened_for_reading_gets_what_a_writer_that_came_first_wrote",
