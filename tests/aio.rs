@@ -251,6 +251,22 @@ fn open_options_refuse_what_std_refuses() {
             kind_of_std(&std::fs::File::open(nul)),
             Err("InvalidInput".into())
         );
+        // The path is judged first, as std judges it first: a NUL byte with
+        // switches std refuses is still the path's fault.
+        let opened = OpenOptions::new().append(true).truncate(true).open(nul);
+        let err = gdex::block_on(pool.scheduler().spawn(opened))
+            .unwrap()
+            .unwrap_err();
+        assert!(err.matches(IOErrorEnum::InvalidFilename), "{err}");
+        let std_err = std::fs::OpenOptions::new()
+            .append(true)
+            .truncate(true)
+            .open(nul)
+            .unwrap_err();
+        assert!(
+            std_err.raw_os_error().is_none() && std_err.to_string().contains("NUL"),
+            "{std_err}"
+        );
     });
 }
 

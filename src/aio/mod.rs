@@ -419,6 +419,17 @@ impl OpenOptions {
                 why,
             ))),
         };
+        // The path first, as std takes it first.
+        let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+            return Open {
+                op: Op::Refused(Some(error_for_code(
+                    gio::IOErrorEnum::InvalidFilename,
+                    "opening",
+                    Some(path),
+                    "the path holds a NUL byte, which no file name can",
+                ))),
+            };
+        };
         // The rules, and the flags, of `std::fs::OpenOptions` on Unix.
         let access = match (self.read, self.write, self.append) {
             (true, false, false) => libc::O_RDONLY,
@@ -446,16 +457,6 @@ impl OpenOptions {
             (false, true, false) => libc::O_TRUNC,
             (true, true, false) => libc::O_CREAT | libc::O_TRUNC,
             (_, _, true) => libc::O_CREAT | libc::O_EXCL,
-        };
-        let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
-            return Open {
-                op: Op::Refused(Some(error_for_code(
-                    gio::IOErrorEnum::InvalidFilename,
-                    "opening",
-                    Some(path),
-                    "the path holds a NUL byte, which no file name can",
-                ))),
-            };
         };
         Open {
             op: Op::new(Operation::Open {
