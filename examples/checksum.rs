@@ -1283,15 +1283,14 @@ impl Printer {
     }
 
     fn write(&mut self, line: &[u8]) {
-        if self.out.write_all(line).is_err() {
-            // stdout closed (a pipe to `head`): as sha256sum, stop.
-            std::process::exit(1);
+        if let Err(err) = self.out.write_all(line) {
+            write_failed(&err);
         }
     }
 
     fn flush(&mut self) {
-        if self.out.flush().is_err() {
-            std::process::exit(1);
+        if let Err(err) = self.out.flush() {
+            write_failed(&err);
         }
     }
 
@@ -1300,6 +1299,25 @@ impl Printer {
         self.flush();
         i32::from(!self.ok)
     }
+}
+
+/// Standard output failed. A closed pipe (`| head`) ends the program as it
+/// ends sha256sum, by `SIGPIPE` (Rust ignores the signal, so it is raised
+/// again with its default action); any other failure (a full disk) is
+/// sha256sum's "write error" and exit status 1.
+fn write_failed(err: &std::io::Error) -> ! {
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        // SAFETY: restoring a signal's default action and raising it have
+        // no preconditions; the default action of SIGPIPE ends the process.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::raise(libc::SIGPIPE);
+        }
+    }
+    // coreutils 9.1's words: its stdio has lost the errno by the time it
+    // finds the failure, at exit.
+    say(&[b"write error"]);
+    std::process::exit(1);
 }
 
 fn push_name(line: &mut Vec<u8>, name: &[u8], escape: bool) {

@@ -258,6 +258,8 @@ fn open_options_refuse_what_std_refuses() {
             .unwrap()
             .unwrap_err();
         assert!(err.matches(IOErrorEnum::InvalidFilename), "{err}");
+        // Nonsensical on purpose: which refusal wins is the point.
+        #[allow(clippy::nonsensical_open_options)]
         let std_err = std::fs::OpenOptions::new()
             .append(true)
             .truncate(true)

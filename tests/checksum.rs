@@ -1338,3 +1338,61 @@ fn random_trees_and_sum_files_are_summed_and_checked_as_sha256sum_does() {
         }
     }
 }
+
+/// (C1) Standard output that fails is sha256sum's failure: a full disk
+/// (`/dev/full`) is "write error: No space left on device" and exit status
+/// 1, in both modes; a closed pipe ends both programs by `SIGPIPE`.
+#[test]
+fn a_failing_standard_output_fails_as_sha256sums_does() {
+    use std::os::unix::process::ExitStatusExt;
+    let tree = small_tree("stdout-fails");
+    let file = tree.0.join("f");
+    let sums = tree.0.join("sums");
+    std::fs::write(
+        &sums,
+        format!("{}  {}\n", digest_hex(b"eff"), file.display()),
+    )
+    .unwrap();
+    for args in [
+        vec![file.as_os_str()],
+        vec!["-c".as_ref(), sums.as_os_str()],
+    ] {
+        let full = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap()
+        };
+        let theirs = Command::new("sha256sum")
+            .args(&args)
+            .stdout(full())
+            .output()
+            .unwrap();
+        let ours = Command::new(checksum_exe())
+            .args(&args)
+            .stdout(full())
+            .output()
+            .unwrap();
+        assert_eq!(ours.status.code(), theirs.status.code(), "{args:?}");
+        assert_eq!(
+            stderr_of(&ours, "checksum"),
+            stderr_of(&theirs, "sha256sum"),
+            "{args:?}"
+        );
+        // A pipe whose reader is gone.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let ours = Command::new(checksum_exe())
+            .args(&args)
+            .stdout(writer.try_clone().unwrap())
+            .output()
+            .unwrap();
+        let theirs = Command::new("sha256sum")
+            .args(&args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(ours.status.signal(), theirs.status.signal(), "{args:?}");
+        assert_eq!(ours.status.signal(), Some(libc::SIGPIPE), "{args:?}");
+    }
+}
