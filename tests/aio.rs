@@ -1178,6 +1178,117 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
     );
 }
 
+// A2, attacked: thread exits with requests in the kernel, whoever owns the
+// ring then; FIFO opens whose writer comes and goes; the fds they use.
+
+/// Waits up to `secs` seconds for the thread whose kernel id is `tid` to
+/// be gone, exit included (a `JoinHandle` says it is finished as soon as
+/// its closure returned, and `join` would wait for good), then joins it.
+fn exited_within<T>(what: &str, tid: i32, thread: std::thread::JoinHandle<T>, secs: u64) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let task = format!("/proc/self/task/{tid}");
+    while Path::new(&task).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the thread's exit did not end within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    thread.join().unwrap()
+}
+
+/// (A2) A thread that submitted a request (an open of a FIFO for writing,
+/// which waits in the kernel's worker threads for a reader) and then let
+/// another thread iterate the ring's context, which then owns the ring,
+/// exits at once without waiting for a reader, and the open, awaited
+/// elsewhere, completes when one comes: the kernel ties a request's work
+/// to the thread that submitted it, whoever owns the ring when that thread
+/// exits. (Without the stop, the exit waits for the reader when the
+/// kernel's worker took the open only as the thread exited: a race, so
+/// many rounds.)
+#[test]
+fn a_thread_that_submitted_then_handed_its_context_on_exits_without_waiting() {
+    use std::sync::atomic::AtomicBool;
+    watchdog(
+        "a_thread_that_submitted_then_handed_its_context_on_exits_without_waiting",
+        120,
+        || {
+            let dir = TempDir::new("aio-handed-on");
+            for round in 0..common::stress(40) {
+                let path = fifo(&dir, &format!("fifo-{round}"));
+                let context = glib::MainContext::new();
+                let go = Arc::new(AtomicBool::new(false));
+                let claimed = Arc::new(AtomicBool::new(false));
+                let (park, parked) = std::sync::mpsc::channel::<()>();
+                // The next owner: it takes the context as soon as the
+                // submitter lets go of it, runs one turn of its loop (the
+                // ring's source claims the ring) and stays.
+                let next = std::thread::spawn({
+                    let context = context.clone();
+                    let go = go.clone();
+                    let claimed = claimed.clone();
+                    move || {
+                        while !go.load(Ordering::SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        let guard = loop {
+                            if let Ok(guard) = context.acquire() {
+                                break guard;
+                            }
+                        };
+                        context
+                            .with_thread_default(|| context.iteration(false))
+                            .unwrap();
+                        drop(guard);
+                        claimed.store(true, Ordering::SeqCst);
+                        let _ = parked.recv();
+                    }
+                });
+                let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+                let submitter = std::thread::spawn({
+                    let path = path.clone();
+                    let context = context.clone();
+                    move || {
+                        // SAFETY: gettid has no preconditions.
+                        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                        let guard = context.acquire().unwrap();
+                        go.store(true, Ordering::SeqCst);
+                        // One turn: the open (O_CREAT: straight to the
+                        // kernel's worker threads) is submitted by this
+                        // thread.
+                        let open = context
+                            .with_thread_default(|| {
+                                started_here(
+                                    OpenOptions::new().write(true).create(true).open(&path),
+                                    1,
+                                )
+                            })
+                            .unwrap();
+                        drop(guard);
+                        while !claimed.load(Ordering::SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        open
+                    }
+                });
+                let tid = tid_rx.recv().unwrap();
+                let open = exited_within(&format!("round {round}"), tid, submitter, 5);
+                let reader = std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::fs::read(path).unwrap()
+                });
+                let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
+                let (written, _) = gdex::wait_for(fifo.write_at(b"handed".to_vec(), 0)).unwrap();
+                assert_eq!(written, 6);
+                drop(fifo);
+                assert_eq!(reader.join().unwrap(), b"handed", "round {round}");
+                drop(park);
+                next.join().unwrap();
+            }
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // A seeded random program through gdex::aio and std::fs side by side (A1, A2)
 // ---------------------------------------------------------------------------

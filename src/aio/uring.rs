@@ -145,8 +145,8 @@ thread_local! {
 }
 
 /// The rings a thread has owned ([`Ring::claim`]); its drop, at the
-/// thread's exit, stops what the thread handed the kernel on those it still
-/// owns ([`Ring::stop_for_exit`]).
+/// thread's exit, stops what the thread handed the kernel on them, whether
+/// it still owns them or not ([`Ring::stop_for_exit`]).
 struct Owned(std::cell::RefCell<Vec<Weak<Ring>>>);
 
 impl Drop for Owned {
@@ -198,6 +198,10 @@ struct State {
 struct Slot {
     operation: Option<Operation>,
     phase: Phase,
+    /// The thread that handed it to the kernel ([`this_thread`]), while
+    /// it is `InKernel`: the kernel ties the request's work to that thread,
+    /// which stops it as it exits, whoever owns the ring then.
+    submitter: u64,
     waker: Option<Waker>,
     /// The future is gone: nobody will take the result.
     dropped: bool,
@@ -374,35 +378,42 @@ impl Ring {
         }
     }
 
-    /// This thread, the ring's owner, exits. The kernel ties the work it
-    /// queued for this thread's requests (io-wq) to the thread: the
-    /// thread's exit would wait for that work to end (an open of a FIFO
-    /// waits for the other end, for good), or the work ends with a restart
-    /// code. So the thread stops its requests first, with
-    /// `IORING_REGISTER_SYNC_CANCEL` (waiting up to a second for each), and
-    /// hands everything back to the operations' tasks: the stopped
-    /// requests and the backlog start again where their tasks are next
-    /// polled (A2).
+    /// This thread, which owned the ring (and may still), exits. The
+    /// kernel ties the work it queued for the requests this thread
+    /// submitted (io-wq) to the thread: the thread's exit would wait for
+    /// that work to end (an open of a FIFO waits for the other end, for
+    /// good), or the work ends with a restart code. So the thread stops
+    /// those requests first, with `IORING_REGISTER_SYNC_CANCEL` (waiting up
+    /// to a second for each), whoever owns the ring now: another thread
+    /// that iterates the context since submitted none of them. The stopped
+    /// operations go back to their tasks, and so does the backlog if this
+    /// thread still owns the ring: they start again where their tasks are
+    /// next polled (A2).
     fn stop_for_exit(self: &Arc<Self>) {
-        if !self.owned_here() {
-            return; // another thread iterates the context now
-        }
+        let me = this_thread();
         {
             let state = self.state.lock().unpoisoned();
-            let in_kernel: Vec<usize> = state
+            let mine: Vec<usize> = state
                 .slots
                 .iter()
-                .filter(|(_, slot)| slot.phase == Phase::InKernel)
+                .filter(|(_, slot)| slot.phase == Phase::InKernel && slot.submitter == me)
                 .map(|(key, _)| key)
                 .collect();
-            for key in in_kernel {
+            for key in mine {
                 let _ = state.ring.submitter().register_sync_cancel(
                     Some(types::Timespec::new().sec(1)),
                     types::CancelBuilder::user_data(key as u64),
                 );
             }
         }
-        self.evict();
+        if self.owned_here() {
+            self.evict();
+        } else {
+            // Another thread iterates the context: its backlog is that
+            // thread's to submit. The stopped requests are reaped here, so
+            // their tasks need not wait for that loop.
+            self.turn(false);
+        }
     }
 
     fn owned_here(&self) -> bool {
@@ -498,6 +509,7 @@ impl State {
             // them meanwhile.
             unsafe { queue.push(&entry) }.expect("checked: the queue is not full");
             slot.phase = Phase::InKernel;
+            slot.submitter = this_thread();
             self.in_flight += 1;
             self.ops_in_flight += 1;
             pushed += 1;
@@ -817,6 +829,7 @@ impl InFlight {
             let key = state.slots.insert(Slot {
                 operation: Some(operation),
                 phase: Phase::Backlog,
+                submitter: 0,
                 waker: Some(waker),
                 dropped: false,
             });
