@@ -1096,6 +1096,49 @@ mod tests {
             .unwrap();
     }
 
+    /// (A2) An operation whose submission the kernel refused for a
+    /// passing reason (`EAGAIN`, made up here), left in the submission
+    /// queue, completes when it is awaited elsewhere after its context's
+    /// loop stopped (a `block_on` that returned, a thread that exited):
+    /// nobody else submits that queue.
+    #[test]
+    #[ignore = "open: an entry left in the submission queue is InKernel for the ring, but only the owner's loop (which no longer runs) would submit it; the poller elsewhere watches a ring that never completes it"]
+    fn an_operation_left_in_the_submission_queue_completes_awaited_elsewhere() {
+        if super::super::backend() != super::super::Backend::IoUring {
+            return;
+        }
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let file = super::super::File::from(std::os::fd::OwnedFd::from(reader));
+        let home = glib::MainContext::new();
+        let mut read = home
+            .with_thread_default(|| {
+                let _owner = home.acquire().unwrap();
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
+                assert!(read.as_mut().poll(&mut cx).is_pending());
+                // The loop's last turn: each submission in it is refused.
+                FAIL_SUBMITS.with(|fail| fail.set(100));
+                home.iteration(false);
+                let left = FAIL_SUBMITS.with(|fail| fail.replace(0));
+                assert!(left < 100, "no submission was made");
+                read
+            })
+            .unwrap();
+        use std::io::Write;
+        writer.write_all(b"queued").unwrap();
+        let elsewhere = glib::MainContext::new();
+        let got = elsewhere
+            .with_thread_default(|| {
+                crate::block_on(crate::timeout(std::time::Duration::from_secs(2), &mut read))
+            })
+            .unwrap();
+        let got = got.unwrap_or_else(|err| {
+            panic!("the operation left in the submission queue never completed: {err}")
+        });
+        assert_eq!(got, b"queued");
+        drop(home);
+    }
+
     /// (A2) A context is not freed while a thread that read its ring
     /// `alive` holds the ring's lock (as `wake_loop_at` does, to set the
     /// wake source's ready time, which touches the context): `alive` turns
