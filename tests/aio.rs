@@ -9,6 +9,7 @@ mod common;
 
 use std::future::Future as _;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1173,6 +1174,273 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
                 assert_eq!(written, 4);
                 drop(fifo);
                 assert_eq!(reader.join().unwrap(), b"late", "round {round}");
+            }
+        },
+    );
+}
+
+// A2, attacked: thread exits with requests in the kernel, whoever owns the
+// ring then; FIFO opens whose writer comes and goes; the fds they use.
+
+/// Waits up to `secs` seconds for the thread whose kernel id is `tid` to
+/// be gone, exit included (a `JoinHandle` says it is finished as soon as
+/// its closure returned, and `join` would wait for good), then joins it.
+fn exited_within<T>(what: &str, tid: i32, thread: std::thread::JoinHandle<T>, secs: u64) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let task = format!("/proc/self/task/{tid}");
+    while Path::new(&task).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the thread's exit did not end within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    thread.join().unwrap()
+}
+
+/// (A2) A thread that submitted a request (an open of a FIFO for writing,
+/// which waits in the kernel's worker threads for a reader) and then let
+/// another thread iterate the ring's context, which then owns the ring,
+/// exits at once without waiting for a reader, and the open, awaited
+/// elsewhere, completes when one comes: the kernel ties a request's work
+/// to the thread that submitted it, whoever owns the ring when that thread
+/// exits. (Without the stop, the exit waits for the reader when the
+/// kernel's worker took the open only as the thread exited: a race, so
+/// many rounds.)
+#[test]
+fn a_thread_that_submitted_then_handed_its_context_on_exits_without_waiting() {
+    use std::sync::atomic::AtomicBool;
+    watchdog(
+        "a_thread_that_submitted_then_handed_its_context_on_exits_without_waiting",
+        120,
+        || {
+            let dir = TempDir::new("aio-handed-on");
+            for round in 0..common::stress(40) {
+                let path = fifo(&dir, &format!("fifo-{round}"));
+                let context = glib::MainContext::new();
+                let go = Arc::new(AtomicBool::new(false));
+                let claimed = Arc::new(AtomicBool::new(false));
+                let (park, parked) = std::sync::mpsc::channel::<()>();
+                // The next owner: it takes the context as soon as the
+                // submitter lets go of it, runs one turn of its loop (the
+                // ring's source claims the ring) and stays.
+                let next = std::thread::spawn({
+                    let context = context.clone();
+                    let go = go.clone();
+                    let claimed = claimed.clone();
+                    move || {
+                        while !go.load(Ordering::SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        let guard = loop {
+                            if let Ok(guard) = context.acquire() {
+                                break guard;
+                            }
+                        };
+                        context
+                            .with_thread_default(|| context.iteration(false))
+                            .unwrap();
+                        drop(guard);
+                        claimed.store(true, Ordering::SeqCst);
+                        let _ = parked.recv();
+                    }
+                });
+                let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+                let submitter = std::thread::spawn({
+                    let path = path.clone();
+                    let context = context.clone();
+                    move || {
+                        // SAFETY: gettid has no preconditions.
+                        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                        let guard = context.acquire().unwrap();
+                        go.store(true, Ordering::SeqCst);
+                        // One turn: the open (O_CREAT: straight to the
+                        // kernel's worker threads) is submitted by this
+                        // thread.
+                        let open = context
+                            .with_thread_default(|| {
+                                started_here(
+                                    OpenOptions::new().write(true).create(true).open(&path),
+                                    1,
+                                )
+                            })
+                            .unwrap();
+                        drop(guard);
+                        while !claimed.load(Ordering::SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        open
+                    }
+                });
+                let tid = tid_rx.recv().unwrap();
+                let open = exited_within(&format!("round {round}"), tid, submitter, 5);
+                let reader = std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::fs::read(path).unwrap()
+                });
+                let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
+                let (written, _) = gdex::wait_for(fifo.write_at(b"handed".to_vec(), 0)).unwrap();
+                assert_eq!(written, 6);
+                drop(fifo);
+                assert_eq!(reader.join().unwrap(), b"handed", "round {round}");
+                drop(park);
+                next.join().unwrap();
+            }
+        },
+    );
+}
+
+/// (A2) Threads that each own a ring exit at once, each with reads of
+/// empty pipes and opens of FIFOs for writing (which wait in the kernel's
+/// worker threads for a reader) in the kernel: no exit waits for them,
+/// and every operation, awaited afterwards on a pool, completes with what
+/// its other end gives.
+#[test]
+fn threads_that_own_rings_exit_together_with_operations_in_the_kernel() {
+    watchdog(
+        "threads_that_own_rings_exit_together_with_operations_in_the_kernel",
+        60,
+        || {
+            let dir = TempDir::new("aio-exits-together");
+            let (threads, per) = (common::stress(6), 4);
+            type Reads = Vec<std::pin::Pin<Box<gdex::aio::ReadAt>>>;
+            type Opens = Vec<std::pin::Pin<Box<gdex::aio::Open>>>;
+            let mut exiting = Vec::new();
+            let mut writers = Vec::new();
+            let mut paths = Vec::new();
+            for t in 0..threads {
+                let (files, mine): (Vec<File>, Vec<_>) = (0..per).map(|_| pipe()).unzip();
+                writers.extend(mine);
+                let fifos: Vec<PathBuf> =
+                    (0..per).map(|i| fifo(&dir, &format!("{t}-{i}"))).collect();
+                paths.extend(fifos.clone());
+                let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+                let thread = std::thread::spawn(move || -> (Reads, Opens) {
+                    // SAFETY: gettid has no preconditions.
+                    tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                    let context = glib::MainContext::new();
+                    context
+                        .with_thread_default(|| {
+                            let mut reads: Reads = files
+                                .iter()
+                                .map(|file| Box::pin(file.read_at(Vec::with_capacity(16), 0)))
+                                .collect();
+                            // O_CREAT: straight to the kernel's workers.
+                            let mut opens: Opens = fifos
+                                .iter()
+                                .map(|path| {
+                                    Box::pin(OpenOptions::new().write(true).create(true).open(path))
+                                })
+                                .collect();
+                            gdex::block_on(async {
+                                std::future::poll_fn(|cx| {
+                                    for read in &mut reads {
+                                        assert!(read.as_mut().poll(cx).is_pending());
+                                    }
+                                    for open in &mut opens {
+                                        assert!(open.as_mut().poll(cx).is_pending());
+                                    }
+                                    std::task::Poll::Ready(())
+                                })
+                                .await;
+                                // One turn: all of them go to the kernel.
+                                gdex::yield_now().await;
+                            });
+                            (reads, opens)
+                        })
+                        .unwrap()
+                });
+                exiting.push((tid_rx.recv().unwrap(), thread));
+            }
+            let handed: Vec<(Reads, Opens)> = exiting
+                .into_iter()
+                .enumerate()
+                .map(|(t, (tid, thread))| exited_within(&format!("thread {t}"), tid, thread, 5))
+                .collect();
+            for writer in &mut writers {
+                writer.write_all(b"r").unwrap();
+            }
+            let readers: Vec<_> = paths
+                .into_iter()
+                .map(|path| std::thread::spawn(move || std::fs::read(path).unwrap()))
+                .collect();
+            let pool = pool(2);
+            let tasks: Vec<_> = handed
+                .into_iter()
+                .map(|(reads, opens)| {
+                    pool.scheduler().spawn(gdex::timeout(
+                        std::time::Duration::from_secs(5),
+                        async move {
+                            for read in reads {
+                                assert_eq!(read.await?, b"r");
+                            }
+                            for open in opens {
+                                open.await?.write_all_at(b"w".to_vec(), 0).await?;
+                            }
+                            Ok::<_, gdex::Error>(())
+                        },
+                    ))
+                })
+                .collect();
+            for task in tasks {
+                gdex::block_on(task)
+                    .unwrap()
+                    .unwrap_or_else(|err| panic!("{err}"));
+            }
+            for reader in readers {
+                assert_eq!(reader.join().unwrap(), b"w");
+            }
+        },
+    );
+}
+
+/// (A2) A FIFO opened for reading while a writer comes, writes and leaves
+/// at about the same time opens and reads what the writer wrote, as with
+/// `open(2)`, whenever the writer comes. On io_uring the first,
+/// non-blocking open lets the writer through, and `writer_came` asks the
+/// first fd whether one came before a second, blocking open: a writer that
+/// comes and goes between that question and the moment the second open
+/// waits in the kernel is missed, and the second open waits for another
+/// writer for good (the data sits in the pipe). Here the writer starts
+/// 0-1.5 ms after the reader; about 1 round in 200 hangs.
+#[test]
+#[ignore = "open: writer_came's check and the blocking reopen leave a window (tens to hundreds of µs) in which a writer that comes, writes and leaves is missed, and the open hangs; a fix would race the reopen with a poll of the first fd (POLLIN/POLLHUP)"]
+fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote() {
+    watchdog(
+        "a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote",
+        120,
+        || {
+            let dir = TempDir::new("aio-fifo-writer-during");
+            let pool = pool(1);
+            for round in 0..common::stress(2000) {
+                let path = fifo(&dir, &format!("f{round}"));
+                let delay = (round * 13 % 1500) as u64;
+                let writer = std::thread::spawn({
+                    let path = path.clone();
+                    move || {
+                        std::thread::sleep(std::time::Duration::from_micros(delay));
+                        // (It fails only if the reader gave up first.)
+                        let _ = std::fs::write(path, b"w");
+                    }
+                });
+                let got = gdex::block_on(pool.scheduler().spawn(gdex::timeout(
+                    std::time::Duration::from_millis(500),
+                    {
+                        let path = path.clone();
+                        async move { read_to_end(&File::open(path).await?).await }
+                    },
+                )))
+                .unwrap();
+                // Lets a writer still waiting for a reader through.
+                let unblock = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&path);
+                writer.join().unwrap();
+                drop(unblock);
+                let got = got
+                    .unwrap_or_else(|err| panic!("round {round}, writer after {delay} µs: {err}"));
+                assert_eq!(got, b"w", "round {round}");
             }
         },
     );
