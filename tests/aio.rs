@@ -1397,14 +1397,12 @@ fn threads_that_own_rings_exit_together_with_operations_in_the_kernel() {
 /// (A2) A FIFO opened for reading while a writer comes, writes and leaves
 /// at about the same time opens and reads what the writer wrote, as with
 /// `open(2)`, whenever the writer comes. On io_uring the first,
-/// non-blocking open lets the writer through, and `writer_came` asks the
-/// first fd whether one came before a second, blocking open: a writer that
-/// comes and goes between that question and the moment the second open
-/// waits in the kernel is missed, and the second open waits for another
-/// writer for good (the data sits in the pipe). Here the writer starts
-/// 0-1.5 ms after the reader; about 1 round in 200 hangs.
+/// non-blocking open lets the writer through; a writer that came and went
+/// before a second, blocking open waits in the kernel would leave that
+/// open waiting for another writer for good (the data sits in the pipe),
+/// so the second open races a poll of the first fd. Here the writer starts
+/// 0-1.5 ms after the reader; without the race about 1 round in 200 hung.
 #[test]
-#[ignore = "open: writer_came's check and the blocking reopen leave a window (tens to hundreds of µs) in which a writer that comes, writes and leaves is missed, and the open hangs; a fix would race the reopen with a poll of the first fd (POLLIN/POLLHUP)"]
 fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote() {
     watchdog(
         "a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote",

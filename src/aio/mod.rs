@@ -465,7 +465,6 @@ impl OpenOptions {
                 flags: access | creation | libc::O_CLOEXEC,
                 mode: self.mode,
                 blocking: false,
-                early: None,
             }),
         }
     }
@@ -514,10 +513,11 @@ enum Operation {
         /// does, skipping io_uring's first, non-blocking try (see
         /// [`Operation::needs_a_blocking_open`]).
         blocking: bool,
-        /// A FIFO that io_uring's non-blocking try opened for reading, kept
-        /// open while the blocking open waits for a writer.
-        early: Option<OwnedFd>,
     },
+    /// Waits until `fd` polls ready for `POLLIN` (or hangs up): on
+    /// io_uring a one-shot `POLL_ADD`; on the blocking lane only a look, at
+    /// once (0: nothing yet). Its result is the events.
+    Poll { fd: OwnedFd },
     Read {
         file: Arc<FileInner>,
         buf: Vec<u8>,
@@ -538,13 +538,27 @@ enum Outcome {
     Opened(File),
     Read(Vec<u8>),
     Written(usize, Vec<u8>),
+    /// The events a `Poll` found.
+    Polled(i32),
+}
+
+/// What io_uring's non-blocking first try of an open asks for
+/// ([`Operation::after_a_nonblocking_open`]).
+enum Reopen {
+    /// Nothing: the result stands.
+    No,
+    /// The same open again, blocking (the operation is readied for it).
+    Blocking,
+    /// A FIFO opened for reading with no writer yet: the blocking open,
+    /// raced against a poll of this first fd, which stays open meanwhile.
+    FifoRead(OwnedFd),
 }
 
 impl Operation {
     /// The offset of a read or write.
     fn offset(&self) -> Option<u64> {
         match self {
-            Operation::Open { .. } => None,
+            Operation::Open { .. } | Operation::Poll { .. } => None,
             Operation::Read { offset, .. } | Operation::Write { offset, .. } => Some(*offset),
         }
     }
@@ -616,6 +630,18 @@ impl Operation {
                     res
                 }
             }
+            Operation::Poll { fd } => {
+                let mut poll = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd; no wait.
+                match unsafe { libc::poll(&mut poll, 1, 0) } {
+                    1 => poll.revents as isize,
+                    n => n as isize,
+                }
+            }
         };
         if res < 0 {
             -errno()
@@ -633,18 +659,12 @@ impl Operation {
     /// a new fd nobody else owns.
     unsafe fn finish(self, res: i32) -> Result<Outcome, Error> {
         match self {
-            Operation::Open { path, early, .. } => {
-                let fd = if res >= 0 {
-                    // SAFETY: per the contract, a fresh fd we now own.
-                    unsafe { OwnedFd::from_raw_fd(res) }
-                } else if let Some(early) = early {
-                    // The blocking open of a FIFO already opened for
-                    // reading failed (the path changed meanwhile): the
-                    // first open stands.
-                    early
-                } else {
+            Operation::Open { path, .. } => {
+                if res < 0 {
                     return Err(error_for(-res, "opening", Some(&path), ""));
-                };
+                }
+                // SAFETY: per the contract, a fresh fd we now own.
+                let fd = unsafe { OwnedFd::from_raw_fd(res) };
                 Ok(Outcome::Opened(File {
                     inner: Arc::new(FileInner {
                         fd,
@@ -672,6 +692,7 @@ impl Operation {
                 }
                 Ok(Outcome::Written(res as usize, buf))
             }
+            Operation::Poll { .. } => Ok(Outcome::Polled(res)),
         }
     }
 
@@ -679,29 +700,30 @@ impl Operation {
     /// which a FIFO answers unlike `open(2)`: for writing with no reader,
     /// `ENXIO` at once; for reading with no writer, an fd at once, whose
     /// reads then see the end of the file. Given such a result (`res`) of
-    /// an open that did not ask for `O_NONBLOCK`, this readies the open to
-    /// run again in the kernel's worker threads, which wait for the other
-    /// end as `open(2)` does, and says so. A FIFO opened for reading stays
-    /// open meanwhile (the first open made the writer's side see a reader,
-    /// which it must go on seeing). Any other file opens without blocking
-    /// the same as with, so only `ENXIO` and FIFOs pay the second open.
-    fn needs_a_blocking_open(&mut self, res: i32) -> bool {
+    /// an open that did not ask for `O_NONBLOCK`, this says how to open as
+    /// `open(2)` does: in the kernel's worker threads, which wait for the
+    /// other end. For reading, the first fd stays open meanwhile (the
+    /// writer's side saw a reader, which it must go on seeing), and since
+    /// that first open let a writer waiting in its own open through, which
+    /// may write and leave before the second open waits (which would then
+    /// wait for another writer for good), the second open races a poll of
+    /// the first fd: data or a hang-up there means a writer came, and the
+    /// first open stands. Any other file opens without blocking the same as
+    /// with, so only `ENXIO` and FIFOs pay more.
+    fn after_a_nonblocking_open(&mut self, res: i32) -> Reopen {
         let Operation::Open {
-            flags,
-            blocking,
-            early,
-            ..
+            flags, blocking, ..
         } = self
         else {
-            return false;
+            return Reopen::No;
         };
         if *blocking || *flags & libc::O_NONBLOCK != 0 {
-            return false;
+            return Reopen::No;
         }
         match *flags & libc::O_ACCMODE {
             libc::O_WRONLY if res == -libc::ENXIO => {
                 *blocking = true;
-                true
+                Reopen::Blocking
             }
             libc::O_RDONLY if res >= 0 => {
                 // SAFETY: `res` is the fd this open just made, which
@@ -714,16 +736,15 @@ impl Operation {
                         && st.assume_init().st_mode & libc::S_IFMT == libc::S_IFIFO
                 };
                 if is_fifo && !writer_came(&fd) {
-                    *early = Some(fd);
                     *blocking = true;
-                    true
+                    Reopen::FifoRead(fd)
                 } else {
                     // Not ours to close: the caller goes on with `res`.
                     let _ = fd.into_raw_fd();
-                    false
+                    Reopen::No
                 }
             }
-            _ => false,
+            _ => Reopen::No,
         }
     }
 
@@ -857,7 +878,22 @@ enum Op {
     Refused(Option<Error>),
     Ring(uring::InFlight),
     Lane(Task<Ran>),
+    /// An open of a FIFO for reading on io_uring, after its first,
+    /// non-blocking try (see [`Operation::after_a_nonblocking_open`]): the
+    /// blocking open, and a poll of the first fd, whichever ends first.
+    FifoRead(Box<FifoRead>),
     Done,
+}
+
+struct FifoRead {
+    /// The blocking open.
+    reopen: Op,
+    /// The poll of (a duplicate of) the first fd; `None` once it said
+    /// nothing (on the blocking lane, where a poll only looks).
+    writer: Option<Op>,
+    /// The first, non-blocking open's fd.
+    early: OwnedFd,
+    path: PathBuf,
 }
 
 /// What the blocking lane gives back: an operation and its result. If
@@ -911,9 +947,29 @@ impl Op {
                 }
                 Op::Ring(in_flight) => match std::task::ready!(in_flight.poll(cx)) {
                     uring::Polled::Done(mut operation, res) => {
-                        if operation.needs_a_blocking_open(res) {
-                            *self = Op::Start(Some(operation));
-                            continue;
+                        match operation.after_a_nonblocking_open(res) {
+                            Reopen::No => {}
+                            Reopen::Blocking => {
+                                *self = Op::Start(Some(operation));
+                                continue;
+                            }
+                            Reopen::FifoRead(early) => {
+                                let path = match &operation {
+                                    Operation::Open { path, .. } => path.clone(),
+                                    _ => unreachable!("only an open reopens"),
+                                };
+                                let writer = early
+                                    .try_clone()
+                                    .ok()
+                                    .map(|fd| Op::new(Operation::Poll { fd }));
+                                *self = Op::FifoRead(Box::new(FifoRead {
+                                    reopen: Op::new(operation),
+                                    writer,
+                                    early,
+                                    path,
+                                }));
+                                continue;
+                            }
                         }
                         *self = Op::Done;
                         // SAFETY: the ring gives each operation its own
@@ -928,6 +984,55 @@ impl Op {
                     let err = err.take().expect("a refusal is given once");
                     *self = Op::Done;
                     return Poll::Ready(Err(err));
+                }
+                Op::FifoRead(fifo) => {
+                    if let Poll::Ready(reopened) = fifo.reopen.poll(cx) {
+                        let Op::FifoRead(fifo) = std::mem::replace(self, Op::Done) else {
+                            unreachable!()
+                        };
+                        // The poll goes (cancelled), and the first fd is
+                        // closed; if the blocking open failed (the path
+                        // changed meanwhile), the first open stands.
+                        let FifoRead { early, path, .. } = *fifo;
+                        return Poll::Ready(match reopened {
+                            Ok(opened) => Ok(opened),
+                            Err(_) => Ok(Outcome::Opened(File {
+                                inner: Arc::new(FileInner {
+                                    fd: early,
+                                    path: Some(path),
+                                }),
+                            })),
+                        });
+                    }
+                    let came = match &mut fifo.writer {
+                        Some(writer) => match writer.poll(cx) {
+                            Poll::Ready(Ok(Outcome::Polled(events))) if events > 0 => true,
+                            // Nothing seen (the lane only looks), or the
+                            // poll failed: the blocking open decides.
+                            Poll::Ready(_) => {
+                                fifo.writer = None;
+                                false
+                            }
+                            Poll::Pending => false,
+                        },
+                        None => false,
+                    };
+                    if !came {
+                        return Poll::Pending;
+                    }
+                    // A writer came: the first open stands, as `open(2)`
+                    // would have returned; the blocking open is dropped
+                    // (cancelled; an fd it made meanwhile is closed).
+                    let Op::FifoRead(fifo) = std::mem::replace(self, Op::Done) else {
+                        unreachable!()
+                    };
+                    let FifoRead { early, path, .. } = *fifo;
+                    return Poll::Ready(Ok(Outcome::Opened(File {
+                        inner: Arc::new(FileInner {
+                            fd: early,
+                            path: Some(path),
+                        }),
+                    })));
                 }
                 Op::Lane(task) => {
                     let outcome = std::task::ready!(Pin::new(task).poll(cx));
@@ -954,6 +1059,7 @@ impl Op {
             Op::Refused(_) => "refused",
             Op::Ring(_) => "on io_uring",
             Op::Lane(_) => "on the blocking lane",
+            Op::FifoRead(_) => "opening a FIFO, waiting for a writer",
             Op::Done => "done",
         }
     }

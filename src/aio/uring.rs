@@ -623,6 +623,9 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
                 .offset(*offset)
                 .build()
         }
+        Operation::Poll { fd } => {
+            opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32).build()
+        }
         Operation::Write {
             file,
             buf,
