@@ -20,11 +20,13 @@
 //! through a second, ready-time source. A dropped operation in the kernel
 //! is cancelled by a non-owner with `IORING_REGISTER_SYNC_CANCEL`, a
 //! register call that submits nothing (kernels before 6.0: the owner sends
-//! the cancel at its next turn). If the owner exits anyway, the kernel ends
-//! its requests with `-ECANCELED` or a restart code: an operation whose
-//! future is still alive is then started again where it is next polled,
-//! as an interrupted system call is restarted; no such code reaches the
-//! user.
+//! the cancel at its next turn). A thread that exits stops the requests it
+//! submitted first ([`Owned`], [`Ring::stop_for_exit`]): its exit would
+//! otherwise wait for their work (an open of a FIFO waits for the other
+//! end), or the kernel would end them with `-ECANCELED` or a restart code.
+//! An operation stopped so, whose future is still alive, starts again where
+//! it is next polled, as an interrupted system call is restarted; no such
+//! code reaches the user.
 //!
 //! # An operation follows its poller (A2)
 //!
