@@ -662,16 +662,22 @@ fn every_test_again_on_the_blocking_lane() {
 /// future back, unfinished.
 fn started_here<F: std::future::Future + Unpin>(mut future: F, turns: usize) -> F {
     gdex::block_on(async {
-        let polled = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(std::pin::Pin::new(&mut future).poll(cx).is_ready())
-        })
-        .await;
+        let polled = poll_once(&mut future).await;
         assert!(!polled, "the operation was meant to wait");
         for _ in 0..turns {
             gdex::yield_now().await;
         }
     });
     future
+}
+
+/// Polls `future` once, from the task that awaits this, and says whether
+/// it finished: an operation queued (and registered) where that task runs.
+async fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> bool {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx).is_ready())
+    })
+    .await
 }
 
 /// An empty pipe's read end as an AIO file, and its write end.
@@ -744,10 +750,7 @@ fn an_operation_outlives_the_pool_that_started_it() {
             #[allow(clippy::async_yields_async)]
             let read = gdex::block_on(pool.scheduler().spawn(async move {
                 let mut read = file.read_at(Vec::with_capacity(16), 0);
-                let first = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(std::pin::Pin::new(&mut read).poll(cx).is_ready())
-                })
-                .await;
+                let first = poll_once(&mut read).await;
                 assert!(!first, "the pipe is empty");
                 for _ in 0..turns {
                     gdex::sleep(std::time::Duration::from_millis(2)).await;
@@ -1147,12 +1150,7 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
                     let path = path.clone();
                     async move {
                         let mut open = OpenOptions::new().write(true).create(true).open(&path);
-                        let first = std::future::poll_fn(|cx| {
-                            std::task::Poll::Ready(
-                                std::pin::Pin::new(&mut open).poll(cx).is_ready(),
-                            )
-                        })
-                        .await;
+                        let first = poll_once(&mut open).await;
                         assert!(!first, "no reader yet");
                         // Submitted at the next turn of the worker's loop;
                         // in odd rounds, time for the kernel's worker thread
