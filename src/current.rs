@@ -59,8 +59,8 @@ pub(crate) enum Role {
 // `#[thread_local]` static, which the hot paths (a poll, a fiber switch)
 // reach with one TLS-relative load; the array version made
 // main_pool_roundtrip 9% and fiber_switch across two workers 24-44% slower
-// in the default bench build (issue 14, bisected to the commit that made
-// it).
+// in the default bench build (bisected to the commit that made it; see
+// `benches/RESULTS.md`).
 thread_local! {
     static TLS_TASK: Cell<*const ()> = const { Cell::new(ptr::null()) };
     static TLS_POLLING: Cell<*const ()> = const { Cell::new(ptr::null()) };

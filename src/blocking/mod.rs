@@ -261,7 +261,7 @@ impl Lane {
     /// Stops accepting jobs; with `CancelQueued`, drops the queued ones.
     /// The first close decides: closing a closed lane changes nothing, so a
     /// `CancelQueued` after a `Drain` does not cancel the jobs the drain
-    /// promised to run (issue 12 point 8).
+    /// promised to run (B3).
     pub(crate) fn close(&self, mode: CloseMode) {
         let dropped = {
             let mut state = self.lock();

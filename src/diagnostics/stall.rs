@@ -12,7 +12,7 @@
 //! to start working again wakes it, so an idle program pays nothing.
 //!
 //! The monitor also watches every pool worker, watchdog threshold or not
-//! (P6, issue 19 point 2): while a worker is busy it samples every
+//! (P6, B5): while a worker is busy it samples every
 //! [`HAND_OVER_AFTER`] (1 ms), and a worker that has sat in one poll that
 //! long gets its queued jobs taken by a peer. A job pushed behind a long
 //! poll asks for no help itself (one queued job never does: asking on every
@@ -22,7 +22,7 @@
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
 //!
-//! Panics are not stalls (issue 12 point 10c). A panicking poll runs the
+//! Panics are not stalls (X4). A panicking poll runs the
 //! process's panic hook before it unwinds, and std's default hook, with
 //! `RUST_BACKTRACE=1`, captures and symbolizes a backtrace there: easily
 //! longer than a threshold. The time a job spends inside the panic hook is
@@ -484,7 +484,7 @@ impl Monitor {
                 // (a peer that parked saw an empty deque and nobody asked it
                 // for help, since one queued job asks for none). Its overdue
                 // gdex timers fire from here, their tasks woken for a peer
-                // to run (issue 19 point 1).
+                // to run (P8: a timer follows its task).
                 worker.fire_overdue_timers();
                 // In thread-per-core mode (P9) tasks stay home unless the
                 // poll is a stall (below).

@@ -4,7 +4,7 @@
 //!
 //! Both watch the signal with a GLib `g_unix_signal_source_new` source on
 //! the default main context, so they only fire while a thread iterates that
-//! context. **Nobody iterating (issue 19 point 12).** While a signal future
+//! context. **Nobody iterating.** While a signal future
 //! or stream waits, a thread, `gdex-signal-watch`, checks every
 //! [`idle_warn_delay`] (3 s; `GDEX_MAIN_IDLE_WARN_MS`) that the default main
 //! context still answers: it marks a probe source ready there (one wake-up

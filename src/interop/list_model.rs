@@ -437,7 +437,7 @@ fn report_panic(payload: Box<dyn std::any::Any + Send>) {
 ///   one `items-changed` per few items, thousands a second, and a consumer's
 ///   cost per signal is not small: GTK 4.8's list views spent most of the
 ///   main thread's time handling them, more with every signal, while
-///   50,000 results streamed (issue 18).
+///   50,000 results streamed (the search app, X9).
 /// - **The frame budget**: the time between two suspensions of this task
 ///   (draining, mapping and the `items-changed` handlers together). A batch
 ///   holds as many items as the budget has room for at the last batch's

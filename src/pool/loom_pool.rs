@@ -37,7 +37,7 @@
 //! | [`loom_directed_push_racing_an_inject`] | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 3 | 4 s |
 //! | [`loom_directed_push_and_inject_run_side_by_side`] | as above, the two jobs must run at once | 3 | 9 s |
 //!
-//! Bound 3 is not enough to show the issue 12 defect in most of them: the
+//! Bound 3 is not enough to show the lost wake-up in most of them: the
 //! requester's notify, the worker's un-park, the requester's failed CAS and
 //! the worker's re-park must alternate, which takes 3 preemptions after the
 //! first switch.
@@ -48,9 +48,9 @@
 //! scratch copy and runs every model in a process of its own (a deadlock
 //! aborts its process); each mutation must fail at least one model:
 //!
-//! 1. `issue12`: the lost wake-up of issue 12 point 2 (`waking` raised
-//!    before the `PARKED → PARKED|NOTIFIED` CAS and lowered after a failed
-//!    one). Fails five models. Not [`loom_one_injector_two_workers`], which
+//! 1. `lost-wake-up`: a requester's wake-up lost to a worker that un-parks
+//!    itself (`waking` raised before the `PARKED → PARKED|NOTIFIED` CAS and
+//!    lowered after a failed one). Fails five models. Not [`loom_one_injector_two_workers`], which
 //!    cannot show it: the job stranded by the bug belongs to a second
 //!    requester outside the pool (a worker that requests is awake, and
 //!    re-checks the queues before it parks), and that model has one.
@@ -79,9 +79,9 @@
 //! One run of `.ci/loom-mutations` takes about 11 minutes on the project's
 //! machine.
 //!
-//! The counter models this file replaced (issue 13) reduced the queues to
-//! one count and never had two injectors race a worker that un-parks
-//! itself; they passed with the issue 12 defect in place.
+//! The counter models this file replaced reduced the queues to one count
+//! and never had two injectors race a worker that un-parks itself; they
+//! passed with the lost wake-up in place.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -639,7 +639,7 @@ fn loom_one_injector_two_workers() {
     });
 }
 
-/// Issue 12 point 2: two injectors race a parked worker that un-parks
+/// The lost wake-up (P6): two injectors race a parked worker that un-parks
 /// itself (a timer fired on its context and woke a task there) and parks
 /// again. A requester whose notify lost its race with the self-un-park
 /// must not look like "a sleeper on its way" to the other requester.
@@ -706,7 +706,7 @@ fn loom_shutdown_racing_a_push() {
 /// injector if it sees the pool closed.
 #[test]
 fn loom_shutdown_racing_an_inject() {
-    // Bound 4 (100 s): at 3 it misses the issue 12 lost wake-up, which
+    // Bound 4 (100 s): at 3 it misses the lost wake-up, which
     // needs one preemption more here than in the model above.
     shutdown_racing(4, |w| w.inject(1, 0));
 }

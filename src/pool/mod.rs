@@ -186,8 +186,8 @@ pub(crate) fn at_worker_exit(
 /// home through one thin pointer (its `TaskMeta`'s owner), so that its
 /// schedule function captures nothing: async-task wraps every call of a
 /// schedule function with captures in a temporary waker, two atomic
-/// operations on the task's state per wake-up (issue 17; a fiber pays it
-/// on every hand-off).
+/// operations on the task's state per wake-up (a fiber pays it on every
+/// hand-off; the `yield_many` profile in `benches/RESULTS.md`).
 ///
 /// A home lives in its worker's [`Remote`], inside the pool's `Arc`, and a
 /// reference to it holds a strong count on the pool.

@@ -1,5 +1,5 @@
-//! Each worker's book of the gdex timers waiting on its context (issue 19
-//! point 1), so that a worker stuck in one long poll does not hold them.
+//! Each worker's book of the gdex timers waiting on its context (P8, B5),
+//! so that a worker stuck in one long poll does not hold them.
 //!
 //! A gdex timer is a `GSource` on the context of the worker that polled it:
 //! when it fires, that worker's loop dispatches it, with no other thread

@@ -77,7 +77,7 @@ thread_local! {
 ///
 /// A busy worker hands its loop to GLib after every slice (P8), and GLib
 /// then polls the context's fds with a zero timeout: one syscall per 32
-/// jobs, about a fifth of a yield's cost (`yield_many` profile, issue 17).
+/// jobs, about a fifth of a yield's cost (the `yield_many` profile).
 /// Everything P8 is for needs no syscall: GLib finds due timeouts, idle
 /// sources and sources attached from other threads (GIO's async results)
 /// in its prepare and check, and the AIO ring's source reads its

@@ -211,7 +211,8 @@ where
 mod tests {
     /// Threads started one after the other, each after the previous one
     /// exited (so each may reuse its stack and thread-locals), never share
-    /// the identity `ThreadBound` gives them (issue 12 point 10b).
+    /// the identity `ThreadBound` gives them (S10: a value bound to a thread
+    /// is never taken for another's).
     #[test]
     fn thread_tokens_are_never_reused() {
         crate::scheduler::context::tests::watchdog(

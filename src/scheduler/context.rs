@@ -35,7 +35,7 @@
 //! `prepare` finds them when their thread iterates the context again; no
 //! timer polls for them.
 //!
-//! **Work nobody runs (issue 12 point 10a).** Main-scheduler work that has
+//! **Work nobody runs (X4).** Main-scheduler work that has
 //! waited [`idle_warn_delay`] (3 s; `GDEX_MAIN_IDLE_WARN_MS`) because no
 //! thread iterates the default main context is reported with one
 //! `g_warning`, once per episode (until the source runs again). The check is
@@ -677,7 +677,7 @@ fn drop_orphan(job: Job) {
     }
 }
 
-/// The idle watch (issue 12 point 10a): reports main-scheduler work that
+/// The idle watch (X4): reports main-scheduler work that
 /// has waited `delay` for a thread to iterate the default main context,
 /// once per episode. Sleeps for good while there is nothing to watch.
 fn watch_main(shared: Weak<ContextShared>, delay: Duration) {

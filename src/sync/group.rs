@@ -4,7 +4,7 @@
 //! handle, so that the group can cancel it. A member frees its slot itself
 //! when it finishes (or is dropped), as libdex unlinks a finished child, so
 //! the group's memory follows the members still running, not every member
-//! it ever had (issue 19 point 4). What a finished member leaves behind is
+//! it ever had. What a finished member leaves behind is
 //! at most the group's first failure, or, in a group built with
 //! [`keep_results`](TaskGroupBuilder::keep_results), its result.
 //!

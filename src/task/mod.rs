@@ -594,7 +594,7 @@ impl Job {
     /// pointer, nothing at all: libdex's `func` and `data`) is kept in the job
     /// itself; a bigger one is boxed. So the common push allocates nothing:
     /// in `push_remote` the allocator's `malloc` on the pushing thread and
-    /// `free` on the workers were a third of the profile (issue 17).
+    /// `free` on the workers were a third of the profile (S7).
     pub(crate) fn work<F: FnOnce() + Send + 'static>(f: F) -> Job {
         let mut data = std::mem::MaybeUninit::<usize>::uninit();
         if WorkOf::<F>::INLINE {
@@ -689,7 +689,7 @@ impl Drop for Job {
 
 /// A panic caught in a task, on its way to the waiter. Goes to the panic
 /// handler if nobody takes it, naming the thread the task panicked on (not
-/// the one that happens to drop the report: issue 12 point 9).
+/// the one that happens to drop the report; X5).
 pub(crate) struct PanicReport {
     message: Option<String>,
     thread: Option<String>,
@@ -721,7 +721,7 @@ impl Drop for PanicReport {
 /// (when nobody takes it: the task was detached, or its handle dropped
 /// after it finished) is contained like every other panic of a task (S6,
 /// X5): async-task aborts the process if an output's destructor unwinds
-/// (issue 12 point 5).
+/// (S6).
 pub(crate) struct Output<T>(std::mem::ManuallyDrop<T>);
 
 impl<T> Output<T> {
