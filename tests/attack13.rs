@@ -1,4 +1,4 @@
-//! Attacks on the issue-13 changes (settle_spawn and the reaper, the
+//! Attacks on the reliability changes (settle_spawn and the reaper, the
 //! panic-containing waker cache, `WorkerMetrics::parked`, the panic wake
 //! helpers). Each test states what it shows; the bodies that may abort,
 //! deadlock or set the process-wide panic handler run in a child process

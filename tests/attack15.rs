@@ -1,7 +1,7 @@
-//! Attack review of issue 15 points 1-2: `gdex::AsyncResult` and
-//! `gdex::unix_fd`. Each test but the `holds_*` ones failed on 20fafaf,
-//! the commit under review; its doc says the defect it found (now fixed).
-//! The `holds_*` tests pin down what was checked and found sound.
+//! Attack review of G1 and G2: `gdex::AsyncResult` and `gdex::unix_fd`.
+//! Each test but the `holds_*` ones failed on 20fafaf, the commit under
+//! review; its doc says the defect it found (now fixed). The `holds_*`
+//! tests pin down what was checked and found sound.
 
 mod common;
 

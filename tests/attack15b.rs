@@ -1,12 +1,12 @@
-//! Attack review of `gdex::dbus::export` (issue 15 point 3). Six of these
-//! tests failed on 8549305, the commit under review (two aborted, one
-//! deadlocked, two waited for the caller's timeout, one aborted in the
-//! `IntoFuture`): an out-args reply of the wrong type or `None`, an export
-//! from a thread without a context and its closure freed on another
-//! thread, an export dropped by its own refused future, a panicking
-//! `into_future`. The other three pin down what was found sound. Each test
-//! that can abort or hang the process runs its body in a child process
-//! (`run_child`) so that the parent reports a plain failure.
+//! Attack review of `gdex::dbus::export` (G3). Six of these tests failed on
+//! 8549305, the commit under review (two aborted, one deadlocked, two
+//! waited for the caller's timeout, one aborted in the `IntoFuture`): an
+//! out-args reply of the wrong type or `None`, an export from a thread
+//! without a context and its closure freed on another thread, an export
+//! dropped by its own refused future, a panicking `into_future`. The other
+//! three pin down what was found sound. Each test that can abort or hang
+//! the process runs its body in a child process (`run_child`) so that the
+//! parent reports a plain failure.
 
 mod common;
 

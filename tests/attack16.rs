@@ -288,9 +288,9 @@ fn a_panicking_waker_loses_no_other_wake_up() {
 /// Task R awaits a read; task B, on the same worker right after R's first
 /// poll, blocks that worker (`gdex::blocking::blocking`) until R is done.
 /// B's `blocking` hands the worker's queue to its peer, and a gdex timer R
-/// waited on would be raised by the monitor for the peer to run (issue 19
-/// point 1); R's read, queued on the blocked worker's ring, must not wait
-/// for that worker either.
+/// waited on would be raised by the monitor for the peer to run (P8: a
+/// timer follows its task); R's read, queued on the blocked worker's ring,
+/// must not wait for that worker either.
 #[test]
 fn a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring() {
     watchdog(

@@ -1,6 +1,5 @@
-//! Attacks on issue 17's second speed round: the worker context's poll
-//! function (`poll_fds`, P8), the S9 registry's `Book`, the boxed
-//! `Failure`.
+//! Attacks on changes made for speed: the worker context's poll function
+//! (`poll_fds`, P8), the S9 registry's `Book`, the boxed `Failure`.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Attacks on issue 17's task-core changes: pinned, fiber and
+//! Attacks on the task core's changes for speed: pinned, fiber and
 //! thread-per-core tasks scheduled through their worker's `Home` (a thin
 //! pointer into the pool, retained and released on the pool's `Arc`), and
 //! work items of one word kept inline in their `Job`.

@@ -1,4 +1,4 @@
-//! Attacks on issue 17's `Job` layout change: a job is two plain words (a
+//! Attacks on the `Job` layout made for speed: a job is two plain words (a
 //! task's raw `Runnable` or a work item's closure, and a vtable), and the
 //! raw `Runnable` is taken back by `Job::run`, `Job`'s drop and (borrowed)
 //! `Job::task_owner`. Each job must run once or be dropped once, in every

@@ -1,4 +1,4 @@
-//! Attack review of the 72-byte task block (issue 17, fa1ce49): the task's
+//! Attack review of the 72-byte task block (S7, fa1ce49): the task's
 //! one-word metadata (owner tagged with the cancellable's state, the
 //! cancellable in a side table), the 8-byte S9 record (a registry's id and
 //! key, with a count on the registry; a tracked task's record in its dump

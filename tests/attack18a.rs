@@ -274,9 +274,9 @@ fn a_panic_in_map_is_reported_at_once_and_the_model_completes() {
 }
 
 /// The items before a panic are kept. The feed holds items that arrive
-/// within a batch interval unmapped (issue 18): a stream that panics after
-/// giving ten must not take those ten with it, nor a `map` that panics on
-/// the sixth item take the five it made.
+/// within a batch interval unmapped (L1's batching): a stream that panics
+/// after giving ten must not take those ten with it, nor a `map` that
+/// panics on the sixth item take the five it made.
 #[test]
 fn the_items_before_a_panic_in_the_stream_or_map_are_in_the_model() {
     let _lock = panic_handler_lock();

@@ -1,12 +1,12 @@
-//! Attack 18b: `gdex::ListModel`'s batching (issue 18: 5164050, a9a04be).
-//! The feed drains the stream into an unmapped backlog, emits a batch at
-//! most once per batch interval (a `gdex::sleep` timer), sizes batches to
-//! the frame budget from the last batch's cost per item, and holds a
-//! stream's panic until the items before it are appended. Attacked here:
-//! odd streams (ready / pending / ended, spurious wake-ups, a forgotten
-//! waker, slow polls), odd bounds (zero, huge, changed from a handler or
-//! from outside while the feed sleeps), re-entrancy, panics, the model or
-//! its thread going while the feed sleeps on its timer, and memory.
+//! Attack 18b: `gdex::ListModel`'s batching (L1: 5164050, a9a04be). The
+//! feed drains the stream into an unmapped backlog, emits a batch at most
+//! once per batch interval (a `gdex::sleep` timer), sizes batches to the
+//! frame budget from the last batch's cost per item, and holds a stream's
+//! panic until the items before it are appended. Attacked here: odd streams
+//! (ready / pending / ended, spurious wake-ups, a forgotten waker, slow
+//! polls), odd bounds (zero, huge, changed from a handler or from outside
+//! while the feed sleeps), re-entrancy, panics, the model or its thread
+//! going while the feed sleeps on its timer, and memory.
 
 mod common;
 
@@ -170,7 +170,7 @@ fn a_budget_of_years_sizes_batches_by_the_cap_alone() {
 /// took four items and appended one, so the list fell ever further behind
 /// the stream (225 items, a quarter of a second of its work, by the 300th),
 /// up to the 4,096-item backlog, and nearly every `items-changed` carried
-/// one item. The feed before issue 18 mapped as it drained: no lag. Now a
+/// one item. The feed before batching mapped as it drained: no lag. Now a
 /// drain that runs out of time with a batch due lets the loop run, then the
 /// batch goes first, with the whole budget.
 #[test]
@@ -215,7 +215,7 @@ fn an_always_ready_stream_slower_than_the_budget_is_not_left_behind() {
 /// appended (a9a04be), a batch a loop turn. If the model went meanwhile (a
 /// handler of the first batch dropped the list, a search replaced), the
 /// feed was cancelled with the panic in it: never reported, where the feed
-/// before issue 18 reported it at once. A held panic is now reported when
+/// before batching reported it at once. A held panic is now reported when
 /// the feed goes without having resumed it.
 #[test]
 fn a_stream_panic_is_reported_when_the_model_goes_first() {

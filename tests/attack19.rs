@@ -1,5 +1,5 @@
-//! Attack 19: issue 19/20 changes (timers that follow their task, the
-//! monitor's timer book and hand-over, the merged toolkit changes).
+//! Attack 19: timers that follow their task (P8), the monitor's timer book
+//! and hand-over (P6, B5), and the toolkit's changes.
 //!
 //! The six bugs this review found are fixed; their tests (named for the
 //! behaviour now) failed on dbdc58c:

@@ -253,10 +253,10 @@ fn thread_per_core_keeps_tasks_home() {
     });
 }
 
-/// B3, issue 12 point 8: the first close decides. A second close, even with
-/// another mode, changes nothing: after close(Drain) then
-/// close(CancelQueued), every job queued behind a blocker still runs, and
-/// both close futures resolve once the threads are gone.
+/// B3: the first close decides. A second close, even with another mode,
+/// changes nothing: after close(Drain) then close(CancelQueued), every job
+/// queued behind a blocker still runs, and both close futures resolve once
+/// the threads are gone.
 #[test]
 fn a_second_close_changes_nothing() {
     common::watchdog("a_second_close_changes_nothing", 60, || {
@@ -303,10 +303,10 @@ fn a_second_close_changes_nothing() {
     });
 }
 
-/// B2/B3, issue 12 point 10a: when a lane cannot start a thread and none is
-/// running, the job fails promptly with an error that says so, instead of
-/// waiting forever in the queue; its closure never runs. Once threads can
-/// start again, the next job starts one and runs.
+/// B2/B3: when a lane cannot start a thread and none is running, the job
+/// fails promptly with an error that says so, instead of waiting forever in
+/// the queue; its closure never runs. Once threads can start again, the
+/// next job starts one and runs.
 #[test]
 fn a_job_no_thread_can_run_fails_instead_of_waiting_forever() {
     common::watchdog("a_job_no_thread_can_run_fails", 20, || {

@@ -1,9 +1,9 @@
-//! Issue 15 point 3: D-Bus methods served as gdex tasks, without a bus
-//! daemon: a `gio::DBusServer` on a unix socket in a temp dir, a
-//! peer-to-peer client connection, 1,000 concurrent calls whose handlers do
-//! pool work, one handler cancelled by closing the client, results
-//! checked; an export dropped with a call in flight answers it; and file
-//! descriptors passed in (an `h` argument) and out (a reply's fd list).
+//! G3: D-Bus methods served as gdex tasks, without a bus daemon: a
+//! `gio::DBusServer` on a unix socket in a temp dir, a peer-to-peer client
+//! connection, 1,000 concurrent calls whose handlers do pool work, one
+//! handler cancelled by closing the client, results checked; an export
+//! dropped with a call in flight answers it; and file descriptors passed in
+//! (an `h` argument) and out (a reply's fd list).
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Issue 18 point 3 (X8): `gdex::dump()` lists every live task with its
-//! name, where it was spawned, its scheduler, the thread of its last poll,
-//! its state (queued, running, waiting) and the time since its last poll;
+//! The task dump (X8): `gdex::dump()` lists every live task with its name,
+//! where it was spawned, its scheduler, the thread of its last poll, its
+//! state (queued, running, waiting) and the time since its last poll;
 //! `GDEX_TASK_DUMP=1` turns tracking on from the start, and then SIGUSR1
 //! prints the dump and the stall watchdog's report ends with it.
 //!

@@ -1,6 +1,6 @@
-//! Fault injection (issue 13 point 4): real failures from the kernel, from
-//! user code that gdex calls back (wakers, destructors, GLib callbacks), and
-//! what gdex promises when they happen.
+//! Fault injection: real failures from the kernel, from user code that gdex
+//! calls back (wakers, destructors, GLib callbacks), and what gdex promises
+//! when they happen.
 //!
 //! Each test runs its body in a child process (this same binary,
 //! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`):
@@ -500,9 +500,10 @@ fn child_panicking_waker_on_a_timer() {
     let pool = pool(2);
     let s = pool.scheduler();
     // 1. A timer due while its worker sits in one long poll is raised by
-    //    the watchdog's monitor (P8, issue 19 point 1): the worker does not
-    //    dispatch its context meanwhile. (20 ms: long enough that the
-    //    timer is surely pending when first polled, right after it is made.)
+    //    the watchdog's monitor (P8: a timer follows its task): the worker
+    //    does not dispatch its context meanwhile. (20 ms: long enough that
+    //    the timer is surely pending when first polled, right after it is
+    //    made.)
     let stuck = s.spawn(async {
         let (_calls, waker) = panicking_waker();
         let mut sleep = Box::pin(gdex::sleep(Duration::from_millis(20)));

@@ -1,8 +1,8 @@
-//! Issue 15 point 2: `gdex::unix_fd` waits for a raw fd's readiness on
-//! whatever scheduler awaits it (pool worker, main context, any context,
-//! fibers on both), through a unix-fd `GSource` on that thread's context:
-//! readable, writable and hang-up, with a pipe and a socketpair, and no busy
-//! polling while many fds wait.
+//! G2: `gdex::unix_fd` waits for a raw fd's readiness on whatever scheduler
+//! awaits it (pool worker, main context, any context, fibers on both),
+//! through a unix-fd `GSource` on that thread's context: readable, writable
+//! and hang-up, with a pipe and a socketpair, and no busy polling while
+//! many fds wait.
 
 mod common;
 

@@ -435,12 +435,11 @@ fn gio_futures_in_fibers_and_pinned_tasks() {
     });
 }
 
-/// F4 (issue 12 point 1, issue 20 point 1): a fiber cancelled while it is
-/// suspended in `yield_now` is told so by that very yield, although a
-/// yield's future is ready on its next poll; so a loop
-/// `loop { work(); yield_now()?; }` never runs `work()` after the
-/// cancellation. (On cc53133 the yield returned `Ok` and `work()` ran once
-/// more.)
+/// F4, F6: a fiber cancelled while it is suspended in `yield_now` is told
+/// so by that very yield, although a yield's future is ready on its next
+/// poll; so a loop `loop { work(); yield_now()?; }` never runs `work()`
+/// after the cancellation. (On cc53133 the yield returned `Ok` and `work()`
+/// ran once more.)
 #[test]
 fn a_yield_pending_when_the_fiber_is_cancelled_reports_it() {
     common::watchdog("yield_pending_when_cancelled", 60, || {
@@ -527,10 +526,11 @@ fn is_finished_follows_the_fiber() {
     });
 }
 
-/// Issue 14: a fiber may capture `!Send` values when it is spawned from the
-/// thread that runs it: on the main scheduler from the main thread (a
-/// widget, an `Rc`), on a pool from inside a pool task. From another thread
-/// the spawn is refused with `spawn_local`'s message.
+/// F2: a fiber never leaves its thread, so it may capture `!Send` values
+/// when it is spawned from the thread that runs it: on the main scheduler
+/// from the main thread (a widget, an `Rc`), on a pool from inside a pool
+/// task. From another thread the spawn is refused with `spawn_local`'s
+/// message (S1).
 #[test]
 fn a_local_fiber_captures_thread_bound_values() {
     common::watchdog("a_local_fiber_captures_thread_bound_values", 30, || {

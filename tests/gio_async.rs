@@ -1,13 +1,12 @@
-//! Issue 15 point 1: a GObject method pair `sum_async`/`sum_finish`
-//! implemented with `gdex::AsyncResult`, called the way C callers call GIO:
-//! an `extern "C"` `_async` with a `GAsyncReadyCallback` and `user_data`,
-//! and a `_finish` taking the `GAsyncResult` and a `GError**`. Called from
-//! the main loop, from a pool worker's context and from a fiber, the
-//! callback runs on the caller's thread and thread-default context; the
-//! caller's cancellable drops the pool work and gives
-//! `G_IO_ERROR_CANCELLED`; a panic becomes an error; misuse of `_finish`
-//! is an error that says so; and the same object implements
-//! `GAsyncInitable` through it.
+//! G1: a GObject method pair `sum_async`/`sum_finish` implemented with
+//! `gdex::AsyncResult`, called the way C callers call GIO: an `extern "C"`
+//! `_async` with a `GAsyncReadyCallback` and `user_data`, and a `_finish`
+//! taking the `GAsyncResult` and a `GError**`. Called from the main loop,
+//! from a pool worker's context and from a fiber, the callback runs on the
+//! caller's thread and thread-default context; the caller's cancellable
+//! drops the pool work and gives `G_IO_ERROR_CANCELLED`; a panic becomes an
+//! error; misuse of `_finish` is an error that says so; and the same object
+//! implements `GAsyncInitable` through it.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! `TaskGroup`: memory that follows the live members (issue 19 point 4),
-//! and libdex's group options, cancel-on-error and the current
-//! (thread-default) group (issue 20 point 3), on real pools and threads.
+//! `TaskGroup`: memory that follows the live members, and libdex's group
+//! options, cancel-on-error and the current (thread-default) group, on real
+//! pools and threads.
 
 mod common;
 
@@ -33,9 +33,10 @@ fn assert_group_lets_go<T: gdex::GroupOutput>(group: &gdex::TaskGroup<T>, after:
     );
 }
 
-/// Issue 19 point 4: a finished member leaves its group at once, so a group
-/// that runs many short members holds only those still running; close()
-/// still waits for every member and reports the first failure.
+/// Memory follows the live members: a finished member leaves its group at
+/// once, so a group that runs many short members holds only those still
+/// running; close() still waits for every member and reports the first
+/// failure.
 #[test]
 fn a_group_holds_only_its_live_members_not_every_finished_one() {
     watchdog("a_group_holds_only_its_live_members", 120, || {
@@ -150,9 +151,9 @@ fn pending_members(group: &gdex::TaskGroup<Res>, n: usize) -> Arc<AtomicUsize> {
     drops
 }
 
-/// Issue 20 point 3: with cancel_on_error, the first member to fail
-/// cancels the others and closes the group; close() gives that failure
-/// once every member has stopped.
+/// Cancel-on-error: with cancel_on_error, the first member to fail cancels
+/// the others and closes the group; close() gives that failure once every
+/// member has stopped.
 #[test]
 fn the_first_failing_member_cancels_the_others_with_cancel_on_error() {
     watchdog("the_first_failing_member_cancels_the_others", 30, || {
@@ -250,9 +251,9 @@ fn close_gives_a_members_glib_error_unchanged() {
     });
 }
 
-/// Issue 20 point 3: the current group. A member spawns into its own group
-/// with `TaskGroup::current()`, also after the group was closed; close()
-/// waits for those members too, and `current()` is `None` elsewhere.
+/// The current group: a member spawns into its own group with
+/// `TaskGroup::current()`, also after the group was closed; close() waits
+/// for those members too, and `current()` is `None` elsewhere.
 #[test]
 fn a_members_spawns_through_current_join_its_group() {
     watchdog(

@@ -1,7 +1,7 @@
-//! Issue 19 point 2 (P6): one task queued behind a long poll is taken by an
-//! idle peer within a couple of milliseconds, with the stall watchdog off.
-//! One queued job asks for no help when it is pushed (asking on every push
-//! would cost the chained workloads a wake-up each), so the watchdog's
+//! The hand-over (P6, B5): one task queued behind a long poll is taken by
+//! an idle peer within a couple of milliseconds, with the stall watchdog
+//! off. One queued job asks for no help when it is pushed (asking on every
+//! push would cost the chained workloads a wake-up each), so the watchdog's
 //! monitor hands a worker's queue to a peer once the worker has sat in one
 //! poll for a millisecond.
 

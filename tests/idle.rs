@@ -37,8 +37,8 @@ fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
         for t in tasks {
             gdex::block_on(t).unwrap();
         }
-        // 100 tasks wait for pipes (G2, issue 15): an fd wait is a source
-        // in the worker's poll, not a reason to wake.
+        // 100 tasks wait for pipes (G2): an fd wait is a source in the
+        // worker's poll, not a reason to wake.
         let waiting = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut writers = Vec::new();
         let mut readers = Vec::new();

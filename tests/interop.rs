@@ -1,5 +1,5 @@
-//! Interop (issue 8): gdex schedulers as `futures` spawners, and gdex's
-//! debug log in GLib's structured log (domain `gdex`).
+//! Interop: gdex schedulers as `futures` spawners, and gdex's debug log in
+//! GLib's structured log (domain `gdex`).
 
 mod common;
 

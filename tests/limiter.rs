@@ -1,6 +1,5 @@
 //! `Limiter` and `Semaphore`: slots held by pool work, shared drains, what
-//! counts as queued, and permits added in bulk (issue 19 points 3, 5, 6, 9;
-//! issue 20 point 2).
+//! counts as queued, and permits added in bulk.
 
 mod common;
 
@@ -38,10 +37,10 @@ impl Overlap {
     }
 }
 
-/// Issue 19 point 3 (issue 20 point 2): the caller of `run_on_pool` goes
-/// away while its job is in the middle of a long poll on the pool. The job
-/// cannot stop before that poll returns, so its slot must stay taken until
-/// then: the next job, under a limit of 1, must not start beside it.
+/// Slots held by pool work: the caller of `run_on_pool` goes away while its
+/// job is in the middle of a long poll on the pool. The job cannot stop
+/// before that poll returns, so its slot must stay taken until then: the
+/// next job, under a limit of 1, must not start beside it.
 #[test]
 fn a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends() {
     watchdog(
@@ -112,9 +111,9 @@ fn a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends() {
     );
 }
 
-/// Issue 19 point 3, the other way a dropped caller's job ends: parked in
-/// an await, it is cancelled (dropped on its worker), and the slot is free
-/// again once it has been dropped, not before.
+/// Slots held by pool work, the other way a dropped caller's job ends:
+/// parked in an await, it is cancelled (dropped on its worker), and the
+/// slot is free again once it has been dropped, not before.
 #[test]
 fn a_dropped_run_on_pool_of_a_waiting_job_frees_its_slot_once_the_job_is_dropped() {
     watchdog(
@@ -151,10 +150,10 @@ fn a_dropped_run_on_pool_of_a_waiting_job_frees_its_slot_once_the_job_is_dropped
     );
 }
 
-/// Issue 19 point 5: two `close_after_drain` on one limiter of 2 with two
-/// jobs running. Each used to take the permits the jobs gave back, one
-/// apiece, and wait for the other's forever. They share one drain now, and
-/// both return once the jobs are done.
+/// Shared drains: two `close_after_drain` on one limiter of 2 with two jobs
+/// running. Each used to take the permits the jobs gave back, one apiece,
+/// and wait for the other's forever. They share one drain now, and both
+/// return once the jobs are done.
 #[test]
 fn two_close_after_drain_on_one_limiter_share_the_drain_and_both_return() {
     watchdog(
@@ -200,8 +199,8 @@ fn two_close_after_drain_on_one_limiter_share_the_drain_and_both_return() {
     );
 }
 
-/// Issue 19 point 5, with real threads: several tasks drain one busy
-/// limiter at once; every one of them returns, after every job finished.
+/// Shared drains, with real threads: several tasks drain one busy limiter
+/// at once; every one of them returns, after every job finished.
 #[test]
 fn many_tasks_draining_one_limiter_all_return_after_the_last_job() {
     watchdog(
@@ -252,9 +251,9 @@ fn many_tasks_draining_one_limiter_all_return_after_the_last_job() {
     );
 }
 
-/// Issue 19 point 6: a `run` (or `run_on_pool`) future counts as queued
-/// from the moment it is made. Made before `close_after_drain`, it runs
-/// even though it had not been polled yet, and the drain waits for it;
+/// What counts as queued: a `run` (or `run_on_pool`) future counts as
+/// queued from the moment it is made. Made before `close_after_drain`, it
+/// runs even though it had not been polled yet, and the drain waits for it;
 /// one made after is refused.
 #[test]
 fn a_run_made_before_close_after_drain_is_queued_and_runs() {
@@ -299,9 +298,9 @@ fn a_run_made_before_close_after_drain_is_queued_and_runs() {
     );
 }
 
-/// Issue 19 point 6, the edges: a queued future that is dropped unpolled
-/// no longer holds the drain, and `close()` refuses the queued ones, polled
-/// or not, while the running one finishes.
+/// What counts as queued, the edges: a queued future that is dropped
+/// unpolled no longer holds the drain, and `close()` refuses the queued
+/// ones, polled or not, while the running one finishes.
 #[test]
 fn a_dropped_queued_run_releases_the_drain_and_close_refuses_unpolled_runs() {
     let limiter = gdex::Limiter::new(1);
@@ -346,10 +345,10 @@ impl Wake for WakeCount {
     }
 }
 
-/// Issue 19 point 9: adding half of `usize::MAX` permits costs what the
-/// waiters cost, not one step per permit (it used to loop that many times
-/// under the lock, so it never returned): it returns, every waiter gets
-/// its permit in order, and the rest are free.
+/// Permits added in bulk: adding half of `usize::MAX` permits costs what
+/// the waiters cost, not one step per permit (it used to loop that many
+/// times under the lock, so it never returned): it returns, every waiter
+/// gets its permit in order, and the rest are free.
 #[test]
 fn add_permits_of_half_usize_max_returns_and_wakes_every_waiter() {
     watchdog(
@@ -405,9 +404,9 @@ fn add_permits_of_half_usize_max_returns_and_wakes_every_waiter() {
     );
 }
 
-/// Issue 19 point 9: the permit count never wraps. Adding more than fits
-/// beside the permits there are, free or held, panics with a message that
-/// names the counts, and leaves the semaphore as it was.
+/// Permits added in bulk: the permit count never wraps. Adding more than
+/// fits beside the permits there are, free or held, panics with a message
+/// that names the counts, and leaves the semaphore as it was.
 #[test]
 fn add_permits_that_would_overflow_panics_naming_the_count() {
     let sem = gdex::Semaphore::new(usize::MAX);

@@ -1,10 +1,11 @@
-//! Issue 18 point 2 (L1): `gdex::ListModel`, a `gio::ListModel` filled from
-//! a stream produced anywhere, with plain `gio::ListModel` consumers (no
-//! GTK): items arrive in order, in batches, with `items-changed` emitted on
-//! the owner thread; a batch keeps to the frame budget and lets the owner's
-//! loop run between batches; a trickle is gathered into about one batch per
-//! batch interval; a batch is sized so that its `items-changed` handlers
-//! keep to the budget too; dropping the model cancels its producer.
+//! The future-backed list model (L1): `gdex::ListModel`, a `gio::ListModel`
+//! filled from a stream produced anywhere, with plain `gio::ListModel`
+//! consumers (no GTK): items arrive in order, in batches, with
+//! `items-changed` emitted on the owner thread; a batch keeps to the frame
+//! budget and lets the owner's loop run between batches; a trickle is
+//! gathered into about one batch per batch interval; a batch is sized so
+//! that its `items-changed` handlers keep to the budget too; dropping the
+//! model cancels its producer.
 
 mod common;
 

@@ -1,7 +1,7 @@
-//! The main scheduler's trust rules (issue 12): who owns its `!Send` side
-//! (S10), that an idle main loop does not wake for work it cannot run, that
-//! `wait_for` refuses the threads whose loop it would block (B4), that a
-//! ready main task makes progress whatever else is ready (S11), and that
+//! The main scheduler's trust rules: who owns its `!Send` side (S10), that
+//! an idle main loop does not wake for work it cannot run, that `wait_for`
+//! refuses the threads whose loop it would block (B4), that a ready main
+//! task makes progress whatever else is ready (S11), and that
 //! main-scheduler work nobody runs is reported.
 
 mod common;
@@ -34,12 +34,12 @@ fn on_thread<R: Send + 'static>(name: &str, body: impl FnOnce() -> R + Send + 's
         .unwrap()
 }
 
-/// S10, issue 12 point 4: a plain thread that calls `spawn_local` before any
-/// main loop runs is refused with a message that names it, the rule and the
-/// fix, and it does not become the owner: afterwards the thread that holds
-/// the default main context can still spawn `!Send` tasks there. (Before the
-/// fix, the plain thread took the main scheduler's `!Send` side for good and
-/// the real owner panicked.)
+/// S10: a plain thread that calls `spawn_local` before any main loop runs
+/// is refused with a message that names it, the rule and the fix, and it
+/// does not become the owner: afterwards the thread that holds the default
+/// main context can still spawn `!Send` tasks there. (Before the fix, the
+/// plain thread took the main scheduler's `!Send` side for good and the
+/// real owner panicked.)
 #[test]
 fn a_plain_thread_cannot_take_the_main_schedulers_local_side() {
     watchdog(
@@ -81,11 +81,11 @@ fn a_plain_thread_cannot_take_the_main_schedulers_local_side() {
     );
 }
 
-/// S10, issue 12 point 4: ownership does not stick to a thread that has
-/// exited. A thread that held the default main context leaves a `!Send`
-/// task pending and exits; the next thread that holds the context may spawn
-/// `!Send` tasks there. (Before the fix the exited thread stayed the owner
-/// while its task lived, and every other thread was refused.)
+/// S10: ownership does not stick to a thread that has exited. A thread that
+/// held the default main context leaves a `!Send` task pending and exits;
+/// the next thread that holds the context may spawn `!Send` tasks there.
+/// (Before the fix the exited thread stayed the owner while its task lived,
+/// and every other thread was refused.)
 #[test]
 fn local_ownership_does_not_outlive_its_thread() {
     watchdog("local_ownership_does_not_outlive_its_thread", 60, || {
@@ -107,11 +107,11 @@ fn local_ownership_does_not_outlive_its_thread() {
     });
 }
 
-/// Issue 12 point 4: an idle main context does not wake for `!Send` work it
-/// cannot run. A task of another thread that is woken while that thread is
-/// away waits for it without polling: the thread iterating the context
-/// meanwhile sleeps (it used to re-arm the source every 10 ms, 100
-/// wake-ups a second). The owner runs the task when it is back.
+/// S10: an idle main context does not wake for `!Send` work it cannot run.
+/// A task of another thread that is woken while that thread is away waits
+/// for it without polling: the thread iterating the context meanwhile
+/// sleeps (it used to re-arm the source every 10 ms, 100 wake-ups a
+/// second). The owner runs the task when it is back.
 #[test]
 fn an_idle_main_context_does_not_wake_for_tasks_it_cannot_run() {
     watchdog("an_idle_main_context_does_not_wake", 60, || {
@@ -185,10 +185,9 @@ fn an_idle_main_context_does_not_wake_for_tasks_it_cannot_run() {
     });
 }
 
-/// B4, issue 12 point 6: `wait_for` on the thread that holds the default
-/// main context would block the very loop that runs main-scheduler work (it
-/// never returned); it is refused with a message pointing at `block_on`,
-/// which works there.
+/// B4: `wait_for` on the thread that holds the default main context would
+/// block the very loop that runs main-scheduler work (it never returned);
+/// it is refused with a message pointing at `block_on`, which works there.
 #[test]
 fn wait_for_on_the_main_context_owner_panics_and_points_at_block_on() {
     watchdog("wait_for_on_the_main_context_owner_panics", 30, || {
@@ -205,8 +204,8 @@ fn wait_for_on_the_main_context_owner_panics_and_points_at_block_on() {
     });
 }
 
-/// B4, issue 12 point 6: likewise on a thread that holds a context with a
-/// gdex scheduler (a context scheduler's loop thread).
+/// B4: likewise on a thread that holds a context with a gdex scheduler (a
+/// context scheduler's loop thread).
 #[test]
 fn wait_for_on_a_context_schedulers_thread_panics() {
     watchdog("wait_for_on_a_context_schedulers_thread_panics", 30, || {
@@ -252,10 +251,10 @@ fn wait_for_on_a_plain_thread_still_works() {
     });
 }
 
-/// S11, issue 12 point 7: frames come first (X3), but a ready main task
-/// runs within a bounded time whatever else is ready. An idle source at
-/// `G_PRIORITY_DEFAULT` that is always ready used to starve the main
-/// scheduler for as long as it stayed (the scheduler sits below it).
+/// S11: frames come first (X3), but a ready main task runs within a bounded
+/// time whatever else is ready. An idle source at `G_PRIORITY_DEFAULT` that
+/// is always ready used to starve the main scheduler for as long as it
+/// stayed (the scheduler sits below it).
 #[test]
 fn a_ready_main_task_runs_while_a_default_priority_source_is_always_ready() {
     watchdog("a_ready_main_task_runs_while_busy", 60, || {
@@ -298,10 +297,11 @@ fn a_ready_main_task_runs_while_a_default_priority_source_is_always_ready() {
 
 const WARN_CHILD: &str = "GDEX_TEST_MAIN_IDLE_WARN_CHILD";
 
-/// Issue 12 point 10a: main-scheduler work that waits because no thread
-/// iterates the default main context is reported with one `g_warning`
-/// (domain `gdex`) per episode, never repeatedly. Run in a child process so
-/// that `GDEX_MAIN_IDLE_WARN_MS` (here 100 ms) is set from the start.
+/// Work nobody runs is reported: main-scheduler work that waits because no
+/// thread iterates the default main context is reported with one
+/// `g_warning` (domain `gdex`) per episode, never repeatedly. Run in a
+/// child process so that `GDEX_MAIN_IDLE_WARN_MS` (here 100 ms) is set from
+/// the start.
 #[test]
 fn main_work_nobody_runs_is_reported_once_per_episode() {
     watchdog("main_work_nobody_runs_is_reported", 60, || {

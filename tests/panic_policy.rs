@@ -87,10 +87,10 @@ fn unobserved_panics_reach_the_panic_handler() {
             assert!(thread.starts_with("gdex-worker-"), "{thread}");
         }
 
-        // Issue 12 point 9: a task that panicked before its handle was
-        // detached (or dropped) is reported as the worker's panic, not as
-        // the panic of the thread that detaches. (On cc53133 the event
-        // named the detaching thread.)
+        // X5: a task that panicked before its handle was detached (or
+        // dropped) is reported as the worker's panic, not as the panic of
+        // the thread that detaches. (On cc53133 the event named the
+        // detaching thread.)
         events.lock().unwrap().clear();
         let early = s.spawn(async { panic!("finished before detach") });
         wait_until(|| early.is_finished());
@@ -109,10 +109,10 @@ fn unobserved_panics_reach_the_panic_handler() {
             );
         }
 
-        // Issue 12 point 5: an output whose destructor panics, with nobody
-        // to take it (detached), is contained and reported (X5): on cc53133
-        // async-task aborted the process ("panic in a destructor during
-        // cleanup"). Same for a finished task whose handle is dropped.
+        // S6: an output whose destructor panics, with nobody to take it
+        // (detached), is contained and reported (X5): on cc53133 async-task
+        // aborted the process ("panic in a destructor during cleanup").
+        // Same for a finished task whose handle is dropped.
         events.lock().unwrap().clear();
         s.spawn(async { PanicsOnDrop }).detach();
         wait_until(|| events.lock().unwrap().len() == 1);

@@ -108,10 +108,11 @@ fn timeout_fires_on_a_saturated_worker() {
 }
 
 /// P8 with short jobs: a busy worker's loop turns skip the kernel's poll of
-/// its fds between polls at most 100 µs apart (issue 17), so an fd that
-/// becomes ready while every slice is 32 jobs of a microsecond is still
-/// found, soon. The reader waits on its pipe with `gdex::unix_fd`, a plain
-/// fd source on the worker's context: nothing but a poll(2) can see it.
+/// its fds between polls at most 100 µs apart (a syscall saved per turn),
+/// so an fd that becomes ready while every slice is 32 jobs of a
+/// microsecond is still found, soon. The reader waits on its pipe with
+/// `gdex::unix_fd`, a plain fd source on the worker's context: nothing but
+/// a poll(2) can see it.
 #[test]
 fn an_fd_becomes_ready_on_a_worker_busy_with_short_jobs() {
     use std::io::{Read, Write};

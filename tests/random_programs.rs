@@ -1,8 +1,8 @@
-//! Exactly-once under random programs (issue: reliability): seeded random
-//! trees of tasks that yield, await children (on the pool, on a context
-//! scheduler, through a fiber), detach children and cancel children, over
-//! pools of 1, 2 and 4 workers. Every task's future is dropped exactly once,
-//! and every task that nobody cancelled runs to its end exactly once.
+//! Exactly-once under random programs (X7): seeded random trees of tasks
+//! that yield, await children (on the pool, on a context scheduler, through
+//! a fiber), detach children and cancel children, over pools of 1, 2 and 4
+//! workers. Every task's future is dropped exactly once, and every task
+//! that nobody cancelled runs to its end exactly once.
 //!
 //! A failure names its seed; `GDEX_SEED=<seed>` replays it alone.
 //! `GDEX_STRESS` scales the number of programs.

@@ -1,10 +1,10 @@
-//! Issue 18 points 1 and 4 (X9): the search app in a real window. Runs
+//! Proof in an app (X9): the search app in a real window. Runs
 //! `examples/search.rs` under Xvfb in self-test mode on a generated tree,
 //! with gdex and with glib-rs's own tools (`--glib`): it types a query,
 //! retypes another, scrolls, and reports. Checked here: the final list is
 //! exactly the matches of a direct scan of the tree, no item that did not
-//! match its query was ever shown, every abandoned search's work stopped,
-//! a screenshot was saved under `target/`, and the Tasks window shows the
+//! match its query was ever shown, every abandoned search's work stopped, a
+//! screenshot was saved under `target/`, and the Tasks window shows the
 //! task dump (X8). The three figures (first result, frame gaps, stop time)
 //! are printed for both columns.
 //!

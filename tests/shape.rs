@@ -1,5 +1,5 @@
-//! The crate's shape (issue 14): its modules form layers, with no import
-//! cycle between them.
+//! The crate's shape: its modules form layers, with no import cycle between
+//! them.
 //!
 //! This reads `src/` as text: every `crate::…` and `super::…` path outside
 //! comments and `#[cfg(test)] mod tests` (names re-exported at the crate
@@ -297,7 +297,7 @@ fn the_reader_sees_a_cycle_when_there_is_one() {
     assert_eq!(cycle(&project(&graph(&modules), "", 1)), None);
 }
 
-/// Issue 14: a wait or a timeout on something that already gives
+/// A wait or a timeout on something that already gives
 /// `Result<T, gdex::Error>` gives one `Result` (`IntoResult`), and
 /// `block_on`/`wait_for` take `IntoFuture`: the places a new user reads
 /// first show neither a `Result` in a `Result` nor a manual `into_future`.

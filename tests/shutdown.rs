@@ -1,6 +1,6 @@
-//! Shutdown under load (issue: reliability): a pool with many queued tasks
-//! and tasks awaiting each other shuts down promptly, joins every worker
-//! thread, drops every future exactly once, and refuses later spawns with
+//! Shutdown under load (S9): a pool with many queued tasks and tasks
+//! awaiting each other shuts down promptly, joins every worker thread,
+//! drops every future exactly once, and refuses later spawns with
 //! `Error::ShutDown`.
 
 mod common;
@@ -177,11 +177,11 @@ fn shutdown_cancels_blocked_fibers_on_their_threads() {
     });
 }
 
-/// Issue 12 point 1: a fiber still queued when its pool's grace period ends
-/// is unwound by its drop; a `fiber::wait` in a destructor during that
-/// unwind has no live poll to use. It must return `Cancelled` without
-/// polling (on cc53133 it polled with the `Context` of the fiber's last
-/// poll, long freed: SIGSEGV, or an invalid read under memcheck).
+/// F4, S9: a fiber still queued when its pool's grace period ends is
+/// unwound by its drop; a `fiber::wait` in a destructor during that unwind
+/// has no live poll to use. It must return `Cancelled` without polling (on
+/// cc53133 it polled with the `Context` of the fiber's last poll, long
+/// freed: SIGSEGV, or an invalid read under memcheck).
 #[test]
 fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -275,13 +275,13 @@ impl Drop for DroppedOn {
     }
 }
 
-/// S9 (issue 12 point 3): after `shutdown()` every task of the pool has
-/// resolved to `Cancelled`, whatever it was waiting on: a GLib timeout on
-/// its worker's context, a `gdex::sleep`, a GIO call, a channel, nothing at
-/// all; pinned tasks and fibers too. Every future is dropped exactly once,
-/// a `!Send` one on its own worker thread; `cancel().await` returns. On
-/// cc53133 the idle tasks never resolved (a 2 s `with_timeout` gave
-/// `TimedOut`), and pinned ones woken after their worker exited leaked.
+/// S9: after `shutdown()` every task of the pool has resolved to
+/// `Cancelled`, whatever it was waiting on: a GLib timeout on its worker's
+/// context, a `gdex::sleep`, a GIO call, a channel, nothing at all; pinned
+/// tasks and fibers too. Every future is dropped exactly once, a `!Send`
+/// one on its own worker thread; `cancel().await` returns. On cc53133 the
+/// idle tasks never resolved (a 2 s `with_timeout` gave `TimedOut`), and
+/// pinned ones woken after their worker exited leaked.
 #[test]
 fn shutdown_resolves_every_task_whatever_it_waits_on() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,8 +1,8 @@
-//! Unix signals (issue 19 point 12): `unix_signals` keeps a signal handled
-//! for its whole life, so a reload loop survives signals that come while no
-//! `recv` waits; a dropped `unix_signal` gives the signal its default action
-//! back, as documented; and a signal future waiting while nobody iterates
-//! the default main context is reported once.
+//! Unix signals: `unix_signals` keeps a signal handled for its whole life,
+//! so a reload loop survives signals that come while no `recv` waits; a
+//! dropped `unix_signal` gives the signal its default action back, as
+//! documented; and a signal future waiting while nobody iterates the
+//! default main context is reported once.
 //!
 //! Tests that may be killed by a signal, or that need a fresh process (the
 //! report's delay, a default main context nobody iterates), run their body

@@ -1,5 +1,6 @@
-//! Issue 12, point 10b: a task pinned to a thread stays pinned to that
-//! thread, even after it exits and a new thread takes its place.
+//! A pinned task never leaves its thread (as F2 for fibers): a task pinned
+//! to a thread stays pinned to that thread, even after it exits and a new
+//! thread takes its place.
 
 mod common;
 

@@ -157,19 +157,20 @@ fn a_stuck_main_task_is_reported() {
     });
 }
 
-/// X4/B5, issue 12 point 10c: a panicking task is not a stall. A panicking
-/// poll runs the panic hook before it unwinds, and with `RUST_BACKTRACE=1`
-/// std's default hook captures and symbolizes a backtrace there, which can
-/// take longer than a threshold (the first one in a process does); that time
-/// is the panic report's, not the task's. Tasks that panic on a pool and on
+/// X4/B5: a panicking task is not a stall. A panicking poll runs the panic
+/// hook before it unwinds, and with `RUST_BACKTRACE=1` std's default hook
+/// captures and symbolizes a backtrace there, which can take longer than a
+/// threshold (the first one in a process does); that time is the panic
+/// report's, not the task's. Tasks that panic on a pool and on
 /// the main scheduler produce no report; a task that sleeps 300 ms in one
 /// poll still produces exactly one.
 ///
 /// std reads `RUST_BACKTRACE` once per process, and the panic hook is the
 /// process's, so each case runs in a child process (this test binary, this
 /// test alone) with `RUST_BACKTRACE=1`:
-/// - `default-hook`: std's own hook (the case reported in issue 12), with a
-///   20 ms threshold: the first backtrace of the process takes longer.
+/// - `default-hook`: std's own hook (where a panic was first reported as a
+///   stall), with a 20 ms threshold: the first backtrace of the process
+///   takes longer.
 /// - `slow-app-hook`: the app installed a hook before starting gdex that
 ///   takes 100 ms (a crash reporter) and then calls std's, with a 50 ms
 ///   threshold: every panic takes longer than the threshold.

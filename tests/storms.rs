@@ -1,4 +1,4 @@
-//! Storms (issue: reliability): floods of panics, spawn-then-drop races and
+//! Storms (S5, S6): floods of panics, spawn-then-drop races and
 //! wake-while-cancel races; the pool keeps working after each, and every
 //! future is dropped exactly once. Its own binary: it silences the panic
 //! hook while 100,000 tasks panic.

@@ -1,7 +1,7 @@
-//! Issue 19 point 1: gdex's own timers follow their task. A timer waits on
-//! the context of whoever polled it last; polled on another context (its
-//! task moved to another worker, or its first worker's pool is gone), it
-//! moves there, or resolves at once if its deadline has passed.
+//! P8: gdex's own timers follow their task. A timer waits on the context of
+//! whoever polled it last; polled on another context (its task moved to
+//! another worker, or its first worker's pool is gone), it moves there, or
+//! resolves at once if its deadline has passed.
 
 mod common;
 

@@ -95,9 +95,9 @@ fn tokio_started() -> bool {
     thread_names().iter().any(|n| n == "gdex-tokio")
 }
 
-/// Issue 19 point 13: the tokio runtime starts on first use. Building a
-/// pool, with its workers up and parked, starts nothing; the pool's first
-/// task does, and runs inside it.
+/// X6: the tokio runtime starts on first use. Building a pool, with its
+/// workers up and parked, starts nothing; the pool's first task does, and
+/// runs inside it.
 #[test]
 fn the_tokio_runtime_starts_at_the_first_task_not_when_a_pool_starts() {
     let (status, out) = run_child("child_pool_then_first_task", &[], 60);
@@ -146,9 +146,9 @@ fn child_pool_then_first_task() {
     });
 }
 
-/// Issue 19 point 13: a `gdex::thread::spawn` thread is inside the tokio
-/// runtime for its whole life: tokio timers and I/O made there (outside any
-/// `block_on`) work.
+/// X6: a `gdex::thread::spawn` thread is inside the tokio runtime for its
+/// whole life: tokio timers and I/O made there (outside any `block_on`)
+/// work.
 #[test]
 fn gdex_thread_spawn_threads_are_inside_the_tokio_runtime() {
     watchdog(
@@ -170,8 +170,8 @@ fn gdex_thread_spawn_threads_are_inside_the_tokio_runtime() {
     );
 }
 
-/// Issue 19 point 13, the documented lifetime: one runtime for the whole
-/// process, never shut down; it outlives every pool.
+/// X6, the documented lifetime: one runtime for the whole process, never
+/// shut down; it outlives every pool.
 #[test]
 fn the_tokio_runtime_outlives_the_pools_that_used_it() {
     watchdog(

@@ -1,6 +1,6 @@
-//! The future toolkit (issue 5, DESIGN "Future toolkit"): promises, future
-//! sets, timers, delayed results, unix signals, channels, semaphores,
-//! limiters and task groups, on real schedulers and threads.
+//! The future toolkit (DESIGN "Future toolkit"): promises, future sets,
+//! timers, delayed results, unix signals, channels, semaphores, limiters
+//! and task groups, on real schedulers and threads.
 
 mod common;
 

@@ -1,10 +1,10 @@
-//! The toolkit keeps the promises its docs make (issue 19 points 7, 8, 10,
-//! 11 and the `blocking::blocking` docs line): a cancelled `Cancellable::run`
-//! never starts its future, the channel serves waiters in arrival order even
-//! when `try_recv`/`try_send` race a woken waiter, a `BlockingPool` close
-//! future holds one waker however often it is polled, a late clone of a
-//! `PromiseFuture` resolves instead of panicking, and a one-worker pool's
-//! queue waits behind `blocking`, as documented.
+//! The toolkit, and `blocking::blocking`, keep the promises their docs
+//! make: a cancelled `Cancellable::run` never starts its future, the
+//! channel serves waiters in arrival order even when `try_recv`/`try_send`
+//! race a woken waiter, a `BlockingPool` close future holds one waker
+//! however often it is polled, a late clone of a `PromiseFuture` resolves
+//! instead of panicking, and a one-worker pool's queue waits behind
+//! `blocking`, as documented.
 
 mod common;
 
