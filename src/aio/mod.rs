@@ -179,6 +179,16 @@ struct FileInner {
 }
 
 impl File {
+    /// The file of a new fd that an open of `path` made.
+    fn opened(fd: OwnedFd, path: PathBuf) -> File {
+        File {
+            inner: Arc::new(FileInner {
+                fd,
+                path: Some(path),
+            }),
+        }
+    }
+
     /// Opens `path` for reading, like `std::fs::File::open`.
     pub fn open(path: impl AsRef<Path>) -> Open {
         OpenOptions::new().read(true).open(path)
@@ -665,12 +675,7 @@ impl Operation {
                 }
                 // SAFETY: per the contract, a fresh fd we now own.
                 let fd = unsafe { OwnedFd::from_raw_fd(res) };
-                Ok(Outcome::Opened(File {
-                    inner: Arc::new(FileInner {
-                        fd,
-                        path: Some(path),
-                    }),
-                }))
+                Ok(Outcome::Opened(File::opened(fd, path)))
             }
             Operation::Read { file, mut buf, .. } => {
                 if res < 0 {
@@ -735,7 +740,7 @@ impl Operation {
                     libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) == 0
                         && st.assume_init().st_mode & libc::S_IFMT == libc::S_IFIFO
                 };
-                if is_fifo && !writer_came(&fd) {
+                if is_fifo {
                     *blocking = true;
                     Reopen::FifoRead(fd)
                 } else {
@@ -758,54 +763,6 @@ impl Operation {
                 drop(unsafe { OwnedFd::from_raw_fd(res) });
             }
         }
-    }
-}
-
-/// Has a writer come to the FIFO whose read end `fd` was just opened
-/// without blocking: is one there now, or has one written, or come and
-/// gone? Then `open(2)` would have returned (a writer that waited in its
-/// own open is let through by this one, and may write and close before a
-/// blocking reopen starts, which would then wait for another, for good).
-/// Asked without taking anything from the pipe: `tee(2)` of one byte into
-/// a scratch pipe gives 1 if data waits, `EAGAIN` if the pipe is empty with
-/// a writer there, 0 if empty with none; and a writer that came and went
-/// since the open leaves the read end polling `POLLHUP`. Only a writer that
-/// comes and goes between this question and the blocking reopen is missed.
-fn writer_came(fd: &OwnedFd) -> bool {
-    let mut scratch = [0; 2];
-    // SAFETY: `scratch` has room for the two fds `pipe2` writes.
-    if unsafe { libc::pipe2(scratch.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return false; // cannot ask: the blocking reopen decides
-    }
-    // SAFETY: two fresh fds that nobody else owns.
-    let (scratch_r, scratch_w) = unsafe {
-        (
-            OwnedFd::from_raw_fd(scratch[0]),
-            OwnedFd::from_raw_fd(scratch[1]),
-        )
-    };
-    // SAFETY: both fds are open pipes (a FIFO is one); tee copies, it does
-    // not consume.
-    let teed = unsafe {
-        libc::tee(
-            fd.as_raw_fd(),
-            scratch_w.as_raw_fd(),
-            1,
-            libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    drop((scratch_r, scratch_w));
-    if teed > 0 || teed < 0 && errno() == libc::EAGAIN {
-        return true;
-    }
-    let mut poll = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    unsafe {
-        libc::poll(&mut poll, 1, 0) == 1 && poll.revents & (libc::POLLHUP | libc::POLLIN) != 0
     }
 }
 
@@ -996,12 +953,7 @@ impl Op {
                         let FifoRead { early, path, .. } = *fifo;
                         return Poll::Ready(match reopened {
                             Ok(opened) => Ok(opened),
-                            Err(_) => Ok(Outcome::Opened(File {
-                                inner: Arc::new(FileInner {
-                                    fd: early,
-                                    path: Some(path),
-                                }),
-                            })),
+                            Err(_) => Ok(Outcome::Opened(File::opened(early, path))),
                         });
                     }
                     let came = match &mut fifo.writer {
@@ -1027,12 +979,7 @@ impl Op {
                         unreachable!()
                     };
                     let FifoRead { early, path, .. } = *fifo;
-                    return Poll::Ready(Ok(Outcome::Opened(File {
-                        inner: Arc::new(FileInner {
-                            fd: early,
-                            path: Some(path),
-                        }),
-                    })));
+                    return Poll::Ready(Ok(Outcome::Opened(File::opened(early, path))));
                 }
                 Op::Lane(task) => {
                     let outcome = std::task::ready!(Pin::new(task).poll(cx));
