@@ -6,7 +6,7 @@
 //! flag that its poll blocks on.
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg gdex_loom" cargo test --release --lib loom_ --target-dir target/loom
+//! .ci/loom   # cargo rustc --profile bench --lib --features loom -- --cfg gdex_loom
 //! ```
 //!
 //! # What each model asserts
