@@ -172,9 +172,10 @@ pub fn run_child(
     secs: u64,
 ) -> (Option<std::process::ExitStatus>, String) {
     let exe = std::env::current_exe().unwrap();
+    let path = ignored_test_path(&exe, name);
     let mut child = std::process::Command::new(exe)
         .args([
-            name,
+            path.as_str(),
             "--exact",
             "--ignored",
             "--nocapture",
@@ -207,6 +208,31 @@ pub fn run_child(
         let _ = e.read_to_string(&mut out);
     }
     (status, out)
+}
+
+/// The full path of the `#[ignore]`d test `name` in the test binary `exe`:
+/// in a binary made of several files (`tests/suite.rs`) a test's path
+/// starts with its file's module (`shutdown::child_x`), which a caller
+/// need not spell out. Panics unless exactly one test ends so.
+fn ignored_test_path(exe: &std::path::Path, name: &str) -> String {
+    let list = std::process::Command::new(exe)
+        .args(["--list", "--ignored"])
+        .output()
+        .expect("list this binary's tests");
+    let suffix = format!("::{name}");
+    let found: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .filter(|path| *path == name || path.ends_with(&suffix))
+        .map(str::to_owned)
+        .collect();
+    match found.as_slice() {
+        [one] => one.clone(),
+        _ => panic!(
+            "run_child: want one #[ignore]d test named `{name}` in {}, found {found:?}",
+            exe.display()
+        ),
+    }
 }
 
 /// True in a child process started by [`run_child`].
