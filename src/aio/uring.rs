@@ -76,7 +76,7 @@ use std::task::{Context, Poll, Waker};
 use io_uring::{opcode, squeue, types, IoUring};
 use slab::Slab;
 
-use super::Operation;
+use super::operation::Operation;
 use crate::source::{Hooks, SourceRef};
 use crate::util::Unpoisoned;
 
@@ -617,7 +617,7 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
             }
         }
         Operation::Read { file, buf, offset } => {
-            let len = super::read_len(buf) as u32;
+            let len = super::operation::read_len(buf) as u32;
             // SAFETY: `len` is at most the spare capacity, so the pointer
             // one past the initialised part is inside the allocation.
             let spare = unsafe { buf.as_mut_ptr().add(buf.len()) };
@@ -636,7 +636,7 @@ fn entry(operation: &mut Operation) -> squeue::Entry {
         } => opcode::Write::new(
             types::Fd(file.fd.as_raw_fd()),
             buf[*from..].as_ptr(),
-            super::write_len(buf, *from) as u32,
+            super::operation::write_len(buf, *from) as u32,
         )
         .offset(*offset)
         .build(),
