@@ -16,6 +16,14 @@
 //! Each worker also has an inbox that only it pops, for fibers and pinned
 //! tasks (and, in thread-per-core mode, for every task whose home it is).
 //!
+//! The parts: the state the workers share, and the shutdown below (this
+//! file); the public [`ThreadPool`] and its builder (`handle.rs`); one
+//! worker, its run slice and its thread (`worker/`); where a worker's own
+//! tasks are woken to ([`Home`], `home.rs`); what ends with a worker
+//! (`retire.rs`); the wake-up protocol ([`parking`]); the gdex timers noted
+//! per worker ([`timers`]); the thread that drops what a shutdown left
+//! ([`reaper`]).
+//!
 //! # Shutdown
 //!
 //! 1. `closed` is set; from then on a spawn returns a task that resolves to
