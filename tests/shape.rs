@@ -18,8 +18,8 @@ use std::path::Path;
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// Module path ("pool::worker") → source with comments and unit tests cut.
-fn modules() -> BTreeMap<String, String> {
+/// Every `.rs` file under `src/`, sorted.
+fn source_files() -> Vec<std::path::PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -30,10 +30,19 @@ fn modules() -> BTreeMap<String, String> {
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    walk(&root, &mut files);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    files.sort();
     files
+}
+
+/// Module path ("pool::worker") → source with comments and unit tests cut.
+fn modules() -> BTreeMap<String, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    source_files()
         .into_iter()
         .map(|path| {
             let rel = path.strip_prefix(&root).unwrap().with_extension("");
@@ -319,4 +328,29 @@ fn the_first_pages_a_user_reads_have_no_nested_results() {
             );
         }
     }
+}
+
+/// No file of `src/` is over 800 lines, its unit tests counted (T1): a file
+/// that long holds several roles, each of which gets a file named after it.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let long: Vec<String> = source_files()
+        .iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path).unwrap().lines().count();
+            (lines > 800).then(|| {
+                format!(
+                    "  {}: {lines} lines",
+                    path.strip_prefix(root).unwrap().display()
+                )
+            })
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "these files of src/ are over 800 lines: split each where a role stands apart, \
+         into a file named after it:\n{}",
+        long.join("\n")
+    );
 }

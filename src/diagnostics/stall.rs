@@ -52,7 +52,7 @@ pub(crate) trait Worker: Send + Sync {
     /// The pool runs thread-per-core (P9).
     fn thread_per_core(&self) -> bool;
     /// Fires the worker's overdue gdex timers from the calling thread, and
-    /// submits and reaps its AIO ring's operations (see `aio::uring::service`).
+    /// submits and reaps its AIO ring's operations (see `aio::uring::ring::service`).
     fn fire_overdue_timers(&self);
     /// Hands the worker's queue to its peers and wakes them (P6).
     fn help(&self);

@@ -21,29 +21,13 @@
 //! dispatched; it then runs one slice ahead of everything else. A main loop
 //! that keeps up never waits that long, so frames still come first.
 //!
-//! **`!Send` jobs (S10).** `spawn_local` is accepted only from a thread that
-//! owns the context right now (it holds it: it acquired it, pushed it as
-//! thread-default, or runs its loop); on the main scheduler also from the
-//! process's main thread while no other thread holds the default context.
-//! Elsewhere it panics and says why. Each owner thread gets a queue of its
-//! own: its `!Send` jobs run only when *that* thread iterates the context,
-//! whoever else does meanwhile. Nothing about ownership sticks: another
-//! thread that holds the context later gets its own queue, and a thread's
-//! queue is retired when the thread exits (the jobs still in it are dropped
-//! there, on their own thread, so their tasks resolve as cancelled). Jobs
-//! waiting for a thread that is not iterating cost nothing: the source's
-//! `prepare` finds them when their thread iterates the context again; no
-//! timer polls for them.
-//!
-//! **Work nobody runs (X4).** Main-scheduler work that has
-//! waited [`idle_warn_delay`] (3 s; `GDEX_MAIN_IDLE_WARN_MS`) because no
-//! thread iterates the default main context is reported with one
-//! `g_warning`, once per episode (until the source runs again). The check is
-//! a thread, `gdex-main-watch`, started on the first main-scheduler push; it
-//! sleeps for good while nothing waits, and the first push of a new episode
-//! wakes it.
+//! The parts: the scheduler, its sources and its dispatch (this file); its
+//! `!Send` jobs, one queue per owner thread (S10, `local.rs`); the watch
+//! that reports main-scheduler work nobody runs (X4, `watch.rs`).
 
-use std::cell::RefCell;
+mod local;
+mod watch;
+
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -51,13 +35,15 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::Duration;
 
-use crossbeam_deque::{Injector, Steal};
+use crossbeam_deque::Injector;
 use glib::translate::ToGlibPtr;
 
-use super::thread_token;
 use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
 use crate::util::{drain, steal_one, Unpoisoned};
+
+pub(crate) use local::LocalQueue;
+pub(crate) use watch::idle_warn_delay;
 
 /// How many jobs one dispatch runs before handing the loop back to GLib.
 pub(crate) const DISPATCH_BATCH: usize = 128;
@@ -79,23 +65,6 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
 /// The priority of the main scheduler's progress source: ahead of every
 /// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
 const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
-
-/// How long main-scheduler work may wait for a thread to iterate the
-/// default main context before it is reported: `GDEX_MAIN_IDLE_WARN_MS`
-/// milliseconds (`0` turns the report off), 3 s by default.
-pub(crate) fn idle_warn_delay() -> Option<Duration> {
-    static DELAY: OnceLock<Option<Duration>> = OnceLock::new();
-    *DELAY.get_or_init(|| {
-        let ms = crate::util::env_setting(
-            "GDEX_MAIN_IDLE_WARN_MS",
-            "a number of milliseconds (0 turns the report off)",
-            || "using 3000".to_owned(),
-            |text| text.parse::<u64>().ok(),
-        )
-        .unwrap_or(3000);
-        (ms > 0).then(|| Duration::from_millis(ms))
-    })
-}
 
 /// The readiness of a scheduler's source, shared with its hooks so that
 /// their `prepare` (run on every iteration of the context) need not touch
@@ -162,16 +131,6 @@ const RETIRED: u8 = 2;
 /// The worker has drained the queue for the last time
 /// (`Retire::finish`): a push hands the queue to the reaper.
 const FINISHED: u8 = 3;
-
-/// The `!Send` jobs of one thread on one context scheduler: run only by that
-/// thread (S10).
-pub(crate) struct LocalQueue {
-    /// The owner's [`thread_token`].
-    owner: u64,
-    jobs: Injector<Job>,
-    /// The owner thread has exited: nothing will run these jobs.
-    gone: AtomicBool,
-}
 
 /// Schedulers by context address. A live entry keeps nothing alive: the
 /// `ContextShared` holds its context, so while the `Weak` upgrades the address
@@ -397,33 +356,6 @@ impl ContextShared {
         drain(|| self.queue.steal()).take(self.queue.len())
     }
 
-    /// Queues a job of a `!Send` task on its owner thread's queue.
-    #[inline]
-    pub(crate) fn push_local(&self, queue: &LocalQueue, job: Job) {
-        if queue.gone.load(Ordering::Acquire) {
-            drop_orphan(job);
-            return;
-        }
-        if self.stage.load(Ordering::Acquire) >= RETIRED && queue.owner == thread_token() {
-            // The worker whose context this is has exited (S9): a job of
-            // this thread's is dropped here, on its own thread. (Another
-            // thread's wake-up queues it: its owner drops it, the exiting
-            // worker in `retire`, any other thread when it exits.)
-            drop_orphan(job);
-            return;
-        }
-        self.pending.local_jobs.fetch_add(1, Ordering::AcqRel);
-        queue.jobs.push(job);
-        // Pairs with the fence in `OwnedQueues::drop`: either it drains our job, or we
-        // see `gone` and drain it ourselves.
-        fence(Ordering::SeqCst);
-        if queue.gone.load(Ordering::Relaxed) {
-            self.drain(queue);
-            return;
-        }
-        self.notify();
-    }
-
     #[inline]
     fn notify(&self) {
         // AcqRel pairs with the swap in `run_batch`: either that swap sees
@@ -446,93 +378,6 @@ impl ContextShared {
             self.wake_watch();
         } else {
             self.source.set_ready();
-        }
-    }
-
-    /// Panics unless the calling thread may spawn `!Send` futures here
-    /// (S10): see the module comment.
-    fn check_local_owner(&self, what: &str) {
-        if self.context.is_owner() {
-            return;
-        }
-        let here = thread::current();
-        let name = here.name().unwrap_or("<unnamed>");
-        if self.is_main {
-            let main_thread = crate::util::is_main_thread();
-            if main_thread && self.context.acquire().is_ok() {
-                return;
-            }
-            let why = if main_thread {
-                "this is the main thread, but another thread holds the default main context \
-                 (it runs the main loop there)"
-            } else {
-                "this thread is not the process's main thread and does not hold the default \
-                 main context"
-            };
-            panic!(
-                "gdex: {what} called on thread {name:?}, which may not spawn !Send futures on the \
-                 main scheduler: {why}. The main scheduler's !Send tasks belong to the process's \
-                 main thread, or to the thread that holds (has acquired) the default main \
-                 context, such as one running its main loop. Spawn a Send future instead \
-                 (Scheduler::main().spawn(..), or gdex::spawn(..) on the pool), or call {what} \
-                 from the thread that runs the main loop."
-            );
-        }
-        // Any other context: the thread that holds it, or one that could.
-        if self.context.acquire().is_err() {
-            panic!(
-                "gdex: {what} called on thread {name:?}, which does not own the scheduler's \
-                 context: another thread is running it. A !Send future can only run on the \
-                 thread that owns the context; call {what} from that thread, or spawn a Send \
-                 future with spawn()."
-            );
-        }
-    }
-
-    /// Checks that the calling thread may spawn a `!Send` future here and
-    /// returns its queue of `!Send` jobs, made on first use.
-    pub(crate) fn enter_local(self: &Arc<Self>, what: &str) -> Arc<LocalQueue> {
-        self.check_local_owner(what);
-        let me = thread_token();
-        let mut locals = self.locals.lock().unpoisoned();
-        if let Some(queue) = locals.iter().find(|q| q.owner == me) {
-            return queue.clone();
-        }
-        let queue = Arc::new(LocalQueue {
-            owner: me,
-            jobs: Injector::new(),
-            gone: AtomicBool::new(false),
-        });
-        locals.push(queue.clone());
-        drop(locals);
-        // Retire the queue when this thread exits. (During the thread's own
-        // exit there is nothing to register with: the queue then simply
-        // stays, as its jobs could never run anyway.)
-        let _ = OWNED_QUEUES.try_with(|owned| {
-            owned
-                .0
-                .borrow_mut()
-                .push((Arc::downgrade(self), queue.clone()))
-        });
-        queue
-    }
-
-    /// The calling thread's queue of `!Send` jobs here, if it has one and
-    /// any `!Send` job is queued at all.
-    fn local_queue_here(&self) -> Option<Arc<LocalQueue>> {
-        if self.pending.local_jobs.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let me = thread_token();
-        let locals = self.locals.lock().unpoisoned();
-        locals.iter().find(|q| q.owner == me).cloned()
-    }
-
-    /// Drops the jobs left in `queue` here, on the calling thread.
-    fn drain(&self, queue: &LocalQueue) {
-        for job in drain(|| queue.jobs.steal()) {
-            self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
-            drop_orphan(job);
         }
     }
 
@@ -559,14 +404,6 @@ impl ContextShared {
             }
         }
         Some(())
-    }
-
-    fn steal_local(&self, local: &LocalQueue) -> Steal<Job> {
-        let got = local.jobs.steal();
-        if got.is_success() {
-            self.pending.local_jobs.fetch_sub(1, Ordering::AcqRel);
-        }
-        got
     }
 
     /// One dispatch, from the scheduler's source or its progress source.
@@ -603,30 +440,6 @@ impl ContextShared {
         let more = !self.queue.is_empty() || local.is_some_and(|q| !q.jobs.is_empty());
         if more && !self.pending.notified.swap(true, Ordering::AcqRel) {
             self.mark_ready();
-        }
-    }
-
-    /// Wakes the idle watch thread if it sleeps for good, starting it on
-    /// the first call.
-    fn wake_watch(&self) {
-        let watch = self.watch.get_or_init(|| {
-            let delay = idle_warn_delay()?;
-            let shared = self.me.clone();
-            thread::Builder::new()
-                .name("gdex-main-watch".into())
-                .spawn(move || watch_main(shared, delay))
-                .ok()
-                .map(|handle| handle.thread().clone())
-        });
-        if let Some(thread) = watch {
-            // Pairs with the fence in `watch_main`: either it sees this wait,
-            // or we see it sleeping.
-            fence(Ordering::SeqCst);
-            if self.watch_sleeping.load(Ordering::Relaxed)
-                && self.watch_sleeping.swap(false, Ordering::AcqRel)
-            {
-                thread.unpark();
-            }
         }
     }
 }
@@ -674,77 +487,6 @@ fn drop_orphan(job: Job) {
             crate::diagnostics::panic::PanicSource::Source,
             crate::error::panic_message(&*payload),
         );
-    }
-}
-
-/// The idle watch (X4): reports main-scheduler work that
-/// has waited `delay` for a thread to iterate the default main context,
-/// once per episode. Sleeps for good while there is nothing to watch.
-fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
-    let delay_ticks = crate::util::clock::ticks(delay);
-    let mut reported: Option<u64> = None;
-    loop {
-        let Some(main) = shared.upgrade() else { return };
-        let pending = &main.pending;
-        let waiting = |reported: Option<u64>| {
-            pending.notified.load(Ordering::Acquire)
-                && reported != Some(pending.dispatches.load(Ordering::Acquire))
-        };
-        if !waiting(reported) {
-            main.watch_sleeping.store(true, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-            if !waiting(reported) {
-                drop(main);
-                thread::park();
-            }
-            continue;
-        }
-        let episode = pending.dispatches.load(Ordering::Acquire);
-        let waited = crate::util::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
-        if waited < delay_ticks {
-            let left = delay.mul_f64((delay_ticks - waited) as f64 / delay_ticks as f64);
-            drop(main);
-            thread::sleep(left.max(Duration::from_millis(1)));
-            continue;
-        }
-        reported = Some(episode);
-        glib::g_warning!(
-            "gdex",
-            "main-scheduler work has been waiting for {} ms and no thread has run it: nobody \
-             iterates the default main context (or its loop is blocked). Run the main loop \
-             (a GMainLoop, or a GTK application) on the main thread, or wait with \
-             gdex::block_on, which iterates the default main context there. (Reported once \
-             per wait; GDEX_MAIN_IDLE_WARN_MS sets the delay, 0 turns this off.)",
-            delay.as_millis()
-        );
-    }
-}
-
-/// The `!Send` queues the current thread owns, retired when it exits.
-struct OwnedQueues(RefCell<Vec<(Weak<ContextShared>, Arc<LocalQueue>)>>);
-
-thread_local! {
-    static OWNED_QUEUES: OwnedQueues = const { OwnedQueues(RefCell::new(Vec::new())) };
-}
-
-impl Drop for OwnedQueues {
-    fn drop(&mut self) {
-        for (shared, queue) in self.0.take() {
-            queue.gone.store(true, Ordering::Relaxed);
-            // Pairs with the fence in `push_local`.
-            fence(Ordering::SeqCst);
-            // (A queued job holds its scheduler through its schedule
-            // function: if the scheduler is gone, so are the jobs.)
-            if let Some(shared) = shared.upgrade() {
-                shared
-                    .locals
-                    .lock()
-                    .unpoisoned()
-                    .retain(|q| !Arc::ptr_eq(q, &queue));
-                // On the owner thread: the futures are dropped in place.
-                shared.drain(&queue);
-            }
-        }
     }
 }
 

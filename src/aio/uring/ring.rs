@@ -1,5 +1,6 @@
-//! The io_uring backend: one ring per `GMainContext` that operations are
-//! awaited on, polled by one source on that context.
+//! One context's ring ([`Ring`]): found or made for a context, owned by the
+//! thread that iterates it, turned by its sources, stopped for its owner's
+//! exit, and closed once its last user is gone.
 //!
 //! A ring's state sits behind one mutex. Only the thread that iterates the
 //! context (the pool worker, the main thread) normally takes it, so it is
@@ -7,76 +8,16 @@
 //! task polled on another context watches the ring, the pool's monitor
 //! reaps a stuck worker's ring) and drop operations.
 //!
-//! # Who submits (A2)
-//!
-//! Only the ring's *owner*, the thread that iterates its context (the last
-//! one to run its source), hands requests to the kernel: the kernel ties
-//! the work it queues for a request (its io-wq) to the submitting thread,
-//! and when that thread exits the work ends with a kernel-internal error
-//! (`-ERESTARTSYS`), or the thread's exit waits for it. So an operation is
-//! queued by whatever thread polls it, and submitted by the owner's source
-//! in its `prepare`; another thread that needs the owner (it queued an
-//! operation, or dropped one whose cancel waits) wakes the owner's loop
-//! through a second, ready-time source. A dropped operation in the kernel
-//! is cancelled by a non-owner with `IORING_REGISTER_SYNC_CANCEL`, a
-//! register call that submits nothing (kernels before 6.0: the owner sends
-//! the cancel at its next turn). A thread that exits stops the requests it
-//! submitted first ([`Owned`], [`Ring::stop_for_exit`]): its exit would
-//! otherwise wait for their work (an open of a FIFO waits for the other
-//! end), or the kernel would end them with `-ECANCELED` or a restart code.
-//! An operation stopped so, whose future is still alive, starts again where
-//! it is next polled, as an interrupted system call is restarted; no such
-//! code reaches the user.
-//!
-//! # An operation follows its poller (A2)
-//!
-//! The life of an operation, by its slot in the ring's slab (the slab key is
-//! the request's `user_data`):
-//!
-//! 1. [`InFlight::start`] puts the operation in a slot and at the back of
-//!    the backlog of the ring of the context the polling thread waits on;
-//!    if another thread iterates the context, it wakes it.
-//! 2. The source's `prepare` ([`Hooks::ready`]) moves the backlog into the
-//!    submission queue, as long as fewer requests are in flight than the
-//!    completion queue holds, and submits them all in one `io_uring_enter`:
-//!    this is the batching per loop iteration. The ring's fd polls readable
-//!    while completions wait.
-//! 3. The source's `dispatch` reaps every completion: it stores the result
-//!    in the slot and wakes the slot's waker; then it refills the
-//!    submission queue from the backlog.
-//! 4. The next poll of the future takes the operation and its result out of
-//!    the slot.
-//!
-//! A poll on another context than the ring's (the task moved to another
-//! worker, its pool is gone, a `block_on` loop stopped and the future is
-//! awaited with `wait_for`) moves the operation: one still in the backlog
-//! leaves it and starts again on the poller's ring; one in the kernel stays
-//! there (a request cannot move), and the poller's context watches the old
-//! ring's fd and reaps it, so the completion comes whether or not the old
-//! loop still runs. The pool's monitor hands the backlog of a worker stuck
-//! in one long poll back to its operations' tasks, which then start them
-//! on the peer that runs them.
-//!
-//! Dropping the future before 4 marks the slot dropped: a slot still in the
-//! backlog is freed when the backlog reaches it (its buffer and file at
-//! once); one in flight is cancelled (see above), and the slot (with its
-//! buffer and file) is freed when the kernel's completion comes, whatever
-//! it says; a completed one is freed at once. A ring whose last user is
-//! gone (its source finalized with its context, and no operation left)
-//! cancels what is still in flight and waits for the kernel to complete it
-//! before it frees the buffers and closes the ring.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::task::{Context, Poll, Waker};
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{types, IoUring};
 use slab::Slab;
 
-use super::Operation;
+use super::state::{this_thread, Phase, State};
 use crate::source::{Hooks, SourceRef};
 use crate::util::Unpoisoned;
 
@@ -87,59 +28,6 @@ use crate::util::Unpoisoned;
 /// pipe) completes only when cancelled, so a ring full of them must still
 /// take their cancels. More operations wait in the backlog.
 const ENTRIES: u32 = 256;
-
-/// The `user_data` of cancel requests, whose completions are not
-/// operations'.
-const CANCEL: u64 = u64::MAX;
-
-/// Can this process set up a ring at all? (For [`super::backend`].)
-pub(super) fn probe() -> std::io::Result<()> {
-    IoUring::new(2).map(drop)
-}
-
-/// A number for this thread, unique for the life of the process (0 is no
-/// thread): how a ring knows its owner.
-fn this_thread() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static ME: Cell<u64> = const { Cell::new(0) };
-    }
-    ME.with(|me| {
-        if me.get() == 0 {
-            me.set(NEXT.fetch_add(1, Ordering::Relaxed));
-        }
-        me.get()
-    })
-}
-
-/// Kernel results that say an operation was stopped before it did
-/// anything, not that it failed: `-ECANCELED` (we cancel only dropped
-/// operations, so for a live one the kernel did, at its submitter's exit),
-/// `-EINTR` and the restart codes a signal leaves (`-ERESTARTSYS` and its
-/// kin, which the kernel turns into a restart of a plain system call, but
-/// io_uring hands over as they are). The operation starts again.
-fn stopped_before_it_ran(res: i32) -> bool {
-    const ERESTARTSYS: i32 = 512;
-    const ERESTARTNOINTR: i32 = 513;
-    const ERESTARTNOHAND: i32 = 514;
-    const ERESTART_RESTARTBLOCK: i32 = 516;
-    matches!(
-        -res,
-        libc::ECANCELED
-            | libc::EINTR
-            | ERESTARTSYS
-            | ERESTARTNOINTR
-            | ERESTARTNOHAND
-            | ERESTART_RESTARTBLOCK
-    )
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Submissions on this thread that fail with `EAGAIN` before reaching
-    /// the kernel: how a unit test stands for a kernel short of memory.
-    static FAIL_SUBMITS: Cell<usize> = const { Cell::new(0) };
-}
 
 thread_local! {
     /// The rings this thread has owned, stopped when it exits.
@@ -161,16 +49,16 @@ impl Drop for Owned {
 
 /// One context's ring.
 pub(crate) struct Ring {
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     /// The context's address: with `alive`, how a thread's cache knows the
     /// ring is still its context's.
-    context: usize,
+    pub(super) context: usize,
     /// True until the ring's context is destroyed (cleared as GLib destroys
     /// its sources, before it frees the context: [`AliveGuard`]). Cleared
     /// under the state's lock: while a thread holds the lock and reads it
     /// true, the context's memory is still there; and a live ring whose
     /// context's address is that of a context held is that context's.
-    alive: AtomicBool,
+    pub(super) alive: AtomicBool,
     /// The thread that iterates the context ([`this_thread`]), the last to
     /// run the ring's source: the only one that submits (A2).
     owner: AtomicU64,
@@ -179,45 +67,6 @@ pub(crate) struct Ring {
     /// It holds the ring weakly; the ring holds it, so it can be set after
     /// the context is gone (it then does nothing).
     wake: OnceLock<SourceRef>,
-}
-
-struct State {
-    ring: IoUring,
-    slots: Slab<Slot>,
-    /// Operations not yet handed to the kernel, oldest first.
-    backlog: VecDeque<usize>,
-    /// Slots dropped in flight whose cancel request is not made yet.
-    cancels: Vec<usize>,
-    /// Requests (operations and cancels) in the kernel: submitted or in the
-    /// submission queue, their completion not reaped.
-    in_flight: usize,
-    /// The operations (not cancels) among them: at most `cap / 2`.
-    ops_in_flight: usize,
-    /// The cap on `in_flight`: the completion queue's size.
-    cap: usize,
-}
-
-struct Slot {
-    operation: Option<Operation>,
-    phase: Phase,
-    /// The thread that handed it to the kernel ([`this_thread`]), while
-    /// it is `InKernel`: the kernel ties the request's work to that thread,
-    /// which stops it as it exits, whoever owns the ring then.
-    submitter: u64,
-    waker: Option<Waker>,
-    /// The future is gone: nobody will take the result.
-    dropped: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Backlog,
-    InKernel,
-    Done(i32),
-    /// Out of the backlog and not in the kernel: handed back by the
-    /// monitor, or stopped by the kernel before it ran. Its next poll
-    /// starts it again, on the poller's ring.
-    Adrift,
 }
 
 /// The rings of every context that has one, for the threads whose cache
@@ -234,7 +83,7 @@ thread_local! {
 
 impl Ring {
     /// The ring of `context`, made (with its source) on first use.
-    fn of(context: &glib::MainContext) -> std::io::Result<Arc<Ring>> {
+    pub(super) fn of(context: &glib::MainContext) -> std::io::Result<Arc<Ring>> {
         let address = context.as_ptr() as usize;
         let usable =
             |ring: &Arc<Ring>| ring.context == address && ring.alive.load(Ordering::Acquire);
@@ -321,7 +170,7 @@ impl Ring {
     /// waker that panics goes to the panic handler (X5); the others are
     /// woken all the same (their operations are done, and a lost wake-up
     /// would leave their tasks waiting forever).
-    fn turn(self: &Arc<Self>, owner: bool) {
+    pub(super) fn turn(self: &Arc<Self>, owner: bool) {
         let mut wakers = Vec::new();
         {
             let mut state = self.state.lock().unpoisoned();
@@ -418,21 +267,21 @@ impl Ring {
         }
     }
 
-    fn owned_here(&self) -> bool {
+    pub(super) fn owned_here(&self) -> bool {
         self.owner.load(Ordering::Relaxed) == this_thread()
     }
 
     /// Submits what is queued (the owner only), and if the kernel took
     /// none of it for a passing reason (`EAGAIN`, `EBUSY`), comes back to
     /// it in a millisecond rather than when something else wakes the loop.
-    fn submit(&self, state: &mut State) {
+    pub(super) fn submit(&self, state: &mut State) {
         if state.submit() {
             self.wake_loop_at(state, glib::monotonic_time() + 1000);
         }
     }
 
     /// Wakes the owner's loop (its next turn submits what is queued).
-    fn wake_loop(&self, state: &State) {
+    pub(super) fn wake_loop(&self, state: &State) {
         self.wake_loop_at(state, 0);
     }
 
@@ -467,179 +316,6 @@ impl Ring {
             owner: AtomicU64::new(0),
             wake: OnceLock::new(),
         })
-    }
-}
-
-impl State {
-    /// Hands the kernel what it can take: cancels first, then the backlog,
-    /// up to the cap, in one submission. True if entries were left in the
-    /// submission queue by a passing failure (`EAGAIN`: the kernel is short
-    /// of memory; `EBUSY`: completions must be reaped first), to be
-    /// submitted again soon. `EINTR` is retried at once.
-    fn submit(&mut self) -> bool {
-        let mut queue = self.ring.submission();
-        let mut pushed = 0usize;
-        while self.in_flight < self.cap && !queue.is_full() {
-            let Some(key) = self.cancels.pop() else { break };
-            let entry = opcode::AsyncCancel::new(key as u64)
-                .build()
-                .user_data(CANCEL);
-            // SAFETY: a cancel request refers to no memory.
-            unsafe { queue.push(&entry) }.expect("checked: the queue is not full");
-            self.in_flight += 1;
-            pushed += 1;
-        }
-        // Operations take at most half the cap, so that cancels always find
-        // room: if they do not, at least half the requests in flight are
-        // cancels, which complete at once.
-        while self.in_flight < self.cap && self.ops_in_flight < self.cap / 2 && !queue.is_full() {
-            let Some(key) = self.backlog.pop_front() else {
-                break;
-            };
-            let slot = &mut self.slots[key];
-            if slot.dropped {
-                // Dropped before it was asked for: nothing to wait for.
-                self.slots.remove(key);
-                continue;
-            }
-            let entry = entry(slot.operation.as_mut().expect("queued with its operation"))
-                .user_data(key as u64);
-            // SAFETY: the entry points into the operation's own buffers (and
-            // path), and names its own file; the slot keeps the operation
-            // (so all of them) until the request's completion is reaped,
-            // even if its future is dropped, and nothing moves or resizes
-            // them meanwhile.
-            unsafe { queue.push(&entry) }.expect("checked: the queue is not full");
-            slot.phase = Phase::InKernel;
-            slot.submitter = this_thread();
-            self.in_flight += 1;
-            self.ops_in_flight += 1;
-            pushed += 1;
-        }
-        drop(queue);
-        if pushed == 0 && self.ring.submission().is_empty() {
-            return false;
-        }
-        loop {
-            #[cfg(test)]
-            let injected = FAIL_SUBMITS.with(|fail| {
-                let left = fail.get();
-                fail.set(left.saturating_sub(1));
-                left > 0
-            });
-            #[cfg(not(test))]
-            let injected = false;
-            let submitted = if injected {
-                Err(std::io::Error::from_raw_os_error(libc::EAGAIN))
-            } else {
-                self.ring.submit()
-            };
-            match submitted {
-                Ok(_) => return !self.ring.submission().is_empty(),
-                Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
-                // The kernel is short of memory, or busy with completions:
-                // the entries stay queued and go with the next submission.
-                Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => {
-                    return true
-                }
-                Err(err) => {
-                    glib::g_critical!("gdex", "io_uring submission failed: {}", err);
-                    return !self.ring.submission().is_empty();
-                }
-            }
-        }
-    }
-
-    /// Reaps every completion; gives the wakers of the operations that
-    /// finished.
-    fn reap(&mut self, wakers: &mut Vec<Waker>) {
-        for cqe in self.ring.completion() {
-            self.in_flight -= 1;
-            let key = cqe.user_data();
-            if key == CANCEL {
-                continue;
-            }
-            self.ops_in_flight -= 1;
-            let key = key as usize;
-            let res = cqe.result();
-            let slot = &mut self.slots[key];
-            if slot.dropped {
-                let slot = self.slots.remove(key);
-                // A cancel still waiting to be sent would hit the next
-                // operation given this key.
-                self.cancels.retain(|cancel| *cancel != key);
-                slot.operation
-                    .expect("in flight with its operation")
-                    .discard(res);
-            } else if stopped_before_it_ran(res) {
-                slot.phase = Phase::Adrift;
-                wakers.extend(slot.waker.take());
-            } else {
-                slot.phase = Phase::Done(res);
-                wakers.extend(slot.waker.take());
-            }
-        }
-    }
-
-    fn has_completions(&mut self) -> bool {
-        !self.ring.completion().is_empty()
-    }
-
-    /// Is there anything to hand the kernel: cancels, backlog, or entries
-    /// left in the submission queue by a submission that failed
-    /// (`EAGAIN`, `EBUSY`, `EINTR`), which nothing else would retry?
-    fn has_work(&mut self) -> bool {
-        !self.backlog.is_empty() || !self.cancels.is_empty() || !self.ring.submission().is_empty()
-    }
-}
-
-/// The submission entry of an operation (its `user_data` still unset).
-fn entry(operation: &mut Operation) -> squeue::Entry {
-    match operation {
-        Operation::Open {
-            c_path,
-            flags,
-            mode,
-            blocking,
-            ..
-        } => {
-            let entry = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), c_path.as_ptr())
-                .flags(*flags)
-                .mode(*mode)
-                .build();
-            if *blocking {
-                // Straight to the kernel's worker threads, which open as
-                // `open(2)` does; the first, non-blocking try io_uring
-                // makes otherwise does not wait for a FIFO's partner.
-                entry.flags(squeue::Flags::ASYNC)
-            } else {
-                entry
-            }
-        }
-        Operation::Read { file, buf, offset } => {
-            let len = super::read_len(buf) as u32;
-            // SAFETY: `len` is at most the spare capacity, so the pointer
-            // one past the initialised part is inside the allocation.
-            let spare = unsafe { buf.as_mut_ptr().add(buf.len()) };
-            opcode::Read::new(types::Fd(file.fd.as_raw_fd()), spare, len)
-                .offset(*offset)
-                .build()
-        }
-        Operation::Poll { fd } => {
-            opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32).build()
-        }
-        Operation::Write {
-            file,
-            buf,
-            from,
-            offset,
-        } => opcode::Write::new(
-            types::Fd(file.fd.as_raw_fd()),
-            buf[*from..].as_ptr(),
-            super::write_len(buf, *from) as u32,
-        )
-        .offset(*offset)
-        .build(),
     }
 }
 
@@ -702,17 +378,6 @@ impl Hooks for WakeRing {
         if let Some(ring) = self.0.upgrade() {
             ring.turn(true);
         }
-        true
-    }
-}
-
-/// The hooks of a source that watches another context's ring for an
-/// operation polled here (its task moved): reaps it when completions wait.
-struct WatchRing(Arc<Ring>);
-
-impl Hooks for WatchRing {
-    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
-        self.0.turn(false);
         true
     }
 }
@@ -783,255 +448,16 @@ pub(crate) fn service(context: &glib::MainContext) {
     ring.evict();
 }
 
-/// An operation handed to a ring, as its future holds it.
-pub(crate) struct InFlight {
-    ring: Arc<Ring>,
-    key: usize,
-    /// While the operation is in the kernel on another context's ring than
-    /// the one it is now polled from: a source on the poller's context
-    /// that reaps that ring.
-    watch: Option<Watch>,
-}
-
-/// A source that watches a ring for an operation polled elsewhere, and the
-/// context it is attached to; destroyed when dropped. The context is held,
-/// not its address: a context made later at a dead one's address is
-/// another, whose poll must watch again.
-struct Watch(SourceRef, glib::MainContext);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.0.destroy();
-    }
-}
-
-/// What a poll of an [`InFlight`] gives.
-pub(crate) enum Polled {
-    /// The operation and its result.
-    Done(Operation, i32),
-    /// The operation, not run: start it again where it is polled now.
-    Again(Operation),
-}
-
-impl InFlight {
-    /// Queues `operation` on the ring of the context this thread waits on;
-    /// gives the operation back if that ring cannot be set up (the caller
-    /// then runs it on the blocking lane). `waker` is woken when it
-    /// completes.
-    pub(crate) fn start(operation: Operation, waker: &Waker) -> Result<InFlight, Operation> {
-        let context = crate::future::time::waiting_context();
-        let ring = match Ring::of(&context) {
-            Ok(ring) => ring,
-            Err(err) => {
-                warn_once(&err);
-                return Err(operation);
-            }
-        };
-        // Cloned before the lock: a waker's clone and drop are foreign code.
-        let waker = waker.clone();
-        let key = {
-            let mut state = ring.state.lock().unpoisoned();
-            let key = state.slots.insert(Slot {
-                operation: Some(operation),
-                phase: Phase::Backlog,
-                submitter: 0,
-                waker: Some(waker),
-                dropped: false,
-            });
-            state.backlog.push_back(key);
-            if ring.owned_here() {
-                // We are in one of the context's turns: its next `prepare`
-                // submits it, and a pool worker that runs dry goes back to
-                // its loop at once for it.
-                crate::current::note_loop_work();
-            } else {
-                ring.wake_loop(&state);
-            }
-            key
-        };
-        Ok(InFlight {
-            ring,
-            key,
-            watch: None,
-        })
-    }
-
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Polled> {
-        if let Some(polled) = self.take_if_over() {
-            return Poll::Ready(polled);
-        }
-        // Still waiting. Where is it polled from? (Not under the lock: the
-        // first call may start the `gdex-timers` thread.)
-        let here = crate::future::time::waiting_context();
-        // The ring's context, not one made later at a dead one's address:
-        // `here` is held, so a live ring at its address is its own.
-        let at_home =
-            here.as_ptr() as usize == self.ring.context && self.ring.alive.load(Ordering::Acquire);
-        // The new waker is cloned, and the old one dropped, outside the
-        // lock: dropping a waker may drop what it owns (a simple executor's
-        // task, and with it its future), which may be another operation of
-        // this ring, whose drop takes the lock.
-        let new = cx.waker().clone();
-        let mut state = self.ring.state.lock().unpoisoned();
-        let slot = &mut state.slots[self.key];
-        let old = match slot.phase {
-            Phase::Done(_) | Phase::Adrift => {
-                // Finished (or handed back) meanwhile: take it now.
-                drop(state);
-                drop(new);
-                return self.poll(cx);
-            }
-            Phase::Backlog if !at_home => {
-                // Not asked of the kernel yet: it moves with its task. The
-                // slot stays in the backlog, dropped, until the backlog
-                // reaches it.
-                slot.dropped = true;
-                let operation = slot.operation.take().expect("queued with its operation");
-                let old = slot.waker.take();
-                drop(state);
-                self.key = usize::MAX;
-                self.watch = None;
-                drop((old, new));
-                return Poll::Ready(Polled::Again(operation));
-            }
-            Phase::Backlog | Phase::InKernel => slot.waker.replace(new),
-        };
-        let in_kernel_elsewhere = slot.phase == Phase::InKernel && !at_home;
-        drop(state);
-        drop(old);
-        if !in_kernel_elsewhere {
-            self.watch = None;
-        } else if self.watch.as_ref().map(|watch| &watch.1) != Some(&here) {
-            // In the kernel on a ring whose loop may no longer run: the
-            // completion comes to its fd; watch it from here.
-            let fd = self.ring.state.lock().unpoisoned().ring.as_raw_fd();
-            let source = SourceRef::attach_fd(
-                &here,
-                Box::new(WatchRing(self.ring.clone())),
-                false,
-                fd,
-                glib::IOCondition::IN,
-                c"[gdex aio watch]",
-                glib::ffi::G_PRIORITY_DEFAULT - 1,
-            );
-            self.watch = Some(Watch(source, here));
-            // It may have completed already, before the watch.
-            self.ring.turn(false);
-        }
-        Poll::Pending
-    }
-
-    /// The operation, if it is done or adrift: its slot freed.
-    fn take_if_over(&mut self) -> Option<Polled> {
-        let mut state = self.ring.state.lock().unpoisoned();
-        let res = match state.slots[self.key].phase {
-            Phase::Done(res) => Some(res),
-            Phase::Adrift => None,
-            Phase::Backlog | Phase::InKernel => return None,
-        };
-        let slot = state.slots.remove(self.key);
-        drop(state);
-        // Taken: `Drop` has nothing left to do.
-        self.key = usize::MAX;
-        self.watch = None;
-        let operation = slot.operation.expect("over with its operation");
-        drop(slot.waker);
-        Some(match res {
-            Some(res) => Polled::Done(operation, res),
-            None => Polled::Again(operation),
-        })
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        // Its watch, if any, goes first: it would only reap.
-        self.watch = None;
-        if self.key == usize::MAX {
-            return;
-        }
-        let mut state = self.ring.state.lock().unpoisoned();
-        let slot = &mut state.slots[self.key];
-        // The waker, and what the operation owns, are dropped after the
-        // lock (see `poll`).
-        let waker;
-        let mut released = None;
-        match slot.phase {
-            Phase::Done(res) => {
-                let slot = state.slots.remove(self.key);
-                drop(state);
-                waker = slot.waker;
-                if let Some(operation) = slot.operation {
-                    operation.discard(res);
-                }
-            }
-            Phase::Adrift => {
-                let slot = state.slots.remove(self.key);
-                drop(state);
-                waker = slot.waker;
-                released = slot.operation;
-            }
-            Phase::Backlog => {
-                // Not asked of the kernel: its buffer and file go now, its
-                // slot when the backlog reaches it.
-                slot.dropped = true;
-                waker = slot.waker.take();
-                released = slot.operation.take();
-                drop(state);
-            }
-            Phase::InKernel => {
-                slot.dropped = true;
-                waker = slot.waker.take();
-                // Cancelled now, not at the next turn of the loop: a read of
-                // a stream would take data that comes meanwhile.
-                if self.ring.owned_here() {
-                    state.cancels.push(self.key);
-                    self.ring.submit(&mut state);
-                } else if !sync_cancel(&state, self.key) {
-                    state.cancels.push(self.key);
-                    self.ring.wake_loop(&state);
-                }
-                drop(state);
-            }
-        }
-        drop(waker);
-        drop(released);
-    }
-}
-
-/// Cancels the request `key` from a thread that is not the ring's owner,
-/// without a submission (`IORING_REGISTER_SYNC_CANCEL`, not waiting for it
-/// to end): true if the kernel found it, false if it did not (it completed,
-/// or was not submitted yet) or cannot (a kernel before 6.0), and the
-/// owner must send the cancel.
-fn sync_cancel(state: &State, key: usize) -> bool {
-    let outcome = state.ring.submitter().register_sync_cancel(
-        Some(types::Timespec::new()),
-        types::CancelBuilder::user_data(key as u64),
-    );
-    match outcome {
-        Ok(()) => true,
-        // Found, and told to stop; it ends in its own time.
-        Err(err) => err.raw_os_error() == Some(libc::ETIME),
-    }
-}
-
-fn warn_once(err: &std::io::Error) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        glib::g_warning!(
-            "gdex",
-            "gdex::aio: cannot set up an io_uring ring for this context ({}); its operations run on the blocking lane",
-            err
-        )
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use std::future::Future as _;
 
     use super::*;
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Context, Poll, Waker};
+
+    use super::super::state::FAIL_SUBMITS;
 
     /// The slots a context's ring holds (operations not yet taken).
     fn held(context: &glib::MainContext) -> usize {
@@ -1046,12 +472,12 @@ mod tests {
     /// other thing that would is a 5 s timeout.
     #[test]
     fn a_submission_the_kernel_refused_is_made_again_without_another_wake_up() {
-        if super::super::backend() != super::super::Backend::IoUring {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
             return;
         }
         let path = std::env::temp_dir().join(format!("gdex-uring-retry-{}", std::process::id()));
         std::fs::write(&path, b"retried").unwrap();
-        let file = super::super::File::from(std::fs::File::open(&path).unwrap());
+        let file = crate::aio::File::from(std::fs::File::open(&path).unwrap());
         std::fs::remove_file(&path).unwrap();
         let context = glib::MainContext::new();
         context
@@ -1109,11 +535,11 @@ mod tests {
     #[test]
     #[ignore = "open: an entry left in the submission queue is InKernel for the ring, but only the owner's loop (which no longer runs) would submit it; the poller elsewhere watches a ring that never completes it"]
     fn an_operation_left_in_the_submission_queue_completes_awaited_elsewhere() {
-        if super::super::backend() != super::super::Backend::IoUring {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
             return;
         }
         let (reader, mut writer) = std::io::pipe().unwrap();
-        let file = super::super::File::from(std::os::fd::OwnedFd::from(reader));
+        let file = crate::aio::File::from(std::os::fd::OwnedFd::from(reader));
         let home = glib::MainContext::new();
         let mut read = home
             .with_thread_default(|| {
@@ -1153,7 +579,7 @@ mod tests {
     /// GLib closes just before it frees the context.
     #[test]
     fn a_context_is_not_freed_under_a_thread_that_read_its_ring_alive() {
-        if super::super::backend() != super::super::Backend::IoUring {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
             return;
         }
         let context = glib::MainContext::new();
@@ -1216,7 +642,7 @@ mod tests {
     /// completion comes; the data written afterwards is still in the pipe.
     #[test]
     fn a_read_dropped_in_flight_is_cancelled_and_its_buffer_kept_until_it_completes() {
-        if super::super::backend() != super::super::Backend::IoUring {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
             return; // nothing to cancel on the blocking lane
         }
         let context = glib::MainContext::new();
@@ -1224,7 +650,7 @@ mod tests {
             .with_thread_default(|| {
                 let _owner = context.acquire().unwrap();
                 let (reader, writer) = std::io::pipe().unwrap();
-                let file = super::super::File::from(std::os::fd::OwnedFd::from(reader));
+                let file = crate::aio::File::from(std::os::fd::OwnedFd::from(reader));
                 let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
                 let mut cx = Context::from_waker(Waker::noop());
                 assert!(read.as_mut().poll(&mut cx).is_pending());

@@ -4,6 +4,14 @@
 //! Everything here runs on the worker's own thread, except the checks of
 //! `push_local_if`, `push_pinned_local` and `current_index`, which any
 //! thread may make (they decline on threads that are not the worker).
+//!
+//! The parts: `thread.rs`, the thread's body (its start, its loop, its
+//! exit) and the hooks through which its source, the stall watchdog and
+//! `blocking()` reach it; `fd_poll.rs`, the poll function of its context
+//! (P8).
+
+mod fd_poll;
+mod thread;
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -14,9 +22,10 @@ use crossbeam_deque::Steal;
 use super::parking::{Request, Woke};
 use super::PoolShared;
 use crate::current::{Role, Slot};
-use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
-use crate::util::{steal_one, Unpoisoned};
+use crate::util::steal_one;
+
+pub(crate) use thread::run;
 
 /// Jobs a worker runs per dispatch before it lets its context dispatch due
 /// timers and other sources (P8).
@@ -26,113 +35,6 @@ pub(crate) const SLICE: usize = 32;
 /// timers and sources, even if fewer than [`SLICE`] jobs ran (P8): timeouts
 /// are late by about this much at most under load.
 const SLICE_TIME: std::time::Duration = std::time::Duration::from_micros(100);
-
-/// How often a busy worker's loop turn asks the kernel about its context's
-/// file descriptors (P8): the turns in between skip the `poll(2)` call (see
-/// [`poll_fds`]).
-const FD_POLL_EVERY: std::time::Duration = SLICE_TIME;
-
-/// How many of the fds of the last real poll [`FdPoll`] remembers. GLib
-/// hands the poll function its fds by priority, highest first, so a turn
-/// restricted to high-priority sources asks about a prefix of a full
-/// turn's fds; a worker's context has a handful.
-const FD_POLL_KEPT: usize = 8;
-
-/// The worker's record of its last real poll (see [`poll_fds`]).
-#[derive(Clone, Copy)]
-struct FdPoll {
-    /// When it ran, in clock ticks.
-    last: u64,
-    /// `FD_POLL_EVERY` in clock ticks; 0 (never skip) until the worker
-    /// sets it, so another thread iterating a worker's context always polls.
-    every: u64,
-    /// How many entries of `polled` are valid.
-    kept: usize,
-    /// The fds it asked about, with their events.
-    polled: [(std::os::raw::c_int, u16); FD_POLL_KEPT],
-}
-
-impl FdPoll {
-    /// Was `fd` asked about (for at least these events) in the last poll?
-    fn covers(&self, fd: &glib_sys::GPollFD) -> bool {
-        self.polled[..self.kept]
-            .iter()
-            .any(|&(polled, events)| polled == fd.fd && events & fd.events == fd.events)
-    }
-}
-
-thread_local! {
-    /// This worker's last real poll of its context's fds.
-    static FD_POLL: Cell<FdPoll> = const {
-        Cell::new(FdPoll {
-            last: 0,
-            every: 0,
-            kept: 0,
-            polled: [(0, 0); FD_POLL_KEPT],
-        })
-    };
-}
-
-/// The poll function of a worker's context (`g_main_context_set_poll_func`).
-///
-/// A busy worker hands its loop to GLib after every slice (P8), and GLib
-/// then polls the context's fds with a zero timeout: one syscall per 32
-/// jobs, about a fifth of a yield's cost (the `yield_many` profile).
-/// Everything P8 is for needs no syscall: GLib finds due timeouts, idle
-/// sources and sources attached from other threads (GIO's async results)
-/// in its prepare and check, and the AIO ring's source reads its
-/// completion queue from shared memory. Only fd readiness (sockets, pipes,
-/// `gdex::unix_fd`) needs the kernel, so a zero-timeout poll is skipped
-/// (reporting no fd ready) if a real one asked about every one of its fds
-/// less than [`FD_POLL_EVERY`] ago. A turn that may block (the worker
-/// parks, or waits for a timer) always polls.
-///
-/// Every fd, not just the time: on a turn where a source above the default
-/// priority is ready (the AIO ring's, with completions) GLib asks only
-/// about that priority's fds. Were that poll to count for the next turn's,
-/// a task that computes for more than `FD_POLL_EVERY` between AIO reads
-/// would make each real poll such a turn, and the default-priority fds
-/// would never be polled while it ran
-/// (`tests/attack17.rs::an_fd_is_found_on_a_worker_whose_long_slices_end_in_aio_completions`).
-///
-/// # Safety
-///
-/// GLib calls it as `g_poll`, with `nfds` entries at `fds`.
-unsafe extern "C" fn poll_fds(
-    fds: *mut glib_sys::GPollFD,
-    nfds: std::os::raw::c_uint,
-    timeout: std::os::raw::c_int,
-) -> std::os::raw::c_int {
-    let entries: &mut [glib_sys::GPollFD] = if fds.is_null() || nfds == 0 {
-        &mut []
-    } else {
-        // SAFETY: GLib passes `nfds` valid entries at `fds`, which it does
-        // not touch until we return.
-        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
-    };
-    let mut state = FD_POLL.get();
-    let now = crate::util::clock::now();
-    if timeout == 0
-        && state.every != 0
-        && now.wrapping_sub(state.last) < state.every
-        && entries.iter().all(|fd| state.covers(fd))
-    {
-        // GLib zeroes `revents` before each poll (`g_main_context_query`);
-        // zeroed again here, so this turn never sees a stale one.
-        for fd in entries.iter_mut() {
-            fd.revents = 0;
-        }
-        return 0;
-    }
-    state.last = now;
-    state.kept = entries.len().min(FD_POLL_KEPT);
-    for (kept, fd) in state.polled.iter_mut().zip(entries.iter()) {
-        *kept = (fd.fd, fd.events);
-    }
-    FD_POLL.set(state);
-    // SAFETY: the caller's arguments, as g_poll takes them.
-    unsafe { glib_sys::g_poll(fds, nfds, timeout) }
-}
 
 /// How long a worker that shuts down waits for its cancelled fibers to
 /// return before it drops (unwinds) the rest.
@@ -276,150 +178,6 @@ pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
         Some(core) if std::ptr::eq(Arc::as_ptr(&core.shared), pool) => Some(core.index),
         _ => None,
     })
-}
-
-/// The body of thread `gdex-worker-{index}`.
-pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque::Worker<Job>) {
-    let context = shared.remotes[index].context.clone();
-    let result = context.with_thread_default(|| {
-        // Held for the thread's life: the worker is the context's owner, as
-        // GIO's async calls and glib-rs's source futures expect (P2).
-        let _owner = context
-            .acquire()
-            .expect("a gdex worker's fresh context is acquired by its own thread");
-        let core = Core {
-            shared: shared.clone(),
-            index,
-            local,
-            pinned: Default::default(),
-            pinned_turn: Cell::new(false),
-            searching: Cell::new(false),
-            in_slice: Cell::new(false),
-            woken: Default::default(),
-            slice_ticks: crate::util::clock::ticks(SLICE_TIME),
-            clock_mask: Cell::new(7),
-            runner: crate::diagnostics::stall::Runner::new(
-                format!("gdex-worker-{index}"),
-                shared.stall_threshold(),
-                Some(Box::new(Watched {
-                    pool: Arc::downgrade(&shared),
-                    index,
-                })),
-            ),
-            #[cfg(feature = "tokio")]
-            tokio: Default::default(),
-        };
-        // Left (in reverse order) before `core` drops, also on unwind.
-        let _worker = CURRENT.enter(&core);
-        let _registry = crate::task::registry::enter(Some(&shared.remotes[index].registry));
-        let hooks: &dyn crate::current::WorkerHooks = &core;
-        let _hooks = crate::current::enter_worker_hooks(&hooks);
-        let _runner = crate::diagnostics::stall::enter(&core.runner);
-        let name = c"[gdex-worker]";
-        let source = SourceRef::attach(
-            &context,
-            Box::new(WorkerHooks {
-                shared: shared.clone(),
-                index,
-            }),
-            true,
-            name,
-            glib::ffi::G_PRIORITY_DEFAULT,
-            false,
-        );
-        FD_POLL.set(FdPoll {
-            last: crate::util::clock::now(),
-            every: crate::util::clock::ticks(FD_POLL_EVERY),
-            // Nothing polled yet: the first turn polls.
-            kept: 0,
-            polled: [(0, 0); FD_POLL_KEPT],
-        });
-        // SAFETY: the context is this worker's, alive for the call; the
-        // function has g_poll's signature and contract.
-        unsafe { glib_sys::g_main_context_set_poll_func(context.as_ptr(), Some(poll_fds)) };
-        let counters = &shared.remotes[index].counters;
-        while !shared.closed.load(Ordering::Acquire) {
-            context.iteration(true);
-            counters.context_iterations.bump();
-        }
-        source.destroy();
-        core.finish_fibers();
-        // Shutdown step 3, S9: every task that went idle on this worker is
-        // woken, which queues it here (a pinned one on this very thread),
-        // and dropped with the rest below: its handle resolves.
-        let remote = &shared.remotes[index];
-        for waker in remote.registry.close() {
-            waker.wake();
-        }
-        // What ends with this worker (a scheduler of its context, whose
-        // woken tasks the wake-ups above queued there) drops its tasks
-        // here, on their thread.
-        let retiring: Vec<_> = (remote.retiring.lock().unpoisoned().take())
-            .into_iter()
-            .flatten()
-            .filter_map(|retire| retire.upgrade())
-            .collect();
-        let retire_all = || retiring.iter().for_each(|retire| retire.retire());
-        retire_all();
-        // Shutdown step 3: drop what is left, here (see `drop_queued`).
-        let inbox = &shared.remotes[index].inbox;
-        core.drop_queued();
-        // A wake-up from another thread that straddled the close has marked
-        // its task scheduled but not queued it yet: wait for it to land, so
-        // that a pinned one too is dropped here (see `registry`). A `Send`
-        // one may be queued anywhere: the injector is emptied meanwhile, and
-        // a peer empties its own queues before it exits.
-        if remote.registry.outstanding() > 0 {
-            let deadline = std::time::Instant::now() + crate::task::registry::LATE_WAKE;
-            while remote.registry.outstanding() > 0 && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                shared.drain_injector();
-                core.drop_queued();
-                retire_all();
-            }
-        }
-        retiring.iter().for_each(|retire| retire.finish());
-        drop(retiring);
-        // Shutdown step 5: from now on a pusher to our inbox hands what it
-        // pushed to the reaper; a push that came before the flag is dropped
-        // here.
-        remote.exited.store(true, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        PoolShared::drain(inbox);
-    });
-    if let Err(e) = result {
-        glib::g_critical!(
-            "gdex",
-            "gdex-worker-{} could not own its context: {}",
-            index,
-            e
-        );
-    }
-}
-
-struct WorkerHooks {
-    shared: Arc<PoolShared>,
-    index: usize,
-}
-
-impl Hooks for WorkerHooks {
-    #[inline]
-    fn ready(&self) -> bool {
-        self.shared.parking.should_run(self.index) || self.shared.closed.load(Ordering::Acquire)
-    }
-
-    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
-        // Our tasks record themselves in our registry (S9), also when this
-        // dispatch runs inside another scheduler's, which entered its own.
-        let _registry =
-            crate::task::registry::enter(Some(&self.shared.remotes[self.index].registry));
-        with_current(|core| {
-            if let Some(core) = core {
-                core.run_slice();
-            }
-        });
-        true
-    }
 }
 
 impl Core {
@@ -888,65 +646,5 @@ mod tests {
             .join()
             .unwrap();
         assert_ne!(a, b, "two threads draw the same sequence");
-    }
-}
-
-/// Worker `index` of `pool`, for the stall watchdog.
-struct Watched {
-    pool: std::sync::Weak<PoolShared>,
-    index: usize,
-}
-
-impl crate::diagnostics::stall::Worker for Watched {
-    fn has_peers(&self) -> bool {
-        self.pool.upgrade().is_some_and(|pool| pool.workers() > 1)
-    }
-
-    fn thread_per_core(&self) -> bool {
-        self.pool
-            .upgrade()
-            .is_some_and(|pool| pool.thread_per_core())
-    }
-
-    fn fire_overdue_timers(&self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.fire_overdue_timers(self.index);
-            // Its AIO operations, likewise: a read queued on its ring
-            // would wait for the poll to end before it even started.
-            pool.service_stuck_ring(self.index);
-        }
-    }
-
-    fn help(&self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.help_stuck_worker(self.index);
-        }
-    }
-
-    fn in_blocking(&self) -> bool {
-        self.pool
-            .upgrade()
-            .is_some_and(|pool| pool.in_blocking(self.index))
-    }
-}
-
-/// B5, `gdex::blocking::blocking` on this worker: while it blocks, its
-/// deque is handed to its peers (to the injector, or in thread-per-core mode
-/// to the other workers' inboxes), peers are woken to take it, and the
-/// stall watchdog does not count the wait.
-impl crate::current::WorkerHooks for Core {
-    fn enter_blocking(&self) {
-        // A count, not a flag: declarations nest (a `blocking` inside
-        // another, or two fibers of this worker each inside one).
-        self.shared.remotes[self.index]
-            .in_blocking
-            .fetch_add(1, Ordering::AcqRel);
-        self.offload();
-    }
-
-    fn leave_blocking(&self) {
-        self.shared.remotes[self.index]
-            .in_blocking
-            .fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -1,0 +1,323 @@
+//! What a run queue holds: a [`Job`], a task's `Runnable` or a plain work
+//! item's closure (S3), in two plain words; running one never unwinds.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+
+use super::meta::{owner_of, CURRENT};
+use super::owner::OwnerRef;
+use super::Runnable;
+use crate::diagnostics::panic::PanicSource;
+use crate::error::panic_message;
+
+/// A unit of work in a run queue: a task's `Runnable`, or a plain work item
+/// pushed with [`Scheduler::push`](crate::Scheduler::push) (S3).
+///
+/// Two words, both plain: the task's raw `Runnable` or the work item's
+/// closure (or its box), and the vtable that says which. (It was an enum of
+/// the two. Rust built each one on the stack and copied it into a queue's
+/// slot, or out of one, with a 16-byte load of what two 8-byte stores had
+/// just written: a store-forwarding stall at every push and pop, about 8%
+/// of a fiber switch and of the worker's dispatch loop.)
+pub(crate) struct Job {
+    /// A task's `Runnable::into_raw`, or the closure itself if
+    /// [`WorkOf::INLINE`], else a `Box` of it.
+    data: std::mem::MaybeUninit<usize>,
+    /// [`TASK`] for a task; the closure's [`WorkOf::VTABLE`] otherwise.
+    vtable: &'static WorkVtable,
+}
+
+// SAFETY: a job holds a `Runnable` (which is `Send`: gdex's task metadata is
+// `Send` and `Sync`) or a closure that `Job::work` only takes if `Send`.
+unsafe impl Send for Job {}
+
+/// The vtable of a task's job. `run` and `drop` are never called through
+/// it: `Job::run` and `Job`'s drop tell a task by this address and handle
+/// its `Runnable` themselves.
+static TASK: WorkVtable = WorkVtable {
+    run: |_| unreachable!("a task's job runs through Job::run"),
+    drop: |_| unreachable!("a task's job drops through Job's drop"),
+};
+
+/// How to run or drop the closure a work item's [`Job`] holds, by its type.
+struct WorkVtable {
+    run: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+    drop: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+}
+
+struct WorkOf<F>(std::marker::PhantomData<F>);
+
+impl<F: FnOnce() + Send + 'static> WorkOf<F> {
+    const INLINE: bool = std::mem::size_of::<F>() <= std::mem::size_of::<usize>()
+        && std::mem::align_of::<F>() <= std::mem::align_of::<usize>();
+
+    const VTABLE: WorkVtable = WorkVtable {
+        run: Self::run,
+        drop: Self::drop,
+    };
+
+    /// Moves the closure out of `data` (freeing its box, if it has one).
+    ///
+    /// # Safety
+    /// `data` is the `data` of a live `Job` made by `Job::work::<F>`, and
+    /// that `Job` is never used again.
+    unsafe fn take(data: *mut std::mem::MaybeUninit<usize>) -> F {
+        if Self::INLINE {
+            // SAFETY: `new` wrote an `F` there (it fits, size and alignment),
+            // read out once (caller).
+            unsafe { ptr::read(data.cast::<F>()) }
+        } else {
+            // SAFETY: `new` wrote the pointer of a leaked `Box<F>` there,
+            // taken back once (caller).
+            unsafe { *Box::from_raw(ptr::read(data.cast::<*mut F>())) }
+        }
+    }
+
+    /// # Safety
+    /// As for [`take`](Self::take).
+    unsafe fn run(data: *mut std::mem::MaybeUninit<usize>) {
+        // SAFETY: by the caller.
+        let f = unsafe { Self::take(data) };
+        f()
+    }
+
+    /// # Safety
+    /// As for [`take`](Self::take).
+    unsafe fn drop(data: *mut std::mem::MaybeUninit<usize>) {
+        // SAFETY: by the caller.
+        drop(unsafe { Self::take(data) })
+    }
+}
+
+impl Job {
+    /// The job of a task's `Runnable`.
+    #[inline]
+    pub(crate) fn task(runnable: Runnable) -> Job {
+        let mut data = std::mem::MaybeUninit::<usize>::uninit();
+        // SAFETY: a pointer fits in a `usize`-sized, -aligned word.
+        unsafe {
+            data.as_mut_ptr()
+                .cast::<*mut ()>()
+                .write(runnable.into_raw().as_ptr())
+        }
+        Job {
+            data,
+            vtable: &TASK,
+        }
+    }
+
+    /// The raw `Runnable` a task's job holds.
+    ///
+    /// # Safety
+    /// `self` is a task's job (`is_task`).
+    #[inline]
+    unsafe fn raw_runnable(&self) -> NonNull<()> {
+        // SAFETY: `Job::task` wrote `Runnable::into_raw` there, non-null
+        // (caller: this is a task's job).
+        unsafe { NonNull::new_unchecked(ptr::read(self.data.as_ptr().cast::<*mut ()>())) }
+    }
+
+    /// The job of a work item's closure. Dropped without running (its pool shut down
+    /// first), its captures are dropped under `catch_unwind`, as a cancelled
+    /// task's future is (S6): a destructor's panic goes to the panic handler
+    /// ([`PanicSource::Drop`]). It used to unwind into whoever dropped it: the
+    /// worker's exit (the thread died with the rest of its queue, its `join`
+    /// failed), the thread calling `ThreadPool::shutdown` (the call panicked,
+    /// the injector half drained), the `gdex-reaper` thread (which died of it),
+    /// or a `push` on a closed pool.
+    ///
+    /// A closure that fits in a word (an `Arc` it shares with its pusher, a
+    /// pointer, nothing at all: libdex's `func` and `data`) is kept in the job
+    /// itself; a bigger one is boxed. So the common push allocates nothing:
+    /// in `push_remote` the allocator's `malloc` on the pushing thread and
+    /// `free` on the workers were a third of the profile (S7).
+    pub(crate) fn work<F: FnOnce() + Send + 'static>(f: F) -> Job {
+        let mut data = std::mem::MaybeUninit::<usize>::uninit();
+        if WorkOf::<F>::INLINE {
+            // SAFETY: `F` fits in the word, size and alignment (INLINE).
+            unsafe { data.as_mut_ptr().cast::<F>().write(f) }
+        } else {
+            let boxed = Box::into_raw(Box::new(f));
+            // SAFETY: a pointer fits in a `usize`-sized, -aligned word.
+            unsafe { data.as_mut_ptr().cast::<*mut F>().write(boxed) }
+        }
+        Job {
+            data,
+            vtable: &WorkOf::<F>::VTABLE,
+        }
+    }
+
+    #[inline]
+    fn is_task(&self) -> bool {
+        ptr::eq(self.vtable, &TASK)
+    }
+
+    /// The task's `Runnable`, taken out of the job (which must not be used
+    /// or dropped again).
+    ///
+    /// # Safety
+    /// `self` is a task's job (`is_task`), never used again.
+    #[inline]
+    unsafe fn take_runnable(&mut self) -> Runnable {
+        // SAFETY: `Job::task` stored `Runnable::into_raw` there, taken back
+        // once (caller).
+        unsafe { Runnable::from_raw(self.raw_runnable()) }
+    }
+
+    /// The owner of the task whose job this is (see [`owner_of`]).
+    ///
+    /// # Panics
+    /// If it is a work item's job: schedule functions only queue tasks.
+    pub(crate) fn task_owner(&self) -> OwnerRef {
+        assert!(self.is_task(), "a schedule function only queues tasks");
+        // SAFETY: a task's job holds its `Runnable`, which this borrow of
+        // the job keeps alive; the copy made here is never dropped
+        // (ManuallyDrop, at once), so the job still owns it.
+        let copy = unsafe { Runnable::from_raw(self.raw_runnable()) };
+        owner_of(&std::mem::ManuallyDrop::new(copy))
+    }
+
+    /// Runs the job on the calling thread. Never unwinds: a task's panic is
+    /// already its output, and a work item's panic goes to the panic handler
+    /// (S6, X5).
+    #[inline]
+    pub(crate) fn run(self) {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        if this.is_task() {
+            // SAFETY: a task's job, never used again (ManuallyDrop: no drop).
+            let runnable = unsafe { this.take_runnable() };
+            let running = CURRENT.enter(runnable.metadata());
+            // Neither the poll nor the drop of a gdex task's future
+            // unwinds (CatchUnwind below); this guards the rest.
+            let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
+            drop(running);
+            if let Err(payload) = result {
+                crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+            }
+        } else {
+            let vtable = this.vtable;
+            // SAFETY: `vtable` is the one `work` chose for what `data`
+            // holds, and `this` is never used again (ManuallyDrop: no drop).
+            let run = || unsafe { (vtable.run)(&mut this.data) };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(run)) {
+                crate::diagnostics::panic::report(PanicSource::WorkItem, panic_message(&*payload));
+            }
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if self.is_task() {
+            // SAFETY: a task's job, dropped once, here. (Dropping the
+            // `Runnable` drops the task's future: `CatchUnwind` contains a
+            // panic of its drop.)
+            drop(unsafe { self.take_runnable() });
+            return;
+        }
+        // SAFETY: dropped exactly once, here; `run` forgets `self`.
+        let drop_closure = || unsafe { (self.vtable.drop)(&mut self.data) };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
+            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+        }
+    }
+}
+
+#[cfg(all(test, not(gdex_loom)))]
+mod size_tests {
+    use super::*;
+    use crate::task::builder;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    /// Counts its drops in the `Arc` it holds (one word: kept inline).
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Work items of every storage run once and drop their captures once,
+    /// whether they run or are dropped unrun: a word-sized closure (inline),
+    /// a zero-sized one, a big one and an over-aligned one (boxed).
+    #[test]
+    fn a_work_item_runs_or_drops_its_closure_once_whatever_its_size() {
+        #[repr(align(16))]
+        struct Aligned(#[allow(dead_code)] u8);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let items = |drops: &Arc<AtomicUsize>, runs: &Arc<AtomicUsize>| {
+            let inline = Counted(drops.clone());
+            let r1 = runs.clone();
+            let big = (Counted(drops.clone()), [7u64; 8], runs.clone());
+            let aligned = (Aligned(1), Counted(drops.clone()));
+            let r3 = runs.clone();
+            const { assert!(WorkOf::<fn()>::INLINE) };
+            vec![
+                Job::work(move || {
+                    let _keep = &inline;
+                }),
+                Job::work(move || {
+                    r1.fetch_add(1, Ordering::SeqCst);
+                }),
+                Job::work(move || {
+                    let (_, words, runs) = &big;
+                    assert_eq!(words[7], 7);
+                    runs.fetch_add(1, Ordering::SeqCst);
+                }),
+                Job::work(move || {
+                    let _keep = &aligned;
+                    r3.fetch_add(1, Ordering::SeqCst);
+                }),
+                Job::work(|| {}),
+            ]
+        };
+        for job in items(&drops, &runs) {
+            job.run();
+        }
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (3, 3)
+        );
+        drop(items(&drops, &runs));
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (3, 6)
+        );
+    }
+
+    /// A task's job runs its task once, or, dropped unrun, drops its future
+    /// once: the raw `Runnable` it keeps is taken back exactly once.
+    #[test]
+    fn a_task_job_runs_or_drops_its_task_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        for run in [true, false] {
+            let (counted, r) = (Counted(drops.clone()), runs.clone());
+            let (runnable, task) = builder().spawn(
+                move |_| async move {
+                    let _keep = &counted;
+                    r.fetch_add(1, Ordering::SeqCst);
+                    7
+                },
+                |_| {},
+            );
+            let job = Job::task(runnable);
+            assert!(job.is_task());
+            if run {
+                job.run();
+                assert!(task.is_finished());
+            } else {
+                drop(job);
+            }
+            drop(task);
+        }
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (1, 2)
+        );
+    }
+}
