@@ -1,12 +1,20 @@
-//! S7: spawning is one allocation and one queue push. A counting global
-//! allocator sees how many allocations a spawn makes (queue storage is
-//! amortised: crossbeam's injector allocates a block per 63 pushes). And
-//! AIO's owned buffers are not copied behind the caller's back (A1).
+//! S7: spawning is one allocation and one queue push; and memory follows
+//! what lives (F4). A counting global allocator sees how many allocations a
+//! spawn makes (queue storage is amortised: crossbeam's injector allocates a
+//! block per 63 pushes), and how many bytes stay allocated after many
+//! fibers have finished or been cancelled. And AIO's owned buffers are not
+//! copied behind the caller's back (A1). The counters are process-wide: the
+//! tests take turns.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{serial, wait_until, watchdog, Exits};
+use gdex::{fiber, ThreadPool};
 
 struct Counting;
 
@@ -50,12 +58,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// The counter is process-wide: one counting test at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Holds a 1-worker pool's only worker until the returned sender sends (or
 /// drops), so that what is spawned meanwhile stays queued and the worker
@@ -335,4 +337,60 @@ fn write_all_at_copies_nothing_after_a_short_write() {
             assert_eq!(drain.join().unwrap(), size);
         },
     );
+}
+
+/// Memory: fibers cancelled mid-wait by their handles, fibers cancelled at
+/// their worker's shutdown and detached fibers that finish leave nothing
+/// behind (F4: the slab of booked wakers keeps no task block once its
+/// fiber's future is dropped).
+#[test]
+fn cancelled_and_finished_fibers_leave_no_memory_behind() {
+    let _one = serial();
+    watchdog("cancelled_fibers_leave_no_memory", 120, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let round = |n: usize| {
+            let exits = Exits::default();
+            let started = Arc::new(AtomicUsize::new(0));
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let (exit, st) = (exits.guard(), started.clone());
+                    let f = pool.scheduler().spawn_fiber(move || {
+                        let _exit = exit;
+                        st.fetch_add(1, Ordering::SeqCst);
+                        if i % 2 == 0 {
+                            let _ = fiber::wait_output(std::future::pending::<()>());
+                        } else {
+                            let _ = fiber::wait(glib::timeout_future(Duration::from_millis(1)));
+                        }
+                    });
+                    if i % 2 == 1 {
+                        f.detach();
+                        None
+                    } else {
+                        Some(f)
+                    }
+                })
+                .collect();
+            wait_until(|| started.load(Ordering::SeqCst) == n);
+            drop(handles);
+            wait_until(|| exits.returned() == n);
+            assert_eq!(exits.unwound(), 0);
+        };
+        // Warm up: stacks, slabs, queues reach their sizes.
+        for _ in 0..3 {
+            round(2000);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let before = LIVE.load(Ordering::Relaxed);
+        for _ in 0..10 {
+            round(2000);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let grown = LIVE.load(Ordering::Relaxed) - before;
+        assert!(
+            grown < 64 * 1024,
+            "{grown} bytes more after 20000 cancelled or finished fibers"
+        );
+        pool.shutdown();
+    });
 }
