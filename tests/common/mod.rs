@@ -372,3 +372,39 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Tests that set the process-wide panic handler (`gdex::set_panic_handler`)
+/// take turns with this lock.
+pub fn panic_handler_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sets a panic handler that keeps the messages containing `tag` (all of
+/// them for `""`). Take [`panic_handler_lock`] first.
+pub fn record_panics(tag: &'static str) -> Arc<Mutex<Vec<String>>> {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    gdex::set_panic_handler(move |event| {
+        if event.message.contains(tag) {
+            s.lock().unwrap().push(event.message.clone());
+        }
+    });
+    seen
+}
+
+/// The list-model tests' item (L1): `n` in a `glib::BoxedAnyObject`.
+pub fn boxed(n: u64) -> glib::Object {
+    use glib::prelude::*;
+    glib::BoxedAnyObject::new(n).upcast()
+}
+
+/// The number in the list model's item at `position` (made by [`boxed`]).
+pub fn value_at(model: &gdex::ListModel, position: u32) -> u64 {
+    use gio::prelude::*;
+    *model
+        .item(position)
+        .and_downcast::<glib::BoxedAnyObject>()
+        .expect("a boxed item")
+        .borrow::<u64>()
+}
