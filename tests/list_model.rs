@@ -15,7 +15,7 @@
 //! handlers, a last reference dropped by C code on another thread, a
 //! producer blocked in `send`, the pool shut down and the owner thread
 //! exiting with the model in a thread-local all stop the work and panic
-//! nothing. `tests/list_model_batching.rs` attacks the batching itself.
+//! nothing. `tests/list_model_batching.rs` tests the batching itself.
 
 mod common;
 
