@@ -1,16 +1,21 @@
 //! S7: spawning is one allocation and one queue push; and memory follows
-//! what lives (F4). A counting global allocator sees how many allocations a
-//! spawn makes (queue storage is amortised: crossbeam's injector allocates a
-//! block per 63 pushes), and how many bytes stay allocated after many
-//! fibers have finished or been cancelled. And AIO's owned buffers are not
-//! copied behind the caller's back (A1). The counters are process-wide: the
-//! tests take turns.
+//! what lives (F4, P8). A counting global allocator sees how many
+//! allocations a spawn makes (queue storage is amortised: crossbeam's
+//! injector allocates a block per 63 pushes), and how many bytes stay
+//! allocated after many fibers have finished or been cancelled, and after
+//! a long timer has moved between workers thousands of times (the workers'
+//! timer books keep no entry for where it no longer waits). And AIO's owned
+//! buffers are not copied behind the caller's back (A1). The counters are
+//! process-wide: the tests take turns.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use common::{serial, wait_until, watchdog, Exits};
@@ -392,5 +397,85 @@ fn cancelled_and_finished_fibers_leave_no_memory_behind() {
             "{grown} bytes more after 20000 cancelled or finished fibers"
         );
         pool.shutdown();
+    });
+}
+
+/// A shared `Sleep` polled by `spawn_pinned` tasks on alternating workers.
+fn poll_on(pool: &gdex::ThreadPool, timer: &Arc<Mutex<Pin<Box<gdex::Sleep>>>>) {
+    let timer = timer.clone();
+    let task = pool.spawn_pinned(move || async move {
+        std::future::poll_fn(|cx| {
+            let _ = timer.lock().unwrap().as_mut().poll(cx);
+            Poll::Ready(())
+        })
+        .await
+    });
+    gdex::block_on(task).unwrap();
+}
+
+/// A long timer that keeps moving between workers keeps the timer books
+/// bounded (P8): each attachment has its own token, dropped when the timer
+/// moves. The sequence that grew them: one long timer (an hour) whose task
+/// keeps moving between two workers, as a `timeout(1h, loop { rx.recv() })`
+/// session does when woken from different workers; here `spawn_pinned`
+/// places the polls on worker 0, 1, 0, 1, ... Each poll on the other
+/// context destroys the source, attaches a new one, and `note_timer`s it
+/// again in that worker's `TimerBook`. The entries noted before stay: they
+/// are weak but upgrade (the timer lives) and not raised, so
+/// `TimerBook::note`'s prune keeps them all. The books grow by one entry
+/// per move, for the timer's whole life: not "bounded by twice the live
+/// timers". Measured with a live-byte counting allocator between the
+/// 1,000th and the 11,000th move.
+#[test]
+fn a_long_timer_moving_between_workers_keeps_the_timer_books_bounded() {
+    let _one = serial();
+    watchdog("a_long_timer_that_moves", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+        for _ in 0..1_000 {
+            poll_on(&pool, &timer);
+        }
+        let before = LIVE.load(Ordering::SeqCst);
+        for _ in 0..10_000 {
+            poll_on(&pool, &timer);
+        }
+        let grown = LIVE.load(Ordering::SeqCst) - before;
+        drop(timer);
+        pool.shutdown();
+        assert!(
+            grown < 32 * 1024,
+            "one live timer moved 10,000 times between two workers and the heap grew by \
+             {grown} bytes: every move left a live entry in a TimerBook"
+        );
+    });
+}
+
+/// Control for the test above: the same loop with a fresh timer each time
+/// (dropped after its poll) keeps the books pruned (P8).
+#[test]
+fn held_short_lived_timers_keep_the_timer_books_bounded() {
+    let _one = serial();
+    watchdog("held_short_lived_timers", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        for _ in 0..1_000 {
+            let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+            poll_on(&pool, &timer);
+        }
+        let before = LIVE.load(Ordering::SeqCst);
+        for _ in 0..5_000 {
+            let timer = Arc::new(Mutex::new(Box::pin(gdex::sleep(Duration::from_secs(3600)))));
+            poll_on(&pool, &timer);
+        }
+        let grown = LIVE.load(Ordering::SeqCst) - before;
+        pool.shutdown();
+        assert!(grown < 32 * 1024, "grew by {grown} bytes");
     });
 }

@@ -13,6 +13,9 @@
 //! on a worker whose long slices end in AIO completions; and a nested
 //! non-blocking loop inside a task on a worker still gets a real poll every
 //! 100 µs or so.
+//!
+//! The watchdog's monitor raises the overdue timers of a worker stuck in
+//! one poll; in thread-per-core mode the task stays home all the same (P9).
 
 mod common;
 
@@ -518,5 +521,48 @@ fn a_nested_non_blocking_loop_on_a_worker_finds_its_socket() {
             waited < Duration::from_secs(5),
             "found after {waited:?} ({turns} turns)"
         );
+    });
+}
+
+/// In thread-per-core mode with the watchdog off, a task sleeping behind a
+/// 150 ms poll on its home worker has its overdue timer raised by the
+/// monitor, but stays home (P9): it resumes on its own worker's thread,
+/// after the long poll (P8).
+#[test]
+fn held_a_thread_per_core_sleeper_behind_a_long_poll_stays_home() {
+    watchdog("held_a_thread_per_core_sleeper", 30, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .thread_per_core(true)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let started = Arc::new(AtomicUsize::new(0));
+        let st = started.clone();
+        let outer = s.spawn(async move {
+            let home = std::thread::current().name().map(str::to_owned);
+            let sleeper = gdex::Scheduler::thread_default().unwrap().spawn(async {
+                let before = std::thread::current().name().map(str::to_owned);
+                // Deliberate: the timer under test, overdue behind the
+                // long poll whatever the timing.
+                gdex::sleep(Duration::from_millis(5)).await;
+                (before, std::thread::current().name().map(str::to_owned))
+            });
+            gdex::yield_now().await; // the sleeper polls and waits
+            st.store(1, Ordering::SeqCst);
+            let t = Instant::now();
+            spin(Duration::from_millis(150));
+            (home, sleeper, t)
+        });
+        let (home, sleeper, t) = gdex::block_on(outer).unwrap();
+        let (before, after) = gdex::block_on(sleeper).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(before, home, "spawned home");
+        assert_eq!(
+            after, home,
+            "a thread-per-core task left its worker on a timer raise"
+        );
+        pool.shutdown();
     });
 }
