@@ -1,6 +1,8 @@
-//! `TaskGroup`: memory that follows the live members, and libdex's group
-//! options, cancel-on-error and the current (thread-default) group, on real
-//! pools and threads.
+//! `TaskGroup` (the toolkit's task group, DESIGN "Future toolkit"): memory
+//! that follows the live members, and libdex's group options,
+//! cancel-on-error and the current (thread-default) group, on real pools
+//! and threads. Only a member is in its group: a task that a nested loop
+//! polls inside a member's poll is not.
 
 mod common;
 
