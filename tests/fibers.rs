@@ -1,16 +1,26 @@
 //! Fibers (F1-F6) and pinned `!Send` tasks, on real pools and contexts.
+//!
+//! F4's cancellation lives in the fiber's task block: the handle marks the
+//! task cancelled and wakes it with a waker taken at spawn; a worker shutting
+//! down wakes the fibers booked on its thread; a wait reads both. Handles are
+//! dropped at every distance from a fiber's first suspension, from other
+//! threads, on pools, context schedulers and as local fibers; fibers of
+//! fibers are cancelled through their parents; fibers nobody cancels
+//! (detached, awaited by a `TaskGroup`, kept) are never told they are; pools
+//! shut down under fibers of every kind. Each such test counts how its fibers
+//! left (`common::Exits`): all by their own return, none unwound from outside.
 
 mod common;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
-use gdex::fiber;
+use gdex::{fiber, Error, ThreadPool};
 
-use common::spin;
+use common::{spin, wait_until, watchdog, Exit, Exits, Rng};
 
 /// Keeps every worker of `pool` busy with stealable tasks until `stop`.
 fn load(pool: &gdex::ThreadPool, stop: &Arc<AtomicBool>) {
@@ -582,7 +592,7 @@ fn a_local_fiber_captures_thread_bound_values() {
 /// F3: a future that `fiber::wait` polls is plain async code: a `wait`
 /// inside it gets `NotOnFiber` instead of suspending the fiber in the middle
 /// of that poll (which left the future holding the `Context` of a poll that
-/// had returned by the time the fiber resumed; found by an attack review).
+/// had returned by the time the fiber resumed).
 #[test]
 fn a_wait_inside_a_waited_future_is_not_on_a_fiber() {
     common::watchdog(
@@ -729,4 +739,336 @@ fn shutdown_wakes_fibers_whose_futures_kept_no_waker() {
             }
         },
     );
+}
+
+/// F4's race: handles dropped on the test thread at every distance from
+/// the fiber's first poll and first suspension (before it, during it,
+/// after it), on a pool of two workers. Every fiber's wait on a future that
+/// never wakes returns `Cancelled` and the fiber returns; none hangs, none
+/// is unwound (F4).
+#[test]
+fn handle_drops_racing_the_first_suspension_all_return() {
+    watchdog("handle_drops_racing_the_first_suspension", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let exits = Exits::default();
+        let n = common::stress(400);
+        let (tx, rx) = mpsc::channel();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for i in 0..n {
+            let (exit, tx) = (exits.guard(), tx.clone());
+            let f = pool.scheduler().spawn_fiber(move || {
+                let _exit = exit;
+                let waited = fiber::wait_output(std::future::pending::<()>());
+                tx.send(format!("{waited:?}")).unwrap();
+            });
+            common::spin(Duration::from_micros(rng.next() % (20 + i as u64 % 50)));
+            drop(f);
+        }
+        for _ in 0..n {
+            let got = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a fiber hangs");
+            assert_eq!(got, "Err(Cancelled)");
+        }
+        wait_until(|| exits.returned() == n);
+        assert_eq!(exits.unwound(), 0);
+        pool.shutdown();
+    });
+}
+
+/// The same race on a context scheduler whose context another thread
+/// iterates, and for local fibers of that thread whose handles are sent to
+/// the test thread to be dropped there (F4).
+#[test]
+fn handle_drops_from_another_thread_cancel_context_fibers() {
+    watchdog(
+        "handle_drops_from_another_thread_cancel_context",
+        60,
+        || {
+            let exits = Exits::default();
+            let n = common::stress(200);
+            let (handles_tx, handles_rx) = mpsc::channel::<gdex::Fiber<String>>();
+            let (results_tx, results_rx) = mpsc::channel::<String>();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (e, st) = (exits.clone(), stop.clone());
+            let thread = std::thread::spawn(move || {
+                let context = glib::MainContext::new();
+                context
+                    .with_thread_default(|| {
+                        let s = gdex::Scheduler::for_context(&context);
+                        for i in 0..n {
+                            let (exit, tx) = (e.guard(), results_tx.clone());
+                            let body = move || {
+                                let _exit = exit;
+                                let waited = fiber::wait_output(std::future::pending::<()>());
+                                let _ = tx.send(format!("{waited:?}"));
+                                String::new()
+                            };
+                            let f = if i % 2 == 0 {
+                                s.spawn_fiber(body)
+                            } else {
+                                // A local fiber: its body may be !Send.
+                                let rc = std::rc::Rc::new(());
+                                s.spawn_fiber_local(move || {
+                                    let _rc = rc;
+                                    body()
+                                })
+                            };
+                            if i % 3 == 0 {
+                                common::pump(&context);
+                            }
+                            handles_tx.send(f).unwrap();
+                        }
+                        while !st.load(Ordering::SeqCst) {
+                            common::pump(&context);
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    })
+                    .unwrap();
+            });
+            for _ in 0..n {
+                drop(handles_rx.recv().unwrap());
+            }
+            for _ in 0..n {
+                let got = results_rx
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("a fiber hangs");
+                assert_eq!(got, "Err(Cancelled)");
+            }
+            wait_until(|| exits.returned() == n);
+            stop.store(true, Ordering::SeqCst);
+            thread.join().unwrap();
+            assert_eq!(exits.unwound(), 0);
+        },
+    );
+}
+
+/// Fibers spawned from inside fibers (on the parent's worker, as local
+/// fibers, and anywhere on the pool): dropping the parent's handle cancels
+/// the parent's wait on its children; the parent returns, dropping their
+/// handles, which cancels them in turn. Everybody returns (F4).
+#[test]
+fn fibers_of_fibers_are_cancelled_through_their_parents() {
+    watchdog("fibers_of_fibers_are_cancelled", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let exits = Exits::default();
+        let n = common::stress(50);
+        let started = Arc::new(AtomicUsize::new(0));
+        let parents: Vec<_> = (0..n)
+            .map(|_| {
+                let (exits, started, s) = (exits.clone(), started.clone(), pool.scheduler());
+                pool.scheduler().spawn_fiber(move || {
+                    let _exit = exits.guard();
+                    let child = |exit: Exit, started: Arc<AtomicUsize>| {
+                        move || {
+                            let _exit = exit;
+                            started.fetch_add(1, Ordering::SeqCst);
+                            let waited = fiber::wait_output(std::future::pending::<()>());
+                            assert!(matches!(waited, Err(Error::Cancelled)), "{waited:?}");
+                        }
+                    };
+                    let local = s.spawn_fiber_local(child(exits.guard(), started.clone()));
+                    let far = s.spawn_fiber(child(exits.guard(), started.clone()));
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let waited = fiber::wait(local);
+                    assert!(matches!(waited, Err(Error::Cancelled)), "{waited:?}");
+                    drop(far);
+                })
+            })
+            .collect();
+        wait_until(|| started.load(Ordering::SeqCst) == 3 * n);
+        drop(parents);
+        wait_until(|| exits.returned() + exits.unwound() == 3 * n);
+        assert_eq!(exits.unwound(), 0);
+        pool.shutdown();
+    });
+}
+
+/// Nobody cancels a detached fiber, nor one a `TaskGroup` member awaits, nor
+/// one whose handle is kept: each waits on many tasks and yields, and none
+/// of its waits returns `Cancelled`; its task's cancellable stays
+/// uncancelled (F4).
+#[test]
+fn fibers_nobody_cancels_are_never_told_they_are() {
+    watchdog("fibers_nobody_cancels", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let n = common::stress(60);
+        let body = |s: gdex::Scheduler| {
+            move || -> Result<usize, Error> {
+                let mut sum = 0;
+                for i in 0..20 {
+                    sum += fiber::wait(s.spawn(async move { i }))?;
+                    fiber::yield_fiber()?;
+                    fiber::wait(glib::timeout_future(Duration::from_micros(50)))?;
+                }
+                let cancellable = gdex::current_cancellable().expect("in a task");
+                assert!(!gio::prelude::CancellableExt::is_cancelled(&cancellable));
+                Ok(sum)
+            }
+        };
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..n {
+            let (tx, b) = (tx.clone(), body(pool.scheduler()));
+            pool.scheduler()
+                .spawn_fiber(move || tx.send(b()).unwrap())
+                .detach();
+        }
+        let group = gdex::TaskGroup::<Result<usize, Error>>::builder()
+            .scheduler(pool.scheduler())
+            .keep_results(true)
+            .build();
+        for _ in 0..n {
+            let fiber = pool.scheduler().spawn_fiber(body(pool.scheduler()));
+            group.spawn(async move { fiber.await? }).unwrap();
+        }
+        let kept: Vec<_> = (0..n)
+            .map(|_| pool.scheduler().spawn_fiber(body(pool.scheduler())))
+            .collect();
+        for _ in 0..n {
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap(),
+                190
+            );
+        }
+        for result in gdex::block_on(group.close_with_results()) {
+            assert_eq!(result.unwrap(), 190);
+        }
+        for fiber in kept {
+            assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 190);
+        }
+        pool.shutdown();
+    });
+}
+
+/// At shutdown, fibers of every kind on a worker (spawned on the pool,
+/// local fibers spawned by them, detached ones, ones whose first poll comes
+/// during the shutdown) return through their own code; none is unwound
+/// (F4, S9).
+#[test]
+fn shutdown_returns_fibers_of_every_kind() {
+    watchdog("shutdown_returns_fibers_of_every_kind", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let exits = Exits::default();
+        let n = common::stress(40);
+        let started = Arc::new(AtomicUsize::new(0));
+        let mut kept = Vec::new();
+        for i in 0..n {
+            let (exits, started, s) = (exits.clone(), started.clone(), pool.scheduler());
+            let f = pool.scheduler().spawn_fiber(move || {
+                let _exit = exits.guard();
+                let (e, st) = (exits.clone(), started.clone());
+                let local = s.spawn_fiber_local(move || {
+                    let _exit = e.guard();
+                    st.fetch_add(1, Ordering::SeqCst);
+                    loop {
+                        if fiber::yield_fiber().is_err() {
+                            break;
+                        }
+                        if fiber::wait(glib::timeout_future(Duration::from_millis(5))).is_err() {
+                            break;
+                        }
+                    }
+                });
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = fiber::wait(local);
+                // Cancelled: wait on more (each returns at once).
+                let _ = fiber::wait(std::future::pending::<()>());
+                let _ = fiber::yield_fiber();
+            });
+            if i % 2 == 0 {
+                f.detach();
+            } else {
+                kept.push(f);
+            }
+        }
+        wait_until(|| started.load(Ordering::SeqCst) == 2 * n);
+        pool.shutdown();
+        assert_eq!(exits.unwound(), 0, "fibers unwound at shutdown");
+        assert_eq!(exits.returned(), 2 * n);
+        for f in kept {
+            assert!(gdex::block_on(f).is_ok());
+        }
+    });
+}
+
+/// A fiber on a context scheduler whose `Scheduler` handles are all gone:
+/// its handle's drop still reaches it (the task's waker keeps its
+/// scheduler's queue), and it returns on the context's next turns (F4).
+#[test]
+fn a_fiber_outliving_its_context_scheduler_handle_is_cancelled() {
+    watchdog("a_fiber_outliving_its_context_scheduler_handle", 60, || {
+        let exits = Exits::default();
+        common::on_own_context(|context| {
+            let s = gdex::Scheduler::for_context(context);
+            let (started_tx, started_rx) = mpsc::channel();
+            let exit = exits.guard();
+            let f = s.spawn_fiber(move || {
+                let _exit = exit;
+                started_tx.send(()).unwrap();
+                fiber::wait_output(std::future::pending::<()>())
+            });
+            common::pump_polling(context, || started_rx.try_recv().is_ok());
+            drop(s);
+            common::pump(context);
+            drop(f);
+            assert!(common::pump_for(context, Duration::from_secs(5), || exits
+                .returned()
+                == 1));
+        });
+        assert_eq!(exits.unwound(), 0);
+    });
+}
+
+/// With the task dump on (X8), a fiber's task polls its future with a
+/// marking waker, which is what its handle-free cancellation books on its
+/// worker: fibers cancelled by their handles and by their worker's shutdown
+/// still all return (F4, X8). In a child process: the task dump, once on,
+/// stays on, and the other tests of this binary run with it off.
+#[test]
+fn tracked_fibers_are_cancelled_by_handle_and_by_shutdown() {
+    let (status, out) = common::run_child(
+        "child_tracked_fibers_are_cancelled_by_handle_and_by_shutdown",
+        &[],
+        90,
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the child failed: {status:?}\n{out}"
+    );
+}
+
+#[test]
+#[ignore = "run by tracked_fibers_are_cancelled_by_handle_and_by_shutdown"]
+fn child_tracked_fibers_are_cancelled_by_handle_and_by_shutdown() {
+    if !common::is_child() {
+        return;
+    }
+    watchdog("tracked_fibers_are_cancelled", 60, || {
+        gdex::enable_task_dump();
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let exits = Exits::default();
+        let n = common::stress(100);
+        let started = Arc::new(AtomicUsize::new(0));
+        let mut kept = Vec::new();
+        for i in 0..n {
+            let (exit, st) = (exits.guard(), started.clone());
+            let f = pool.scheduler().spawn_fiber(move || {
+                let _exit = exit;
+                st.fetch_add(1, Ordering::SeqCst);
+                let waited = fiber::wait_output(std::future::pending::<()>());
+                assert!(matches!(waited, Err(Error::Cancelled)), "{waited:?}");
+            });
+            if i % 2 == 0 {
+                kept.push(f);
+            }
+        }
+        wait_until(|| started.load(Ordering::SeqCst) == n);
+        wait_until(|| exits.returned() == n - kept.len());
+        pool.shutdown();
+        assert_eq!(exits.returned(), n);
+        assert_eq!(exits.unwound(), 0);
+        for f in kept {
+            assert!(gdex::block_on(f).is_ok());
+        }
+    });
 }

@@ -1,11 +1,13 @@
-//! `TaskGroup`: memory that follows the live members, and libdex's group
-//! options, cancel-on-error and the current (thread-default) group, on real
-//! pools and threads.
+//! `TaskGroup` (the toolkit's task group, DESIGN "Future toolkit"): memory
+//! that follows the live members, and libdex's group options,
+//! cancel-on-error and the current (thread-default) group, on real pools
+//! and threads. Only a member is in its group: a task that a nested loop
+//! polls inside a member's poll is not.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{stress, wait_until, watchdog, Counted};
@@ -465,4 +467,49 @@ fn a_task_polled_in_a_members_nested_loop_is_no_member() {
             })
         },
     );
+}
+
+/// `TaskGroup::current()` is `None` in a task polled inside a member's
+/// nested loop: it checks the running task too. The sequence that leaked
+/// the group: a `TaskGroup<()>` on the main scheduler; its member calls
+/// `gdex::block_on` (S8: a nested `block_on` on the main thread runs other
+/// main tasks). An unrelated main task, not a member of any group, runs
+/// inside that nested loop and asks `TaskGroup::<()>::current()`. The
+/// group's `CURRENT` thread-local was set by `Member::poll` around the
+/// whole poll of the outer member and is never cleared for tasks polled
+/// inside it, so the stranger gets the outer group (and could spawn members
+/// into a group it does not belong to); asking for another output type
+/// panics with "the running member belongs to a TaskGroup<()>" in a task
+/// that is no member at all. Expected: `None` in a non-member task.
+#[test]
+fn task_group_current_is_none_in_tasks_polled_inside_a_member() {
+    watchdog("task_group_current_leaks", 30, || {
+        common::on_main(|| {
+            let group = gdex::TaskGroup::<()>::on(gdex::Scheduler::main());
+            let seen = Arc::new(Mutex::new(None::<(bool, bool)>));
+            let s2 = seen.clone();
+            group
+                .spawn(async move {
+                    let stranger = gdex::Scheduler::main().spawn(async {
+                        let same_type = gdex::TaskGroup::<()>::current().is_some();
+                        let other_type = std::panic::catch_unwind(|| {
+                            gdex::TaskGroup::<Result<(), gdex::Error>>::current().is_some()
+                        })
+                        .is_err();
+                        (same_type, other_type)
+                    });
+                    let got = gdex::block_on(stranger).unwrap();
+                    *s2.lock().unwrap() = Some(got);
+                })
+                .unwrap();
+            gdex::block_on(group.close()).unwrap();
+            let (same_type, other_type_panicked) = seen.lock().unwrap().expect("member ran");
+            assert!(
+                !same_type && !other_type_panicked,
+                "a task that belongs to no group, polled inside a member's nested block_on, \
+                 saw TaskGroup::<()>::current() = Some: {same_type}, and \
+                 TaskGroup::<Result<..>>::current() panicked: {other_type_panicked}"
+            );
+        });
+    });
 }

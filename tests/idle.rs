@@ -1,6 +1,7 @@
 //! P7: an idle pool's workers park in their contexts' poll and cost almost
-//! nothing, also while 100 tasks wait for file descriptors (G2). Alone in its own test binary so that no other test's threads
-//! count against the process CPU time it measures.
+//! nothing, also while 100 tasks wait for file descriptors (G2). Alone in
+//! its own test binary so that no other test's threads count against the
+//! process CPU time it measures.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! `Limiter` and `Semaphore`: slots held by pool work, shared drains, what
-//! counts as queued, and permits added in bulk.
+//! `Limiter` and `Semaphore` (the toolkit's, DESIGN "Future toolkit"):
+//! slots held by pool work, shared drains, what counts as queued, and
+//! permits added in bulk.
 
 mod common;
 

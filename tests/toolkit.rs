@@ -1,17 +1,22 @@
 //! The future toolkit (DESIGN "Future toolkit"): promises, future sets,
 //! timers, delayed results, unix signals, channels, semaphores, limiters
 //! and task groups, on real schedulers and threads.
+//!
+//! A wake-up that a primitive makes under its own lock (a channel's send, a
+//! semaphore's permit, a promise's resolve) returns during a pool's
+//! shutdown (S9): the woken job, which the closed pool may not run, goes to
+//! the `gdex-reaper` thread instead of being dropped inside that lock.
 
 mod common;
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::{on_main, stress, wait_until, watchdog, Counted};
+use common::{on_main, spin, stress, wait_until, watchdog, Counted, Rng};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -377,17 +382,6 @@ fn unix_signal_arrives_through_the_main_context() {
             "{message}"
         );
     });
-}
-
-/// A small xorshift generator: reproducible randomness without a crate.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Cancel safety: a channel of capacity 1 with 4 producers and 4 consumers
@@ -877,4 +871,126 @@ fn a_channel_end_dropped_during_thread_teardown_does_not_panic() {
         1,
         "the receiver's drop panicked"
     );
+}
+
+/// A wake-up made during a pool's shutdown returns (S9): the woken job,
+/// which the closed pool may not run, goes to the `gdex-reaper` thread
+/// instead of being dropped inside the waker's lock. The sequence that
+/// deadlocked the sender: a pool task waits in `rx.recv()`; its only worker
+/// sits in a long poll; another thread calls `pool.shutdown()` (so `closed`
+/// is set); then a plain thread `try_send`s an item. `State::push` wakes
+/// the waiting receive *under the channel's lock*; the task's schedule
+/// function, off the pool, pushes to the injector, finds the pool closed
+/// and drops the job there (shutdown step 5), on the sender's thread, still
+/// inside the lock: the `Runnable` drops the task's future, whose
+/// `RecvFuture::drop` (key set: it was just notified) takes the same
+/// channel lock. The sender deadlocked on itself. (Every toolkit primitive
+/// that wakes under its own lock had the same hole: `Semaphore` permits,
+/// `Limiter` tickets.)
+#[test]
+fn a_channel_send_during_pool_shutdown_returns() {
+    watchdog("channel_send_during_pool_shutdown", 30, || {
+        let (tx, rx) = gdex::channel::<u32>(4);
+        let ok = wake_during_shutdown(
+            async move {
+                let _ = rx.recv().await;
+            },
+            move || {
+                let _ = tx.try_send(1);
+            },
+        );
+        assert!(
+            ok,
+            "try_send during pool shutdown never returned: the sender deadlocked on the \
+             channel's own lock (the woken task was dropped inside it)"
+        );
+    });
+}
+
+/// The setup of the wake-ups during shutdown: a one-worker pool whose task
+/// waits on `wait`; the worker stuck in a 500 ms poll; `shutdown()` begun
+/// on another thread; then `wake` runs on a plain thread. True if `wake`
+/// returned within 3 s.
+fn wake_during_shutdown<W: Future + Send + 'static>(
+    wait: W,
+    wake: impl FnOnce() + Send + 'static,
+) -> bool {
+    let pool = gdex::ThreadPool::builder()
+        .workers(1)
+        .stall_threshold(Duration::ZERO)
+        .build()
+        .unwrap();
+    let s = pool.scheduler();
+    let polled = Arc::new(AtomicUsize::new(0));
+    let waiter = s.spawn(common::after_first_poll(&polled, async move {
+        wait.await;
+    }));
+    // The waiter waits on `wait` (instead of a 50 ms sleep).
+    common::wait_until(|| polled.load(Ordering::SeqCst) == 1);
+    let spinning = Arc::new(AtomicBool::new(false));
+    let flag = spinning.clone();
+    let long = s.spawn(async move {
+        flag.store(true, Ordering::SeqCst);
+        spin(Duration::from_millis(500));
+    });
+    common::wait_until(|| spinning.load(Ordering::SeqCst));
+    let closer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.shutdown())
+    };
+    common::wait_until(|| pool.is_closed());
+    let (done, returned) = mpsc::channel();
+    std::thread::spawn(move || {
+        wake();
+        let _ = done.send(());
+    });
+    // Deliberate: the 3 s bound is the check (a deadlocked `wake` never
+    // returns); a correct one returns at once.
+    let ok = returned.recv_timeout(Duration::from_secs(3)).is_ok();
+    closer.join().unwrap();
+    drop((long, waiter));
+    ok
+}
+
+/// Same hole as `a_channel_send_during_pool_shutdown_returns`
+/// in `Semaphore`: dropping a `Permit` wakes the waiting `acquire` under
+/// the semaphore's lock; the task is dropped inline (pool closed), and its
+/// `Acquire::drop` (key set, notified) takes the same lock (S9).
+#[test]
+fn a_permit_drop_during_pool_shutdown_returns() {
+    watchdog("permit_drop_during_pool_shutdown", 30, || {
+        let sem = gdex::Semaphore::new(1);
+        let permit = sem.try_acquire().unwrap();
+        let s2 = sem.clone();
+        let ok = wake_during_shutdown(
+            async move {
+                let _ = s2.acquire().await;
+            },
+            move || drop(permit),
+        );
+        assert!(
+            ok,
+            "dropping a Permit during pool shutdown deadlocked on the semaphore's lock"
+        );
+    });
+}
+
+/// Same hole in `Promise`: `resolve` wakes the waiters under the promise's
+/// lock (`Inner::complete`); the task is dropped inline and
+/// `PromiseFuture::drop` takes the same lock (S9).
+#[test]
+fn a_promise_resolve_during_pool_shutdown_returns() {
+    watchdog("promise_resolve_during_pool_shutdown", 30, || {
+        let (promise, future) = gdex::Promise::<u32>::new();
+        let ok = wake_during_shutdown(
+            async move {
+                let _ = future.await;
+            },
+            move || promise.resolve(7),
+        );
+        assert!(
+            ok,
+            "Promise::resolve during pool shutdown deadlocked on the promise's lock"
+        );
+    });
 }

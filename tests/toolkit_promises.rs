@@ -1,10 +1,11 @@
-//! The toolkit, and `blocking::blocking`, keep the promises their docs
-//! make: a cancelled `Cancellable::run` never starts its future, the
-//! channel serves waiters in arrival order even when `try_recv`/`try_send`
-//! race a woken waiter, a `BlockingPool` close future holds one waker
-//! however often it is polled, a late clone of a `PromiseFuture` resolves
-//! instead of panicking, and a one-worker pool's queue waits behind
-//! `blocking`, as documented.
+//! The future toolkit (DESIGN "Future toolkit"), `BlockingPool` (B3) and
+//! `blocking::blocking` (B5) keep the promises their docs make: a
+//! cancelled `Cancellable::run` never starts its future, the channel serves
+//! waiters in arrival order even when `try_recv`/`try_send` race a woken
+//! waiter, a `BlockingPool` close future holds one waker however often it
+//! is polled, a late clone of a `PromiseFuture` resolves instead of
+//! panicking, and a one-worker pool's queue waits behind `blocking`, as
+//! documented.
 
 mod common;
 

@@ -335,3 +335,102 @@ pub fn tick_counter(context: &glib::MainContext) -> (Arc<AtomicUsize>, glib::Sou
     timer.attach(Some(context));
     (ticks, timer)
 }
+
+/// One test at a time in this binary: for tests that read a process-wide
+/// counter (a counting global allocator's) or want the machine's cores to
+/// themselves (a bound on a hand-over's delay).
+pub fn serial() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts how fibers (or any code holding one of its guards) left: by their
+/// own return, or unwound from outside (the guard's drop while suspended:
+/// `std::thread::panicking()` during a forced unwind).
+#[derive(Clone, Default)]
+pub struct Exits {
+    returned: Arc<AtomicUsize>,
+    unwound: Arc<AtomicUsize>,
+}
+
+/// A guard of [`Exits`]: its drop counts how its holder left.
+pub struct Exit(Exits);
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.unwound.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.0.returned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Exits {
+    /// A guard to hold until the fiber leaves.
+    pub fn guard(&self) -> Exit {
+        Exit(self.clone())
+    }
+    /// How many left by their own return.
+    pub fn returned(&self) -> usize {
+        self.returned.load(Ordering::SeqCst)
+    }
+    /// How many were unwound from outside.
+    pub fn unwound(&self) -> usize {
+        self.unwound.load(Ordering::SeqCst)
+    }
+}
+
+/// A small xorshift generator: reproducible randomness without a crate
+/// (the same run for the same seed, which must not be zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Tests that set the process-wide panic handler (`gdex::set_panic_handler`)
+/// take turns with this lock.
+pub fn panic_handler_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sets a panic handler that keeps the messages containing `tag` (all of
+/// them for `""`). Take [`panic_handler_lock`] first.
+pub fn record_panics(tag: &'static str) -> Arc<Mutex<Vec<String>>> {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    gdex::set_panic_handler(move |event| {
+        if event.message.contains(tag) {
+            s.lock().unwrap().push(event.message.clone());
+        }
+    });
+    seen
+}
+
+/// The list-model tests' item (L1): `n` in a `glib::BoxedAnyObject`.
+pub fn boxed(n: u64) -> glib::Object {
+    use glib::prelude::*;
+    glib::BoxedAnyObject::new(n).upcast()
+}
+
+/// The number in the list model's item at `position` (made by [`boxed`]).
+pub fn value_at(model: &gdex::ListModel, position: u32) -> u64 {
+    use gio::prelude::*;
+    *model
+        .item(position)
+        .and_downcast::<glib::BoxedAnyObject>()
+        .expect("a boxed item")
+        .borrow::<u64>()
+}

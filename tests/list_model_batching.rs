@@ -1,62 +1,34 @@
-//! Attack 18b: `gdex::ListModel`'s batching (L1: 5164050, a9a04be). The
-//! feed drains the stream into an unmapped backlog, emits a batch at most
-//! once per batch interval (a `gdex::sleep` timer), sizes batches to the
-//! frame budget from the last batch's cost per item, and holds a stream's
-//! panic until the items before it are appended. Attacked here: odd streams
-//! (ready / pending / ended, spurious wake-ups, a forgotten waker, slow
-//! polls), odd bounds (zero, huge, changed from a handler or from outside
-//! while the feed sleeps), re-entrancy, panics, the model or its thread
-//! going while the feed sleeps on its timer, and memory.
+//! L1's batching: the feed drains the stream into an unmapped backlog,
+//! emits a batch at most once per batch interval (a `gdex::sleep` timer),
+//! sizes batches to the frame budget from the last batch's cost per item,
+//! and holds a stream's panic until the items before it are appended.
+//! Checked against odd streams (ready, pending or ended; spurious wake-ups,
+//! a forgotten waker, slow polls), odd bounds (zero, huge, changed from a
+//! handler or from outside while the feed sleeps), re-entrancy, panics, and
+//! the model, its pool or its thread going while the feed sleeps on its
+//! timer. `tests/list_model.rs` has the model's other promises.
 
 mod common;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use common::{is_child, on_own_context, pump_for, pump_polling, run_child, watchdog, Counted};
+use common::{
+    boxed, is_child, on_own_context, panic_handler_lock, pump_for, pump_polling, record_panics,
+    run_child, value_at, watchdog, Counted, Rng,
+};
 use futures::StreamExt;
 use gdex::gio::prelude::*;
 use gdex::glib;
 use gdex::glib::translate::ToGlibPtr;
 use gdex::{ListModel, Scheduler, ThreadPool};
 
-/// This binary's tests that set the process-wide panic handler take turns.
-fn panic_handler_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Sets a panic handler that keeps the messages containing `tag` (all of
-/// them for `""`).
-fn record_panics(tag: &'static str) -> Arc<Mutex<Vec<String>>> {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    gdex::set_panic_handler(move |event| {
-        if event.message.contains(tag) {
-            s.lock().unwrap().push(event.message.clone());
-        }
-    });
-    seen
-}
-
-fn boxed(n: u64) -> glib::Object {
-    glib::BoxedAnyObject::new(n).upcast()
-}
-
 fn ty() -> glib::Type {
     glib::BoxedAnyObject::static_type()
-}
-
-fn value_at(model: &ListModel, position: u32) -> u64 {
-    *model
-        .item(position)
-        .and_downcast::<glib::BoxedAnyObject>()
-        .expect("a boxed item")
-        .borrow::<u64>()
 }
 
 /// The model holds exactly `0..count`, in order.
@@ -92,16 +64,61 @@ fn next_timeout(context: &glib::MainContext) -> Option<Duration> {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Bugs
-// ---------------------------------------------------------------------------
+/// The items before a panic are kept. The feed holds items that arrive
+/// within a batch interval unmapped (L1's batching): a stream that panics
+/// after giving ten must not take those ten with it, nor a `map` that
+/// panics on the sixth item take the five it made (L1, X5).
+#[test]
+fn the_items_before_a_panic_in_the_stream_or_map_are_in_the_model() {
+    let _lock = panic_handler_lock();
+    watchdog("the_items_before_a_panic_are_in_the_model", 60, || {
+        let seen = record_panics("batching: items before");
+        on_own_context(|context| {
+            // The stream: one item at once, nine a moment later (so they
+            // wait for the next batch, a second away), then a panic.
+            let stream = futures::stream::unfold(0u64, |n| async move {
+                match n {
+                    0 => {}
+                    1 => gdex::sleep(Duration::from_millis(5)).await,
+                    10 => panic!("batching: items before the stream's panic"),
+                    _ => {}
+                }
+                Some((n, n + 1))
+            });
+            let model = ListModel::from_stream(ty(), stream, boxed);
+            model.set_batch_interval(Duration::from_secs(1));
+            pump_for(context, Duration::from_secs(5), || model.is_complete());
+            assert!(
+                model.is_complete(),
+                "the stream's panic completes the model"
+            );
+            assert_eq!(
+                model.n_items(),
+                10,
+                "the items the stream gave before its panic"
+            );
 
-/// FIXED. A huge batch interval (`Duration::MAX`: "never by time, only when
+            let model = ListModel::from_stream(ty(), futures::stream::iter(0..10u64), |n| {
+                if n == 5 {
+                    panic!("batching: items before map's panic");
+                }
+                boxed(n)
+            });
+            pump_for(context, Duration::from_secs(5), || model.is_complete());
+            assert!(model.is_complete(), "map's panic completes the model");
+            assert_eq!(model.n_items(), 5, "the items map made before its panic");
+        });
+        gdex::reset_panic_handler();
+        assert_eq!(seen.lock().unwrap().len(), 2, "each panic reported once");
+    });
+}
+
+/// A huge batch interval (`Duration::MAX`: "never by time, only when
 /// the stream ends, the backlog is full or the budget calls") made the feed
 /// panic after its first batch: `Instant::now() + interval` overflows. The
 /// panic went to the handler and the model completed with that first batch:
 /// the rest of the stream was lost. The items now wait, the stream's end
-/// flushes them at once, and nothing panics.
+/// flushes them at once, and nothing panics (L1).
 #[test]
 fn a_huge_batch_interval_waits_but_never_overflows() {
     let _lock = panic_handler_lock();
@@ -142,7 +159,7 @@ fn a_huge_batch_interval_waits_but_never_overflows() {
 /// a plain cast truncated it to an arbitrary size (one item, at worst; a
 /// probe: the sizes it gave here happened to be large). 5,000 ready
 /// items go in the cap's steps (16, 64, 256, 1,024, the rest): a handful
-/// of batches.
+/// of batches (L1).
 #[test]
 fn a_budget_of_years_sizes_batches_by_the_cap_alone() {
     watchdog("a_budget_of_years", 60, || {
@@ -163,7 +180,7 @@ fn a_budget_of_years_sizes_batches_by_the_cap_alone() {
     });
 }
 
-/// FIXED. A stream that is always ready but slower than the budget allows
+/// A stream that is always ready but slower than the budget allows
 /// (work done on the owner thread, 1 ms an item; map and handlers cheap):
 /// the drain spent the whole budget taking items, and a batch due then got
 /// what was left of it, nothing: one item a batch (the minimum). Each turn
@@ -172,7 +189,7 @@ fn a_budget_of_years_sizes_batches_by_the_cap_alone() {
 /// up to the 4,096-item backlog, and nearly every `items-changed` carried
 /// one item. The feed before batching mapped as it drained: no lag. Now a
 /// drain that runs out of time with a batch due lets the loop run, then the
-/// batch goes first, with the whole budget.
+/// batch goes first, with the whole budget (L1).
 #[test]
 fn an_always_ready_stream_slower_than_the_budget_is_not_left_behind() {
     watchdog("an_always_ready_slow_stream", 60, || {
@@ -211,20 +228,20 @@ fn an_always_ready_stream_slower_than_the_budget_is_not_left_behind() {
     });
 }
 
-/// FIXED. A stream's panic is held until the items it gave before it are
-/// appended (a9a04be), a batch a loop turn. If the model went meanwhile (a
+/// A stream's panic is held until the items it gave before it are
+/// appended, a batch a loop turn. If the model went meanwhile (a
 /// handler of the first batch dropped the list, a search replaced), the
 /// feed was cancelled with the panic in it: never reported, where the feed
 /// before batching reported it at once. A held panic is now reported when
-/// the feed goes without having resumed it.
+/// the feed goes without having resumed it (L1).
 #[test]
 fn a_stream_panic_is_reported_when_the_model_goes_first() {
     let _lock = panic_handler_lock();
     watchdog("a_stream_panic_is_reported_when_the_model_goes", 60, || {
-        let seen = record_panics("attack18b: stream");
+        let seen = record_panics("batching: stream");
         on_own_context(|context| {
             let stream = futures::stream::iter(0..100u64).chain(futures::stream::poll_fn(
-                |_| -> Poll<Option<u64>> { panic!("attack18b: stream breaks after 100 items") },
+                |_| -> Poll<Option<u64>> { panic!("batching: stream breaks after 100 items") },
             ));
             let model = ListModel::from_stream(ty(), stream, boxed);
             let weak = model.downgrade();
@@ -249,22 +266,22 @@ fn a_stream_panic_is_reported_when_the_model_goes_first() {
     });
 }
 
-/// FIXED. The same held panic, when `map` panics on one of the items before
+/// The same held panic, when `map` panics on one of the items before
 /// it: the map's panic was reported and the stream's dropped unreported.
 /// Both are reported now (the stream's first: it came first), and the model
-/// completes with the items map made.
+/// completes with the items map made (L1).
 #[test]
 fn a_map_panic_does_not_swallow_the_streams_panic() {
     let _lock = panic_handler_lock();
     watchdog("a_map_panic_does_not_swallow_the_streams", 60, || {
-        let seen = record_panics("attack18b: both");
+        let seen = record_panics("batching: both");
         on_own_context(|context| {
             let stream = futures::stream::iter(0..20u64).chain(futures::stream::poll_fn(
-                |_| -> Poll<Option<u64>> { panic!("attack18b: both: the stream breaks") },
+                |_| -> Poll<Option<u64>> { panic!("batching: both: the stream breaks") },
             ));
             let model = ListModel::from_stream(ty(), stream, |n| {
                 if n == 3 {
-                    panic!("attack18b: both: map refuses 3");
+                    panic!("batching: both: map refuses 3");
                 }
                 boxed(n)
             });
@@ -280,11 +297,11 @@ fn a_map_panic_does_not_swallow_the_streams_panic() {
     });
 }
 
-/// FIXED. `set_batch_interval` called from an `items-changed` handler (a
+/// `set_batch_interval` called from an `items-changed` handler (a
 /// consumer that wants each item at once from now on) did not apply to the
 /// next batch: the feed read the interval before the batch and set the
 /// next one's time from that. With a 30 s interval, an item sent after the
-/// handler switched to zero waited 30 s.
+/// handler switched to zero waited 30 s (L1).
 #[test]
 fn a_batch_interval_shortened_in_a_handler_applies_to_the_next_batch() {
     watchdog("a_batch_interval_shortened_in_a_handler", 60, || {
@@ -309,9 +326,9 @@ fn a_batch_interval_shortened_in_a_handler_applies_to_the_next_batch() {
     });
 }
 
-/// FIXED. The same from outside, while the feed sleeps on its timer with
+/// The same from outside, while the feed sleeps on its timer with
 /// items waiting: the new interval counts from the last batch, and the
-/// feed wakes up to it (it slept until the old one's end).
+/// feed wakes up to it (it slept until the old one's end) (L1).
 #[test]
 fn a_batch_interval_shortened_while_the_feed_sleeps_wakes_it() {
     watchdog(
@@ -347,30 +364,11 @@ fn a_batch_interval_shortened_while_the_feed_sleeps_wakes_it() {
     );
 }
 
-// ---------------------------------------------------------------------------
-// Probes (hold)
-// ---------------------------------------------------------------------------
-
-/// A xorshift generator: the same run for the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Streams that alternate ready items, yields, short sleeps, spurious
 /// wake-ups and bursts, while an `items-changed` handler changes the
 /// interval and the budget (zero included) and sometimes runs a nested
 /// loop: every item arrives once, in order, each batch at the end of the
-/// list, and the model completes.
+/// list, and the model completes (L1).
 #[test]
 fn random_streams_and_bounds_lose_and_reorder_nothing() {
     watchdog("random_streams_and_bounds", 120, || {
@@ -449,7 +447,7 @@ fn random_streams_and_bounds_lose_and_reorder_nothing() {
 
 /// A stream that ends while the feed sleeps on a long interval with items
 /// waiting: they go at once, and `complete` (and `until_complete`) does not
-/// wait for the interval.
+/// wait for the interval (L1).
 #[test]
 fn a_stream_that_ends_while_the_feed_sleeps_flushes_at_once() {
     watchdog("a_stream_that_ends_while_the_feed_sleeps", 60, || {
@@ -484,7 +482,7 @@ fn a_stream_that_ends_while_the_feed_sleeps_flushes_at_once() {
 /// The model dropped while its feed sleeps on the interval timer with an
 /// item waiting: the feed's future goes at once, with the stream, and the
 /// timer's GSource leaves the context (GLib's poll no longer has a 30 s
-/// timeout); a `spawn` producer on the pool is cancelled the same way.
+/// timeout); a `spawn` producer on the pool is cancelled the same way (L1).
 #[test]
 fn the_model_dropped_while_the_feed_sleeps_takes_the_timer_and_the_stream() {
     watchdog("the_model_dropped_while_the_feed_sleeps", 60, || {
@@ -549,7 +547,7 @@ fn the_model_dropped_while_the_feed_sleeps_takes_the_timer_and_the_stream() {
 /// The pool shut down under a `spawn` producer while the feed sleeps on a
 /// long interval with items waiting: the producer's `Sender` goes with its
 /// future, the stream ends, and the waiting items go at once: the model
-/// completes with every item sent.
+/// completes with every item sent (L1).
 #[test]
 fn the_pool_shut_down_while_items_wait_for_the_interval() {
     watchdog("the_pool_shut_down_while_items_wait", 60, || {
@@ -586,12 +584,12 @@ fn the_pool_shut_down_while_items_wait_for_the_interval() {
 }
 
 /// A panic in `map` on the very first item: the model completes empty, the
-/// panic is reported once, and the stream is dropped.
+/// panic is reported once, and the stream is dropped (L1).
 #[test]
 fn a_panic_in_map_on_the_first_item() {
     let _lock = panic_handler_lock();
     watchdog("a_panic_in_map_on_the_first_item", 60, || {
-        let seen = record_panics("attack18b: first");
+        let seen = record_panics("batching: first");
         let gone = Arc::new(AtomicUsize::new(0));
         on_own_context(|context| {
             let marker = Counted(gone.clone());
@@ -600,7 +598,7 @@ fn a_panic_in_map_on_the_first_item() {
                 n
             });
             let model = ListModel::from_stream(ty(), stream, |_| -> glib::Object {
-                panic!("attack18b: first item refused")
+                panic!("batching: first item refused")
             });
             pump_polling(context, || model.is_complete());
             assert_eq!(model.n_items(), 0);
@@ -613,15 +611,15 @@ fn a_panic_in_map_on_the_first_item() {
 
 /// A stream that panics with the backlog full (4,096 items taken ahead,
 /// the stream not polled until there is room): every item before the
-/// panic is appended, in order, and the panic is reported once, after.
+/// panic is appended, in order, and the panic is reported once, after (L1).
 #[test]
 fn a_stream_panic_with_a_full_backlog_keeps_every_item_before_it() {
     let _lock = panic_handler_lock();
     watchdog("a_stream_panic_with_a_full_backlog", 60, || {
-        let seen = record_panics("attack18b: full");
+        let seen = record_panics("batching: full");
         on_own_context(|context| {
             let stream = futures::stream::iter(0..5000u64).chain(futures::stream::poll_fn(
-                |_| -> Poll<Option<u64>> { panic!("attack18b: full backlog, then a panic") },
+                |_| -> Poll<Option<u64>> { panic!("batching: full backlog, then a panic") },
             ));
             let model = ListModel::from_stream(ty(), stream, boxed);
             let reported_at = Rc::new(Cell::new(None::<u32>));
@@ -644,12 +642,12 @@ fn a_stream_panic_with_a_full_backlog_keeps_every_item_before_it() {
 /// `items-changed` handler of the items mapped before it drops the last
 /// outside reference. The feed's own reference then goes while the panic
 /// unwinds through the feed (dispose drops the feed's task inside its own
-/// poll): no abort, the panic is reported once, the stream is dropped.
+/// poll): no abort, the panic is reported once, the stream is dropped (L1).
 #[test]
 fn a_handler_drops_the_model_in_the_batch_whose_map_panics() {
     let _lock = panic_handler_lock();
     watchdog("a_handler_drops_the_model_while_map_panics", 60, || {
-        let seen = record_panics("attack18b: unwinding");
+        let seen = record_panics("batching: unwinding");
         let gone = Arc::new(AtomicUsize::new(0));
         on_own_context(|context| {
             let marker = Counted(gone.clone());
@@ -659,7 +657,7 @@ fn a_handler_drops_the_model_in_the_batch_whose_map_panics() {
             });
             let model = ListModel::from_stream(ty(), stream, |n| {
                 if n == 5 {
-                    panic!("attack18b: unwinding through a disposed model");
+                    panic!("batching: unwinding through a disposed model");
                 }
                 boxed(n)
             });
@@ -683,7 +681,7 @@ fn a_handler_drops_the_model_in_the_batch_whose_map_panics() {
     });
 }
 
-/// The child of the next test: an `items-changed` handler that panics.
+/// The child of the next test: an `items-changed` handler that panics (L1).
 #[test]
 #[ignore]
 fn child_a_panicking_items_changed_handler() {
@@ -692,7 +690,7 @@ fn child_a_panicking_items_changed_handler() {
     }
     on_own_context(|context| {
         let model = ListModel::from_stream(ty(), futures::stream::iter(0..10u64), boxed);
-        model.connect_items_changed(|_, _, _, _| panic!("attack18b: handler panics"));
+        model.connect_items_changed(|_, _, _, _| panic!("batching: handler panics"));
         pump_for(context, Duration::from_secs(2), || model.is_complete());
     });
     println!("CHILD-SURVIVED");
@@ -702,7 +700,7 @@ fn child_a_panicking_items_changed_handler() {
 /// emits the signal through glib-rs's `extern "C"` trampoline, which a
 /// panic cannot unwind through, so Rust aborts the process with the
 /// handler's message (as it does for any glib-rs signal handler). Pinned so
-/// that a change there is noticed.
+/// that a change there is noticed (L1).
 #[test]
 fn a_panic_in_an_items_changed_handler_aborts_the_process() {
     if is_child() {
@@ -714,13 +712,13 @@ fn a_panic_in_an_items_changed_handler_aborts_the_process() {
         !status.success() && !out.contains("CHILD-SURVIVED"),
         "the child survived ({status:?}):\n{out}"
     );
-    assert!(out.contains("attack18b: handler panics"), "{out}");
+    assert!(out.contains("batching: handler panics"), "{out}");
 }
 
 /// A stream that wakes itself and then returns `Pending` (a spurious
 /// wake-up, every other poll) while items wait for the interval: each
 /// wake-up polls the feed again (reusing its timer), and nothing is lost
-/// or early.
+/// or early (L1).
 #[test]
 fn spurious_wake_ups_while_items_wait() {
     watchdog("spurious_wake_ups_while_items_wait", 60, || {
@@ -764,7 +762,7 @@ fn spurious_wake_ups_while_items_wait() {
 /// to come) while items wait for the interval is polled again when the
 /// interval's timer fires: the model still completes. (With nothing
 /// waiting, such a stream stalls the feed for ever, as it would any
-/// executor: the stream breaks the `Stream` contract.)
+/// executor: the stream breaks the `Stream` contract.) (L1)
 #[test]
 fn a_stream_that_forgets_its_waker_is_rescued_by_the_interval_timer() {
     watchdog("a_stream_that_forgets_its_waker", 60, || {
@@ -792,7 +790,7 @@ fn a_stream_that_forgets_its_waker_is_rescued_by_the_interval_timer() {
 
 /// An always-ready endless stream and a consumer slower than it: the feed
 /// takes at most 4,096 items ahead of the list, at any moment (checked in
-/// every handler and between loop turns), and the list keeps growing.
+/// every handler and between loop turns), and the list keeps growing (L1).
 #[test]
 fn an_endless_ready_stream_stays_within_the_backlog_cap() {
     watchdog("an_endless_ready_stream_stays_within_the_cap", 60, || {
@@ -826,7 +824,7 @@ fn an_endless_ready_stream_stays_within_the_backlog_cap() {
 }
 
 /// Zero interval and zero budget together, with a trickle from another
-/// thread: one item a batch, each at once, all in order.
+/// thread: one item a batch, each at once, all in order (L1).
 #[test]
 fn zero_interval_and_zero_budget() {
     watchdog("zero_interval_and_zero_budget", 60, || {
@@ -864,7 +862,7 @@ thread_local! {
 /// The owner thread ends while the feed sleeps on its interval timer with
 /// items waiting: the model dropped at the end of its scope, or kept in a
 /// thread-local and disposed in the thread's teardown. The stream is
-/// dropped, nothing panics.
+/// dropped, nothing panics (L1).
 #[test]
 fn the_owner_thread_ends_while_the_feed_sleeps() {
     let _lock = panic_handler_lock();
