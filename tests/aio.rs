@@ -1492,6 +1492,16 @@ fn digits_file(dir: &TempDir) -> File {
     File::from(std::fs::File::open(path).unwrap())
 }
 
+/// Runs the `#[ignore]`d test `name` alone in a child process, within
+/// `secs`, and asserts it passed and printed "CHILD-OK". Only on io_uring:
+/// these tests are about the ring itself.
+fn ring_test_in_a_child(name: &str, secs: u64) {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    run_child_passing(name, &[], secs, "CHILD-OK");
+}
+
 /// Runs `body` on a fresh context pushed as this thread's thread-default
 /// and acquired (this thread owns it, as a loop's thread does): an
 /// operation polled here queues on this context's ring, and iterating the
@@ -1780,15 +1790,7 @@ impl Wake for Owner {
 /// (A1). The waker used to be dropped under the ring's lock.
 #[test]
 fn replacing_a_waker_that_owns_another_operation_does_not_deadlock() {
-    if is_child() || gdex::aio::backend() != Backend::IoUring {
-        return;
-    }
-    run_child_passing(
-        "child_replaced_waker_owns_an_operation",
-        &[],
-        20,
-        "CHILD-OK",
-    );
+    ring_test_in_a_child("child_replaced_waker_owns_an_operation", 20);
 }
 
 #[test]
@@ -1846,10 +1848,7 @@ fn io_uring_fds() -> usize {
 /// life of the thread.
 #[test]
 fn a_dead_contexts_ring_is_closed() {
-    if is_child() || gdex::aio::backend() != Backend::IoUring {
-        return;
-    }
-    run_child_passing("child_a_dead_contexts_ring_is_closed", &[], 20, "CHILD-OK");
+    ring_test_in_a_child("child_a_dead_contexts_ring_is_closed", 20);
 }
 
 #[test]
@@ -1897,10 +1896,7 @@ fn child_a_dead_contexts_ring_is_closed() {
 /// ring was wedged for good, and its drop waited forever.
 #[test]
 fn dropping_a_full_ring_of_waiting_reads_unwedges_it() {
-    if is_child() || gdex::aio::backend() != Backend::IoUring {
-        return;
-    }
-    run_child_passing("child_full_ring_of_waiting_reads", &[], 30, "CHILD-OK");
+    ring_test_in_a_child("child_full_ring_of_waiting_reads", 30);
 }
 
 #[test]
@@ -1970,10 +1966,7 @@ fn child_full_ring_of_waiting_reads() {
 /// is closed, and the cancelled reads took nothing from the pipe (A1, S9).
 #[test]
 fn shutdown_and_drop_with_operations_in_every_state() {
-    if is_child() || gdex::aio::backend() != Backend::IoUring {
-        return;
-    }
-    run_child_passing("child_shutdown_in_every_state", &[], 60, "CHILD-OK");
+    ring_test_in_a_child("child_shutdown_in_every_state", 60);
 }
 
 #[test]

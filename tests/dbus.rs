@@ -443,6 +443,38 @@ struct Peer {
     conn: gio::DBusConnection,
 }
 
+impl Peer {
+    /// Exports the test object on the server's side of the connection, its
+    /// calls running on `pool`.
+    fn export<H, F>(&self, pool: &gdex::ThreadPool, handler: H) -> gdex::dbus::Export
+    where
+        H: Fn(gdex::dbus::MethodCall) -> F + Send + Sync + 'static,
+        F: IntoFuture<Output = Reply>,
+        F::IntoFuture: Send + 'static,
+    {
+        gdex::dbus::export(&self.conn, PATH, &interface(), &pool.scheduler(), handler).unwrap()
+    }
+
+    /// Calls `method` of the test object, with GIO's timeout of
+    /// `timeout_ms`, and waits for the reply.
+    fn call(
+        &self,
+        method: &str,
+        args: Option<glib::Variant>,
+        timeout_ms: i32,
+    ) -> Result<glib::Variant, glib::Error> {
+        gdex::block_on(call_within(&self.client, method, args, timeout_ms))
+    }
+
+    /// Calls `Sum(3)`, which the export answers with 7, and checks the reply.
+    fn sum_of_three_is_seven(&self) {
+        let reply = self
+            .call("Sum", Some((3u64,).to_variant()), 10_000)
+            .unwrap();
+        assert_eq!(reply.get::<(u64,)>(), Some((7,)));
+    }
+}
+
 fn peer() -> Peer {
     let conns = Arc::new(Mutex::new(Vec::<gio::DBusConnection>::new()));
     let c = conns.clone();
@@ -486,22 +518,11 @@ fn in_child(name: &str) {
 /// the caller waits its whole timeout (forever with G_MAXINT).
 fn wrong_reply_is_answered(reply: fn() -> Reply) {
     with_peer("dbus_wrong_reply", 60, 1, |pool, p| {
-        let _export = gdex::dbus::export(
-            &p.conn,
-            PATH,
-            &interface(),
-            &pool.scheduler(),
-            move |_| async move { reply() },
-        )
-        .unwrap();
+        let _export = p.export(pool, move |_| async move { reply() });
         let start = std::time::Instant::now();
-        let err = gdex::block_on(call_within(
-            &p.client,
-            "Sum",
-            Some((3u64,).to_variant()),
-            3_000,
-        ))
-        .unwrap_err();
+        let err = p
+            .call("Sum", Some((3u64,).to_variant()), 3_000)
+            .unwrap_err();
         assert!(
             !err.matches(gio::IOErrorEnum::TimedOut),
             "the caller got no reply: {err} after {:?}",
@@ -573,14 +594,7 @@ fn child_export_from_a_thread_without_a_context() {
         })
         .join()
         .unwrap();
-        let reply = gdex::block_on(call_within(
-            &p.client,
-            "Sum",
-            Some((3u64,).to_variant()),
-            10_000,
-        ))
-        .unwrap();
-        assert_eq!(reply.get::<(u64,)>(), Some((7,)));
+        p.sum_of_three_is_seven();
         drop(export);
         p.server.stop();
     });
@@ -607,19 +621,17 @@ fn child_export_dropped_by_its_refused_future() {
     with_peer("dbus_self_deadlock", 15, 1, |pool, p| {
         let slot: Arc<Mutex<Option<gdex::dbus::Export>>> = Arc::default();
         let s = slot.clone();
-        let export =
-            gdex::dbus::export(&p.conn, PATH, &interface(), &pool.scheduler(), move |_| {
-                // "Unexport": the call's future takes the export with it.
-                let export = s.lock().unwrap().take();
-                async move {
-                    drop(export);
-                    Ok(None)
-                }
-            })
-            .unwrap();
+        let export = p.export(pool, move |_| {
+            // "Unexport": the call's future takes the export with it.
+            let export = s.lock().unwrap().take();
+            async move {
+                drop(export);
+                Ok(None)
+            }
+        });
         *slot.lock().unwrap() = Some(export);
         pool.shutdown();
-        let err = gdex::block_on(call_within(&p.client, "Void", None, 10_000)).unwrap_err();
+        let err = p.call("Void", None, 10_000).unwrap_err();
         assert!(err.matches(gio::IOErrorEnum::Cancelled), "{err}");
         p.server.stop();
     });
@@ -647,16 +659,15 @@ fn child_refused_future_drop_panics() {
         return;
     }
     with_peer("dbus_drop_panic", 15, 1, |pool, p| {
-        let _export = gdex::dbus::export(&p.conn, PATH, &interface(), &pool.scheduler(), |_| {
+        let _export = p.export(pool, |_| {
             let bomb = Bomb;
             async move {
                 let _bomb = bomb;
                 Ok(None)
             }
-        })
-        .unwrap();
+        });
         pool.shutdown();
-        let err = gdex::block_on(call_within(&p.client, "Void", None, 10_000)).unwrap_err();
+        let err = p.call("Void", None, 10_000).unwrap_err();
         eprintln!("reply: {err}");
         p.server.stop();
     });
@@ -686,9 +697,8 @@ fn child_panicking_into_future() {
         return;
     }
     with_peer("dbus_into_future", 15, 1, |pool, p| {
-        let _export =
-            gdex::dbus::export(&p.conn, PATH, &interface(), &pool.scheduler(), |_| Lazy).unwrap();
-        let err = gdex::block_on(call_within(&p.client, "Void", None, 10_000)).unwrap_err();
+        let _export = p.export(pool, |_| Lazy);
+        let err = p.call("Void", None, 10_000).unwrap_err();
         assert!(err.message().contains("into_future fell over"), "{err}");
         p.server.stop();
     });
@@ -707,12 +717,10 @@ fn child_pool_shutdown_answers() {
         return;
     }
     with_peer("dbus_pool_shutdown", 60, 1, |pool, p| {
-        let _export =
-            gdex::dbus::export(&p.conn, PATH, &interface(), &pool.scheduler(), |_| async {
-                std::future::pending::<()>().await;
-                Ok(None)
-            })
-            .unwrap();
+        let _export = p.export(pool, |_| async {
+            std::future::pending::<()>().await;
+            Ok(None)
+        });
         let calls: Vec<_> = (0..20)
             .map(|_| gdex::spawn_local(call(&p.client, "Void", None)))
             .collect();
@@ -742,19 +750,12 @@ fn child_export_dropped_on_a_worker() {
         return;
     }
     with_peer("dbus_drop_on_a_worker", 30, 2, |pool, p| {
-        let export = gdex::dbus::export(
-            &p.conn,
-            PATH,
-            &interface(),
-            &pool.scheduler(),
-            |call| async move {
-                if call.method_name == "Void" {
-                    std::future::pending::<()>().await;
-                }
-                Ok(Some((1u64,).to_variant()))
-            },
-        )
-        .unwrap();
+        let export = p.export(pool, |call| async move {
+            if call.method_name == "Void" {
+                std::future::pending::<()>().await;
+            }
+            Ok(Some((1u64,).to_variant()))
+        });
         let hang = gdex::spawn_local(call(&p.client, "Void", None));
         pump_main_during(Duration::from_millis(200));
         let dropped = pool.scheduler().spawn(async move { drop(export) });
@@ -791,19 +792,8 @@ fn child_export_freed_by_another_thread() {
             on_main(|| {
                 let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
                 let p = peer();
-                let export =
-                    gdex::dbus::export(&p.conn, PATH, &interface(), &pool.scheduler(), |_| async {
-                        Ok(Some((7u64,).to_variant()))
-                    })
-                    .unwrap();
-                let reply = gdex::block_on(call_within(
-                    &p.client,
-                    "Sum",
-                    Some((3u64,).to_variant()),
-                    10_000,
-                ))
-                .unwrap();
-                assert_eq!(reply.get::<(u64,)>(), Some((7,)));
+                let export = p.export(&pool, |_| async { Ok(Some((7u64,).to_variant())) });
+                p.sum_of_three_is_seven();
                 drop(export);
                 p.server.stop();
             })
