@@ -752,6 +752,15 @@ fn on_private<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
         .expect("a fresh context is free")
 }
 
+/// Whether `cell` holds a value (taken and put back: a `Cell` of a
+/// non-`Copy` value lends none).
+fn holds<T>(cell: &Cell<Option<T>>) -> bool {
+    let value = cell.take();
+    let held = value.is_some();
+    cell.set(value);
+    held
+}
+
 /// Drop sets its flag only after a pause: a future that holds one takes a
 /// while to go.
 struct SlowDrop(Arc<AtomicBool>);
@@ -823,12 +832,7 @@ fn finishing_too_early_leaves_the_real_finish_its_value() {
             let early = AsyncResult::propagate::<u32>(&early_view, NO_SOURCE).unwrap_err();
             assert!(early.message().contains("not completed yet"), "{early}");
             go.send(()).unwrap();
-            pump_until(context, || {
-                let v = got.take();
-                let done = v.is_some();
-                got.set(v);
-                done
-            });
+            pump_until(context, || holds(&got));
             assert_eq!(
                 got.take().unwrap(),
                 Ok(7),
@@ -982,12 +986,7 @@ fn a_panic_in_the_error_conversion_reaches_the_caller_as_panicked() {
                 ));
             });
             result.spawn(&pool.scheduler(), async { Err::<u32, Weird>(Weird) });
-            pump_until(context, || {
-                let v = seen.take();
-                let done = v.is_some();
-                seen.set(v);
-                done
-            });
+            pump_until(context, || holds(&seen));
             let err = seen.take().unwrap();
             assert!(err.matches(gdex::ErrorCode::Panicked), "got {err}");
         })
