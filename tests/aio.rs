@@ -938,7 +938,7 @@ async fn read_to_end(file: &File) -> Result<Vec<u8>, gdex::Error> {
     }
 }
 
-// A2, attacked: contexts that die and are born again at the same address,
+// A2 at its edges: contexts that die and are born again at the same address,
 // FIFOs whose other end comes and goes, fds on every path.
 
 /// The address of `context`'s `GMainContext`, and the usable size of its
@@ -1210,7 +1210,7 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
     );
 }
 
-// A2, attacked: thread exits with requests in the kernel, whoever owns the
+// A2 at its edges: thread exits with requests in the kernel, whoever owns the
 // ring then; FIFO opens whose writer comes and goes; the fds they use.
 
 /// Waits up to `secs` seconds for the thread whose kernel id is `tid` to
