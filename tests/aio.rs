@@ -3,7 +3,17 @@
 //! io_uring is unavailable. Every test here runs on both backends: once in
 //! this process (io_uring where the kernel allows it), and once more, all of
 //! them, in a child process with `GDEX_AIO=blocking`
-//! (`every_test_again_on_the_blocking_lane`).
+//! (`every_test_again_on_the_blocking_lane`); the tests of the ring itself
+//! return at once on the lane.
+//!
+//! At A1's edges: a FIFO's open dropped mid-call leaks no fd; `read_file`
+//! reads a FIFO; offsets past `i64::MAX` are refused; a panicking waker
+//! loses no other wake-up; a worker in `blocking()` holds no read queued
+//! on its ring; a waker that owns another operation is replaced without a
+//! deadlock; a dead context's ring is closed; a full ring of dropped reads
+//! is not wedged; and a pool shut down with operations in every state
+//! resolves them all. Those that may deadlock, or that count the process's
+//! io_uring fds, run alone in a child process.
 
 mod common;
 
@@ -11,10 +21,13 @@ use std::future::Future as _;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
-use common::{after_first_poll, wait_until, watchdog, TempDir};
+use common::{after_first_poll, is_child, run_child_passing, wait_until, watchdog, TempDir};
 use gdex::aio::{Backend, File, OpenOptions};
 use gdex::gio::IOErrorEnum;
 use gdex::{fiber, Scheduler, ThreadPool};
@@ -404,11 +417,12 @@ fn dropping_a_read_in_flight_cancels_it() {
         wait_until(|| dropped.load(Ordering::SeqCst) == 1);
         writer.write_all(b"after").unwrap();
         drop(writer);
-        let mut rest = Vec::new();
-        let mut plain = std::fs::File::from(reader.as_fd_owned());
         if gdex::aio::backend() == Backend::IoUring {
-            plain.read_to_end(&mut rest).unwrap();
-            assert_eq!(rest, b"after", "the cancelled read took nothing");
+            assert_eq!(
+                rest_of_pipe(&reader),
+                b"after",
+                "the cancelled read took nothing"
+            );
         }
         // The pool still works.
         let task = pool.scheduler().spawn(async { 1 });
@@ -425,6 +439,16 @@ impl OwnedCopy for File {
         use std::os::fd::AsFd;
         self.as_fd().try_clone_to_owned().unwrap()
     }
+}
+
+/// What is left in the pipe `reader` reads from, up to its end (its
+/// writers gone), read through a descriptor of its own.
+fn rest_of_pipe(reader: &File) -> Vec<u8> {
+    let mut rest = Vec::new();
+    std::fs::File::from(reader.as_fd_owned())
+        .read_to_end(&mut rest)
+        .unwrap();
+    rest
 }
 
 /// A pool shut down with reads in flight resolves their tasks, and the
@@ -457,11 +481,7 @@ fn shutdown_with_reads_in_flight() {
             writer.write_all(b"later").unwrap();
             drop(writer);
             if gdex::aio::backend() == Backend::IoUring {
-                let mut rest = Vec::new();
-                std::fs::File::from(reader.as_fd_owned())
-                    .read_to_end(&mut rest)
-                    .unwrap();
-                assert_eq!(rest, b"later");
+                assert_eq!(rest_of_pipe(&reader), b"later");
             }
         }
     });
@@ -489,19 +509,7 @@ fn a_dropped_open_leaks_no_fd() {
             )
             .unwrap();
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let open = fds_open_on(&path);
-            if open == 0 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{open} fds still open on {}",
-                path.display()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        no_fd_left_on(&path, "");
     });
 }
 
@@ -512,6 +520,24 @@ fn fds_open_on(path: &Path) -> usize {
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
         .filter(|target| target == path)
         .count()
+}
+
+/// Waits up to 5 s for no fd of this process to be open on `path`; fails
+/// saying how many still are, and `after` what.
+fn no_fd_left_on(path: &Path, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let open = fds_open_on(path);
+        if open == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} fd(s) still open on {}{after}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A worker whose task waits for its own reads goes back to its loop to
@@ -621,14 +647,21 @@ fn io_uring_refused_by_seccomp_falls_back_to_the_lane() {
             Ok(())
         });
     }
+    let text = passing_run("the run with io_uring refused", &mut command);
+    assert!(text.contains("4 passed"), "{text}");
+}
+
+/// Runs `command` (this test binary again) and gives its stdout, failing
+/// with both its outputs, under `what`, unless it passed.
+fn passing_run(what: &str, command: &mut std::process::Command) -> String {
     let out = command.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "the run with io_uring refused failed:\n{text}\n{}",
+        "{what} failed:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("4 passed"), "{text}");
+    text
 }
 
 /// The whole suite once more in a child process, on the blocking lane.
@@ -639,16 +672,11 @@ fn every_test_again_on_the_blocking_lane() {
         return; // we are the child (or the whole run is on one backend)
     }
     let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--skip", "every_test_again_on_the_blocking_lane"])
-        .env("GDEX_AIO", "blocking")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the blocking-lane run failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = passing_run(
+        "the blocking-lane run",
+        std::process::Command::new(exe)
+            .args(["--skip", "every_test_again_on_the_blocking_lane"])
+            .env("GDEX_AIO", "blocking"),
     );
     assert!(text.contains("test result: ok"), "{text}");
 }
@@ -766,6 +794,28 @@ fn an_operation_outlives_the_pool_that_started_it() {
             drop(writer.join().unwrap());
         }
     });
+}
+
+/// `open`, an open for writing of the FIFO at `path` started elsewhere
+/// (round `round` of a test), awaited with `wait_for` while a reader comes
+/// `ms` milliseconds later from a thread: it opens, writes `data`, and the
+/// reader reads it.
+fn a_late_reader_gets(
+    round: usize,
+    path: PathBuf,
+    ms: u64,
+    open: impl std::future::Future<Output = Result<File, gdex::Error>>,
+    data: &'static [u8],
+) {
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        std::fs::read(path).unwrap()
+    });
+    let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
+    let (written, _) = gdex::wait_for(fifo.write_at(data.to_vec(), 0)).unwrap();
+    assert_eq!(written, data.len());
+    drop(fifo);
+    assert_eq!(reader.join().unwrap(), data, "round {round}");
 }
 
 /// A fresh FIFO in `dir`.
@@ -888,7 +938,7 @@ async fn read_to_end(file: &File) -> Result<Vec<u8>, gdex::Error> {
     }
 }
 
-// A2, attacked: contexts that die and are born again at the same address,
+// A2 at its edges: contexts that die and are born again at the same address,
 // FIFOs whose other end comes and goes, fds on every path.
 
 /// The address of `context`'s `GMainContext`, and the usable size of its
@@ -1113,16 +1163,7 @@ fn an_operation_outlives_the_thread_that_submitted_it() {
                 })
                 .join()
                 .unwrap();
-                let reader = std::thread::spawn(move || {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    std::fs::read(path).unwrap()
-                });
-                let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
-                let (written, _) =
-                    gdex::wait_for(fifo.write_at(b"after the exit".to_vec(), 0)).unwrap();
-                assert_eq!(written, 14);
-                drop(fifo);
-                assert_eq!(reader.join().unwrap(), b"after the exit", "round {round}");
+                a_late_reader_gets(round, path, 20, open, b"after the exit");
             }
         },
     );
@@ -1163,21 +1204,13 @@ fn a_pool_dropped_with_a_fifo_open_in_the_kernel_does_not_wait_for_it() {
                 .unwrap();
                 pool.shutdown();
                 drop(pool);
-                let reader = std::thread::spawn(move || {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    std::fs::read(path).unwrap()
-                });
-                let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
-                let (written, _) = gdex::wait_for(fifo.write_at(b"late".to_vec(), 0)).unwrap();
-                assert_eq!(written, 4);
-                drop(fifo);
-                assert_eq!(reader.join().unwrap(), b"late", "round {round}");
+                a_late_reader_gets(round, path, 20, open, b"late");
             }
         },
     );
 }
 
-// A2, attacked: thread exits with requests in the kernel, whoever owns the
+// A2 at its edges: thread exits with requests in the kernel, whoever owns the
 // ring then; FIFO opens whose writer comes and goes; the fds they use.
 
 /// Waits up to `secs` seconds for the thread whose kernel id is `tid` to
@@ -1272,15 +1305,7 @@ fn a_thread_that_submitted_then_handed_its_context_on_exits_without_waiting() {
                 });
                 let tid = tid_rx.recv().unwrap();
                 let open = exited_within(&format!("round {round}"), tid, submitter, 5);
-                let reader = std::thread::spawn(move || {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    std::fs::read(path).unwrap()
-                });
-                let fifo = finish_elsewhere(&format!("round {round}: the FIFO's open"), open);
-                let (written, _) = gdex::wait_for(fifo.write_at(b"handed".to_vec(), 0)).unwrap();
-                assert_eq!(written, 6);
-                drop(fifo);
-                assert_eq!(reader.join().unwrap(), b"handed", "round {round}");
+                a_late_reader_gets(round, path, 10, open, b"handed");
                 drop(park);
                 next.join().unwrap();
             }
@@ -1440,6 +1465,567 @@ fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote(
             }
         },
     );
+}
+
+// ---------------------------------------------------------------------------
+// A1 at its edges: a FIFO open dropped mid-call, a FIFO read to its end,
+// offsets past `i64::MAX`, wakers that panic or own other operations, a
+// worker blocked with reads queued on its ring, a dead context's ring, a
+// full ring of dropped reads, shutdown with operations in every state.
+// Tests that may deadlock, or that count the process's io_uring fds, run
+// alone in a child process (`common::run_child`).
+// ---------------------------------------------------------------------------
+
+/// Opens the FIFO's write end without blocking: `None` (ENXIO) if no
+/// reader has it open.
+fn open_writer_nonblocking(path: &Path) -> Option<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()
+}
+
+/// A file holding "0123456789" in `dir`, as an AIO file.
+fn digits_file(dir: &TempDir) -> File {
+    let path = dir.file("f", b"0123456789");
+    File::from(std::fs::File::open(path).unwrap())
+}
+
+/// Runs the `#[ignore]`d test `name` alone in a child process, within
+/// `secs`, and asserts it passed and printed "CHILD-OK". Only on io_uring:
+/// these tests are about the ring itself.
+fn ring_test_in_a_child(name: &str, secs: u64) {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    run_child_passing(name, &[], secs, "CHILD-OK");
+}
+
+/// Runs `body` on a fresh context pushed as this thread's thread-default
+/// and acquired (this thread owns it, as a loop's thread does): an
+/// operation polled here queues on this context's ring, and iterating the
+/// context submits and reaps it.
+fn owning_a_fresh_context<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
+    let context = glib::MainContext::new();
+    context
+        .with_thread_default(|| {
+            let _owner = context.acquire().unwrap();
+            body(&context)
+        })
+        .unwrap()
+}
+
+/// An open of a FIFO blocks until a writer comes. Its future is dropped
+/// while it blocks; then a writer comes. The fd the open gets must be
+/// closed (io_uring: the request is cancelled, or its fd discarded; the
+/// blocking lane: the `openat` finishes on its lane thread and its result
+/// is discarded, which for an open must close the fd) (A1). The blocking
+/// lane used to leak it.
+#[test]
+fn a_dropped_open_of_a_fifo_leaks_no_fd() {
+    watchdog("a_dropped_open_of_a_fifo_leaks_no_fd", 30, || {
+        let dir = TempDir::new("aio-fifo-open-dropped");
+        let fifo = fifo(&dir, "fifo");
+        let pool = pool(1);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let marker = common::Counted(dropped.clone());
+        let open = File::open(&fifo);
+        let task = pool
+            .scheduler()
+            .spawn(after_first_poll(&polled, async move {
+                let _marker = marker;
+                open.await
+            }));
+        wait_until(|| polled.load(Ordering::SeqCst) == 1);
+        // Let the open reach the kernel (the worker's next turn) or the
+        // lane thread.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(task);
+        wait_until(|| dropped.load(Ordering::SeqCst) == 1);
+        std::thread::sleep(Duration::from_millis(20));
+        // A writer now: the open, if still blocked, completes.
+        let writer = open_writer_nonblocking(&fifo);
+        // Wait for the opened reader fd (if any) to come and go.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(writer);
+        no_fd_left_on(
+            &fifo,
+            &format!(
+                " after its open's future was dropped ({:?})",
+                gdex::aio::backend()
+            ),
+        );
+    });
+}
+
+/// `read_file` reads a stream to its end on both backends, as
+/// `std::fs::read` does (A1, A2). On the blocking lane, `read_file` of a
+/// FIFO (a pipe, a process substitution, /dev/stdin) used to fail with
+/// "Illegal seek".
+#[test]
+fn read_file_reads_a_fifo() {
+    watchdog("read_file_reads_a_fifo", 30, || {
+        let dir = TempDir::new("aio-read-file-fifo");
+        let fifo = fifo(&dir, "fifo");
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let writer = std::thread::spawn({
+            let fifo = fifo.clone();
+            let data = data.clone();
+            move || {
+                // Blocks until the reader opens; EPIPE if it gives up early.
+                let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+                let _ = w.write_all(&data);
+            }
+        });
+        let pool = pool(1);
+        let task = pool.scheduler().spawn(gdex::aio::read_file(fifo.clone()));
+        let read = gdex::block_on(task).unwrap();
+        writer.join().unwrap();
+        let read = read.unwrap_or_else(|err| {
+            panic!(
+                "read_file of a FIFO failed on {:?}: {err}",
+                gdex::aio::backend()
+            )
+        });
+        assert!(read == data, "read {} bytes of {}", read.len(), data.len());
+    });
+}
+
+/// `read_at`/`write_at` take a position: an offset the system cannot take
+/// (past `i64::MAX`) is refused with `InvalidArgument`, as `pread` does on
+/// the blocking lane (A1, A2). On io_uring, `u64::MAX` (-1) instead means
+/// "the file's current position": it reads and writes there, and moves it.
+#[test]
+fn an_offset_past_i64_max_is_refused_on_both_backends() {
+    watchdog(
+        "an_offset_past_i64_max_is_refused_on_both_backends",
+        30,
+        || {
+            let dir = TempDir::new("aio-offset-past-max");
+            let path = dir.file("f", b"0123456789");
+            let pool = pool(1);
+            let task = pool.scheduler().spawn(async move {
+                let file = File::open(&path).await.unwrap();
+                let read = file.read_at(Vec::with_capacity(4), u64::MAX).await;
+                let write_file = gdex::aio::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .await
+                    .unwrap();
+                let write = write_file.write_at(b"XY".to_vec(), u64::MAX).await;
+                let after = std::fs::read(&path).unwrap();
+                (read, write.map(|(n, _)| n), after)
+            });
+            let (read, write, after) = gdex::block_on(task).unwrap();
+            match read {
+                Err(err) => assert!(err.matches(IOErrorEnum::InvalidArgument), "{err}"),
+                Ok(buf) => panic!(
+                    "read_at(u64::MAX) gave {:?} on {:?}: it read at the file position",
+                    String::from_utf8_lossy(&buf),
+                    gdex::aio::backend()
+                ),
+            }
+            assert!(
+                write.is_err(),
+                "write_at(u64::MAX) wrote {write:?} on {:?}; the file is now {:?}",
+                gdex::aio::backend(),
+                String::from_utf8_lossy(&after)
+            );
+            assert_eq!(after, b"0123456789");
+        },
+    );
+}
+
+/// A waker that panics when woken.
+struct Panicky(AtomicBool);
+impl Wake for Panicky {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+        panic!("a waker that panics, on purpose");
+    }
+}
+
+/// A waker that counts its wake-ups.
+struct Counting(AtomicUsize);
+impl Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Two reads on one context's ring complete in the same batch; the first
+/// one's waker panics. The second one's waker must still be woken (A1, X5:
+/// "the other waiters are woken as if nothing happened"). A waker that
+/// panicked in the ring's dispatch used to lose the wake-ups of every other
+/// operation reaped in the same batch.
+#[test]
+fn a_panicking_waker_loses_no_other_wake_up() {
+    if gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    watchdog("a_panicking_waker_loses_no_other_wake_up", 30, || {
+        let dir = TempDir::new("aio-panicky-waker");
+        let file = digits_file(&dir);
+        owning_a_fresh_context(|context| {
+            let panicky = Arc::new(Panicky(AtomicBool::new(false)));
+            let counting = Arc::new(Counting(AtomicUsize::new(0)));
+            let panicky_waker = Waker::from(panicky.clone());
+            let counting_waker = Waker::from(counting.clone());
+            let mut first = Box::pin(file.read_at(Vec::with_capacity(4), 0));
+            let mut second = Box::pin(file.read_at(Vec::with_capacity(4), 4));
+            assert!(first
+                .as_mut()
+                .poll(&mut Context::from_waker(&panicky_waker))
+                .is_pending());
+            assert!(second
+                .as_mut()
+                .poll(&mut Context::from_waker(&counting_waker))
+                .is_pending());
+            // Both are submitted in one prepare, complete from the page
+            // cache, and are reaped in one dispatch.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !panicky.0.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "the first read never completed");
+                context.iteration(false);
+            }
+            for _ in 0..10 {
+                context.iteration(false);
+            }
+            let done = matches!(
+                second
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop())),
+                Poll::Ready(Ok(_))
+            );
+            assert_eq!(
+                counting.0.load(Ordering::SeqCst),
+                1,
+                "the second read is {} but its waker was never woken: a task awaiting it hangs",
+                if done { "done" } else { "not done" }
+            );
+        });
+    });
+}
+
+/// Task R awaits a read; task B, on the same worker right after R's first
+/// poll, blocks that worker (`gdex::blocking::blocking`) until R is done.
+/// B's `blocking` hands the worker's queue to its peer, and a gdex timer R
+/// waited on would be raised by the monitor for the peer to run (P8: a
+/// timer follows its task); R's read, queued on the blocked worker's ring,
+/// must not wait for that worker either (A1, A2). A worker in `blocking`
+/// (or in one long poll) used to hold the operations queued on its ring:
+/// they were never submitted.
+#[test]
+fn a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring() {
+    watchdog(
+        "a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring",
+        60,
+        || {
+            let dir = TempDir::new("aio-blocked-worker");
+            let file = digits_file(&dir);
+            let pool = pool(2);
+            let scheduler = pool.scheduler();
+            for attempt in 0..50 {
+                let scheduler2 = scheduler.clone();
+                let file = file.clone();
+                let task = scheduler.spawn(async move {
+                    let me = std::thread::current().id();
+                    let (done_tx, done_rx) = std::sync::mpsc::channel();
+                    let (where_tx, where_rx) = std::sync::mpsc::channel();
+                    let reader = scheduler2.spawn(async move {
+                        where_tx.send(std::thread::current().id()).unwrap();
+                        let read = file.read_at(Vec::with_capacity(4), 0).await;
+                        let _ = done_tx.send(read.map(|b| b.len()));
+                    });
+                    // Let R take its first poll here, on this worker.
+                    gdex::yield_now().await;
+                    let same =
+                        where_rx.try_recv().ok() == Some(me) && std::thread::current().id() == me;
+                    if !same {
+                        let _ = reader.await;
+                        return None;
+                    }
+                    let start = Instant::now();
+                    let outcome =
+                        gdex::blocking::blocking(|| done_rx.recv_timeout(Duration::from_secs(3)));
+                    Some((outcome, start.elapsed()))
+                });
+                match gdex::block_on(task).unwrap() {
+                    None => continue,
+                    Some((outcome, took)) => {
+                        assert!(
+                            matches!(outcome, Ok(Ok(4))),
+                            "attempt {attempt}: the read queued on the blocked worker's ring \
+                             never completed ({outcome:?} after {took:?}, {:?})",
+                            gdex::aio::backend()
+                        );
+                        return;
+                    }
+                }
+            }
+            panic!("never got R's first poll on B's worker in 50 attempts");
+        },
+    );
+}
+
+/// A waker that owns a future (as the wakers of simple executors own their
+/// task, and with it its future).
+#[allow(dead_code)] // held, never read: its drop is the point
+struct Owner(Mutex<Option<Pin<Box<gdex::aio::ReadAt>>>>);
+impl Wake for Owner {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// An operation polled again with another waker drops its old waker
+/// outside its ring's lock, so an old waker that owns another operation of
+/// the same ring does not deadlock when its drop drops that operation
+/// (A1). The waker used to be dropped under the ring's lock.
+#[test]
+fn replacing_a_waker_that_owns_another_operation_does_not_deadlock() {
+    ring_test_in_a_child("child_replaced_waker_owns_an_operation", 20);
+}
+
+#[test]
+#[ignore]
+fn child_replaced_waker_owns_an_operation() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_replaced_waker_owns_an_operation", 10, || {
+        let dir = TempDir::new("aio-waker-owns-an-operation");
+        let file = digits_file(&dir);
+        owning_a_fresh_context(|context| {
+            // Y: an operation on this context's ring, owned by a waker.
+            let mut other = Box::pin(file.read_at(Vec::with_capacity(4), 0));
+            assert!(other
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending());
+            let owner = Arc::new(Owner(Mutex::new(Some(other))));
+            // X: polled with that waker, so X's slot holds the only
+            // other reference to it.
+            let mut op = Box::pin(file.read_at(Vec::with_capacity(4), 4));
+            {
+                let waker = Waker::from(owner.clone());
+                assert!(op
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_pending());
+            }
+            drop(owner);
+            // X polled again by another waker: the old one is replaced
+            // (and dropped, and with it Y).
+            assert!(op
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending());
+            drop(op);
+            while context.iteration(false) {}
+        });
+    });
+    println!("CHILD-OK");
+}
+
+/// How many io_uring instances this process has open.
+fn io_uring_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "anon_inode:[io_uring]")
+        .count()
+}
+
+/// A context's ring (its io_uring instance and fd) goes with the context
+/// (A1). The thread-local cache used to keep a dead context's ring for the
+/// life of the thread.
+#[test]
+fn a_dead_contexts_ring_is_closed() {
+    ring_test_in_a_child("child_a_dead_contexts_ring_is_closed", 20);
+}
+
+#[test]
+#[ignore]
+fn child_a_dead_contexts_ring_is_closed() {
+    if !is_child() {
+        return;
+    }
+    let dir = TempDir::new("aio-dead-ring");
+    let file = digits_file(&dir);
+    // gdex::aio::backend() probes with a ring of its own, closed at once.
+    let before = io_uring_fds();
+    {
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let _owner = context.acquire().unwrap();
+                let mut read = Box::pin(file.read_at(Vec::with_capacity(4), 0));
+                let mut cx = Context::from_waker(Waker::noop());
+                loop {
+                    if let Poll::Ready(buf) = read.as_mut().poll(&mut cx) {
+                        assert_eq!(buf.unwrap(), b"0123");
+                        break;
+                    }
+                    context.iteration(true);
+                }
+            })
+            .unwrap();
+        assert_eq!(io_uring_fds(), before + 1, "the context's ring");
+    }
+    // The context is gone, and with it its source.
+    assert_eq!(
+        io_uring_fds(),
+        before,
+        "the ring of a context that is gone is still open"
+    );
+    println!("CHILD-OK");
+}
+
+/// 600 reads of an empty pipe on one context: the ring takes as many as its
+/// cap, the rest wait in its backlog. All are dropped: their cancels must
+/// reach the kernel, and a read of a plain file started afterwards on the
+/// same context must complete (A1). With the ring full of requests that
+/// wait, the cancels of dropped ones used to never reach the kernel: the
+/// ring was wedged for good, and its drop waited forever.
+#[test]
+fn dropping_a_full_ring_of_waiting_reads_unwedges_it() {
+    ring_test_in_a_child("child_full_ring_of_waiting_reads", 30);
+}
+
+#[test]
+#[ignore]
+fn child_full_ring_of_waiting_reads() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_full_ring_of_waiting_reads", 20, || {
+        let dir = TempDir::new("aio-full-ring");
+        let plain = digits_file(&dir);
+        let (pipe, writer) = pipe();
+        owning_a_fresh_context(|context| {
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut reads: Vec<_> = (0..600)
+                .map(|_| Box::pin(pipe.read_at(Vec::with_capacity(16), 0)))
+                .collect();
+            for read in &mut reads {
+                assert!(read.as_mut().poll(&mut cx).is_pending());
+            }
+            // A few turns hand the kernel all it takes.
+            for _ in 0..10 {
+                context.iteration(false);
+            }
+            drop(reads);
+            for _ in 0..10 {
+                context.iteration(false);
+            }
+            let mut read = Box::pin(plain.read_at(Vec::with_capacity(4), 0));
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let got = loop {
+                if let Poll::Ready(got) = read.as_mut().poll(&mut cx) {
+                    break Some(got);
+                }
+                if Instant::now() > deadline {
+                    break None;
+                }
+                context.iteration(false);
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            match got {
+                Some(got) => assert_eq!(got.unwrap(), b"0123"),
+                None => {
+                    println!("WEDGED: the read never completed");
+                    // Unwedge it so that the ring's drop can finish:
+                    // data for every waiting read, then the end.
+                    let mut writer = writer;
+                    let _ = writer.write_all(&[0u8; 600 * 16]);
+                    drop(writer);
+                    panic!("the ring is wedged: the cancels of the dropped reads never went");
+                }
+            }
+            drop(read);
+            // Nothing of the pipe was taken by the cancelled reads.
+            let mut writer = writer;
+            writer.write_all(b"after").unwrap();
+            drop(writer);
+            assert_eq!(rest_of_pipe(&pipe), b"after");
+        });
+    });
+    println!("CHILD-OK");
+}
+
+/// A one-worker pool holds 300 reads of an empty pipe (256 in the kernel,
+/// the rest in the backlog) and reads of a plain file (done, perhaps not
+/// taken); it is shut down and dropped: every task resolves, the ring's fd
+/// is closed, and the cancelled reads took nothing from the pipe (A1, S9).
+#[test]
+fn shutdown_and_drop_with_operations_in_every_state() {
+    ring_test_in_a_child("child_shutdown_in_every_state", 60);
+}
+
+#[test]
+#[ignore]
+fn child_shutdown_in_every_state() {
+    if !is_child() {
+        return;
+    }
+    watchdog("child_shutdown_in_every_state", 40, || {
+        let dir = TempDir::new("aio-shutdown-every-state");
+        let plain = digits_file(&dir);
+        let (pipe, mut writer) = pipe();
+        let before = io_uring_fds();
+        let pool = pool(1);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for (file, reads) in [(&pipe, 300), (&plain, 50)] {
+            for _ in 0..reads {
+                let read = file.read_at(Vec::with_capacity(8), 0);
+                tasks.push(
+                    pool.scheduler()
+                        .spawn(after_first_poll(&polled, async move {
+                            read.await.map(|b| b.len())
+                        })),
+                );
+            }
+        }
+        wait_until(|| polled.load(Ordering::SeqCst) == 350);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(io_uring_fds(), before + 1, "the worker's ring");
+        pool.shutdown();
+        let mut resolved = 0;
+        for (i, task) in tasks.into_iter().enumerate() {
+            let outcome = gdex::block_on(task);
+            // A pipe read never completes (nothing was written): cancelled
+            // with its task. A plain read may have completed first.
+            let pipe_read = i < 300;
+            assert!(
+                matches!(outcome, Err(gdex::Error::ShutDown | gdex::Error::Cancelled))
+                    || (!pipe_read && matches!(outcome, Ok(Ok(8)))),
+                "task {i}: {outcome:?}"
+            );
+            resolved += 1;
+        }
+        assert_eq!(resolved, 350);
+        drop(pool);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while io_uring_fds() != before {
+            assert!(
+                Instant::now() < deadline,
+                "the ring of the dropped pool is still open"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        writer.write_all(b"later").unwrap();
+        drop(writer);
+        assert_eq!(rest_of_pipe(&pipe), b"later", "a cancelled read took data");
+    });
+    println!("CHILD-OK");
 }
 
 // ---------------------------------------------------------------------------
@@ -2665,19 +3251,30 @@ mod differential {
             self.rng.bytes(size)
         }
 
-        fn write_at(&mut self, found: &mut Found) {
-            let Some(i) = self.handle(found) else { return };
+        /// Picks an open handle, an offset and the data for a write by `op`
+        /// (in that order: a seed's program stays the same), and names the
+        /// step.
+        fn write_step(&mut self, found: &mut Found, op: &str) -> Option<(usize, u64, Vec<u8>)> {
+            let i = self.handle(found)?;
             let len = self.file_len(i);
             let offset = self.offset(len, true);
             let data = self.write_data();
             let h = &self.handles[i];
             self.what = format!(
-                "write_at({} bytes, offset {offset}) to {:?} opened by {}",
+                "{op}({} bytes, offset {offset}) to {:?} opened by {}",
                 data.len(),
                 h.name,
                 h.how
             );
-            self.key = "write_at".into();
+            self.key = op.into();
+            Some((i, offset, data))
+        }
+
+        fn write_at(&mut self, found: &mut Found) {
+            let Some((i, offset, data)) = self.write_step(found, "write_at") else {
+                return;
+            };
+            let h = &self.handles[i];
             let reference = std_got(h.std.write_at(&data, offset), Got::Wrote);
             let file = h.gdex.clone();
             let sent = data.clone();
@@ -2694,18 +3291,10 @@ mod differential {
         }
 
         fn write_all_at(&mut self, found: &mut Found) {
-            let Some(i) = self.handle(found) else { return };
-            let len = self.file_len(i);
-            let offset = self.offset(len, true);
-            let data = self.write_data();
+            let Some((i, offset, data)) = self.write_step(found, "write_all_at") else {
+                return;
+            };
             let h = &self.handles[i];
-            self.what = format!(
-                "write_all_at({} bytes, offset {offset}) to {:?} opened by {}",
-                data.len(),
-                h.name,
-                h.how
-            );
-            self.key = "write_all_at".into();
             let reference = std_got(h.std.write_all_at(&data, offset), |()| Got::Done);
             let file = h.gdex.clone();
             let (fate, awaiter) = self.run_op(move || {
@@ -3086,12 +3675,18 @@ mod differential {
         /// thread opens after a delay: `open(2)` for reading or writing
         /// waits for it. Sometimes gdex's open is dropped while it waits:
         /// then its fd must not stay open.
-        fn fifo(&mut self, found: &mut Found) {
+        /// A fresh FIFO on both sides: its gdex and std paths.
+        fn new_fifo(&mut self) -> (PathBuf, PathBuf) {
             self.fifos += 1;
             let name = format!("fifo{}", self.fifos);
             let (gpath, spath) = (self.gdex_path(&name), self.std_path(&name));
             mkfifo(&gpath);
             mkfifo(&spath);
+            (gpath, spath)
+        }
+
+        fn fifo(&mut self, found: &mut Found) {
+            let (gpath, spath) = self.new_fifo();
             let o = self.rng.pick(&[
                 (true, false, false, false, false),
                 (false, true, false, false, false),
@@ -3168,11 +3763,7 @@ mod differential {
         /// had in flight, hands the open over and exits; the program awaits
         /// the open, whose reader comes after a delay.
         fn exiting_thread(&mut self, found: &mut Found) {
-            self.fifos += 1;
-            let name = format!("fifo{}", self.fifos);
-            let (gpath, spath) = (self.gdex_path(&name), self.std_path(&name));
-            mkfifo(&gpath);
-            mkfifo(&spath);
+            let (gpath, spath) = self.new_fifo();
             let create = self.rng.coin();
             let o = Options {
                 read: false,

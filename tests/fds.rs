@@ -3,17 +3,24 @@
 //! through a unix-fd `GSource` on that thread's context: readable, writable
 //! and hang-up, with a pipe and a socketpair, and no busy polling while
 //! many fds wait.
+//!
+//! The wait's edges: under `wait_for` (B4) on a thread with a pushed
+//! context it does not iterate, the wait still ends; a pool shut down
+//! under a wait drops it on its worker; a wait polled on one context, then
+//! another, then the first again waits on the last only; a hang-up ends a
+//! wait for input, and an empty condition waits for the hang-up.
 
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
-use common::{after_first_poll, on_main, wait_until, watchdog, Counted};
+use common::{after_first_poll, on_main, pump_during, wait_until, watchdog, Counted};
 use gdex::glib::IOCondition;
-use gdex::{fiber, unix_fd, Scheduler};
+use gdex::{fiber, glib, unix_fd, Scheduler};
 
 /// What the reading side saw: its first wait, the bytes, its second wait.
 type Seen = (IOCondition, Vec<u8>, IOCondition);
@@ -294,4 +301,104 @@ fn a_cancelled_wait_is_dropped_on_its_worker() {
         assert_eq!(&byte, b"x");
         assert_eq!(woke.load(Ordering::SeqCst), 0);
     });
+}
+
+/// `gdex::wait_for` (for plain threads that have no main loop) on a thread
+/// that has a context pushed as thread-default but does not iterate it
+/// ends its fd wait (G2, B4): the wait attaches to the `gdex-timers`
+/// thread's context. When `waiting_context()` picked the pushed context,
+/// nobody ever polled the fd, and the wait hung although the fd was
+/// readable before it started (`gdex::sleep` shares `waiting_context`
+/// and hung the same way).
+#[test]
+fn an_fd_wait_under_wait_for_with_a_pushed_context_ends() {
+    let (r, mut w) = std::io::pipe().unwrap();
+    std::io::Write::write_all(&mut w, b"x").unwrap();
+    let (tx, rx) = mpsc::channel();
+    // Leaked on purpose if it hangs: the test reports instead of aborting.
+    std::thread::spawn(move || {
+        let context = glib::MainContext::new();
+        let ready = context
+            .with_thread_default(|| gdex::wait_for(unix_fd(&r, IOCondition::IN)))
+            .unwrap();
+        let _ = tx.send(ready.map_err(|e| e.to_string()));
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("wait_for(unix_fd(readable fd)) still waiting after 5 s");
+    assert!(ready.unwrap().contains(IOCondition::IN));
+    drop(w);
+}
+
+/// A pool that shuts down while a task waits for an fd drops the wait on
+/// its worker (the task resolves `Cancelled`); the fd is then free to be
+/// closed and reused, and a later readiness wakes nothing (G2, S9).
+#[test]
+fn holds_an_fd_wait_on_a_pool_that_shuts_down_is_dropped() {
+    watchdog("fd_wait_at_shutdown", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let (r, mut w) = std::io::pipe().unwrap();
+        let _ours = r.try_clone().unwrap();
+        let (polled, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let task = pool.scheduler().spawn({
+            let (polled, dropped) = (polled.clone(), dropped.clone());
+            async move {
+                let _c = Counted(dropped);
+                common::after_first_poll(&polled, unix_fd(&r, IOCondition::IN))
+                    .await
+                    .unwrap();
+            }
+        });
+        wait_until(|| polled.load(Ordering::SeqCst) == 1);
+        pool.shutdown();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+        std::io::Write::write_all(&mut w, b"x").unwrap();
+    });
+}
+
+/// A wait polled on context A, then B, then A again waits on A only, and
+/// ends there; HUP ends a wait for IN; an empty condition waits for HUP
+/// (G2: the source moves when the task moves).
+#[test]
+fn holds_a_wait_moved_back_and_forth_and_hang_ups() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let (a, b) = (glib::MainContext::new(), glib::MainContext::new());
+    let (r, w) = std::io::pipe().unwrap();
+    let mut wait = Box::pin(unix_fd(&r, IOCondition::IN));
+    let mut empty = Box::pin(unix_fd(&r, IOCondition::empty()));
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for ctx in [&a, &b, &a] {
+        ctx.with_thread_default(|| {
+            assert!(wait.as_mut().poll(&mut cx).is_pending());
+            assert!(empty.as_mut().poll(&mut cx).is_pending());
+        })
+        .unwrap();
+    }
+    drop(w);
+    pump_during(&b, Duration::from_millis(20));
+    b.with_thread_default(|| ()).unwrap();
+    assert!(
+        format!("{wait:?}").contains("ready: false"),
+        "B fired: {wait:?}"
+    );
+    let (mut got, mut got_empty) = (None, None);
+    while got.is_none() || got_empty.is_none() {
+        a.iteration(true);
+        a.with_thread_default(|| {
+            if let Poll::Ready(v) = wait.as_mut().poll(&mut cx) {
+                got = Some(v.unwrap());
+            }
+            if let Poll::Ready(v) = empty.as_mut().poll(&mut cx) {
+                got_empty = Some(v.unwrap());
+            }
+        })
+        .unwrap();
+    }
+    assert!(got.unwrap().contains(IOCondition::HUP), "{got:?}");
+    assert!(
+        got_empty.unwrap().contains(IOCondition::HUP),
+        "{got_empty:?}"
+    );
 }

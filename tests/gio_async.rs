@@ -7,15 +7,28 @@
 //! drops the pool work and gives `G_IO_ERROR_CANCELLED`; a panic becomes an
 //! error; misuse of `_finish` is an error that says so; and the same object
 //! implements `GAsyncInitable` through it.
+//!
+//! The operation's edges, with plain `AsyncResult`s: one dropped unspawned
+//! calls back with an error and frees its closure; a `_finish` called too
+//! early (also under `G_DEBUG=fatal-criticals`, in a child process) leaves
+//! the real one its value; a cancelled operation's future is gone before
+//! its callback runs; the callback never runs inside the operation's task;
+//! a panic in the error's conversion reaches the caller as `Panicked`; and
+//! a pool shut down with the operation in any state gives `ShutDown`, once.
 
 mod common;
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use common::{on_main, pump_until, wait_until, watchdog, Counted};
+use common::{
+    is_child, on_main, pump_during, pump_until, run_child_passing, wait_until, watchdog, Counted,
+};
 use gdex::gio::prelude::*;
 use gdex::glib::translate::{
     from_glib_borrow, Borrowed, FromGlibPtrBorrow, IntoGlibPtr, ToGlibPtr,
@@ -720,4 +733,331 @@ fn an_operation_dropped_inside_its_callers_cancellation_does_not_wait_for_itself
             assert_eq!(dropped.load(Ordering::SeqCst), 1, "the work was dropped");
         },
     );
+}
+
+// ---------------------------------------------------------------------------
+// The operation's life at its edges: never spawned, finished too early,
+// cancelled, completed on the caller's own context, failing in the error
+// conversion, and shut down in every state.
+// ---------------------------------------------------------------------------
+
+const NO_SOURCE: Option<&glib::Object> = None;
+
+/// Runs `body` on a fresh context pushed as this thread's thread-default
+/// (no gdex scheduler on it: a plain GIO caller's).
+fn on_private<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
+    let context = glib::MainContext::new();
+    context
+        .with_thread_default(|| body(&context))
+        .expect("a fresh context is free")
+}
+
+/// Whether `cell` holds a value (taken and put back: a `Cell` of a
+/// non-`Copy` value lends none).
+fn holds<T>(cell: &Cell<Option<T>>) -> bool {
+    let value = cell.take();
+    let held = value.is_some();
+    cell.set(value);
+    held
+}
+
+/// Drop sets its flag only after a pause: a future that holds one takes a
+/// while to go.
+struct SlowDrop(Arc<AtomicBool>);
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(400));
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// An `AsyncResult` dropped unspawned calls its callback with an error, and
+/// the callback's captures are freed (G1; its `#[must_use]` says so).
+/// Without a `Drop` for `AsyncResult`, the `GTask` was finalized without
+/// ever returning: the callback was never called and the boxed
+/// `ThreadGuard<C>` (with the closure's captures) leaked.
+#[test]
+fn an_unspawned_result_calls_back_with_an_error() {
+    watchdog("gio_async_unspawned_calls_back", 30, || {
+        on_private(|context| {
+            let calls = Rc::new(Cell::new(0));
+            let captured = Arc::new(AtomicUsize::new(0));
+            let seen = calls.clone();
+            let guard = Counted(captured.clone());
+            let result = AsyncResult::new(NO_SOURCE, None, move |_, r| {
+                let _keep = &guard;
+                assert!(AsyncResult::propagate::<()>(r, NO_SOURCE).is_err());
+                seen.set(seen.get() + 1);
+            });
+            drop(result);
+            pump_during(context, Duration::from_millis(300));
+            assert_eq!(
+                calls.get(),
+                1,
+                "an AsyncResult dropped unspawned must call its callback with an error"
+            );
+            assert_eq!(
+                captured.load(Ordering::SeqCst),
+                1,
+                "the callback's captures leaked"
+            );
+        })
+    });
+}
+
+/// A `_finish` called before the operation completed gets "has not
+/// completed yet" and takes nothing: the real `_finish` in the callback
+/// gets the value (G1). When `propagate` set `taken` before it knew the
+/// operation had completed, the callback's `_finish` got "already taken"
+/// instead (and GIO printed a critical for `task->result_set`).
+#[test]
+fn finishing_too_early_leaves_the_real_finish_its_value() {
+    watchdog("gio_async_early_finish", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        on_private(|context| {
+            let (go, wait) = futures::channel::oneshot::channel::<()>();
+            let got: Rc<Cell<Option<Result<u32, String>>>> = Rc::default();
+            let seen = got.clone();
+            let result = AsyncResult::new(NO_SOURCE, None, move |_, r| {
+                seen.set(Some(
+                    AsyncResult::propagate::<u32>(r, NO_SOURCE).map_err(|e| e.to_string()),
+                ));
+            });
+            let early_view = result.as_async_result();
+            result.spawn(&pool.scheduler(), async move {
+                let _ = wait.await;
+                Ok::<_, glib::Error>(7u32)
+            });
+            let early = AsyncResult::propagate::<u32>(&early_view, NO_SOURCE).unwrap_err();
+            assert!(early.message().contains("not completed yet"), "{early}");
+            go.send(()).unwrap();
+            pump_until(context, || holds(&got));
+            assert_eq!(
+                got.take().unwrap(),
+                Ok(7),
+                "the callback's _finish lost the value"
+            );
+        })
+    });
+}
+
+/// The same early `_finish` under `G_DEBUG=fatal-criticals`, in a child
+/// process: misuse gets an error, not a crash (G1), and
+/// `g_task_propagate_pointer` on an unfinished task is a GLib critical.
+#[test]
+fn finishing_too_early_is_no_glib_critical() {
+    run_child_passing(
+        "child_finish_too_early",
+        &[("G_DEBUG", "fatal-criticals")],
+        30,
+        "",
+    );
+}
+
+#[test]
+#[ignore = "run by finishing_too_early_is_no_glib_critical"]
+fn child_finish_too_early() {
+    if !is_child() {
+        return;
+    }
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    on_private(|_| {
+        let (go, wait) = futures::channel::oneshot::channel::<()>();
+        let result = AsyncResult::new(NO_SOURCE, None, |_, _| {});
+        let view = result.as_async_result();
+        result.spawn(&pool.scheduler(), async move {
+            let _ = wait.await;
+            Ok::<_, glib::Error>(1u32)
+        });
+        let err = AsyncResult::propagate::<u32>(&view, NO_SOURCE).unwrap_err();
+        assert!(err.message().contains("not completed yet"), "{err}");
+        go.send(()).unwrap();
+    });
+}
+
+// (A task name set from two threads through a shared `&AsyncResult` is a
+// compile error: `AsyncResult` is not `Sync`; see the `compile_fail`
+// example in its docs.)
+
+/// A cancelled operation's future is dropped before the caller's callback
+/// runs (G1), as on the poll path ("the future goes before the caller
+/// hears"): the callback may start the next operation, which must not find
+/// the cancelled work still holding its resources. On the cancel (and
+/// shutdown) path, `PinnedDrop` used to return the error to the `GTask`
+/// first and drop the future field afterwards.
+#[test]
+fn a_cancelled_operation_drops_its_future_before_calling_back() {
+    watchdog("gio_async_cancel_order", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        on_private(|context| {
+            let cancellable = gio::Cancellable::new();
+            let (dropped, started) = (
+                Arc::new(AtomicBool::new(false)),
+                Arc::new(AtomicBool::new(false)),
+            );
+            let seen: Rc<Cell<Option<bool>>> = Rc::default();
+            let (record, flag) = (seen.clone(), dropped.clone());
+            let result = AsyncResult::new(NO_SOURCE, Some(&cancellable), move |_, r| {
+                let err = AsyncResult::propagate::<()>(r, NO_SOURCE).unwrap_err();
+                assert!(err.matches(gio::IOErrorEnum::Cancelled), "{err}");
+                record.set(Some(flag.load(Ordering::SeqCst)));
+            });
+            let (guard, go) = (SlowDrop(dropped.clone()), started.clone());
+            result.spawn(&pool.scheduler(), async move {
+                let _guard = guard;
+                go.store(true, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+                Ok::<_, glib::Error>(())
+            });
+            wait_until(|| started.load(Ordering::SeqCst));
+            cancellable.cancel();
+            pump_until(context, || {
+                let v = seen.get();
+                v.is_some()
+            });
+            assert_eq!(
+                seen.get(),
+                Some(true),
+                "the callback ran while the cancelled future was still being dropped"
+            );
+        })
+    });
+}
+
+/// The caller's callback is main-loop code, not task code: it runs outside
+/// the operation's gdex task, even when the operation completes on the
+/// caller's own context (G1). GIO completes a `GTask` synchronously when
+/// `g_task_return_*` is called from a source of the task's own context in
+/// a later iteration: without gdex's idle hop, the callback ran inside the
+/// operation's task poll (`Completing::poll` -> `complete`), where
+/// `current_cancellable()` was the finished operation's and the stall
+/// watchdog charged the callback to it.
+#[test]
+fn the_callback_runs_outside_the_operations_task() {
+    watchdog("gio_async_sync_callback", 30, || {
+        let context = glib::MainContext::new();
+        let scheduler = gdex::Scheduler::for_context(&context);
+        context
+            .with_thread_default(|| {
+                let seen: Rc<Cell<Option<bool>>> = Rc::default();
+                let record = seen.clone();
+                let result = AsyncResult::new(NO_SOURCE, None, move |_, r| {
+                    record.set(Some(gdex::current_cancellable().is_some()));
+                    assert_eq!(AsyncResult::propagate::<u32>(r, NO_SOURCE).unwrap(), 1);
+                });
+                std::thread::sleep(Duration::from_millis(2));
+                result.spawn(&scheduler, async { Ok::<_, glib::Error>(1u32) });
+                pump_until(&context, || seen.get().is_some());
+                assert_eq!(
+                    seen.get(),
+                    Some(false),
+                    "the GAsyncReadyCallback ran inside the operation's gdex task"
+                );
+            })
+            .unwrap();
+    });
+}
+
+/// An error type whose conversion into `gdex::Error` panics.
+struct Weird;
+
+impl From<Weird> for gdex::Error {
+    fn from(_: Weird) -> Self {
+        panic!("converting the error panicked")
+    }
+}
+
+/// A panic in the user's `Into<gdex::Error>` conversion of the future's
+/// error reaches the caller as `Panicked` (G1, S6). When
+/// `output.into_result()` ran outside `Completing::poll`'s `catch_unwind`,
+/// its panic left `task` set, the `Completing` was dropped unfinished and
+/// the caller heard `ShutDown` instead.
+#[test]
+fn a_panic_in_the_error_conversion_reaches_the_caller_as_panicked() {
+    watchdog("gio_async_into_result_panic", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        on_private(|context| {
+            let seen: Rc<Cell<Option<glib::Error>>> = Rc::default();
+            let record = seen.clone();
+            let result = AsyncResult::new(NO_SOURCE, None, move |_, r| {
+                record.set(Some(
+                    AsyncResult::propagate::<u32>(r, NO_SOURCE).unwrap_err(),
+                ));
+            });
+            result.spawn(&pool.scheduler(), async { Err::<u32, Weird>(Weird) });
+            pump_until(context, || holds(&seen));
+            let err = seen.take().unwrap();
+            assert!(err.matches(gdex::ErrorCode::Panicked), "got {err}");
+        })
+    });
+}
+
+/// Scheduler shutdown with the operation in every state: spawned after the
+/// pool closed, queued behind a busy task, running (in a long poll), and
+/// waiting; with and without a caller's cancellable. The caller always
+/// hears `ShutDown`, once (G1, S9).
+#[test]
+fn holds_shutdown_in_every_state_gives_shut_down() {
+    watchdog("gio_async_shutdown_every_state", 60, || {
+        for with_cancellable in [false, true] {
+            for state in ["closed before spawn", "queued", "running", "waiting"] {
+                on_private(|context| {
+                    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+                    let scheduler = pool.scheduler();
+                    let cancellable = with_cancellable.then(gio::Cancellable::new);
+                    let calls = Rc::new(Cell::new(0));
+                    let seen: Rc<Cell<Option<glib::Error>>> = Rc::default();
+                    let (c, s) = (calls.clone(), seen.clone());
+                    let result = AsyncResult::new(NO_SOURCE, cancellable.as_ref(), move |_, r| {
+                        c.set(c.get() + 1);
+                        s.set(AsyncResult::propagate::<()>(r, NO_SOURCE).err());
+                    });
+                    let started = Arc::new(AtomicBool::new(false));
+                    let go = started.clone();
+                    let work = async move {
+                        go.store(true, Ordering::SeqCst);
+                        if state == "running" {
+                            common::spin(Duration::from_millis(200));
+                        }
+                        std::future::pending::<()>().await;
+                        Ok::<_, glib::Error>(())
+                    };
+                    match state {
+                        "closed before spawn" => {
+                            pool.shutdown();
+                            result.spawn(&scheduler, work);
+                        }
+                        "queued" => {
+                            let busy = Arc::new(AtomicBool::new(false));
+                            let b = busy.clone();
+                            scheduler
+                                .spawn(async move {
+                                    b.store(true, Ordering::SeqCst);
+                                    common::spin(Duration::from_millis(200));
+                                })
+                                .detach();
+                            wait_until(|| busy.load(Ordering::SeqCst));
+                            result.spawn(&scheduler, work);
+                            pool.shutdown();
+                            assert!(!started.load(Ordering::SeqCst));
+                        }
+                        _ => {
+                            result.spawn(&scheduler, work);
+                            wait_until(|| started.load(Ordering::SeqCst));
+                            pool.shutdown();
+                        }
+                    }
+                    pump_until(context, || calls.get() > 0);
+                    pump_during(context, Duration::from_millis(20));
+                    assert_eq!(calls.get(), 1, "{state}");
+                    let err = seen.take().expect("an error");
+                    assert!(err.matches(gdex::ErrorCode::ShutDown), "{state}: {err}");
+                    if let Some(c) = cancellable {
+                        c.cancel(); // after completion: nothing happens
+                    }
+                })
+            }
+        }
+    });
 }

@@ -1,7 +1,8 @@
-//! The GTK 4 demo in a real window (X9). Runs `examples/gtk_demo.rs` under
-//! Xvfb in self-test mode: it clicks Start, Cancel, Start and Panic through
-//! GTK's own API, checks the counter, the bar, the spinner's frames and the
-//! panic dialog, and saves a screenshot under `target/`.
+//! X9 proof in an app: the GTK 4 demo in a real window. Runs
+//! `examples/gtk_demo.rs` under Xvfb in self-test mode: it clicks Start,
+//! Cancel, Start and Panic through GTK's own API, checks the counter, the
+//! bar, the spinner's frames and the panic dialog, and saves a screenshot
+//! under `target/`.
 
 mod common;
 

@@ -1,11 +1,10 @@
-//! Interop: gdex schedulers as `futures` spawners, and gdex's debug log in
-//! GLib's structured log (domain `gdex`).
+//! Interop (unnumbered in DESIGN.md): gdex's schedulers (S1, S2) are
+//! `futures` spawners, and gdex's debug log goes to GLib's structured log
+//! (domain `gdex`).
 
 mod common;
 
-use std::process::Command;
-
-use common::{on_main, watchdog};
+use common::{is_child, on_main, run_child_passing, watchdog};
 use futures::task::{LocalSpawn, LocalSpawnExt, Spawn, SpawnExt};
 
 /// What a crate that takes a spawner does with it.
@@ -41,11 +40,10 @@ fn schedulers_are_futures_spawners() {
     });
 }
 
-const CHILD: &str = "GDEX_TEST_LOG_CHILD";
-
 #[test]
+#[ignore = "run by debug_messages_go_to_the_glib_log_under_the_gdex_domain"]
 fn child_log() {
-    if std::env::var_os(CHILD).is_none() {
+    if !is_child() {
         return;
     }
     // Its own watchdog: a hung child ends itself rather than outlive the
@@ -60,19 +58,11 @@ fn child_log() {
     });
 }
 
-/// The child's stdout and stderr.
-fn run_child(debug: Option<&str>) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_log", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env_remove("G_MESSAGES_DEBUG");
-    if let Some(domains) = debug {
-        cmd.env("G_MESSAGES_DEBUG", domains);
-    }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    // GLib's standard writer puts debug messages on stdout.
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+/// The output (stdout, where GLib's standard writer puts debug messages,
+/// and stderr) of `child_log` run with `G_MESSAGES_DEBUG` set to `domains`
+/// (empty: no debug messages, as when it is not set).
+fn log_of_a_child(domains: &str) -> String {
+    run_child_passing("child_log", &[("G_MESSAGES_DEBUG", domains)], 60, "")
 }
 
 /// `G_MESSAGES_DEBUG=gdex` shows gdex's debug messages (pool start and
@@ -81,7 +71,7 @@ fn run_child(debug: Option<&str>) -> String {
 #[test]
 fn debug_messages_go_to_the_glib_log_under_the_gdex_domain() {
     watchdog("debug_messages_go_to_the_glib_log", 60, || {
-        let shown = run_child(Some("gdex"));
+        let shown = log_of_a_child("gdex");
         assert!(
             shown.contains("gdex-DEBUG") && shown.contains("started a pool of 2 workers"),
             "{shown}"
@@ -90,7 +80,7 @@ fn debug_messages_go_to_the_glib_log_under_the_gdex_domain() {
             shown.contains("shutting down a pool of 2 workers"),
             "{shown}"
         );
-        let quiet = run_child(None);
+        let quiet = log_of_a_child("");
         assert!(!quiet.contains("gdex-DEBUG"), "{quiet}");
     });
 }

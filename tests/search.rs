@@ -1,4 +1,4 @@
-//! Proof in an app (X9): the search app in a real window. Runs
+//! X9 proof in an app: the search app in a real window. Runs
 //! `examples/search.rs` under Xvfb in self-test mode on a generated tree,
 //! with gdex and with glib-rs's own tools (`--glib`): it types a query,
 //! retypes another, scrolls, and reports. Checked here: the final list is

@@ -1,8 +1,9 @@
-//! Unix signals: `unix_signals` keeps a signal handled for its whole life,
-//! so a reload loop survives signals that come while no `recv` waits; a
-//! dropped `unix_signal` gives the signal its default action back, as
-//! documented; and a signal future waiting while nobody iterates the
-//! default main context is reported once.
+//! Future toolkit (unnumbered in DESIGN.md), the unix-signal futures:
+//! `unix_signals` keeps a signal handled for its whole life, so a reload
+//! loop survives signals that come while no `recv` waits; a dropped
+//! `unix_signal` gives the signal its default action back, as documented;
+//! and a signal future waiting while nobody iterates the default main
+//! context is reported once.
 //!
 //! Tests that may be killed by a signal, or that need a fresh process (the
 //! report's delay, a default main context nobody iterates), run their body
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{is_child, on_main, pump, run_child, wait_until, watchdog};
+use common::{is_child, on_main, pump, run_child, run_child_passing, wait_until, watchdog};
 use futures::FutureExt;
 
 fn raise(signum: i32) {
@@ -35,11 +36,7 @@ fn polled_once<F: std::future::Future + Unpin>(future: &mut F) -> Poll<F::Output
 /// no arrival is lost.
 #[test]
 fn a_unix_signals_stream_keeps_the_signal_handled_while_no_recv_waits() {
-    let (status, out) = run_child("child_reload_loop", &[], 60);
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("survived every signal"),
-        "the child died ({status:?}):\n{out}"
-    );
+    run_child_passing("child_reload_loop", &[], 60, "survived every signal");
 }
 
 #[test]
@@ -157,14 +154,11 @@ fn signal_warnings() -> Arc<AtomicUsize> {
 /// again, for the stream form too.
 #[test]
 fn a_signal_future_nobody_can_deliver_to_is_reported_once() {
-    let (status, out) = run_child(
+    run_child_passing(
         "child_nobody_iterates",
         &[("GDEX_MAIN_IDLE_WARN_MS", "50")],
         60,
-    );
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("reported once each time"),
-        "child failed ({status:?}):\n{out}"
+        "reported once each time",
     );
 }
 

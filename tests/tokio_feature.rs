@@ -8,7 +8,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{is_child, on_main, run_child, watchdog};
+use common::{is_child, on_main, run_child_passing, watchdog};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An echo server on a plain std thread: the other end of the connection
@@ -100,11 +100,7 @@ fn tokio_started() -> bool {
 /// runs inside it.
 #[test]
 fn the_tokio_runtime_starts_at_the_first_task_not_when_a_pool_starts() {
-    let (status, out) = run_child("child_pool_then_first_task", &[], 60);
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("1 passed"),
-        "child failed ({status:?}):\n{out}"
-    );
+    run_child_passing("child_pool_then_first_task", &[], 60, "1 passed");
 }
 
 #[test]

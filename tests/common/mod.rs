@@ -434,3 +434,23 @@ pub fn value_at(model: &gdex::ListModel, position: u32) -> u64 {
         .expect("a boxed item")
         .borrow::<u64>()
 }
+
+/// Iterates `context` without blocking for `d`, so that whatever falls due
+/// on it meanwhile (idles, results returned to it) has run: [`pump_for`]
+/// with a condition that never holds.
+pub fn pump_during(context: &glib::MainContext, d: Duration) {
+    pump_for(context, d, || false);
+}
+
+/// [`run_child`], failing the test unless the child exited with success
+/// within `secs` and its output holds `marker` (a line the child prints
+/// once its body is through, or "" for none); gives the child's output.
+pub fn run_child_passing(name: &str, env: &[(&str, &str)], secs: u64, marker: &str) -> String {
+    let (status, out) = run_child(name, env, secs);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains(marker),
+        "the child `{name}` failed, or hung (status None: killed after {secs} s), or never \
+         printed {marker:?} ({status:?}):\n{out}"
+    );
+    out
+}
