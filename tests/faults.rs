@@ -23,26 +23,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use common::{is_child, run_child, wait_until};
+use common::{child_passes, is_child, quiet_pool, run_child, thread_names, wait_until};
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Runs child test `name` (at most `secs` seconds) and checks that it
-/// exited successfully after printing `CHILD-OK`; gives its output.
-fn child_passes(name: &str, env: &[(&str, &str)], secs: u64) -> String {
-    let (status, out) = run_child(name, env, secs);
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
-        "child `{name}` failed ({}):\n{out}",
-        match status {
-            None => format!("killed after {secs} s"),
-            Some(s) => s.to_string(),
-        }
-    );
-    out
-}
 
 /// The panic events the child's panic handler has seen.
 fn events() -> &'static Mutex<Vec<gdex::PanicEvent>> {
@@ -68,17 +53,6 @@ fn wait_for_event(message: &str) -> gdex::PanicEvent {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// The names of this process's threads, now.
-fn threads() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim_end().to_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The process's address space, in bytes (`VmSize`).
@@ -129,16 +103,6 @@ impl Drop for AddressSpaceLimit {
     }
 }
 
-/// A pool of `workers` workers whose stall reports are off (some tests sit
-/// in one poll on purpose).
-fn pool(workers: usize) -> gdex::ThreadPool {
-    gdex::ThreadPool::builder()
-        .workers(workers)
-        .stall_threshold(Duration::ZERO)
-        .build()
-        .unwrap()
-}
-
 // ---------------------------------------------------------------------------
 // A worker thread that cannot be spawned
 // ---------------------------------------------------------------------------
@@ -154,14 +118,14 @@ fn child_worker_that_cannot_start() {
     // Start the threads a pool starts once per process (the watchdog's
     // monitor, the reaper of its shutdown), so that the counts below see
     // only the pool's own.
-    let warm = pool(2);
+    let warm = quiet_pool(2);
     gdex::block_on(warm.scheduler().spawn(async {})).unwrap();
     drop(warm);
     wait_until(|| {
-        let names = threads();
+        let names = thread_names();
         names.iter().any(|n| n == "gdex-watchdog") && names.iter().any(|n| n == "gdex-reaper")
     });
-    let threads_before = threads();
+    let threads_before = thread_names();
     println!("threads: {threads_before:?}");
     let space_before = address_space();
     let err = {
@@ -185,7 +149,7 @@ fn child_worker_that_cannot_start() {
     );
     // Nothing leaks: the two workers that had started were joined, and
     // their stacks unmapped.
-    assert_eq!(threads(), threads_before);
+    assert_eq!(thread_names(), threads_before);
     assert!(
         address_space() < space_before + STACK,
         "{} bytes mapped after the failed build, {space_before} before",
@@ -198,7 +162,7 @@ fn child_worker_that_cannot_start() {
         .stall_threshold(Duration::ZERO)
         .build()
         .unwrap();
-    assert_eq!(threads().len(), threads_before.len() + 4);
+    assert_eq!(thread_names().len(), threads_before.len() + 4);
     let s = pool.scheduler();
     // Fibers are placed round-robin (F2): one on each worker.
     let fibers: Vec<_> = (0..4)
@@ -219,7 +183,7 @@ fn child_worker_that_cannot_start() {
         ]
     );
     drop(pool);
-    assert_eq!(threads(), threads_before);
+    assert_eq!(thread_names(), threads_before);
     println!("CHILD-OK");
 }
 
@@ -262,7 +226,7 @@ fn child_fiber_stack_that_cannot_be_mapped() {
         p.fetch_add(1, Ordering::SeqCst);
         default_hook(info);
     }));
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     // A default fiber stack is mapped and pooled on the worker.
     assert_eq!(gdex::block_on(s.spawn_fiber(|| 1)).unwrap(), 1);
@@ -358,7 +322,7 @@ fn child_panicking_waker_of_a_task_handle() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (promise, value) = gdex::Promise::<u32>::new();
     let mut task = s.spawn(async move { value.await.unwrap() + 1 });
@@ -401,7 +365,7 @@ fn child_panicking_waker_on_a_promise() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (promise, mut first) = gdex::Promise::<String>::new();
     let second = first.clone();
@@ -448,7 +412,7 @@ fn child_panicking_waker_on_a_channel_receive() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (tx, rx) = gdex::channel::<u32>(1);
     let mut recv = rx.recv();
@@ -497,7 +461,7 @@ fn child_panicking_waker_on_a_timer() {
         return;
     }
     events();
-    let pool = pool(2);
+    let pool = quiet_pool(2);
     let s = pool.scheduler();
     // 1. A timer due while its worker sits in one long poll is raised by
     //    the watchdog's monitor (P8: a timer follows its task): the worker
@@ -631,7 +595,7 @@ fn child_panicking_drops_where_they_are_dropped() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
 
@@ -717,7 +681,7 @@ fn child_panicking_drops_in_tasks_at_shutdown() {
         return;
     }
     events();
-    let pool = pool(2);
+    let pool = quiet_pool(2);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
@@ -806,7 +770,7 @@ fn child_panicking_drops_in_work_items_at_shutdown() {
         false,
         move |_, _, message| sink.lock().unwrap().push(message.to_owned()),
     );
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
     let ran = Arc::new(AtomicUsize::new(0));
@@ -902,7 +866,7 @@ fn child_panicking_glib_callback_on_a_worker() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     // The same fault as a future awaited by a task is the task's panic.
     let contained = s.spawn(async {

@@ -8,25 +8,11 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::Counted;
-
-/// Names of this process's threads, from /proc.
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-                .map(|s| s.trim().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The tests of this file look at every thread of the process: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use common::{Counted, DroppedOn};
 
 #[test]
 fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_under_load", 120, || {
         let workers = 4;
         let pool = gdex::ThreadPool::builder()
@@ -94,9 +80,9 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
         let took = started.elapsed();
         // Every worker thread is gone.
         assert!(
-            !thread_names().iter().any(|n| n.starts_with("gdex-worker")),
+            !common::thread_names().iter().any(|n| n.starts_with("gdex-worker")),
             "worker threads left: {:?}",
-            thread_names()
+            common::thread_names()
         );
         // Dropping the senders wakes the waiting tasks after the shutdown:
         // their futures are dropped then, once.
@@ -119,7 +105,7 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
 /// its state is dropped once, on its own worker thread.
 #[test]
 fn shutdown_cancels_blocked_fibers_on_their_threads() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_cancels_blocked_fibers", 60, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let s = pool.scheduler();
@@ -184,7 +170,7 @@ fn shutdown_cancels_blocked_fibers_on_their_threads() {
 /// freed: SIGSEGV, or an invalid read under memcheck).
 #[test]
 fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("wait_during_forced_unwind", 60, || {
         let pool = gdex::ThreadPool::builder()
             .workers(1)
@@ -265,16 +251,6 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
     });
 }
 
-/// Records the thread its holder is dropped on.
-struct DroppedOn(Arc<std::sync::Mutex<Vec<String>>>);
-
-impl Drop for DroppedOn {
-    fn drop(&mut self) {
-        let name = std::thread::current().name().unwrap_or("?").to_owned();
-        self.0.lock().unwrap().push(name);
-    }
-}
-
 /// S9: after `shutdown()` every task of the pool has resolved to
 /// `Cancelled`, whatever it was waiting on: a GLib timeout on its worker's
 /// context, a `gdex::sleep`, a GIO call, a channel, nothing at all; pinned
@@ -284,7 +260,7 @@ impl Drop for DroppedOn {
 /// pinned ones woken after their worker exited leaked.
 #[test]
 fn shutdown_resolves_every_task_whatever_it_waits_on() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_resolves_every_task", 60, || {
         let pool = gdex::ThreadPool::builder()
             .workers(2)
@@ -408,7 +384,7 @@ fn shutdown_resolves_every_task_whatever_it_waits_on() {
 /// was closed records itself where it runs.
 #[test]
 fn shutdown_resolves_tasks_that_moved_between_workers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_resolves_moved_tasks", 60, || {
         let pool = gdex::ThreadPool::builder()
             .workers(2)
@@ -630,7 +606,7 @@ fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
     use std::future::pending;
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
         let pool = gdex::ThreadPool::builder()
             .workers(1)
@@ -826,7 +802,7 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
 fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
     use std::future::Future;
     use std::time::{Duration, Instant};
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("a_task_of_another_context_polled_on_a_worker", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let context = glib::MainContext::new();
@@ -885,7 +861,7 @@ fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
 fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
     use std::future::pending;
     use std::time::Duration;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
         let pool = gdex::ThreadPool::builder()
             .workers(1)
