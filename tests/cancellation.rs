@@ -7,10 +7,11 @@ mod common;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{watchdog, Counted};
+use futures::channel::oneshot;
 use gio::prelude::*;
 
 /// A connected socket pair nobody writes to: reads from the first never
@@ -307,6 +308,56 @@ fn a_dropped_fiber_cancels_its_cancellable() {
         let after = rx.recv().unwrap();
         assert!(after.is_cancelled());
         assert!(rx.recv().is_err(), "the fiber returned");
+    });
+}
+
+/// A fiber on a context scheduler (F4, S5): dropping its handle cancels a
+/// pending wait; a later wait on a ready future
+/// still returns Ok (documented); a destructor's wait during the normal
+/// cancellation return sees a live poll.
+#[test]
+fn held_fibers_on_context_schedulers_are_cancelled_by_handle_drop() {
+    common::watchdog("held_fibers_on_context", 30, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (_keep, rx) = oneshot::channel::<()>();
+        let l = log.clone();
+        let fiber = s.spawn_fiber(move || {
+            struct Flush(Arc<Mutex<Vec<String>>>);
+            impl Drop for Flush {
+                fn drop(&mut self) {
+                    let r = gdex::fiber::wait_output(std::future::ready(1));
+                    self.0.lock().unwrap().push(format!("flush {r:?}"));
+                }
+            }
+            let _flush = Flush(l.clone());
+            let r = gdex::fiber::wait(rx);
+            l.lock().unwrap().push(format!("wait {r:?}"));
+            let r = gdex::fiber::wait_output(std::future::ready(2));
+            l.lock().unwrap().push(format!("ready {r:?}"));
+            let r = gdex::fiber::yield_fiber();
+            l.lock().unwrap().push(format!("yield {r:?}"));
+        });
+        context
+            .with_thread_default(|| {
+                common::pump(&context);
+                drop(fiber);
+                let t0 = Instant::now();
+                while log.lock().unwrap().len() < 4 && t0.elapsed() < Duration::from_secs(5) {
+                    context.iteration(false);
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "wait Err(Cancelled)",
+                "ready Ok(2)",
+                "yield Err(Cancelled)",
+                "flush Ok(1)"
+            ]
+        );
     });
 }
 

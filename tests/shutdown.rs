@@ -5,10 +5,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use common::{Counted, DroppedOn};
+use common::{is_child, run_child, Counted, DroppedOn};
+use futures::channel::oneshot;
 
 #[test]
 fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
@@ -251,6 +253,185 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
     });
 }
 
+/// A fiber first polled during the shutdown's fiber phase is cancelled,
+/// not unwound (F4, S9). A fiber spawned before the shutdown but still in
+/// its worker's inbox when the shutdown starts is first polled by
+/// `finish_fibers` (which runs every pinned job while other live fibers
+/// finish). It registers itself in `core.fibers`; if `finish_fibers` took
+/// that list before, it is never cancelled, so its first `wait` suspends;
+/// then the registry close wakes it and the drain drops it while suspended:
+/// it is force-unwound. Its `wait` never returns `Cancelled`, the code after
+/// it (its cleanup) never runs, and its handle says `Cancelled` instead of
+/// the fiber's own result.
+#[test]
+fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
+    let _one = common::serial();
+    common::watchdog("bug_fiber_first_polled_during_shutdown", 60, || {
+        let pool = common::quiet_pool(1);
+        let s = pool.scheduler();
+        // Fiber A: suspended; makes the worker run `finish_fibers`.
+        let (_keep_a, rx_a) = oneshot::channel::<()>();
+        let a_started = Arc::new(AtomicBool::new(false));
+        let st = a_started.clone();
+        let fiber_a = s.spawn_fiber(move || {
+            st.store(true, Ordering::SeqCst);
+            let _ = gdex::fiber::wait(rx_a);
+            "a"
+        });
+        common::wait_until(|| a_started.load(Ordering::SeqCst));
+        // Hold the worker until the pool is closed.
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let s2 = s.clone();
+        s.push(move || {
+            held_tx.send(()).unwrap();
+            while futures::task::Spawn::status(&s2).is_ok() {
+                std::thread::yield_now();
+            }
+        });
+        held_rx.recv().unwrap();
+        // Fiber B: queued in the inbox of the held worker.
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (_keep_b, rx_b) = oneshot::channel::<()>();
+        let l = log.clone();
+        let fiber_b = s.spawn_fiber(move || {
+            l.lock().unwrap().push("started".into());
+            let r = gdex::fiber::wait(rx_b);
+            l.lock().unwrap().push(format!("wait returned {r:?}"));
+            "b"
+        });
+        pool.shutdown();
+        let log = log.lock().unwrap().clone();
+        let a = gdex::wait_for(fiber_a);
+        let b = gdex::wait_for(fiber_b);
+        assert!(matches!(a, Ok("a")), "fiber A: {a:?}");
+        if log.is_empty() {
+            // Never started: dropped unpolled, fine.
+            assert!(matches!(b, Err(gdex::Error::Cancelled)), "{b:?}");
+            panic!("setup did not reach the race (fiber B never started); re-run");
+        }
+        assert_eq!(
+            log,
+            ["started", "wait returned Err(Cancelled)"],
+            "fiber B started during shutdown but its wait never returned (force-unwound)"
+        );
+        assert!(matches!(b, Ok("b")), "fiber B's handle: {b:?}");
+    });
+}
+
+/// A cancelled fiber looping on `yield_fiber` does not hang the shutdown
+/// (F4, F6, S9). The module docs promise the worker runs cancelled fibers
+/// "for up to 500 ms" ("the deadline bounds a fiber that loops on its
+/// own"). But once a fiber is cancelled, `wait` returns `Cancelled`
+/// *without suspending* (the check right after registering the waker, and
+/// the `resumed` check), so a fiber that loops on
+/// `let _ = gdex::fiber::yield_fiber();` (fine and fair before the shutdown:
+/// it yields every turn) must still give its worker back: else
+/// `finish_fibers` is stuck inside `job.run()`, the deadline is never
+/// checked, and `shutdown()` never returns.
+#[test]
+fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
+    let _one = common::serial();
+    common::watchdog("bug_fiber_yield_loop_hangs_shutdown", 60, || {
+        let pool = common::quiet_pool(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        let (st, sp) = (started.clone(), stop.clone());
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            st.store(true, Ordering::SeqCst);
+            let mut turns = 0u64;
+            // A polite background loop: yields every turn, ignores the result.
+            while !sp.load(Ordering::SeqCst) {
+                let _ = gdex::fiber::yield_fiber();
+                turns += 1;
+            }
+            turns
+        });
+        common::wait_until(|| started.load(Ordering::SeqCst));
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let p = pool.clone();
+        let t = std::thread::spawn(move || {
+            p.shutdown();
+            let _ = done_tx.send(());
+        });
+        // Deliberate: the 3 s bound is the check (the fiber phase is
+        // bounded at 500 ms); a correct shutdown returns well inside it.
+        let returned = done_rx.recv_timeout(Duration::from_secs(3)).is_ok();
+        // Let the test end either way.
+        stop.store(true, Ordering::SeqCst);
+        t.join().unwrap();
+        drop(fiber);
+        assert!(
+            returned,
+            "shutdown() had not returned after 3 s (the fiber phase is bounded at 500 ms): a \
+             cancelled fiber looping on yield_now() never suspends again"
+        );
+    });
+}
+
+/// Child body for [`a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds`].
+#[test]
+#[ignore = "child process of a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds"]
+fn child_forced_unwind_with_a_flushing_destructor() {
+    if !is_child() {
+        return;
+    }
+    let pool = common::quiet_pool(1);
+    let s = pool.scheduler();
+    // Fiber C: when cancelled, does 800 ms of cleanup work, past the 500 ms
+    // fiber phase.
+    let (_keep_c, rx_c) = oneshot::channel::<()>();
+    let started = Arc::new(AtomicUsize::new(0));
+    let st = started.clone();
+    let c = s.spawn_fiber(move || {
+        st.fetch_add(1, Ordering::SeqCst);
+        if gdex::fiber::wait(rx_c).is_err() {
+            common::spin(Duration::from_millis(800));
+        }
+    });
+    // Fiber D: suspended, holds a guard whose destructor finishes its work
+    // with a wait on an already-ready future (as a "flush on drop" does).
+    struct Flush;
+    impl Drop for Flush {
+        fn drop(&mut self) {
+            gdex::fiber::wait(std::future::ready(()))
+                .expect("waiting on a ready future in a fiber succeeds");
+        }
+    }
+    let (_keep_d, rx_d) = oneshot::channel::<()>();
+    let st = started.clone();
+    let d = s.spawn_fiber(move || {
+        let _flush = Flush;
+        st.fetch_add(1, Ordering::SeqCst);
+        let _ = gdex::fiber::wait(rx_d);
+    });
+    common::wait_until(|| started.load(Ordering::SeqCst) == 2);
+    pool.shutdown();
+    drop((c, d));
+    println!("CHILD-SURVIVED");
+}
+
+/// A wait on a ready future in a destructor during a forced unwind
+/// succeeds (S6, F4). When the shutdown's fiber phase runs out of time
+/// (500 ms), a suspended fiber is dropped and `force_unwind`ed. During that
+/// unwind `wait` must not return `Cancelled` for a future that is *ready*
+/// (as it did with the `cx.is_null()` check before the poll): during a
+/// normal cancellation the same `wait(ready)` returns `Ok`. A destructor
+/// that treats that as a failure panics, and a panic during an unwind is
+/// an abort: the whole process dies (S6: a fiber's panic never takes down a
+/// worker; X5: it goes to the panic handler).
+#[test]
+fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
+    if is_child() {
+        return;
+    }
+    let _one = common::serial();
+    let (status, out) = run_child("child_forced_unwind_with_a_flushing_destructor", &[], 60);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("CHILD-SURVIVED"),
+        "the child process died ({status:?}):\n{out}"
+    );
+}
+
 /// S9: after `shutdown()` every task of the pool has resolved to
 /// `Cancelled`, whatever it was waiting on: a GLib timeout on its worker's
 /// context, a `gdex::sleep`, a GIO call, a channel, nothing at all; pinned
@@ -434,9 +615,6 @@ fn shutdown_resolves_tasks_that_moved_between_workers() {
 /// first polls did not land on A (a peer stole one) is started again.
 #[test]
 fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
-    use futures::channel::oneshot;
-    use std::sync::atomic::AtomicBool;
-    use std::time::Duration;
     fn name() -> String {
         std::thread::current().name().unwrap_or("").to_owned()
     }
