@@ -17,13 +17,14 @@
 mod common;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{child_passes, is_child, quiet_pool, run_child, thread_names, wait_until};
+use common::{
+    child_passes, is_child, poll_with, quiet_pool, run_child, thread_names, wait_until,
+};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -309,11 +310,6 @@ fn panicking_waker() -> (Arc<PanickingWaker>, Waker) {
     (inner.clone(), Waker::from(inner))
 }
 
-/// Polls `future` once with `waker`.
-fn poll_with<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut Context::from_waker(waker))
-}
-
 /// Child body of [`a_panicking_waker_of_a_task_handle_is_reported_not_an_abort`].
 #[test]
 #[ignore = "child process of a_panicking_waker_of_a_task_handle_is_reported_not_an_abort"]
@@ -355,6 +351,84 @@ fn a_panicking_waker_of_a_task_handle_is_reported_not_an_abort() {
         return;
     }
     child_passes("child_panicking_waker_of_a_task_handle", &[], 60);
+}
+
+/// Set while [`SlowDrop`]'s destructor runs.
+static DROPPING: AtomicBool = AtomicBool::new(false);
+
+/// A destructor that takes 300 ms.
+struct SlowDrop;
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        DROPPING.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+#[ignore = "child process of a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker"]
+fn child_handle_polled_while_its_task_is_dropped() {
+    if !is_child() {
+        return;
+    }
+    let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+    let seen = events.clone();
+    gdex::set_panic_handler(move |e| seen.lock().unwrap().push(e.clone()));
+    let pool = quiet_pool(1);
+    let polled = Arc::new(AtomicUsize::new(0));
+    let mut task = pool
+        .scheduler()
+        .spawn(common::after_first_poll(&polled, async move {
+            let _slow = SlowDrop;
+            std::future::pending::<()>().await
+        }));
+    wait_until(|| polled.load(Ordering::SeqCst) == 1);
+    // Shutdown step 3 drops the idle task on the worker: async-task marks
+    // it CLOSED, then drops the future (300 ms), then clears SCHEDULED and
+    // notifies the handle's waker, inside its abort_on_panic.
+    let closer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.shutdown())
+    };
+    wait_until(|| DROPPING.load(Ordering::SeqCst));
+    // The task is CLOSED but still SCHEDULED: `is_finished()` is true, so
+    // `contain_waker` passes our waker to async-task unwrapped, and
+    // async-task registers it (closed but its future not dropped yet).
+    let (calls, waker) = panicking_waker();
+    assert!(task.is_finished(), "closed while its future is dropped");
+    assert!(poll_with(&mut task, &waker).is_pending());
+    closer.join().unwrap();
+    // With the shortcut the worker aborted the process in the wake above.
+    assert_eq!(calls.0.load(Ordering::SeqCst), 1);
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e.message == WAKER_PANIC && e.source == gdex::PanicSource::Waker));
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Err(gdex::Error::Cancelled))
+    ));
+    println!("CHILD-OK");
+}
+
+/// A task handle polled while its task is being dropped contains a waker
+/// that panics (X5, S9). `contain_waker` must not hand async-task the
+/// caller's own waker just because `FallibleTask::is_finished()` is true,
+/// assuming a finished poll leaves no waker: `is_finished` is
+/// `CLOSED | COMPLETED`, and a task whose
+/// `Runnable` is being dropped (shutdown step 3, the reaper) is CLOSED while
+/// still SCHEDULED: async-task's `poll_task` then *registers* the waker and
+/// returns Pending, and wakes it from the dropping thread inside
+/// `abort_on_panic`. A foreign waker that panics there aborts the process
+/// (X5 says it goes to the panic handler).
+#[test]
+fn a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_handle_polled_while_its_task_is_dropped", &[], 60);
 }
 
 /// Child body of [`a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value`].
@@ -451,6 +525,66 @@ fn a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it() {
         return;
     }
     child_passes("child_panicking_waker_on_a_channel_receive", &[], 60);
+}
+
+/// Where the child's panic handler forwards the events.
+static FORWARD: OnceLock<gdex::Sender<String>> = OnceLock::new();
+
+#[test]
+#[ignore = "child process of the_panic_handler_may_send_on_the_channel_whose_waker_panicked"]
+fn child_panic_handler_sends_on_the_same_channel() {
+    if !is_child() {
+        return;
+    }
+    let (tx, rx) = gdex::channel::<String>(16);
+    FORWARD.set(tx.clone()).ok().unwrap();
+    // The pattern panic.rs suggests: the handler forwards the event to
+    // whoever shows it, here over a gdex channel.
+    gdex::set_panic_handler(|event| {
+        let _ = FORWARD.get().unwrap().try_send(event.message.clone());
+    });
+    let (_calls, waker) = panicking_waker();
+    {
+        let mut recv = std::pin::pin!(rx.recv());
+        assert!(recv
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // The send wakes the receiver's waker under the channel's lock;
+        // the panic goes to the handler, still under that lock, and the
+        // handler's try_send takes the same lock: self-deadlock.
+        let sent = std::thread::spawn(move || tx.try_send("first".to_owned()).is_ok());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !sent.is_finished() {
+            if Instant::now() > deadline {
+                // Not a panic: unwinding would drop `recv`, which takes the
+                // channel's lock too, and hang this thread as well.
+                println!("try_send hung: the panic handler re-entered the channel's lock");
+                std::process::exit(3);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(sent.join().unwrap());
+    }
+    assert_eq!(rx.try_recv().as_deref(), Some("first"));
+    assert_eq!(rx.try_recv().as_deref(), Some(WAKER_PANIC));
+    println!("CHILD-OK");
+}
+
+/// The panic handler may send on the channel whose waker panicked (X5).
+/// Were `crate::panic::wake` called with the primitive's lock held (by
+/// `WaitQueue::notify_one`: a channel's, a promise's, a semaphore's; the
+/// blocking lane's state lock in `on_exit`), the user's panic handler would
+/// run under that lock: a handler that forwards the event over a gdex
+/// channel (what panic.rs suggests for a GTK app: "sends the event to the
+/// main thread") would deadlock its thread when the waker that panicked
+/// was a waiter of that same channel.
+#[test]
+fn the_panic_handler_may_send_on_the_channel_whose_waker_panicked() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panic_handler_sends_on_the_same_channel", &[], 30);
 }
 
 /// Child body of [`a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running`].
@@ -557,6 +691,74 @@ fn a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running() {
         return;
     }
     child_passes("child_panicking_waker_on_a_timer", &[], 60);
+}
+
+/// A panic payload whose own destructor panics.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a panic payload's destructor");
+    }
+}
+
+/// A waker whose `wake` panics with a [`PanicsOnDrop`] payload.
+struct BombWaker;
+
+impl Wake for BombWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        std::panic::panic_any(PanicsOnDrop);
+    }
+}
+
+#[test]
+#[ignore = "child process of a_waker_panic_whose_payload_panics_on_drop_is_contained"]
+fn child_waker_payload_panics_on_drop() {
+    if !is_child() {
+        return;
+    }
+    let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+    let seen = events.clone();
+    gdex::set_panic_handler(move |e| seen.lock().unwrap().push(e.clone()));
+    let pool = quiet_pool(1);
+    let s = pool.scheduler();
+    let (promise, value) = gdex::Promise::<u32>::new();
+    let mut task = s.spawn(async move { value.await.unwrap() + 1 });
+    let waker = Waker::from(Arc::new(BombWaker));
+    assert!(poll_with(&mut task, &waker).is_pending());
+    promise.resolve(41);
+    wait_until(|| {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.source == gdex::PanicSource::Waker)
+    });
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Ok(42))
+    ));
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    println!("CHILD-OK");
+}
+
+/// A waker's panic whose payload panics when dropped is contained (X5).
+/// `panic::wake` (and every other `catch_unwind` site: `report` callers in
+/// task.rs, group.rs, source.rs) must not drop the caught payload outside
+/// a catch: a payload whose destructor panics (std's `catch_unwind` docs
+/// warn of it) would unwind out of `panic::wake`, here out of the
+/// `ContainedWaker` inside async-task's `abort_on_panic` on the worker,
+/// which aborts (X5 promises the panic handler).
+#[test]
+fn a_waker_panic_whose_payload_panics_on_drop_is_contained() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_waker_payload_panics_on_drop", &[], 60);
 }
 
 // ---------------------------------------------------------------------------

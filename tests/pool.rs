@@ -1,5 +1,5 @@
-//! The thread pool's contracts P2, P3, P6 and P8, observed through real
-//! GLib sources, real GIO calls and the pool's metrics.
+//! The thread pool's contracts P2, P3, P6, P7, P8 and P9, observed through
+//! real GLib sources, real GIO calls and the pool's metrics.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::channel::oneshot;
 use gio::prelude::*;
 
-use common::spin;
+use common::{spin, wait_until};
 
 /// P3: a task re-waking itself forever (a `yield_now` loop) goes to the back
 /// of the deque, so the 100 tasks queued behind it on a 1-worker pool run.
@@ -607,5 +607,59 @@ fn a_local_burst_is_stolen_by_the_peers_of_a_three_worker_pool() {
         gdex::block_on(burst).unwrap();
         let steals: u64 = pool.metrics().workers.iter().map(|w| w.steals).sum();
         assert!(steals > 0, "nobody stole: {:?}", pool.metrics());
+    });
+}
+
+/// A thread-per-core idle worker parks while a peer has backlog (P9, P7,
+/// P8). In thread-per-core mode a worker never steals (`steal()` returns
+/// `None`), so its park re-check `sees_work()` must not count its peers'
+/// deques. If it did, while a peer runs a long poll with jobs queued on its
+/// deque, an idle worker would find no job, announce its park, see the
+/// peer's backlog, un-park and search again, forever: `ran` never grows,
+/// so the slice never ends. It burns its CPU and never returns to its
+/// `GMainContext`: its own timers and GLib sources wait for the peer. The
+/// loom models have no thread-per-core mode.
+#[test]
+fn thread_per_core_idle_worker_parks_while_a_peer_has_backlog() {
+    common::watchdog("tpc_idle_peer", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .thread_per_core(true)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let busy = Arc::new(AtomicBool::new(false));
+        let b = busy.clone();
+        let s2 = s.clone();
+        // Home: worker 0 (the first outside spawn, round-robin). Its
+        // children stay on worker 0's deque behind its long poll.
+        let a = s.spawn(async move {
+            let children: Vec<_> = (0..2).map(|_| s2.spawn(async {})).collect();
+            b.store(true, Ordering::SeqCst);
+            common::spin(Duration::from_millis(600));
+            children
+        });
+        wait_until(|| busy.load(Ordering::SeqCst));
+        // Home: worker 1. A 10 ms timer on its context.
+        let timed = s.spawn(async {
+            let t = Instant::now();
+            glib::timeout_future(Duration::from_millis(10)).await;
+            (
+                std::thread::current().name().unwrap().to_owned(),
+                t.elapsed(),
+            )
+        });
+        let (thread, waited) = gdex::block_on(timed).unwrap();
+        for child in gdex::block_on(a).unwrap() {
+            gdex::block_on(child).unwrap();
+        }
+        assert_eq!(thread, "gdex-worker-1");
+        assert!(
+            waited < Duration::from_millis(300),
+            "a 10 ms timer on an idle worker took {waited:?}: the worker spun in \
+             run_slice while its peer had backlog it may not steal"
+        );
+        pool.shutdown();
     });
 }

@@ -15,9 +15,13 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use common::{leak_reports, quiet_pool, serial, Counted, DroppedOn};
+use common::{
+    child_passes, is_child, leak_reports, poll_with, quiet_pool, serial, wait_until, Counted,
+    DroppedOn,
+};
 use futures::channel::oneshot;
 
 /// A future whose drop takes a while: the worker's exit is still dropping it.
@@ -649,4 +653,96 @@ fn a_spawn_that_returns_after_shutdown_gives_a_resolved_task() {
         }
         assert!(late > 0);
     });
+}
+
+/// How long the `shutdown()` inside [`ShutsDownOnDrop`] took, in ms, and
+/// the thread it ran on.
+static ON_REAPER: Mutex<Option<(String, u128)>> = Mutex::new(None);
+
+/// Shuts a pool down when dropped: a service that owns a pool.
+struct ShutsDownOnDrop(gdex::ThreadPool);
+
+impl Drop for ShutsDownOnDrop {
+    fn drop(&mut self) {
+        let t = Instant::now();
+        self.0.shutdown();
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        *ON_REAPER.lock().unwrap() = Some((name, t.elapsed().as_millis()));
+    }
+}
+
+#[test]
+#[ignore = "child process of a_shutdown_inside_a_drop_on_the_reaper_does_not_wait_for_itself"]
+fn child_shutdown_on_the_reaper() {
+    if !is_child() {
+        return;
+    }
+    let a = quiet_pool(1);
+    let other = quiet_pool(1);
+    let s = a.scheduler();
+    let a2 = a.clone();
+    let s2 = s.clone();
+    let other2 = other.clone();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let child = Arc::new(Mutex::new(None));
+    let child2 = child.clone();
+    let holder = s.spawn(async move {
+        // A child queued on this worker's deque, never run.
+        let guard = ShutsDownOnDrop(other2);
+        *child2.lock().unwrap() = Some(s2.spawn(async move {
+            let _guard = guard;
+        }));
+        started_tx.send(()).unwrap();
+        // Wait for the shutdown to begin, then declare a blocking call:
+        // the deque goes to the injector, the pusher sees `closed` and
+        // hands the child to gdex-reaper (shutdown step 5).
+        while !a2.is_closed() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        gdex::blocking::blocking(|| ());
+        drop(a2);
+    });
+    started_rx.recv().unwrap();
+    let t = Instant::now();
+    a.shutdown();
+    let shutdown_ms = t.elapsed().as_millis();
+    drop(holder);
+    // S9: every task of `a` has resolved when its shutdown returns.
+    let mut child = child.lock().unwrap().take().expect("the child was spawned");
+    // Not `is_finished()`: that is true as soon as the reaper has closed
+    // the task, before its future is dropped and an await would return.
+    let resolved = poll_with(&mut child, Waker::noop()).is_ready();
+    let reaper = ON_REAPER.lock().unwrap().clone();
+    // Let the reaper finish before reporting.
+    wait_until(|| ON_REAPER.lock().unwrap().is_some());
+    let (thread, ms) = ON_REAPER.lock().unwrap().clone().unwrap();
+    assert_eq!(thread, "gdex-reaper", "the child was reaped");
+    assert!(
+        ms < 500 && shutdown_ms < 1000 && resolved && reaper.is_some(),
+        "ThreadPool::shutdown inside a Drop run by gdex-reaper took {ms} ms: its \
+         reaper::flush waited for the batch the reaper itself is dropping. The \
+         outer shutdown took {shutdown_ms} ms and returned with the reaped \
+         task resolved: {resolved}, its destructor done: {}",
+        reaper.is_some()
+    );
+    drop(child);
+    println!("CHILD-OK");
+}
+
+/// A shutdown inside a destructor that the reaper runs does not wait for
+/// itself (S9). `reaper::flush` (called by `settle_spawn` and by every
+/// `shutdown()`'s `join_workers`) waits until the reaper has dropped every
+/// batch handed over so far. Were that to include the one it is dropping
+/// now, a flush run on the reaper thread itself (a reaped future's
+/// destructor that shuts a pool down, or spawns on a pool that closes
+/// meanwhile) would wait for itself: a 2 s stall of the reaper, and of every other shutdown and
+/// racing spawn in the process, which then return with their reaped tasks
+/// still pending (S9).
+#[test]
+fn a_shutdown_inside_a_drop_on_the_reaper_does_not_wait_for_itself() {
+    if is_child() {
+        return;
+    }
+    let _one = serial();
+    child_passes("child_shutdown_on_the_reaper", &[], 60);
 }

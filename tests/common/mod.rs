@@ -390,3 +390,11 @@ pub fn thread_names() -> Vec<String> {
     names.sort();
     names
 }
+
+/// Polls `future` once with `waker`.
+pub fn poll_with<F: Future + Unpin>(
+    future: &mut F,
+    waker: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    std::pin::Pin::new(future).poll(&mut std::task::Context::from_waker(waker))
+}
