@@ -1,13 +1,16 @@
-//! Fault injection: real failures from the kernel, from user code that gdex
-//! calls back (wakers, destructors, GLib callbacks), and what gdex promises
-//! when they happen.
+//! Faults (S6, X5): real failures from the kernel, from user code that
+//! gdex calls back (wakers, destructors, GLib callbacks, the panic handler
+//! itself), and what gdex promises when they happen: a panic is contained
+//! and reported, never an abort, and every value is dropped once.
 //!
-//! Each test runs its body in a child process (this same binary,
-//! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`):
-//! the bodies lower the process's address-space limit, set the process-wide
-//! panic handler, or may abort; a child keeps that away from the other
-//! tests, and a child that hangs is killed, so a bug fails instead of
-//! hanging. A child prints `CHILD-OK` at its end; the parent checks it.
+//! Each test but one runs its body in a child process (this same binary,
+//! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`,
+//! `common::child_passes`): the bodies lower the process's address-space
+//! limit, set the process-wide panic handler, or may abort; a child keeps
+//! that away from the other tests, and a child that hangs is killed, so a
+//! bug fails instead of hanging. A child prints `CHILD-OK` at its end; the
+//! parent checks it. The one in-process test (inline work items) sets the
+//! panic handler in this process, where no other test sets it.
 //!
 //! Faults come from the real thing, not mocks: a thread stack or a fiber
 //! stack that the kernel refuses to map (`RLIMIT_AS` lowered just before),
@@ -1054,6 +1057,151 @@ fn panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_han
         return;
     }
     child_passes("child_panicking_drops_in_work_items_at_shutdown", &[], 60);
+}
+
+/// What a one-word capture saw: runs, drops.
+#[derive(Default)]
+struct Counts {
+    runs: AtomicUsize,
+    drops: AtomicUsize,
+}
+
+/// One word (an `Arc`): a closure capturing only this is kept inline in its
+/// job. Its drop counts and, if `BOOM` says so, panics.
+struct InlineBomb<const BOOM: bool>(Arc<Counts>);
+
+impl<const BOOM: bool> Drop for InlineBomb<BOOM> {
+    fn drop(&mut self) {
+        self.0.drops.fetch_add(1, Ordering::SeqCst);
+        if BOOM && !std::thread::panicking() {
+            panic!("an inline item's bomb went off");
+        }
+    }
+}
+
+/// Work items kept inline in their job (one word), on a pool: one whose
+/// capture's destructor panics after it ran, one whose run panics, and
+/// (with the worker held busy until the pool closes) one on the worker's
+/// deque and one in the injector, never run, whose captures' destructors
+/// panic when the shutdown drops them. Each closure runs at most once and
+/// drops its capture exactly once; each panic reaches the panic handler
+/// once, as `WorkItem` for a run and `Drop` for an unrun item. Boxed
+/// neighbours (9 to 16 bytes, 16-byte aligned, zero-sized) run once too
+/// (S3, S6, X5). (The unrun items of
+/// [`panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler`]
+/// are boxed: their closures hold two values.)
+#[test]
+fn inline_work_items_run_or_drop_once_and_report_their_panics_once() {
+    common::watchdog(
+        "inline_work_items_run_or_drop_once_and_report_their_panics_once",
+        60,
+        || {
+            let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+            let log = events.clone();
+            gdex::set_panic_handler(move |e| {
+                if e.message.starts_with("an inline item's") {
+                    log.lock().unwrap().push(e.clone());
+                }
+            });
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let s = pool.scheduler();
+            let done = Arc::new(AtomicUsize::new(0));
+
+            // Runs, then its capture's destructor panics.
+            let a = Arc::new(Counts::default());
+            let bomb = InlineBomb::<true>(a.clone());
+            let f = move || {
+                let bomb = bomb;
+                bomb.0.runs.fetch_add(1, Ordering::SeqCst);
+            };
+            assert_eq!(std::mem::size_of_val(&f), std::mem::size_of::<usize>());
+            s.push(f);
+            // Its run panics; its capture is dropped in the unwind.
+            let b = Arc::new(Counts::default());
+            let quiet = InlineBomb::<false>(b.clone());
+            s.push(move || {
+                quiet.0.runs.fetch_add(1, Ordering::SeqCst);
+                panic!("an inline item's run panicked");
+            });
+            // Boxed neighbours: 12 bytes, 16-byte aligned, zero-sized.
+            let d = done.clone();
+            let odd = (7u32, d);
+            s.push(move || {
+                let (seven, d) = &odd;
+                assert_eq!(*seven, 7);
+                d.fetch_add(1, Ordering::SeqCst);
+            });
+            #[repr(align(16))]
+            struct Aligned(u64);
+            let (aligned, d) = (Aligned(9), done.clone());
+            s.push(move || {
+                assert_eq!(aligned.0, 9);
+                d.fetch_add(1, Ordering::SeqCst);
+            });
+            s.push(|| {});
+            common::wait_until(|| {
+                done.load(Ordering::SeqCst) == 2
+                    && a.drops.load(Ordering::SeqCst) == 1
+                    && b.drops.load(Ordering::SeqCst) == 1
+                    && events.lock().unwrap().len() == 2
+            });
+            assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+            assert_eq!(b.runs.load(Ordering::SeqCst), 1);
+
+            // Two inline items that never run.
+            let c = Arc::new(Counts::default());
+            let (s2, closing) = (s.clone(), pool.clone());
+            let pushed = Arc::new(AtomicBool::new(false));
+            let (p, on_worker) = (pushed.clone(), InlineBomb::<true>(c.clone()));
+            s.spawn(async move {
+                s2.push(move || {
+                    on_worker.0.runs.fetch_add(1, Ordering::SeqCst);
+                });
+                p.store(true, Ordering::SeqCst);
+                while !closing.is_closed() {
+                    std::hint::spin_loop();
+                }
+            })
+            .detach();
+            common::wait_until(|| pushed.load(Ordering::SeqCst));
+            let outside = InlineBomb::<true>(c.clone());
+            s.push(move || {
+                outside.0.runs.fetch_add(1, Ordering::SeqCst);
+            });
+            pool.shutdown();
+            assert_eq!(c.runs.load(Ordering::SeqCst), 0);
+            assert_eq!(c.drops.load(Ordering::SeqCst), 2, "each dropped once");
+            gdex::reset_panic_handler();
+            let mut seen: Vec<_> = events
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|e| (e.source, e.message.clone()))
+                .collect();
+            seen.sort_by_key(|(source, m)| (format!("{source:?}"), m.clone()));
+            let bomb = "an inline item's bomb went off".to_owned();
+            assert_eq!(
+                seen,
+                [
+                    (gdex::PanicSource::Drop, bomb.clone()),
+                    (gdex::PanicSource::Drop, bomb.clone()),
+                    (gdex::PanicSource::WorkItem, bomb),
+                    (
+                        gdex::PanicSource::WorkItem,
+                        "an inline item's run panicked".into()
+                    ),
+                ]
+            );
+            // Nothing ran twice or dropped twice meanwhile.
+            assert_eq!(
+                (
+                    a.drops.load(Ordering::SeqCst),
+                    b.drops.load(Ordering::SeqCst)
+                ),
+                (1, 1)
+            );
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------

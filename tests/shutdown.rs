@@ -618,13 +618,6 @@ fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
     fn name() -> String {
         std::thread::current().name().unwrap_or("").to_owned()
     }
-    /// Sets its flag when dropped.
-    struct OnDrop(Arc<AtomicBool>);
-    impl Drop for OnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
     common::watchdog(
         "a_task_running_elsewhere_when_its_worker_closes",
         60,
@@ -681,7 +674,7 @@ fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
                             })
                         };
                         t_handle_tx.send(t).unwrap();
-                        let on_drop = OnDrop(u_dropped);
+                        let on_drop = common::SetOnDrop(u_dropped);
                         s.spawn(async move {
                             let _on_drop = on_drop;
                             *u_first.lock().unwrap() = name();

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -397,4 +397,13 @@ pub fn poll_with<F: Future + Unpin>(
     waker: &std::task::Waker,
 ) -> std::task::Poll<F::Output> {
     std::pin::Pin::new(future).poll(&mut std::task::Context::from_waker(waker))
+}
+
+/// Sets its flag when dropped.
+pub struct SetOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
