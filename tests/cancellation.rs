@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{watchdog, Counted};
 use futures::channel::oneshot;
+use gdex::Promise;
 use gio::prelude::*;
 
 /// A connected socket pair nobody writes to: reads from the first never
@@ -106,6 +107,40 @@ fn dropping_a_task_cancels_its_cancellable() {
         drop(job);
         assert!(cancellable.is_cancelled());
         drop(go_tx);
+    });
+}
+
+/// A `!Send` task on an owner thread's context (no pool worker: the
+/// record's OFF_WORKER mark) asks for its cancellable while idle on that
+/// context; dropping its handle cancels it after the future is dropped.
+#[test]
+fn a_context_task_off_any_worker_gets_its_cancellable_cancelled() {
+    watchdog("a_context_task_off_any_worker", 30, || {
+        common::on_own_context(|context| {
+            let here = gdex::Scheduler::thread_default().unwrap();
+            let (promise, waits) = Promise::<u32>::new();
+            let (tx, rx) = mpsc::channel::<gio::Cancellable>();
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let counted = Counted(dropped.clone());
+            let task = here.spawn_local(async move {
+                let _counted = counted;
+                let cancellable = gdex::current_cancellable().unwrap();
+                tx.send(cancellable).unwrap();
+                waits.await
+            });
+            let cancellable = loop {
+                common::pump(context);
+                if let Ok(c) = rx.try_recv() {
+                    break c;
+                }
+            };
+            common::pump(context);
+            assert!(!cancellable.is_cancelled());
+            drop(task);
+            common::pump_polling(context, || dropped.load(Ordering::SeqCst) == 1);
+            assert!(cancellable.is_cancelled());
+            drop(promise);
+        })
     });
 }
 
