@@ -1,7 +1,20 @@
-//! Shutdown under load (S9): a pool with many queued tasks and tasks
-//! awaiting each other shuts down promptly, joins every worker thread,
-//! drops every future exactly once, and refuses later spawns with
-//! `Error::ShutDown`.
+//! S9: a pool's shutdown resolves every task, in every state it can be in:
+//! queued (a million of them, and pairs awaiting each other), idle on a
+//! GLib source, a `gdex::sleep`, a GIO call or a channel, pinned, a fiber,
+//! moved between workers, running elsewhere when its worker closes. It is
+//! prompt, joins every worker thread, drops every future exactly once (a
+//! `!Send` one on its own worker), and refuses later spawns with
+//! `Error::ShutDown`. Fibers are cancelled, not unwound (F4): each `wait`
+//! returns `Cancelled` and the fiber leaves through its own return, within
+//! a bounded grace period even when it loops on `yield_fiber`; a fiber
+//! still suspended when that period ends is unwound, and a `wait` in its
+//! destructors then neither polls a stale context nor fails on a ready
+//! future.
+//!
+//! The shutdown racing other threads is tested in `shutdown_races.rs`,
+//! schedulers of a worker's own context in `worker_context_shutdown.rs`.
+//! The tests here take turns (`common::serial`): they look at every thread
+//! of the process.
 
 mod common;
 
@@ -761,120 +774,6 @@ fn spawn_local_on_a_worker_of_a_closing_pool_is_refused() {
     });
 }
 
-/// S9 for a scheduler made for a pool worker's own context
-/// (`Scheduler::for_context` on the context a pool task sees as its
-/// thread-default, as GLib code that captures "the caller's context" does):
-/// only that worker runs its tasks, so they end with the pool. After
-/// `shutdown()` each has resolved to `Cancelled`, whatever it was doing: idle
-/// on nothing, on a GLib timeout of that context, on a `gdex::sleep`; a
-/// `!Send` one; one still queued. Each future is dropped once, on the
-/// worker's thread. A spawn on the scheduler afterwards, or on a scheduler
-/// made for the context afterwards, resolves to `Cancelled` at once. Before
-/// the fix every one of them hung: the worker exited with them queued or
-/// idle on a context nobody would iterate again.
-#[test]
-fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
-    use std::future::pending;
-    use std::sync::atomic::AtomicBool;
-    use std::time::Duration;
-    let _one = common::serial();
-    common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
-        let drops = Arc::new(AtomicUsize::new(0));
-        let places = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let started = Arc::new(AtomicUsize::new(0));
-        let guard = || (Counted(drops.clone()), DroppedOn(places.clone()));
-        let long = Duration::from_secs(3600);
-        let (guards, st) = ((0..4).map(|_| guard()).collect::<Vec<_>>(), started.clone());
-        let setup = pool.scheduler().spawn(async move {
-            let context = glib::MainContext::thread_default().expect("a worker's context");
-            let s = gdex::Scheduler::for_context(&context);
-            let mut guards = guards.into_iter();
-            let mut tasks = Vec::new();
-            for what in 0..3 {
-                let (g, st) = (guards.next().unwrap(), st.clone());
-                tasks.push(s.spawn(async move {
-                    let _g = g;
-                    st.fetch_add(1, Ordering::SeqCst);
-                    match what {
-                        0 => pending::<()>().await,
-                        1 => glib::timeout_future(long).await,
-                        _ => gdex::sleep(long).await,
-                    }
-                }));
-            }
-            // The worker holds its context: it may spawn `!Send` work there.
-            let (g, st) = (guards.next().unwrap(), st.clone());
-            tasks.push(s.spawn_local(async move {
-                let _g = g;
-                let not_send = std::rc::Rc::new(());
-                st.fetch_add(1, Ordering::SeqCst);
-                pending::<()>().await;
-                drop(not_send);
-            }));
-            (context, s, tasks)
-        });
-        let (context, s, mut tasks) = gdex::block_on(setup).unwrap();
-        common::wait_until(|| started.load(Ordering::SeqCst) == 4);
-        // One more, queued from the worker while the worker is held in a
-        // poll until the shutdown has begun: its context's next turn, which
-        // would run it, never comes.
-        let go = Arc::new(AtomicBool::new(false));
-        let (g, s2, go2) = (guard(), s.clone(), go.clone());
-        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
-        pool.scheduler()
-            .spawn(async move {
-                queued_tx
-                    .send(s2.spawn(async move {
-                        let _g = g;
-                        pending::<()>().await
-                    }))
-                    .unwrap();
-                while !go2.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .detach();
-        tasks.push(queued_rx.recv().unwrap());
-        let release = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            go.store(true, Ordering::SeqCst);
-        });
-        pool.shutdown();
-        release.join().unwrap();
-        for (i, task) in tasks.iter().enumerate() {
-            assert!(task.is_finished(), "task {i}: not resolved by shutdown()");
-        }
-        assert_eq!(drops.load(Ordering::SeqCst), 5, "every future dropped once");
-        let places_now = places.lock().unwrap().clone();
-        assert!(
-            places_now.iter().all(|p| p == "gdex-worker-0"),
-            "dropped on {places_now:?}"
-        );
-        for (i, task) in tasks.into_iter().enumerate() {
-            let r = gdex::wait_for(task);
-            assert!(matches!(r, Err(gdex::Error::Cancelled)), "task {i}: {r:?}");
-        }
-        // Later spawns: on the scheduler kept from before, and on one made
-        // for the context afterwards (while the pool is still alive).
-        let late = s.spawn(async { 1 });
-        let r = gdex::wait_for(gdex::timeout(Duration::from_secs(5), late));
-        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
-        drop(s);
-        let again = gdex::Scheduler::for_context(&context);
-        let r = gdex::wait_for(gdex::timeout(
-            Duration::from_secs(5),
-            again.spawn(async { 2 }),
-        ));
-        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
-        drop(pool);
-    });
-}
-
 /// A spawn onto a shut-down pool, whatever its kind, resolves at once to
 /// `Error::ShutDown` (S9): one cause, one error. From outside the pool:
 /// `spawn`, `spawn_named`, `spawn_bound`, `spawn_pinned` (the scheduler's
@@ -961,117 +860,3 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
     });
 }
 
-/// S9 ends the pool's own tasks (and those of its workers' own contexts),
-/// no others: a task of a scheduler of another context, polled on a worker
-/// because a pool task iterates that context in a nested loop, is not the
-/// pool's. The pool's shutdown neither wakes nor cancels it, nor waits for
-/// it; the task waits on, runs when its context is iterated later, and
-/// resolves normally. (It used to be recorded in the worker's book of idle
-/// tasks: the shutdown woke it into its context's queue, which nobody
-/// iterated, and the worker sat out its 2 s wait for late wake-ups for it.)
-#[test]
-fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
-    use std::future::Future;
-    use std::time::{Duration, Instant};
-    let _one = common::serial();
-    common::watchdog("a_task_of_another_context_polled_on_a_worker", 60, || {
-        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
-        let context = glib::MainContext::new();
-        let foreign_scheduler = gdex::Scheduler::for_context(&context);
-        let polls = Arc::new(AtomicUsize::new(0));
-        let (tx, mut rx) = futures::channel::oneshot::channel::<u32>();
-        let p = polls.clone();
-        let foreign = foreign_scheduler.spawn(std::future::poll_fn(move |cx| {
-            p.fetch_add(1, Ordering::SeqCst);
-            std::pin::Pin::new(&mut rx)
-                .poll(cx)
-                .map(|sent| sent.expect("the sender is kept") + 1)
-        }));
-        // A pool task runs the context in a nested loop until the foreign
-        // task has been polled there once and gone idle.
-        let (c, p) = (context.clone(), polls.clone());
-        let nested = pool.scheduler().spawn(async move {
-            c.with_thread_default(|| common::pump_until(&c, || p.load(Ordering::SeqCst) > 0))
-                .expect("the context is free");
-            std::thread::current().name().map(str::to_owned)
-        });
-        let ran_on = gdex::wait_for(nested).unwrap();
-        assert_eq!(ran_on.as_deref(), Some("gdex-worker-0"));
-        assert_eq!(polls.load(Ordering::SeqCst), 1);
-
-        let began = Instant::now();
-        pool.shutdown();
-        let took = began.elapsed();
-        // Nothing woke it: its context's queue is empty.
-        common::pump(&context);
-        assert_eq!(
-            polls.load(Ordering::SeqCst),
-            1,
-            "the pool's shutdown woke a task that is not the pool's"
-        );
-        assert!(!foreign.is_finished(), "the pool's shutdown ended it");
-        // The worker did not wait for it: well under the 2 s it waits for
-        // late wake-ups of its own tasks.
-        assert!(took < Duration::from_secs(1), "shutdown() took {took:?}");
-        // It runs on when its context is iterated, and resolves normally.
-        tx.send(41).unwrap();
-        common::pump_until(&context, || foreign.is_finished());
-        assert_eq!(gdex::wait_for(foreign).unwrap(), 42);
-        assert_eq!(polls.load(Ordering::SeqCst), 2);
-        drop(pool);
-    });
-}
-
-/// S9, the other way round: a pool task polled inside another scheduler's
-/// dispatch on a worker (a task of a scheduler of the worker's own context
-/// runs a nested loop of another context, whose task runs the worker's
-/// context in turn) is still the pool's, and ends with it. Each run loop
-/// says where the tasks it polls record themselves, the worker's as well
-/// as a context scheduler's: the inner one wins.
-#[test]
-fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
-    use std::future::pending;
-    use std::time::Duration;
-    let _one = common::serial();
-    common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
-        let other_context = glib::MainContext::new();
-        let other = gdex::Scheduler::for_context(&other_context);
-        let polled = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (pool_scheduler, p) = (pool.scheduler(), polled.clone());
-        let setup = pool.scheduler().spawn(async move {
-            let worker_context = glib::MainContext::thread_default().expect("a worker's context");
-            let on_worker = gdex::Scheduler::for_context(&worker_context);
-            on_worker
-                .spawn(async move {
-                    let c = other_context.clone();
-                    other_context
-                        .with_thread_default(move || {
-                            let inner = other.spawn(async move {
-                                let task = pool_scheduler
-                                    .spawn(common::after_first_poll(&p, pending::<()>()));
-                                common::pump_until(&worker_context, || {
-                                    p.load(Ordering::SeqCst) > 0
-                                });
-                                tx.send(task).unwrap();
-                            });
-                            common::pump_until(&c, || inner.is_finished());
-                        })
-                        .expect("the other context is free");
-                })
-                .detach();
-        });
-        gdex::wait_for(setup).unwrap();
-        let task = rx.recv().unwrap();
-        assert_eq!(polled.load(Ordering::SeqCst), 1);
-        pool.shutdown();
-        assert!(task.is_finished(), "not resolved by shutdown()");
-        assert!(matches!(gdex::wait_for(task), Err(gdex::Error::Cancelled)));
-        drop(pool);
-    });
-}

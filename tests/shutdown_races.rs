@@ -1,7 +1,7 @@
 //! S9 under races and re-entry: a pool's shutdown racing spawns, wake-ups
 //! and waiters on other threads, a second shutdown, a shutdown from inside
-//! the pool's own tasks, destructors run by the shutdown that wake, spawn
-//! and cancel. Whatever the interleaving, once `shutdown()` has returned
+//! the pool's own tasks or from a destructor that the reaper runs,
+//! destructors run by the shutdown that wake, spawn and cancel. Whatever the interleaving, once `shutdown()` has returned
 //! (and once a spawn racing it has returned) every task has resolved, every
 //! future has been dropped exactly once, a pinned one on its own worker,
 //! and no leak is reported.
