@@ -342,8 +342,10 @@ fn shutdown_with_every_queue_full_drops_each_job_once() {
             gdex::reset_panic_handler();
             let events = events.lock().unwrap();
             assert!(
-                events.iter().all(|e| e.source == gdex::PanicSource::Drop
-                    && e.message.starts_with("tracked ")),
+                events
+                    .iter()
+                    .all(|e| e.source == gdex::PanicSource::Drop
+                        && e.message.starts_with("tracked ")),
                 "{events:?}"
             );
             // Each armed job dropped unrun reported its panic once.

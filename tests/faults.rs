@@ -25,9 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{
-    child_passes, is_child, poll_with, quiet_pool, run_child, thread_names, wait_until,
-};
+use common::{child_passes, is_child, poll_with, quiet_pool, run_child, thread_names, wait_until};
 
 // ---------------------------------------------------------------------------
 // Helpers

@@ -30,11 +30,7 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
     let _one = common::serial();
     common::watchdog("shutdown_under_load", 120, || {
         let workers = 4;
-        let pool = gdex::ThreadPool::builder()
-            .workers(workers)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(workers);
         let s = pool.scheduler();
         // Hold every worker so that what follows stays queued.
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
@@ -95,7 +91,9 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
         let took = started.elapsed();
         // Every worker thread is gone.
         assert!(
-            !common::thread_names().iter().any(|n| n.starts_with("gdex-worker")),
+            !common::thread_names()
+                .iter()
+                .any(|n| n.starts_with("gdex-worker")),
             "worker threads left: {:?}",
             common::thread_names()
         );
@@ -187,11 +185,7 @@ fn shutdown_cancels_blocked_fibers_on_their_threads() {
 fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() {
     let _one = common::serial();
     common::watchdog("wait_during_forced_unwind", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(1);
         let s = pool.scheduler();
         let (_a, rx_a) = futures::channel::oneshot::channel::<()>();
         let (_b, rx_b) = futures::channel::oneshot::channel::<()>();
@@ -456,11 +450,7 @@ fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
 fn shutdown_resolves_every_task_whatever_it_waits_on() {
     let _one = common::serial();
     common::watchdog("shutdown_resolves_every_task", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         let long = std::time::Duration::from_secs(3600);
         let drops = Arc::new(AtomicUsize::new(0));
@@ -580,11 +570,7 @@ fn shutdown_resolves_every_task_whatever_it_waits_on() {
 fn shutdown_resolves_tasks_that_moved_between_workers() {
     let _one = common::serial();
     common::watchdog("shutdown_resolves_moved_tasks", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         let drops = Arc::new(AtomicUsize::new(0));
         let hopped = Arc::new(AtomicUsize::new(0));
@@ -859,4 +845,3 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
         }
     });
 }
-

@@ -276,11 +276,7 @@ fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
     use std::future::pending;
     let _one = serial();
     common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(1);
         let drops = Arc::new(AtomicUsize::new(0));
         let places = Arc::new(std::sync::Mutex::new(Vec::new()));
         let started = Arc::new(AtomicUsize::new(0));
@@ -443,11 +439,7 @@ fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
     use std::future::pending;
     let _one = serial();
     common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(1);
         let other_context = glib::MainContext::new();
         let other = gdex::Scheduler::for_context(&other_context);
         let polled = Arc::new(AtomicUsize::new(0));
