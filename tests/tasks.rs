@@ -298,9 +298,13 @@ fn a_task_cancellable_raced_by_its_canceller_is_one_cancelled_object() {
                     }
                 })
             };
-            // Cancel at varying points: before the first poll, or after a
-            // few of them.
+            // Cancel at varying points: at once (before the first poll, or
+            // racing it), or once the task has asked (waited for: on a
+            // loaded machine the workers may not poll it before a cancel
+            // that only yields a few times) and a few polls later.
+            let mut seen = None;
             if i % 3 != 0 {
+                seen = seen_rx.recv().ok();
                 for _ in 0..(i % 7) {
                     std::thread::yield_now();
                 }
@@ -310,7 +314,7 @@ fn a_task_cancellable_raced_by_its_canceller_is_one_cancelled_object() {
             // The task was polled at least once if it sent its cancellable;
             // then the future has been dropped and the cancellable is
             // cancelled.
-            if let Ok(weak) = seen_rx.try_recv() {
+            if let Some(weak) = seen.or_else(|| seen_rx.try_recv().ok()) {
                 if let Some(cancellable) = weak.upgrade() {
                     assert!(cancellable.is_cancelled(), "round {i}");
                 }
