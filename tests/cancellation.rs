@@ -352,7 +352,7 @@ fn a_dropped_fiber_cancels_its_cancellable() {
 /// cancellation return sees a live poll.
 #[test]
 fn held_fibers_on_context_schedulers_are_cancelled_by_handle_drop() {
-    common::watchdog("held_fibers_on_context", 30, || {
+    common::watchdog("fibers_on_context", 30, || {
         let context = glib::MainContext::new();
         let s = gdex::Scheduler::for_context(&context);
         let log = Arc::new(Mutex::new(Vec::<String>::new()));

@@ -163,7 +163,7 @@ fn unobserved_panics_reach_the_panic_handler() {
 #[test]
 fn held_output_drop_panics_are_contained_and_panic_reports_name_the_worker() {
     let _one = common::serial();
-    common::watchdog("held_output_drop_panics", 30, || {
+    common::watchdog("output_drop_panics", 30, || {
         let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
         let e = events.clone();
         gdex::set_panic_handler(move |ev| e.lock().unwrap().push(ev.clone()));

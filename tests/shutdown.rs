@@ -273,7 +273,7 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
 #[test]
 fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
     let _one = common::serial();
-    common::watchdog("bug_fiber_first_polled_during_shutdown", 60, || {
+    common::watchdog("fiber_first_polled_during_shutdown", 60, || {
         let pool = common::quiet_pool(1);
         let s = pool.scheduler();
         // Fiber A: suspended; makes the worker run `finish_fibers`.
@@ -338,7 +338,7 @@ fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
 #[test]
 fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
     let _one = common::serial();
-    common::watchdog("bug_fiber_yield_loop_hangs_shutdown", 60, || {
+    common::watchdog("fiber_yield_loop_hangs_shutdown", 60, || {
         let pool = common::quiet_pool(1);
         let stop = Arc::new(AtomicBool::new(false));
         let started = Arc::new(AtomicBool::new(false));

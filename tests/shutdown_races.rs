@@ -45,7 +45,7 @@ impl Drop for SlowDrop {
 #[test]
 fn a_second_shutdown_returns_only_once_every_task_is_dropped() {
     let _one = serial();
-    common::watchdog("bug_concurrent_shutdown", 60, || {
+    common::watchdog("concurrent_shutdown", 60, || {
         let pool = quiet_pool(1);
         let dropped = Arc::new(AtomicUsize::new(0));
         let started = Arc::new(AtomicBool::new(false));
@@ -235,7 +235,7 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
 fn held_shutdown_racing_spawns_from_other_threads() {
     let _one = serial();
     leak_reports();
-    common::watchdog("held_shutdown_racing_spawns", 120, || {
+    common::watchdog("shutdown_racing_spawns", 120, || {
         for round in 0..common::stress(20) {
             let tpc = round % 2 == 1;
             let leaks_before = leak_reports().load(Ordering::SeqCst);
@@ -363,7 +363,7 @@ fn held_shutdown_racing_spawns_from_other_threads() {
 fn held_shutdown_from_inside_a_pool_task() {
     let _one = serial();
     leak_reports();
-    common::watchdog("held_shutdown_from_inside", 60, || {
+    common::watchdog("shutdown_from_inside", 60, || {
         for by_drop in [false, true] {
             let leaks_before = leak_reports().load(Ordering::SeqCst);
             let pool = quiet_pool(2);
@@ -442,7 +442,7 @@ fn held_shutdown_from_inside_a_pool_task() {
 fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
     let _one = serial();
     leak_reports();
-    common::watchdog("held_destructors_during_drain", 60, || {
+    common::watchdog("destructors_during_drain", 60, || {
         for _ in 0..common::stress(10) {
             let leaks_before = leak_reports().load(Ordering::SeqCst);
             let pool = quiet_pool(2);
@@ -555,7 +555,7 @@ fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
 #[test]
 fn held_waiters_on_plain_threads_during_shutdown() {
     let _one = serial();
-    common::watchdog("held_waiters_during_shutdown", 60, || {
+    common::watchdog("waiters_during_shutdown", 60, || {
         let pool = quiet_pool(2);
         let s = pool.scheduler();
         let mut waiters = Vec::new();
