@@ -7,10 +7,12 @@ mod common;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{watchdog, Counted};
+use futures::channel::oneshot;
+use gdex::Promise;
 use gio::prelude::*;
 
 /// A connected socket pair nobody writes to: reads from the first never
@@ -105,6 +107,40 @@ fn dropping_a_task_cancels_its_cancellable() {
         drop(job);
         assert!(cancellable.is_cancelled());
         drop(go_tx);
+    });
+}
+
+/// A `!Send` task on an owner thread's context (no pool worker: the
+/// record's OFF_WORKER mark) asks for its cancellable while idle on that
+/// context; dropping its handle cancels it after the future is dropped.
+#[test]
+fn a_context_task_off_any_worker_gets_its_cancellable_cancelled() {
+    watchdog("a_context_task_off_any_worker", 30, || {
+        common::on_own_context(|context| {
+            let here = gdex::Scheduler::thread_default().unwrap();
+            let (promise, waits) = Promise::<u32>::new();
+            let (tx, rx) = mpsc::channel::<gio::Cancellable>();
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let counted = Counted(dropped.clone());
+            let task = here.spawn_local(async move {
+                let _counted = counted;
+                let cancellable = gdex::current_cancellable().unwrap();
+                tx.send(cancellable).unwrap();
+                waits.await
+            });
+            let cancellable = loop {
+                common::pump(context);
+                if let Ok(c) = rx.try_recv() {
+                    break c;
+                }
+            };
+            common::pump(context);
+            assert!(!cancellable.is_cancelled());
+            drop(task);
+            common::pump_polling(context, || dropped.load(Ordering::SeqCst) == 1);
+            assert!(cancellable.is_cancelled());
+            drop(promise);
+        })
     });
 }
 
@@ -307,6 +343,56 @@ fn a_dropped_fiber_cancels_its_cancellable() {
         let after = rx.recv().unwrap();
         assert!(after.is_cancelled());
         assert!(rx.recv().is_err(), "the fiber returned");
+    });
+}
+
+/// A fiber on a context scheduler (F4, S5): dropping its handle cancels a
+/// pending wait; a later wait on a ready future
+/// still returns Ok (documented); a destructor's wait during the normal
+/// cancellation return sees a live poll.
+#[test]
+fn held_fibers_on_context_schedulers_are_cancelled_by_handle_drop() {
+    common::watchdog("fibers_on_context", 30, || {
+        let context = glib::MainContext::new();
+        let s = gdex::Scheduler::for_context(&context);
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (_keep, rx) = oneshot::channel::<()>();
+        let l = log.clone();
+        let fiber = s.spawn_fiber(move || {
+            struct Flush(Arc<Mutex<Vec<String>>>);
+            impl Drop for Flush {
+                fn drop(&mut self) {
+                    let r = gdex::fiber::wait_output(std::future::ready(1));
+                    self.0.lock().unwrap().push(format!("flush {r:?}"));
+                }
+            }
+            let _flush = Flush(l.clone());
+            let r = gdex::fiber::wait(rx);
+            l.lock().unwrap().push(format!("wait {r:?}"));
+            let r = gdex::fiber::wait_output(std::future::ready(2));
+            l.lock().unwrap().push(format!("ready {r:?}"));
+            let r = gdex::fiber::yield_fiber();
+            l.lock().unwrap().push(format!("yield {r:?}"));
+        });
+        context
+            .with_thread_default(|| {
+                common::pump(&context);
+                drop(fiber);
+                let t0 = Instant::now();
+                while log.lock().unwrap().len() < 4 && t0.elapsed() < Duration::from_secs(5) {
+                    context.iteration(false);
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "wait Err(Cancelled)",
+                "ready Ok(2)",
+                "yield Err(Cancelled)",
+                "flush Ok(1)"
+            ]
+        );
     });
 }
 

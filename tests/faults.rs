@@ -1,13 +1,16 @@
-//! Fault injection: real failures from the kernel, from user code that gdex
-//! calls back (wakers, destructors, GLib callbacks), and what gdex promises
-//! when they happen.
+//! Faults (S6, X5): real failures from the kernel, from user code that
+//! gdex calls back (wakers, destructors, GLib callbacks, the panic handler
+//! itself), and what gdex promises when they happen: a panic is contained
+//! and reported, never an abort, and every value is dropped once.
 //!
-//! Each test runs its body in a child process (this same binary,
-//! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`):
-//! the bodies lower the process's address-space limit, set the process-wide
-//! panic handler, or may abort; a child keeps that away from the other
-//! tests, and a child that hangs is killed, so a bug fails instead of
-//! hanging. A child prints `CHILD-OK` at its end; the parent checks it.
+//! Each test but one runs its body in a child process (this same binary,
+//! re-executed on one `#[ignore]`d `child_*` test with `GDEX_TEST_CHILD=1`,
+//! `common::child_passes`): the bodies lower the process's address-space
+//! limit, set the process-wide panic handler, or may abort; a child keeps
+//! that away from the other tests, and a child that hangs is killed, so a
+//! bug fails instead of hanging. A child prints `CHILD-OK` at its end; the
+//! parent checks it. The one in-process test (inline work items) sets the
+//! panic handler in this process, where no other test sets it.
 //!
 //! Faults come from the real thing, not mocks: a thread stack or a fiber
 //! stack that the kernel refuses to map (`RLIMIT_AS` lowered just before),
@@ -17,32 +20,16 @@
 mod common;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{is_child, run_child, wait_until};
+use common::{child_passes, is_child, poll_with, quiet_pool, run_child, thread_names, wait_until};
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Runs child test `name` (at most `secs` seconds) and checks that it
-/// exited successfully after printing `CHILD-OK`; gives its output.
-fn child_passes(name: &str, env: &[(&str, &str)], secs: u64) -> String {
-    let (status, out) = run_child(name, env, secs);
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
-        "child `{name}` failed ({}):\n{out}",
-        match status {
-            None => format!("killed after {secs} s"),
-            Some(s) => s.to_string(),
-        }
-    );
-    out
-}
 
 /// The panic events the child's panic handler has seen.
 fn events() -> &'static Mutex<Vec<gdex::PanicEvent>> {
@@ -68,17 +55,6 @@ fn wait_for_event(message: &str) -> gdex::PanicEvent {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// The names of this process's threads, now.
-fn threads() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim_end().to_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The process's address space, in bytes (`VmSize`).
@@ -129,16 +105,6 @@ impl Drop for AddressSpaceLimit {
     }
 }
 
-/// A pool of `workers` workers whose stall reports are off (some tests sit
-/// in one poll on purpose).
-fn pool(workers: usize) -> gdex::ThreadPool {
-    gdex::ThreadPool::builder()
-        .workers(workers)
-        .stall_threshold(Duration::ZERO)
-        .build()
-        .unwrap()
-}
-
 // ---------------------------------------------------------------------------
 // A worker thread that cannot be spawned
 // ---------------------------------------------------------------------------
@@ -154,14 +120,14 @@ fn child_worker_that_cannot_start() {
     // Start the threads a pool starts once per process (the watchdog's
     // monitor, the reaper of its shutdown), so that the counts below see
     // only the pool's own.
-    let warm = pool(2);
+    let warm = quiet_pool(2);
     gdex::block_on(warm.scheduler().spawn(async {})).unwrap();
     drop(warm);
     wait_until(|| {
-        let names = threads();
+        let names = thread_names();
         names.iter().any(|n| n == "gdex-watchdog") && names.iter().any(|n| n == "gdex-reaper")
     });
-    let threads_before = threads();
+    let threads_before = thread_names();
     println!("threads: {threads_before:?}");
     let space_before = address_space();
     let err = {
@@ -185,7 +151,7 @@ fn child_worker_that_cannot_start() {
     );
     // Nothing leaks: the two workers that had started were joined, and
     // their stacks unmapped.
-    assert_eq!(threads(), threads_before);
+    assert_eq!(thread_names(), threads_before);
     assert!(
         address_space() < space_before + STACK,
         "{} bytes mapped after the failed build, {space_before} before",
@@ -198,7 +164,7 @@ fn child_worker_that_cannot_start() {
         .stall_threshold(Duration::ZERO)
         .build()
         .unwrap();
-    assert_eq!(threads().len(), threads_before.len() + 4);
+    assert_eq!(thread_names().len(), threads_before.len() + 4);
     let s = pool.scheduler();
     // Fibers are placed round-robin (F2): one on each worker.
     let fibers: Vec<_> = (0..4)
@@ -219,7 +185,7 @@ fn child_worker_that_cannot_start() {
         ]
     );
     drop(pool);
-    assert_eq!(threads(), threads_before);
+    assert_eq!(thread_names(), threads_before);
     println!("CHILD-OK");
 }
 
@@ -262,7 +228,7 @@ fn child_fiber_stack_that_cannot_be_mapped() {
         p.fetch_add(1, Ordering::SeqCst);
         default_hook(info);
     }));
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     // A default fiber stack is mapped and pooled on the worker.
     assert_eq!(gdex::block_on(s.spawn_fiber(|| 1)).unwrap(), 1);
@@ -345,11 +311,6 @@ fn panicking_waker() -> (Arc<PanickingWaker>, Waker) {
     (inner.clone(), Waker::from(inner))
 }
 
-/// Polls `future` once with `waker`.
-fn poll_with<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(future).poll(&mut Context::from_waker(waker))
-}
-
 /// Child body of [`a_panicking_waker_of_a_task_handle_is_reported_not_an_abort`].
 #[test]
 #[ignore = "child process of a_panicking_waker_of_a_task_handle_is_reported_not_an_abort"]
@@ -358,7 +319,7 @@ fn child_panicking_waker_of_a_task_handle() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (promise, value) = gdex::Promise::<u32>::new();
     let mut task = s.spawn(async move { value.await.unwrap() + 1 });
@@ -393,6 +354,84 @@ fn a_panicking_waker_of_a_task_handle_is_reported_not_an_abort() {
     child_passes("child_panicking_waker_of_a_task_handle", &[], 60);
 }
 
+/// Set while [`SlowDrop`]'s destructor runs.
+static DROPPING: AtomicBool = AtomicBool::new(false);
+
+/// A destructor that takes 300 ms.
+struct SlowDrop;
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        DROPPING.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+#[ignore = "child process of a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker"]
+fn child_handle_polled_while_its_task_is_dropped() {
+    if !is_child() {
+        return;
+    }
+    let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+    let seen = events.clone();
+    gdex::set_panic_handler(move |e| seen.lock().unwrap().push(e.clone()));
+    let pool = quiet_pool(1);
+    let polled = Arc::new(AtomicUsize::new(0));
+    let mut task = pool
+        .scheduler()
+        .spawn(common::after_first_poll(&polled, async move {
+            let _slow = SlowDrop;
+            std::future::pending::<()>().await
+        }));
+    wait_until(|| polled.load(Ordering::SeqCst) == 1);
+    // Shutdown step 3 drops the idle task on the worker: async-task marks
+    // it CLOSED, then drops the future (300 ms), then clears SCHEDULED and
+    // notifies the handle's waker, inside its abort_on_panic.
+    let closer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.shutdown())
+    };
+    wait_until(|| DROPPING.load(Ordering::SeqCst));
+    // The task is CLOSED but still SCHEDULED: `is_finished()` is true, so
+    // `contain_waker` passes our waker to async-task unwrapped, and
+    // async-task registers it (closed but its future not dropped yet).
+    let (calls, waker) = panicking_waker();
+    assert!(task.is_finished(), "closed while its future is dropped");
+    assert!(poll_with(&mut task, &waker).is_pending());
+    closer.join().unwrap();
+    // With the shortcut the worker aborted the process in the wake above.
+    assert_eq!(calls.0.load(Ordering::SeqCst), 1);
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e.message == WAKER_PANIC && e.source == gdex::PanicSource::Waker));
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Err(gdex::Error::Cancelled))
+    ));
+    println!("CHILD-OK");
+}
+
+/// A task handle polled while its task is being dropped contains a waker
+/// that panics (X5, S9). `contain_waker` must not hand async-task the
+/// caller's own waker just because `FallibleTask::is_finished()` is true,
+/// assuming a finished poll leaves no waker: `is_finished` is
+/// `CLOSED | COMPLETED`, and a task whose
+/// `Runnable` is being dropped (shutdown step 3, the reaper) is CLOSED while
+/// still SCHEDULED: async-task's `poll_task` then *registers* the waker and
+/// returns Pending, and wakes it from the dropping thread inside
+/// `abort_on_panic`. A foreign waker that panics there aborts the process
+/// (X5 says it goes to the panic handler).
+#[test]
+fn a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_handle_polled_while_its_task_is_dropped", &[], 60);
+}
+
 /// Child body of [`a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value`].
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value"]
@@ -401,7 +440,7 @@ fn child_panicking_waker_on_a_promise() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (promise, mut first) = gdex::Promise::<String>::new();
     let second = first.clone();
@@ -448,7 +487,7 @@ fn child_panicking_waker_on_a_channel_receive() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let (tx, rx) = gdex::channel::<u32>(1);
     let mut recv = rx.recv();
@@ -489,6 +528,66 @@ fn a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it() {
     child_passes("child_panicking_waker_on_a_channel_receive", &[], 60);
 }
 
+/// Where the child's panic handler forwards the events.
+static FORWARD: OnceLock<gdex::Sender<String>> = OnceLock::new();
+
+#[test]
+#[ignore = "child process of the_panic_handler_may_send_on_the_channel_whose_waker_panicked"]
+fn child_panic_handler_sends_on_the_same_channel() {
+    if !is_child() {
+        return;
+    }
+    let (tx, rx) = gdex::channel::<String>(16);
+    FORWARD.set(tx.clone()).ok().unwrap();
+    // The pattern panic.rs suggests: the handler forwards the event to
+    // whoever shows it, here over a gdex channel.
+    gdex::set_panic_handler(|event| {
+        let _ = FORWARD.get().unwrap().try_send(event.message.clone());
+    });
+    let (_calls, waker) = panicking_waker();
+    {
+        let mut recv = std::pin::pin!(rx.recv());
+        assert!(recv
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        // The send wakes the receiver's waker under the channel's lock;
+        // the panic goes to the handler, still under that lock, and the
+        // handler's try_send takes the same lock: self-deadlock.
+        let sent = std::thread::spawn(move || tx.try_send("first".to_owned()).is_ok());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !sent.is_finished() {
+            if Instant::now() > deadline {
+                // Not a panic: unwinding would drop `recv`, which takes the
+                // channel's lock too, and hang this thread as well.
+                println!("try_send hung: the panic handler re-entered the channel's lock");
+                std::process::exit(3);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(sent.join().unwrap());
+    }
+    assert_eq!(rx.try_recv().as_deref(), Some("first"));
+    assert_eq!(rx.try_recv().as_deref(), Some(WAKER_PANIC));
+    println!("CHILD-OK");
+}
+
+/// The panic handler may send on the channel whose waker panicked (X5).
+/// Were `crate::panic::wake` called with the primitive's lock held (by
+/// `WaitQueue::notify_one`: a channel's, a promise's, a semaphore's; the
+/// blocking lane's state lock in `on_exit`), the user's panic handler would
+/// run under that lock: a handler that forwards the event over a gdex
+/// channel (what panic.rs suggests for a GTK app: "sends the event to the
+/// main thread") would deadlock its thread when the waker that panicked
+/// was a waiter of that same channel.
+#[test]
+fn the_panic_handler_may_send_on_the_channel_whose_waker_panicked() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_panic_handler_sends_on_the_same_channel", &[], 30);
+}
+
 /// Child body of [`a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running`].
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running"]
@@ -497,7 +596,7 @@ fn child_panicking_waker_on_a_timer() {
         return;
     }
     events();
-    let pool = pool(2);
+    let pool = quiet_pool(2);
     let s = pool.scheduler();
     // 1. A timer due while its worker sits in one long poll is raised by
     //    the watchdog's monitor (P8: a timer follows its task): the worker
@@ -595,6 +694,74 @@ fn a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running() {
     child_passes("child_panicking_waker_on_a_timer", &[], 60);
 }
 
+/// A panic payload whose own destructor panics.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("a panic payload's destructor");
+    }
+}
+
+/// A waker whose `wake` panics with a [`PanicsOnDrop`] payload.
+struct BombWaker;
+
+impl Wake for BombWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        std::panic::panic_any(PanicsOnDrop);
+    }
+}
+
+#[test]
+#[ignore = "child process of a_waker_panic_whose_payload_panics_on_drop_is_contained"]
+fn child_waker_payload_panics_on_drop() {
+    if !is_child() {
+        return;
+    }
+    let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+    let seen = events.clone();
+    gdex::set_panic_handler(move |e| seen.lock().unwrap().push(e.clone()));
+    let pool = quiet_pool(1);
+    let s = pool.scheduler();
+    let (promise, value) = gdex::Promise::<u32>::new();
+    let mut task = s.spawn(async move { value.await.unwrap() + 1 });
+    let waker = Waker::from(Arc::new(BombWaker));
+    assert!(poll_with(&mut task, &waker).is_pending());
+    promise.resolve(41);
+    wait_until(|| {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.source == gdex::PanicSource::Waker)
+    });
+    assert!(matches!(
+        poll_with(&mut task, Waker::noop()),
+        Poll::Ready(Ok(42))
+    ));
+    assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+    println!("CHILD-OK");
+}
+
+/// A waker's panic whose payload panics when dropped is contained (X5).
+/// `panic::wake` (and every other `catch_unwind` site: `report` callers in
+/// task.rs, group.rs, source.rs) must not drop the caught payload outside
+/// a catch: a payload whose destructor panics (std's `catch_unwind` docs
+/// warn of it) would unwind out of `panic::wake`, here out of the
+/// `ContainedWaker` inside async-task's `abort_on_panic` on the worker,
+/// which aborts (X5 promises the panic handler).
+#[test]
+fn a_waker_panic_whose_payload_panics_on_drop_is_contained() {
+    if is_child() {
+        return;
+    }
+    child_passes("child_waker_payload_panics_on_drop", &[], 60);
+}
+
 // ---------------------------------------------------------------------------
 // A value whose Drop panics, sent through a channel or a promise
 // ---------------------------------------------------------------------------
@@ -631,7 +798,7 @@ fn child_panicking_drops_where_they_are_dropped() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
 
@@ -717,7 +884,7 @@ fn child_panicking_drops_in_tasks_at_shutdown() {
         return;
     }
     events();
-    let pool = pool(2);
+    let pool = quiet_pool(2);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
     let waiting = Arc::new(AtomicUsize::new(0));
@@ -806,7 +973,7 @@ fn child_panicking_drops_in_work_items_at_shutdown() {
         false,
         move |_, _, message| sink.lock().unwrap().push(message.to_owned()),
     );
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     let drops = Arc::new(AtomicUsize::new(0));
     let ran = Arc::new(AtomicUsize::new(0));
@@ -890,6 +1057,151 @@ fn panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_han
     child_passes("child_panicking_drops_in_work_items_at_shutdown", &[], 60);
 }
 
+/// What a one-word capture saw: runs, drops.
+#[derive(Default)]
+struct Counts {
+    runs: AtomicUsize,
+    drops: AtomicUsize,
+}
+
+/// One word (an `Arc`): a closure capturing only this is kept inline in its
+/// job. Its drop counts and, if `BOOM` says so, panics.
+struct InlineBomb<const BOOM: bool>(Arc<Counts>);
+
+impl<const BOOM: bool> Drop for InlineBomb<BOOM> {
+    fn drop(&mut self) {
+        self.0.drops.fetch_add(1, Ordering::SeqCst);
+        if BOOM && !std::thread::panicking() {
+            panic!("an inline item's bomb went off");
+        }
+    }
+}
+
+/// Work items kept inline in their job (one word), on a pool: one whose
+/// capture's destructor panics after it ran, one whose run panics, and
+/// (with the worker held busy until the pool closes) one on the worker's
+/// deque and one in the injector, never run, whose captures' destructors
+/// panic when the shutdown drops them. Each closure runs at most once and
+/// drops its capture exactly once; each panic reaches the panic handler
+/// once, as `WorkItem` for a run and `Drop` for an unrun item. Boxed
+/// neighbours (9 to 16 bytes, 16-byte aligned, zero-sized) run once too
+/// (S3, S6, X5). (The unrun items of
+/// [`panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler`]
+/// are boxed: their closures hold two values.)
+#[test]
+fn inline_work_items_run_or_drop_once_and_report_their_panics_once() {
+    common::watchdog(
+        "inline_work_items_run_or_drop_once_and_report_their_panics_once",
+        60,
+        || {
+            let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+            let log = events.clone();
+            gdex::set_panic_handler(move |e| {
+                if e.message.starts_with("an inline item's") {
+                    log.lock().unwrap().push(e.clone());
+                }
+            });
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let s = pool.scheduler();
+            let done = Arc::new(AtomicUsize::new(0));
+
+            // Runs, then its capture's destructor panics.
+            let a = Arc::new(Counts::default());
+            let bomb = InlineBomb::<true>(a.clone());
+            let f = move || {
+                let bomb = bomb;
+                bomb.0.runs.fetch_add(1, Ordering::SeqCst);
+            };
+            assert_eq!(std::mem::size_of_val(&f), std::mem::size_of::<usize>());
+            s.push(f);
+            // Its run panics; its capture is dropped in the unwind.
+            let b = Arc::new(Counts::default());
+            let quiet = InlineBomb::<false>(b.clone());
+            s.push(move || {
+                quiet.0.runs.fetch_add(1, Ordering::SeqCst);
+                panic!("an inline item's run panicked");
+            });
+            // Boxed neighbours: 12 bytes, 16-byte aligned, zero-sized.
+            let d = done.clone();
+            let odd = (7u32, d);
+            s.push(move || {
+                let (seven, d) = &odd;
+                assert_eq!(*seven, 7);
+                d.fetch_add(1, Ordering::SeqCst);
+            });
+            #[repr(align(16))]
+            struct Aligned(u64);
+            let (aligned, d) = (Aligned(9), done.clone());
+            s.push(move || {
+                assert_eq!(aligned.0, 9);
+                d.fetch_add(1, Ordering::SeqCst);
+            });
+            s.push(|| {});
+            common::wait_until(|| {
+                done.load(Ordering::SeqCst) == 2
+                    && a.drops.load(Ordering::SeqCst) == 1
+                    && b.drops.load(Ordering::SeqCst) == 1
+                    && events.lock().unwrap().len() == 2
+            });
+            assert_eq!(a.runs.load(Ordering::SeqCst), 1);
+            assert_eq!(b.runs.load(Ordering::SeqCst), 1);
+
+            // Two inline items that never run.
+            let c = Arc::new(Counts::default());
+            let (s2, closing) = (s.clone(), pool.clone());
+            let pushed = Arc::new(AtomicBool::new(false));
+            let (p, on_worker) = (pushed.clone(), InlineBomb::<true>(c.clone()));
+            s.spawn(async move {
+                s2.push(move || {
+                    on_worker.0.runs.fetch_add(1, Ordering::SeqCst);
+                });
+                p.store(true, Ordering::SeqCst);
+                while !closing.is_closed() {
+                    std::hint::spin_loop();
+                }
+            })
+            .detach();
+            common::wait_until(|| pushed.load(Ordering::SeqCst));
+            let outside = InlineBomb::<true>(c.clone());
+            s.push(move || {
+                outside.0.runs.fetch_add(1, Ordering::SeqCst);
+            });
+            pool.shutdown();
+            assert_eq!(c.runs.load(Ordering::SeqCst), 0);
+            assert_eq!(c.drops.load(Ordering::SeqCst), 2, "each dropped once");
+            gdex::reset_panic_handler();
+            let mut seen: Vec<_> = events
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|e| (e.source, e.message.clone()))
+                .collect();
+            seen.sort_by_key(|(source, m)| (format!("{source:?}"), m.clone()));
+            let bomb = "an inline item's bomb went off".to_owned();
+            assert_eq!(
+                seen,
+                [
+                    (gdex::PanicSource::Drop, bomb.clone()),
+                    (gdex::PanicSource::Drop, bomb.clone()),
+                    (gdex::PanicSource::WorkItem, bomb),
+                    (
+                        gdex::PanicSource::WorkItem,
+                        "an inline item's run panicked".into()
+                    ),
+                ]
+            );
+            // Nothing ran twice or dropped twice meanwhile.
+            assert_eq!(
+                (
+                    a.drops.load(Ordering::SeqCst),
+                    b.drops.load(Ordering::SeqCst)
+                ),
+                (1, 1)
+            );
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // A GLib source callback that panics on a worker
 // ---------------------------------------------------------------------------
@@ -902,7 +1214,7 @@ fn child_panicking_glib_callback_on_a_worker() {
         return;
     }
     events();
-    let pool = pool(1);
+    let pool = quiet_pool(1);
     let s = pool.scheduler();
     // The same fault as a future awaited by a task is the task's panic.
     let contained = s.spawn(async {

@@ -1,5 +1,7 @@
 //! X5: panics that have no waiter go to the app's panic handler; the
-//! default logs them with g_critical and keeps running. (One test function:
+//! default logs them with g_critical and keeps running. A task's output
+//! whose destructor panics is contained (S6), and a report names the
+//! worker the panic happened on. (The tests take turns, `common::serial`:
 //! the handler is process-wide.)
 
 mod common;
@@ -17,6 +19,7 @@ impl Drop for PanicsOnDrop {
 
 #[test]
 fn unobserved_panics_reach_the_panic_handler() {
+    let _one = common::serial();
     watchdog("unobserved_panics_reach_the_panic_handler", 60, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let s = pool.scheduler();
@@ -151,5 +154,52 @@ fn unobserved_panics_reach_the_panic_handler() {
         // here).
         pool.shutdown();
         glib::log_remove_handler(Some("gdex"), log_handler);
+    });
+}
+
+/// S6, X5: a task's output whose destructor panics (detached, or its handle
+/// dropped after it finished) goes to the panic handler; a task's panic
+/// nobody reads names the worker it panicked on, not the dropper's thread.
+#[test]
+fn held_output_drop_panics_are_contained_and_panic_reports_name_the_worker() {
+    let _one = common::serial();
+    common::watchdog("output_drop_panics", 30, || {
+        let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
+        let e = events.clone();
+        gdex::set_panic_handler(move |ev| e.lock().unwrap().push(ev.clone()));
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("output bomb");
+            }
+        }
+        let pool = common::quiet_pool(1);
+        let s = pool.scheduler();
+        s.spawn(async { Bomb }).detach();
+        let t = s.spawn(async { Bomb });
+        common::wait_until(|| t.is_finished());
+        drop(t);
+        let p = s.spawn(async { panic!("unread") });
+        common::wait_until(|| p.is_finished());
+        drop(p);
+        common::wait_until(|| events.lock().unwrap().len() >= 3);
+        pool.shutdown();
+        gdex::reset_panic_handler();
+        let events = events.lock().unwrap().clone();
+        let bombs = events
+            .iter()
+            .filter(|e| e.source == gdex::PanicSource::Output && e.message == "output bomb")
+            .count();
+        assert_eq!(bombs, 2, "{events:?}");
+        let unread = events
+            .iter()
+            .find(|e| e.message == "unread")
+            .expect("the unread panic was reported");
+        assert_eq!(unread.source, gdex::PanicSource::Task);
+        assert_eq!(
+            unread.thread.as_deref(),
+            Some("gdex-worker-0"),
+            "{unread:?}"
+        );
     });
 }

@@ -1,16 +1,20 @@
-//! The thread pool's contracts P2, P3, P6 and P8, observed through real
-//! GLib sources, real GIO calls and the pool's metrics.
+//! The thread pool's contracts P2, P3, P6, P7, P8 and P9, observed through
+//! real GLib sources, real GIO calls and the pool's metrics; and a pool's
+//! end (S9): once its tasks have finished, or its last handle has gone
+//! while they were being woken from another thread, the pool is freed, its
+//! workers' contexts with it (a source planted on a worker's context is
+//! destroyed).
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use gio::prelude::*;
 
-use common::spin;
+use common::{spin, wait_until};
 
 /// P3: a task re-waking itself forever (a `yield_now` loop) goes to the back
 /// of the deque, so the 100 tasks queued behind it on a 1-worker pool run.
@@ -608,4 +612,281 @@ fn a_local_burst_is_stolen_by_the_peers_of_a_three_worker_pool() {
         let steals: u64 = pool.metrics().workers.iter().map(|w| w.steals).sum();
         assert!(steals > 0, "nobody stole: {:?}", pool.metrics());
     });
+}
+
+/// A thread-per-core idle worker parks while a peer has backlog (P9, P7,
+/// P8). In thread-per-core mode a worker never steals (`steal()` returns
+/// `None`), so its park re-check `sees_work()` must not count its peers'
+/// deques. If it did, while a peer runs a long poll with jobs queued on its
+/// deque, an idle worker would find no job, announce its park, see the
+/// peer's backlog, un-park and search again, forever: `ran` never grows,
+/// so the slice never ends. It burns its CPU and never returns to its
+/// `GMainContext`: its own timers and GLib sources wait for the peer. The
+/// loom models have no thread-per-core mode.
+#[test]
+fn thread_per_core_idle_worker_parks_while_a_peer_has_backlog() {
+    common::watchdog("tpc_idle_peer", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .thread_per_core(true)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let busy = Arc::new(AtomicBool::new(false));
+        let b = busy.clone();
+        let s2 = s.clone();
+        // Home: worker 0 (the first outside spawn, round-robin). Its
+        // children stay on worker 0's deque behind its long poll.
+        let a = s.spawn(async move {
+            let children: Vec<_> = (0..2).map(|_| s2.spawn(async {})).collect();
+            b.store(true, Ordering::SeqCst);
+            common::spin(Duration::from_millis(600));
+            children
+        });
+        wait_until(|| busy.load(Ordering::SeqCst));
+        // Home: worker 1. A 10 ms timer on its context.
+        let timed = s.spawn(async {
+            let t = Instant::now();
+            glib::timeout_future(Duration::from_millis(10)).await;
+            (
+                std::thread::current().name().unwrap().to_owned(),
+                t.elapsed(),
+            )
+        });
+        let (thread, waited) = gdex::block_on(timed).unwrap();
+        for child in gdex::block_on(a).unwrap() {
+            gdex::block_on(child).unwrap();
+        }
+        assert_eq!(thread, "gdex-worker-1");
+        assert!(
+            waited < Duration::from_millis(300),
+            "a 10 ms timer on an idle worker took {waited:?}: the worker spun in \
+             run_slice while its peer had backlog it may not steal"
+        );
+        pool.shutdown();
+    });
+}
+
+/// Attaches to the calling worker's context a source that never fires and
+/// whose closure sets the returned flag when dropped: the context destroys
+/// its sources when it is freed, which its pool does when it is freed. So
+/// the flag going up says the pool (`PoolShared`) was freed.
+fn sentinel_on_this_worker() -> Arc<AtomicBool> {
+    let freed = Arc::new(AtomicBool::new(false));
+    let guard = common::SetOnDrop(freed.clone());
+    glib::timeout_source_new(
+        Duration::from_secs(3600),
+        None,
+        glib::Priority::DEFAULT,
+        move || {
+            let _keep = &guard;
+            glib::ControlFlow::Continue
+        },
+    )
+    .attach(Some(&glib::MainContext::ref_thread_default()));
+    freed
+}
+
+/// Waits up to `limit` for `flag`.
+fn wait_flag(flag: &AtomicBool, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !flag.load(Ordering::SeqCst) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Pinned,
+    Fiber,
+    ThreadPerCore,
+    LocalOnWorker,
+}
+
+/// A pool of two workers, thread-per-core for `ThreadPerCore`.
+fn pool_for(kind: Kind) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(2)
+        .thread_per_core(matches!(kind, Kind::ThreadPerCore))
+        .build()
+        .unwrap()
+}
+
+/// A pool of two workers (thread-per-core for `ThreadPerCore`), a task of
+/// `kind` that plants the sentinel on its worker, then one task of `kind`
+/// per channel, each woken from this thread (through its home's inbox,
+/// `push_inbox_keeping`) and finishing. Gives the pool, the sentinel and
+/// the tasks' handles.
+fn finished_tasks_of(kind: Kind, n: usize) -> Arc<AtomicBool> {
+    let pool = pool_for(kind);
+    let s = pool.scheduler();
+    let sentinel: Arc<Mutex<Option<Arc<AtomicBool>>>> = Arc::default();
+    let mut senders = Vec::new();
+    let mut tasks: Vec<gdex::Task<usize>> = Vec::new();
+    for i in 0..n {
+        let (tx, rx) = gdex::channel::<usize>(1);
+        senders.push(tx);
+        let sentinel = sentinel.clone();
+        let plant = move || {
+            let mut slot = sentinel.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(sentinel_on_this_worker());
+            }
+        };
+        let task = match kind {
+            Kind::Pinned => pool.spawn_pinned(move || async move {
+                plant();
+                rx.recv().await.unwrap() + i
+            }),
+            Kind::ThreadPerCore => s.spawn(async move {
+                plant();
+                rx.recv().await.unwrap() + i
+            }),
+            Kind::Fiber => {
+                let fiber = s.spawn_fiber(move || {
+                    plant();
+                    gdex::fiber::wait_output(async move { rx.recv().await.unwrap() + i }).unwrap()
+                });
+                s.spawn(async move { fiber.await.unwrap() })
+            }
+            Kind::LocalOnWorker => {
+                let s2 = s.clone();
+                s.spawn(async move {
+                    s2.spawn_local(async move {
+                        plant();
+                        rx.recv().await.unwrap() + i
+                    })
+                    .await
+                    .unwrap()
+                })
+            }
+        };
+        tasks.push(task);
+    }
+    common::wait_until(|| sentinel.lock().unwrap().is_some());
+    // Let them all go idle, so that each send is a wake-up from here.
+    std::thread::sleep(Duration::from_millis(20));
+    for (i, tx) in senders.iter().enumerate() {
+        gdex::block_on(tx.send(i)).unwrap();
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        assert_eq!(gdex::block_on(task).unwrap(), 2 * i, "{kind:?}");
+    }
+    drop((senders, pool));
+    let flag = sentinel.lock().unwrap().take().unwrap();
+    // The sentinel works: a scheduler handle still holds the pool.
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!flag.load(Ordering::SeqCst), "{kind:?}: freed too early");
+    drop(s);
+    flag
+}
+
+/// Every retain of a home (one per pinned, fiber, local or thread-per-core
+/// task, one per wake-up from another thread) is released: once its tasks
+/// finished and its last handle is dropped, the pool is freed (its worker
+/// contexts with it). A leaked count on the pool's `Arc` would keep it,
+/// its contexts and their sources forever (P2, S9).
+#[test]
+fn a_pool_whose_homed_tasks_finished_is_freed() {
+    common::watchdog("a_pool_whose_homed_tasks_finished_is_freed", 60, || {
+        for kind in [
+            Kind::Pinned,
+            Kind::Fiber,
+            Kind::ThreadPerCore,
+            Kind::LocalOnWorker,
+        ] {
+            let freed = finished_tasks_of(kind, 8);
+            assert!(
+                wait_flag(&freed, Duration::from_secs(5)),
+                "{kind:?}: the pool was not freed"
+            );
+        }
+    });
+}
+
+/// The last pool handle goes while homed tasks are being woken from
+/// another thread: each wake-up races the shutdown (S9), the worker's exit
+/// and the reaper, and the task's block may hold the last count on the
+/// pool. Nothing crashes, every task resolves, and the pool is freed.
+#[test]
+fn the_last_handle_dropped_while_homed_tasks_are_woken_from_another_thread() {
+    common::watchdog(
+        "the_last_handle_dropped_while_homed_tasks_are_woken_from_another_thread",
+        120,
+        || {
+            let rounds = common::stress(40);
+            for round in 0..rounds {
+                let kind = [Kind::Pinned, Kind::ThreadPerCore, Kind::Fiber][round % 3];
+                let pool = pool_for(kind);
+                let s = pool.scheduler();
+                let sentinel: Arc<Mutex<Option<Arc<AtomicBool>>>> = Arc::default();
+                let idle = Arc::new(AtomicUsize::new(0));
+                let mut senders = Vec::new();
+                let mut tasks = Vec::new();
+                const N: usize = 16;
+                for _ in 0..N {
+                    let (tx, rx) = gdex::channel::<()>(1);
+                    senders.push(tx);
+                    let (sentinel, idle) = (sentinel.clone(), idle.clone());
+                    let body = move || {
+                        {
+                            let mut slot = sentinel.lock().unwrap();
+                            if slot.is_none() {
+                                *slot = Some(sentinel_on_this_worker());
+                            }
+                        }
+                        idle.fetch_add(1, Ordering::SeqCst);
+                    };
+                    let task: gdex::Task<()> = match kind {
+                        Kind::Pinned => pool.spawn_pinned(move || async move {
+                            body();
+                            let _ = rx.recv().await;
+                            gdex::yield_now().await;
+                        }),
+                        Kind::ThreadPerCore => s.spawn(async move {
+                            body();
+                            let _ = rx.recv().await;
+                            gdex::yield_now().await;
+                        }),
+                        _ => {
+                            let fiber = s.spawn_fiber(move || {
+                                body();
+                                let _ = gdex::fiber::wait_output(async move { rx.recv().await });
+                            });
+                            s.spawn(async move {
+                                let _ = fiber.await;
+                            })
+                        }
+                    };
+                    tasks.push(task);
+                }
+                common::wait_until(|| idle.load(Ordering::SeqCst) == N);
+                let waker = std::thread::spawn(move || {
+                    for tx in senders {
+                        let _ = tx.try_send(());
+                    }
+                });
+                drop(s);
+                if round % 2 == 0 {
+                    std::thread::yield_now();
+                }
+                drop(pool);
+                waker.join().unwrap();
+                for task in tasks {
+                    // Finished, or cancelled by the shutdown.
+                    let _ = gdex::block_on(task);
+                }
+                let flag = sentinel.lock().unwrap().take().unwrap();
+                assert!(
+                    wait_flag(&flag, Duration::from_secs(5)),
+                    "round {round} ({kind:?}): the pool was not freed"
+                );
+            }
+        },
+    );
 }

@@ -1,5 +1,7 @@
 //! The main scheduler (S1), any-context schedulers (S2), `block_on` (S8, S12) and
-//! awaiting across schedulers (S4), with real `GMainContext`s.
+//! awaiting across schedulers (S4), with real `GMainContext`s. A pinned
+//! task of a context scheduler never leaves the thread that first polled
+//! it, even once that thread has exited and another iterates the context.
 
 mod common;
 
@@ -655,4 +657,98 @@ mod yields_let_the_loop_run {
             });
         });
     }
+}
+
+/// Child body of [`a_pinned_task_is_refused_on_a_new_thread_after_its_own_exited`].
+#[test]
+#[ignore = "child process of a_pinned_task_is_refused_on_a_new_thread_after_its_own_exited"]
+fn child_pinned_task_on_a_new_thread() {
+    if !common::is_child() {
+        return;
+    }
+    common::leak_reports();
+    common::watchdog("a_pinned_task_is_refused_on_a_new_thread", 60, || {
+        let rounds = common::stress(50);
+        for round in 0..rounds {
+            let context = glib::MainContext::new();
+            let scheduler = gdex::Scheduler::for_context(&context);
+            let polled = Arc::new(AtomicUsize::new(0));
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = futures::channel::oneshot::channel::<()>();
+            let (p, d) = (polled.clone(), dropped.clone());
+            let task = scheduler.spawn_pinned(move || async move {
+                let _counted = common::Counted(d);
+                p.fetch_add(1, Ordering::SeqCst);
+                let _ = rx.await;
+                std::thread::current().name().map(str::to_owned)
+            });
+
+            // Thread A polls it once (it waits on `rx`), then exits.
+            let a_context = context.clone();
+            let a_polled = polled.clone();
+            std::thread::Builder::new()
+                .name("pinned-owner".into())
+                .spawn(move || {
+                    a_context
+                        .with_thread_default(|| {
+                            common::pump_until(&a_context, || a_polled.load(Ordering::SeqCst) == 1)
+                        })
+                        .unwrap();
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+
+            // Thread B wakes it and iterates the context.
+            tx.send(()).unwrap();
+            let b_context = context.clone();
+            let result = std::thread::Builder::new()
+                .name("pinned-intruder".into())
+                .spawn(move || {
+                    b_context
+                        .with_thread_default(|| gdex::block_on(task))
+                        .unwrap()
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            match &result {
+                Err(gdex::Error::Panicked(msg)) if msg.contains("resumed on thread") => {}
+                other => panic!(
+                    "round {round}: a pinned task resumed on a new thread after its own \
+                     exited: {other:?}"
+                ),
+            }
+            assert_eq!(
+                dropped.load(Ordering::SeqCst),
+                0,
+                "round {round}: the pinned future was dropped on another thread"
+            );
+        }
+        assert_eq!(common::leak_reports().load(Ordering::SeqCst), rounds);
+    });
+    println!("CHILD-OK");
+}
+
+/// A pinned task never leaves its thread (S2; F2 for fibers). A pinned
+/// task (`spawn_pinned` on a context scheduler) first polled on
+/// thread A, which then exits, must be refused on thread B, which iterates
+/// the context next: its poll panics (the task resolves to `Panicked`,
+/// naming the misuse) and its future is leaked, not dropped, on B. Threads
+/// are started one after the other, so B usually gets A's stack and
+/// thread-local block back: an identity taken from a thread-local's address
+/// calls them the same thread.
+/// In a child process: it counts the "gdex" leak reports of the whole
+/// process. (Without backtraces: the child shows its output, and 50
+/// expected panics with a backtrace each would outlast its watchdog.)
+#[test]
+fn a_pinned_task_is_refused_on_a_new_thread_after_its_own_exited() {
+    if common::is_child() {
+        return;
+    }
+    common::child_passes(
+        "child_pinned_task_on_a_new_thread",
+        &[("RUST_BACKTRACE", "0")],
+        120,
+    );
 }

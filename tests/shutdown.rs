@@ -1,39 +1,36 @@
-//! Shutdown under load (S9): a pool with many queued tasks and tasks
-//! awaiting each other shuts down promptly, joins every worker thread,
-//! drops every future exactly once, and refuses later spawns with
-//! `Error::ShutDown`.
+//! S9: a pool's shutdown resolves every task, in every state it can be in:
+//! queued (a million of them, and pairs awaiting each other), idle on a
+//! GLib source, a `gdex::sleep`, a GIO call or a channel, pinned, a fiber,
+//! moved between workers, running elsewhere when its worker closes. It is
+//! prompt, joins every worker thread, drops every future exactly once (a
+//! `!Send` one on its own worker), and refuses later spawns with
+//! `Error::ShutDown`. Fibers are cancelled, not unwound (F4): each `wait`
+//! returns `Cancelled` and the fiber leaves through its own return, within
+//! a bounded grace period even when it loops on `yield_fiber`; a fiber
+//! still suspended when that period ends is unwound, and a `wait` in its
+//! destructors then neither polls a stale context nor fails on a ready
+//! future.
+//!
+//! The shutdown racing other threads is tested in `shutdown_races.rs`,
+//! schedulers of a worker's own context in `worker_context_shutdown.rs`.
+//! The tests here take turns (`common::serial`): they look at every thread
+//! of the process.
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use common::Counted;
-
-/// Names of this process's threads, from /proc.
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-                .map(|s| s.trim().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The tests of this file look at every thread of the process: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use common::{is_child, run_child, Counted, DroppedOn};
+use futures::channel::oneshot;
 
 #[test]
 fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_under_load", 120, || {
         let workers = 4;
-        let pool = gdex::ThreadPool::builder()
-            .workers(workers)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(workers);
         let s = pool.scheduler();
         // Hold every worker so that what follows stays queued.
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
@@ -94,9 +91,11 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
         let took = started.elapsed();
         // Every worker thread is gone.
         assert!(
-            !thread_names().iter().any(|n| n.starts_with("gdex-worker")),
+            !common::thread_names()
+                .iter()
+                .any(|n| n.starts_with("gdex-worker")),
             "worker threads left: {:?}",
-            thread_names()
+            common::thread_names()
         );
         // Dropping the senders wakes the waiting tasks after the shutdown:
         // their futures are dropped then, once.
@@ -119,7 +118,7 @@ fn shutdown_with_a_full_queue_is_prompt_and_drops_everything_once() {
 /// its state is dropped once, on its own worker thread.
 #[test]
 fn shutdown_cancels_blocked_fibers_on_their_threads() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_cancels_blocked_fibers", 60, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let s = pool.scheduler();
@@ -184,13 +183,9 @@ fn shutdown_cancels_blocked_fibers_on_their_threads() {
 /// freed: SIGSEGV, or an invalid read under memcheck).
 #[test]
 fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("wait_during_forced_unwind", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(1);
         let s = pool.scheduler();
         let (_a, rx_a) = futures::channel::oneshot::channel::<()>();
         let (_b, rx_b) = futures::channel::oneshot::channel::<()>();
@@ -265,14 +260,183 @@ fn a_wait_in_a_destructor_during_a_forced_unwind_is_cancelled_without_polling() 
     });
 }
 
-/// Records the thread its holder is dropped on.
-struct DroppedOn(Arc<std::sync::Mutex<Vec<String>>>);
+/// A fiber first polled during the shutdown's fiber phase is cancelled,
+/// not unwound (F4, S9). A fiber spawned before the shutdown but still in
+/// its worker's inbox when the shutdown starts is first polled by
+/// `finish_fibers` (which runs every pinned job while other live fibers
+/// finish). It registers itself in `core.fibers`; if `finish_fibers` took
+/// that list before, it is never cancelled, so its first `wait` suspends;
+/// then the registry close wakes it and the drain drops it while suspended:
+/// it is force-unwound. Its `wait` never returns `Cancelled`, the code after
+/// it (its cleanup) never runs, and its handle says `Cancelled` instead of
+/// the fiber's own result.
+#[test]
+fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
+    let _one = common::serial();
+    common::watchdog("fiber_first_polled_during_shutdown", 60, || {
+        let pool = common::quiet_pool(1);
+        let s = pool.scheduler();
+        // Fiber A: suspended; makes the worker run `finish_fibers`.
+        let (_keep_a, rx_a) = oneshot::channel::<()>();
+        let a_started = Arc::new(AtomicBool::new(false));
+        let st = a_started.clone();
+        let fiber_a = s.spawn_fiber(move || {
+            st.store(true, Ordering::SeqCst);
+            let _ = gdex::fiber::wait(rx_a);
+            "a"
+        });
+        common::wait_until(|| a_started.load(Ordering::SeqCst));
+        // Hold the worker until the pool is closed.
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let s2 = s.clone();
+        s.push(move || {
+            held_tx.send(()).unwrap();
+            while futures::task::Spawn::status(&s2).is_ok() {
+                std::thread::yield_now();
+            }
+        });
+        held_rx.recv().unwrap();
+        // Fiber B: queued in the inbox of the held worker.
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (_keep_b, rx_b) = oneshot::channel::<()>();
+        let l = log.clone();
+        let fiber_b = s.spawn_fiber(move || {
+            l.lock().unwrap().push("started".into());
+            let r = gdex::fiber::wait(rx_b);
+            l.lock().unwrap().push(format!("wait returned {r:?}"));
+            "b"
+        });
+        pool.shutdown();
+        let log = log.lock().unwrap().clone();
+        let a = gdex::wait_for(fiber_a);
+        let b = gdex::wait_for(fiber_b);
+        assert!(matches!(a, Ok("a")), "fiber A: {a:?}");
+        if log.is_empty() {
+            // Never started: dropped unpolled, fine.
+            assert!(matches!(b, Err(gdex::Error::Cancelled)), "{b:?}");
+            panic!("setup did not reach the race (fiber B never started); re-run");
+        }
+        assert_eq!(
+            log,
+            ["started", "wait returned Err(Cancelled)"],
+            "fiber B started during shutdown but its wait never returned (force-unwound)"
+        );
+        assert!(matches!(b, Ok("b")), "fiber B's handle: {b:?}");
+    });
+}
 
-impl Drop for DroppedOn {
-    fn drop(&mut self) {
-        let name = std::thread::current().name().unwrap_or("?").to_owned();
-        self.0.lock().unwrap().push(name);
+/// A cancelled fiber looping on `yield_fiber` does not hang the shutdown
+/// (F4, F6, S9). The module docs promise the worker runs cancelled fibers
+/// "for up to 500 ms" ("the deadline bounds a fiber that loops on its
+/// own"). But once a fiber is cancelled, `wait` returns `Cancelled`
+/// *without suspending* (the check right after registering the waker, and
+/// the `resumed` check), so a fiber that loops on
+/// `let _ = gdex::fiber::yield_fiber();` (fine and fair before the shutdown:
+/// it yields every turn) must still give its worker back: else
+/// `finish_fibers` is stuck inside `job.run()`, the deadline is never
+/// checked, and `shutdown()` never returns.
+#[test]
+fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
+    let _one = common::serial();
+    common::watchdog("fiber_yield_loop_hangs_shutdown", 60, || {
+        let pool = common::quiet_pool(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        let (st, sp) = (started.clone(), stop.clone());
+        let fiber = pool.scheduler().spawn_fiber(move || {
+            st.store(true, Ordering::SeqCst);
+            let mut turns = 0u64;
+            // A polite background loop: yields every turn, ignores the result.
+            while !sp.load(Ordering::SeqCst) {
+                let _ = gdex::fiber::yield_fiber();
+                turns += 1;
+            }
+            turns
+        });
+        common::wait_until(|| started.load(Ordering::SeqCst));
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let p = pool.clone();
+        let t = std::thread::spawn(move || {
+            p.shutdown();
+            let _ = done_tx.send(());
+        });
+        // Deliberate: the 3 s bound is the check (the fiber phase is
+        // bounded at 500 ms); a correct shutdown returns well inside it.
+        let returned = done_rx.recv_timeout(Duration::from_secs(3)).is_ok();
+        // Let the test end either way.
+        stop.store(true, Ordering::SeqCst);
+        t.join().unwrap();
+        drop(fiber);
+        assert!(
+            returned,
+            "shutdown() had not returned after 3 s (the fiber phase is bounded at 500 ms): a \
+             cancelled fiber looping on yield_now() never suspends again"
+        );
+    });
+}
+
+/// Child body for [`a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds`].
+#[test]
+#[ignore = "child process of a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds"]
+fn child_forced_unwind_with_a_flushing_destructor() {
+    if !is_child() {
+        return;
     }
+    let pool = common::quiet_pool(1);
+    let s = pool.scheduler();
+    // Fiber C: when cancelled, does 800 ms of cleanup work, past the 500 ms
+    // fiber phase.
+    let (_keep_c, rx_c) = oneshot::channel::<()>();
+    let started = Arc::new(AtomicUsize::new(0));
+    let st = started.clone();
+    let c = s.spawn_fiber(move || {
+        st.fetch_add(1, Ordering::SeqCst);
+        if gdex::fiber::wait(rx_c).is_err() {
+            common::spin(Duration::from_millis(800));
+        }
+    });
+    // Fiber D: suspended, holds a guard whose destructor finishes its work
+    // with a wait on an already-ready future (as a "flush on drop" does).
+    struct Flush;
+    impl Drop for Flush {
+        fn drop(&mut self) {
+            gdex::fiber::wait(std::future::ready(()))
+                .expect("waiting on a ready future in a fiber succeeds");
+        }
+    }
+    let (_keep_d, rx_d) = oneshot::channel::<()>();
+    let st = started.clone();
+    let d = s.spawn_fiber(move || {
+        let _flush = Flush;
+        st.fetch_add(1, Ordering::SeqCst);
+        let _ = gdex::fiber::wait(rx_d);
+    });
+    common::wait_until(|| started.load(Ordering::SeqCst) == 2);
+    pool.shutdown();
+    drop((c, d));
+    println!("CHILD-SURVIVED");
+}
+
+/// A wait on a ready future in a destructor during a forced unwind
+/// succeeds (S6, F4). When the shutdown's fiber phase runs out of time
+/// (500 ms), a suspended fiber is dropped and `force_unwind`ed. During that
+/// unwind `wait` must not return `Cancelled` for a future that is *ready*
+/// (as it did with the `cx.is_null()` check before the poll): during a
+/// normal cancellation the same `wait(ready)` returns `Ok`. A destructor
+/// that treats that as a failure panics, and a panic during an unwind is
+/// an abort: the whole process dies (S6: a fiber's panic never takes down a
+/// worker; X5: it goes to the panic handler).
+#[test]
+fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
+    if is_child() {
+        return;
+    }
+    let _one = common::serial();
+    let (status, out) = run_child("child_forced_unwind_with_a_flushing_destructor", &[], 60);
+    assert!(
+        status.is_some_and(|s| s.success()) && out.contains("CHILD-SURVIVED"),
+        "the child process died ({status:?}):\n{out}"
+    );
 }
 
 /// S9: after `shutdown()` every task of the pool has resolved to
@@ -284,13 +448,9 @@ impl Drop for DroppedOn {
 /// pinned ones woken after their worker exited leaked.
 #[test]
 fn shutdown_resolves_every_task_whatever_it_waits_on() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_resolves_every_task", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         let long = std::time::Duration::from_secs(3600);
         let drops = Arc::new(AtomicUsize::new(0));
@@ -408,13 +568,9 @@ fn shutdown_resolves_every_task_whatever_it_waits_on() {
 /// was closed records itself where it runs.
 #[test]
 fn shutdown_resolves_tasks_that_moved_between_workers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     common::watchdog("shutdown_resolves_moved_tasks", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(std::time::Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         let drops = Arc::new(AtomicUsize::new(0));
         let hopped = Arc::new(AtomicUsize::new(0));
@@ -458,18 +614,8 @@ fn shutdown_resolves_tasks_that_moved_between_workers() {
 /// first polls did not land on A (a peer stole one) is started again.
 #[test]
 fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
-    use futures::channel::oneshot;
-    use std::sync::atomic::AtomicBool;
-    use std::time::Duration;
     fn name() -> String {
         std::thread::current().name().unwrap_or("").to_owned()
-    }
-    /// Sets its flag when dropped.
-    struct OnDrop(Arc<AtomicBool>);
-    impl Drop for OnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
     }
     common::watchdog(
         "a_task_running_elsewhere_when_its_worker_closes",
@@ -527,7 +673,7 @@ fn a_task_running_elsewhere_when_its_worker_closes_still_ends() {
                             })
                         };
                         t_handle_tx.send(t).unwrap();
-                        let on_drop = OnDrop(u_dropped);
+                        let on_drop = common::SetOnDrop(u_dropped);
                         s.spawn(async move {
                             let _on_drop = on_drop;
                             *u_first.lock().unwrap() = name();
@@ -614,120 +760,6 @@ fn spawn_local_on_a_worker_of_a_closing_pool_is_refused() {
     });
 }
 
-/// S9 for a scheduler made for a pool worker's own context
-/// (`Scheduler::for_context` on the context a pool task sees as its
-/// thread-default, as GLib code that captures "the caller's context" does):
-/// only that worker runs its tasks, so they end with the pool. After
-/// `shutdown()` each has resolved to `Cancelled`, whatever it was doing: idle
-/// on nothing, on a GLib timeout of that context, on a `gdex::sleep`; a
-/// `!Send` one; one still queued. Each future is dropped once, on the
-/// worker's thread. A spawn on the scheduler afterwards, or on a scheduler
-/// made for the context afterwards, resolves to `Cancelled` at once. Before
-/// the fix every one of them hung: the worker exited with them queued or
-/// idle on a context nobody would iterate again.
-#[test]
-fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
-    use std::future::pending;
-    use std::sync::atomic::AtomicBool;
-    use std::time::Duration;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
-        let drops = Arc::new(AtomicUsize::new(0));
-        let places = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let started = Arc::new(AtomicUsize::new(0));
-        let guard = || (Counted(drops.clone()), DroppedOn(places.clone()));
-        let long = Duration::from_secs(3600);
-        let (guards, st) = ((0..4).map(|_| guard()).collect::<Vec<_>>(), started.clone());
-        let setup = pool.scheduler().spawn(async move {
-            let context = glib::MainContext::thread_default().expect("a worker's context");
-            let s = gdex::Scheduler::for_context(&context);
-            let mut guards = guards.into_iter();
-            let mut tasks = Vec::new();
-            for what in 0..3 {
-                let (g, st) = (guards.next().unwrap(), st.clone());
-                tasks.push(s.spawn(async move {
-                    let _g = g;
-                    st.fetch_add(1, Ordering::SeqCst);
-                    match what {
-                        0 => pending::<()>().await,
-                        1 => glib::timeout_future(long).await,
-                        _ => gdex::sleep(long).await,
-                    }
-                }));
-            }
-            // The worker holds its context: it may spawn `!Send` work there.
-            let (g, st) = (guards.next().unwrap(), st.clone());
-            tasks.push(s.spawn_local(async move {
-                let _g = g;
-                let not_send = std::rc::Rc::new(());
-                st.fetch_add(1, Ordering::SeqCst);
-                pending::<()>().await;
-                drop(not_send);
-            }));
-            (context, s, tasks)
-        });
-        let (context, s, mut tasks) = gdex::block_on(setup).unwrap();
-        common::wait_until(|| started.load(Ordering::SeqCst) == 4);
-        // One more, queued from the worker while the worker is held in a
-        // poll until the shutdown has begun: its context's next turn, which
-        // would run it, never comes.
-        let go = Arc::new(AtomicBool::new(false));
-        let (g, s2, go2) = (guard(), s.clone(), go.clone());
-        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
-        pool.scheduler()
-            .spawn(async move {
-                queued_tx
-                    .send(s2.spawn(async move {
-                        let _g = g;
-                        pending::<()>().await
-                    }))
-                    .unwrap();
-                while !go2.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .detach();
-        tasks.push(queued_rx.recv().unwrap());
-        let release = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            go.store(true, Ordering::SeqCst);
-        });
-        pool.shutdown();
-        release.join().unwrap();
-        for (i, task) in tasks.iter().enumerate() {
-            assert!(task.is_finished(), "task {i}: not resolved by shutdown()");
-        }
-        assert_eq!(drops.load(Ordering::SeqCst), 5, "every future dropped once");
-        let places_now = places.lock().unwrap().clone();
-        assert!(
-            places_now.iter().all(|p| p == "gdex-worker-0"),
-            "dropped on {places_now:?}"
-        );
-        for (i, task) in tasks.into_iter().enumerate() {
-            let r = gdex::wait_for(task);
-            assert!(matches!(r, Err(gdex::Error::Cancelled)), "task {i}: {r:?}");
-        }
-        // Later spawns: on the scheduler kept from before, and on one made
-        // for the context afterwards (while the pool is still alive).
-        let late = s.spawn(async { 1 });
-        let r = gdex::wait_for(gdex::timeout(Duration::from_secs(5), late));
-        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
-        drop(s);
-        let again = gdex::Scheduler::for_context(&context);
-        let r = gdex::wait_for(gdex::timeout(
-            Duration::from_secs(5),
-            again.spawn(async { 2 }),
-        ));
-        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
-        drop(pool);
-    });
-}
-
 /// A spawn onto a shut-down pool, whatever its kind, resolves at once to
 /// `Error::ShutDown` (S9): one cause, one error. From outside the pool:
 /// `spawn`, `spawn_named`, `spawn_bound`, `spawn_pinned` (the scheduler's
@@ -811,120 +843,5 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
             assert!(at_once, "{what}: not refused at once");
             assert_eq!(outcome.as_deref(), Some("Err(ShutDown)"), "{what}");
         }
-    });
-}
-
-/// S9 ends the pool's own tasks (and those of its workers' own contexts),
-/// no others: a task of a scheduler of another context, polled on a worker
-/// because a pool task iterates that context in a nested loop, is not the
-/// pool's. The pool's shutdown neither wakes nor cancels it, nor waits for
-/// it; the task waits on, runs when its context is iterated later, and
-/// resolves normally. (It used to be recorded in the worker's book of idle
-/// tasks: the shutdown woke it into its context's queue, which nobody
-/// iterated, and the worker sat out its 2 s wait for late wake-ups for it.)
-#[test]
-fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
-    use std::future::Future;
-    use std::time::{Duration, Instant};
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    common::watchdog("a_task_of_another_context_polled_on_a_worker", 60, || {
-        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
-        let context = glib::MainContext::new();
-        let foreign_scheduler = gdex::Scheduler::for_context(&context);
-        let polls = Arc::new(AtomicUsize::new(0));
-        let (tx, mut rx) = futures::channel::oneshot::channel::<u32>();
-        let p = polls.clone();
-        let foreign = foreign_scheduler.spawn(std::future::poll_fn(move |cx| {
-            p.fetch_add(1, Ordering::SeqCst);
-            std::pin::Pin::new(&mut rx)
-                .poll(cx)
-                .map(|sent| sent.expect("the sender is kept") + 1)
-        }));
-        // A pool task runs the context in a nested loop until the foreign
-        // task has been polled there once and gone idle.
-        let (c, p) = (context.clone(), polls.clone());
-        let nested = pool.scheduler().spawn(async move {
-            c.with_thread_default(|| common::pump_until(&c, || p.load(Ordering::SeqCst) > 0))
-                .expect("the context is free");
-            std::thread::current().name().map(str::to_owned)
-        });
-        let ran_on = gdex::wait_for(nested).unwrap();
-        assert_eq!(ran_on.as_deref(), Some("gdex-worker-0"));
-        assert_eq!(polls.load(Ordering::SeqCst), 1);
-
-        let began = Instant::now();
-        pool.shutdown();
-        let took = began.elapsed();
-        // Nothing woke it: its context's queue is empty.
-        common::pump(&context);
-        assert_eq!(
-            polls.load(Ordering::SeqCst),
-            1,
-            "the pool's shutdown woke a task that is not the pool's"
-        );
-        assert!(!foreign.is_finished(), "the pool's shutdown ended it");
-        // The worker did not wait for it: well under the 2 s it waits for
-        // late wake-ups of its own tasks.
-        assert!(took < Duration::from_secs(1), "shutdown() took {took:?}");
-        // It runs on when its context is iterated, and resolves normally.
-        tx.send(41).unwrap();
-        common::pump_until(&context, || foreign.is_finished());
-        assert_eq!(gdex::wait_for(foreign).unwrap(), 42);
-        assert_eq!(polls.load(Ordering::SeqCst), 2);
-        drop(pool);
-    });
-}
-
-/// S9, the other way round: a pool task polled inside another scheduler's
-/// dispatch on a worker (a task of a scheduler of the worker's own context
-/// runs a nested loop of another context, whose task runs the worker's
-/// context in turn) is still the pool's, and ends with it. Each run loop
-/// says where the tasks it polls record themselves, the worker's as well
-/// as a context scheduler's: the inner one wins.
-#[test]
-fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
-    use std::future::pending;
-    use std::time::Duration;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
-        let other_context = glib::MainContext::new();
-        let other = gdex::Scheduler::for_context(&other_context);
-        let polled = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (pool_scheduler, p) = (pool.scheduler(), polled.clone());
-        let setup = pool.scheduler().spawn(async move {
-            let worker_context = glib::MainContext::thread_default().expect("a worker's context");
-            let on_worker = gdex::Scheduler::for_context(&worker_context);
-            on_worker
-                .spawn(async move {
-                    let c = other_context.clone();
-                    other_context
-                        .with_thread_default(move || {
-                            let inner = other.spawn(async move {
-                                let task = pool_scheduler
-                                    .spawn(common::after_first_poll(&p, pending::<()>()));
-                                common::pump_until(&worker_context, || {
-                                    p.load(Ordering::SeqCst) > 0
-                                });
-                                tx.send(task).unwrap();
-                            });
-                            common::pump_until(&c, || inner.is_finished());
-                        })
-                        .expect("the other context is free");
-                })
-                .detach();
-        });
-        gdex::wait_for(setup).unwrap();
-        let task = rx.recv().unwrap();
-        assert_eq!(polled.load(Ordering::SeqCst), 1);
-        pool.shutdown();
-        assert!(task.is_finished(), "not resolved by shutdown()");
-        assert!(matches!(gdex::wait_for(task), Err(gdex::Error::Cancelled)));
-        drop(pool);
     });
 }

@@ -1,5 +1,7 @@
 //! The stall watchdog (B5, X4). Alone in its binary: it captures the "gdex"
-//! log domain's warnings for the whole process.
+//! log domain's warnings for the whole process. Its tests run one at a time
+//! (`common::serial`): they measure time in one poll, which tests spinning
+//! next to them on two cores would stretch.
 
 mod common;
 
@@ -31,14 +33,7 @@ fn warnings_naming(text: &str) -> Vec<String> {
         .collect()
 }
 
-use common::spin;
-
-/// The tests of this file run one at a time: they measure time in one
-/// poll, which tests spinning next to them on two cores would stretch.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use common::{serial, spin};
 
 /// A task that spins 300 ms produces exactly one warning, naming it and its
 /// worker; a task queued behind it on the same worker is taken by the peer

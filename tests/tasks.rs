@@ -4,10 +4,13 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use common::watchdog;
 use futures::channel::oneshot;
+use gdex::ThreadPool;
+use gio::prelude::*;
 
 /// Sets a flag when dropped, and records the thread that dropped it.
 struct DropFlag {
@@ -261,6 +264,74 @@ fn a_tasks_cancellable_is_one_object_released_with_the_task() {
         // The block is freed once the task has finished and its handle is
         // gone; the task's own reference goes with it.
         common::wait_until(|| weak.upgrade().is_none());
+    });
+}
+
+/// X1 with the cancellable in a side table: a task that asks for its
+/// cancellable again and again, cancelled from another thread at any
+/// moment (before its first ask, between asks, during a poll), always
+/// gets the same cancellable, which is cancelled once `cancel().await`
+/// returns (a task cancelled before its first ask gets one born
+/// cancelled); and the table lets it go with the task's block.
+#[test]
+fn a_task_cancellable_raced_by_its_canceller_is_one_cancelled_object() {
+    watchdog("a_task_cancellable_raced_by_its_canceller", 120, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let n = common::stress(300);
+        let mut weaks = Vec::new();
+        for i in 0..n {
+            let (seen_tx, seen_rx) = mpsc::channel::<glib::WeakRef<gio::Cancellable>>();
+            let mismatch = Arc::new(AtomicBool::new(false));
+            let task = {
+                let mismatch = mismatch.clone();
+                pool.scheduler().spawn(async move {
+                    let first = gdex::current_cancellable().unwrap();
+                    let _ = seen_tx.send(first.downgrade());
+                    loop {
+                        // Asked in polls on whatever worker, racing the
+                        // canceller.
+                        let again = gdex::current_cancellable().unwrap();
+                        if again != first {
+                            mismatch.store(true, Ordering::SeqCst);
+                        }
+                        gdex::yield_now().await;
+                    }
+                })
+            };
+            // Cancel at varying points: at once (before the first poll, or
+            // racing it), or once the task has asked (waited for: on a
+            // loaded machine the workers may not poll it before a cancel
+            // that only yields a few times) and a few polls later.
+            let mut seen = None;
+            if i % 3 != 0 {
+                seen = seen_rx.recv().ok();
+                for _ in 0..(i % 7) {
+                    std::thread::yield_now();
+                }
+            }
+            assert_eq!(gdex::block_on(task.cancel()), None);
+            assert!(!mismatch.load(Ordering::SeqCst), "round {i}");
+            // The task was polled at least once if it sent its cancellable;
+            // then the future has been dropped and the cancellable is
+            // cancelled.
+            if let Some(weak) = seen.or_else(|| seen_rx.try_recv().ok()) {
+                if let Some(cancellable) = weak.upgrade() {
+                    assert!(cancellable.is_cancelled(), "round {i}");
+                }
+                weaks.push(weak);
+            }
+        }
+        assert!(
+            weaks.len() >= n / 2,
+            "most tasks were polled before their cancel"
+        );
+        pool.shutdown();
+        drop(pool);
+        // Every block is freed (its handle cancelled and gone, its pool
+        // gone): the side table holds none of the cancellables.
+        for weak in &weaks {
+            assert!(weak.upgrade().is_none(), "a cancellable outlived its task");
+        }
     });
 }
 

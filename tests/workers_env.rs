@@ -45,8 +45,7 @@ fn run_child(value: &str) -> (String, String) {
 fn run_child_with(vars: &[(&str, &str)]) -> (String, String) {
     // One child at a time: children that compete for the CPU make the
     // watchdog's samples late.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::serial();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -336,9 +336,27 @@ pub fn tick_counter(context: &glib::MainContext) -> (Arc<AtomicUsize>, glib::Sou
     (ticks, timer)
 }
 
-/// One test at a time in this binary: for tests that read a process-wide
-/// counter (a counting global allocator's) or want the machine's cores to
-/// themselves (a bound on a hand-over's delay).
+/// Runs the child test `name` of this binary (see [`run_child`]) for at most
+/// `secs` seconds, with the extra environment `env`, and checks that it
+/// exited successfully after printing `CHILD-OK`; gives its output.
+pub fn child_passes(name: &str, env: &[(&str, &str)], secs: u64) -> String {
+    run_child_passing(name, env, secs, "CHILD-OK")
+}
+
+/// A pool of `workers` workers whose stall watchdog is off
+/// (`stall_threshold(ZERO)`): for tests that sit in one poll on purpose,
+/// or that count the "gdex" log domain's messages.
+pub fn quiet_pool(workers: usize) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .stall_threshold(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+/// Tests of one binary that must not overlap take this lock, one at a
+/// time: they set or count something process-wide (the panic handler, the
+/// "gdex" log messages, the process's threads) or busy both cores.
 pub fn serial() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     ONE.lock().unwrap_or_else(|e| e.into_inner())
@@ -453,4 +471,67 @@ pub fn run_child_passing(name: &str, env: &[(&str, &str)], secs: u64, marker: &s
          printed {marker:?} ({status:?}):\n{out}"
     );
     out
+}
+
+/// Records the name of the thread its holder is dropped on: a `!Send`
+/// future must be dropped on its own thread.
+pub struct DroppedOn(pub Arc<Mutex<Vec<String>>>);
+
+impl Drop for DroppedOn {
+    fn drop(&mut self) {
+        let name = std::thread::current().name().unwrap_or("?").to_owned();
+        self.0.lock().unwrap().push(name);
+    }
+}
+
+/// How many "gdex" criticals and warnings said that a pinned future or
+/// fiber was leaked, or dropped on another thread than its own. The first
+/// call installs the log handler, for the whole process (it prints each
+/// such message to stderr as well); call it before the test begins.
+pub fn leak_reports() -> &'static AtomicUsize {
+    static LEAKS: std::sync::OnceLock<AtomicUsize> = std::sync::OnceLock::new();
+    LEAKS.get_or_init(|| {
+        glib::log_set_handler(
+            Some("gdex"),
+            glib::LogLevels::LEVEL_CRITICAL | glib::LogLevels::LEVEL_WARNING,
+            false,
+            false,
+            |_, level, message| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "[gdex {level:?}] {message}");
+                if message.contains("leaked") || message.contains("another thread") {
+                    leak_reports().fetch_add(1, Ordering::SeqCst);
+                }
+            },
+        );
+        AtomicUsize::new(0)
+    })
+}
+
+/// The names of this process's threads now, sorted (from /proc).
+pub fn thread_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Polls `future` once with `waker`.
+pub fn poll_with<F: Future + Unpin>(
+    future: &mut F,
+    waker: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    std::pin::Pin::new(future).poll(&mut std::task::Context::from_waker(waker))
+}
+
+/// Sets its flag when dropped.
+pub struct SetOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }

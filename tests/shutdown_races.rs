@@ -1,79 +1,28 @@
-//! Review attack tests (branch `review-attack`) against the S9 shutdown
-//! changes (registry of idle tasks, worker exit, `exited` inbox flag), the
-//! F4 fiber changes (`wait` after cancellation, `cx` reset, forced unwind)
-//! and the task output / panic report changes.
+//! S9 under races and re-entry: a pool's shutdown racing spawns, wake-ups
+//! and waiters on other threads, a second shutdown, a shutdown from inside
+//! the pool's own tasks or from a destructor that the reaper runs,
+//! destructors run by the shutdown that wake, spawn and cancel. Whatever the interleaving, once `shutdown()` has returned
+//! (and once a spawn racing it has returned) every task has resolved, every
+//! future has been dropped exactly once, a pinned one on its own worker,
+//! and no leak is reported.
 //!
-//! Tests named `bug_*` EXPOSE A BUG: they fail on the commit they were
-//! written against (d3d9863). Tests named `held_*` are attacks that the
-//! library withstood; they stay as regression tests.
-//!
-//! Tests that would abort or hang the whole binary run their body in a
-//! child process (this same binary, re-executed on one `#[ignore]`d test
-//! with `GDEX_TEST_CHILD=1`), so one failure does not take the others
-//! down.
+//! The tests run one at a time (`common::serial`): they count the "gdex"
+//! log domain's leak reports for the whole process
+//! (`common::leak_reports`) and busy both cores. A body that may abort or
+//! hang the binary runs in a child process (`common::child_passes`).
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use common::{is_child, run_child, Counted};
+use common::{
+    child_passes, is_child, leak_reports, poll_with, quiet_pool, serial, wait_until, Counted,
+    DroppedOn,
+};
 use futures::channel::oneshot;
-
-/// The tests of this file count process-wide GLib messages and start
-/// pools that busy both cores: one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: Mutex<()> = Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Counts the "gdex" criticals and warnings that say a pinned future or
-/// fiber was leaked or dropped on a foreign thread.
-fn leaks() -> &'static AtomicUsize {
-    static LEAKS: OnceLock<AtomicUsize> = OnceLock::new();
-    LEAKS.get_or_init(|| {
-        glib::log_set_handler(
-            Some("gdex"),
-            glib::LogLevels::LEVEL_CRITICAL | glib::LogLevels::LEVEL_WARNING,
-            false,
-            false,
-            |_, level, message| {
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "[gdex {level:?}] {message}");
-                if message.contains("leaked") || message.contains("another thread") {
-                    leaks().fetch_add(1, Ordering::SeqCst);
-                }
-            },
-        );
-        AtomicUsize::new(0)
-    })
-}
-
-/// Records the thread its holder is dropped on.
-struct DroppedOn(Arc<Mutex<Vec<String>>>);
-
-impl Drop for DroppedOn {
-    fn drop(&mut self) {
-        let name = std::thread::current()
-            .name()
-            .unwrap_or("<unnamed>")
-            .to_owned();
-        self.0.lock().unwrap().push(name);
-    }
-}
-
-fn pool(workers: usize) -> gdex::ThreadPool {
-    gdex::ThreadPool::builder()
-        .workers(workers)
-        .stall_threshold(Duration::ZERO)
-        .build()
-        .unwrap()
-}
-
-// ---------------------------------------------------------------------------
-// BUG 1: a second (concurrent) shutdown() returns before the pool is down.
-// ---------------------------------------------------------------------------
 
 /// A future whose drop takes a while: the worker's exit is still dropping it.
 struct SlowDrop(Arc<AtomicUsize>, Duration);
@@ -86,17 +35,18 @@ impl Drop for SlowDrop {
     }
 }
 
-/// EXPOSES A BUG (S9). `ThreadPool::shutdown` promises that when it returns
-/// every task of the pool has resolved and every future has been dropped.
-/// `PoolShared::shutdown` starts with `if closed.swap(true) { return; }`: a
+/// A second `shutdown()` returns only once the pool is down (S9).
+/// `ThreadPool::shutdown` promises that when it returns every task of the
+/// pool has resolved and every future has been dropped, whoever calls it: a
 /// second caller (another thread calling `shutdown()`, or dropping the last
 /// `ThreadPool` handle, while the first shutdown is still joining the
-/// workers) returns at once, while the workers are still dropping tasks.
+/// workers) must not return at once (`if closed.swap(true) { return; }`)
+/// while the workers are still dropping tasks.
 #[test]
 fn a_second_shutdown_returns_only_once_every_task_is_dropped() {
     let _one = serial();
-    common::watchdog("bug_concurrent_shutdown", 60, || {
-        let pool = pool(1);
+    common::watchdog("concurrent_shutdown", 60, || {
+        let pool = quiet_pool(1);
         let dropped = Arc::new(AtomicUsize::new(0));
         let started = Arc::new(AtomicBool::new(false));
         let (guard, st) = (
@@ -130,202 +80,7 @@ fn a_second_shutdown_returns_only_once_every_task_is_dropped() {
     });
 }
 
-// ---------------------------------------------------------------------------
-// BUG 2: a fiber first polled during the shutdown's fiber phase is never
-// cancelled: it is force-unwound instead of leaving through its return (F4).
-// ---------------------------------------------------------------------------
-
-/// EXPOSES A BUG (F4, S9). A fiber spawned before the shutdown but still in
-/// its worker's inbox when the shutdown starts is first polled by
-/// `finish_fibers` (which runs every pinned job while other live fibers
-/// finish). It registers itself in `core.fibers`, but `finish_fibers` took
-/// that list before: it is never cancelled, so its first `wait` suspends;
-/// then the registry close wakes it and the drain drops it while suspended:
-/// it is force-unwound. Its `wait` never returns `Cancelled`, the code after
-/// it (its cleanup) never runs, and its handle says `Cancelled` instead of
-/// the fiber's own result.
-#[test]
-fn a_fiber_first_polled_during_shutdown_is_cancelled_not_unwound() {
-    let _one = serial();
-    common::watchdog("bug_fiber_first_polled_during_shutdown", 60, || {
-        let pool = pool(1);
-        let s = pool.scheduler();
-        // Fiber A: suspended; makes the worker run `finish_fibers`.
-        let (_keep_a, rx_a) = oneshot::channel::<()>();
-        let a_started = Arc::new(AtomicBool::new(false));
-        let st = a_started.clone();
-        let fiber_a = s.spawn_fiber(move || {
-            st.store(true, Ordering::SeqCst);
-            let _ = gdex::fiber::wait(rx_a);
-            "a"
-        });
-        common::wait_until(|| a_started.load(Ordering::SeqCst));
-        // Hold the worker until the pool is closed.
-        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
-        let s2 = s.clone();
-        s.push(move || {
-            held_tx.send(()).unwrap();
-            while futures::task::Spawn::status(&s2).is_ok() {
-                std::thread::yield_now();
-            }
-        });
-        held_rx.recv().unwrap();
-        // Fiber B: queued in the inbox of the held worker.
-        let log = Arc::new(Mutex::new(Vec::<String>::new()));
-        let (_keep_b, rx_b) = oneshot::channel::<()>();
-        let l = log.clone();
-        let fiber_b = s.spawn_fiber(move || {
-            l.lock().unwrap().push("started".into());
-            let r = gdex::fiber::wait(rx_b);
-            l.lock().unwrap().push(format!("wait returned {r:?}"));
-            "b"
-        });
-        pool.shutdown();
-        let log = log.lock().unwrap().clone();
-        let a = gdex::wait_for(fiber_a);
-        let b = gdex::wait_for(fiber_b);
-        assert!(matches!(a, Ok("a")), "fiber A: {a:?}");
-        if log.is_empty() {
-            // Never started: dropped unpolled, fine.
-            assert!(matches!(b, Err(gdex::Error::Cancelled)), "{b:?}");
-            panic!("setup did not reach the race (fiber B never started); re-run");
-        }
-        assert_eq!(
-            log,
-            ["started", "wait returned Err(Cancelled)"],
-            "fiber B started during shutdown but its wait never returned (force-unwound)"
-        );
-        assert!(matches!(b, Ok("b")), "fiber B's handle: {b:?}");
-    });
-}
-
-// ---------------------------------------------------------------------------
-// BUG 3: a cancelled fiber that ignores wait's error never suspends again,
-// so the 500 ms bound of the shutdown's fiber phase does not hold.
-// ---------------------------------------------------------------------------
-
-/// EXPOSES A BUG (shutdown hangs). The module docs promise the worker runs
-/// cancelled fibers "for up to 500 ms" ("the deadline bounds a fiber that
-/// loops on its own"). But once a fiber is cancelled, `wait` returns
-/// `Cancelled` *without suspending* (the check right after registering the
-/// waker, and the `resumed` check), so a fiber that loops on
-/// `let _ = gdex::fiber::yield_fiber();` (fine and fair before the shutdown:
-/// it yields every turn) never gives its worker back: `finish_fibers` is
-/// stuck inside `job.run()`, the deadline is never checked, and
-/// `shutdown()` never returns.
-#[test]
-fn a_cancelled_fiber_looping_on_yield_does_not_hang_shutdown() {
-    let _one = serial();
-    common::watchdog("bug_fiber_yield_loop_hangs_shutdown", 60, || {
-        let pool = pool(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (started.clone(), stop.clone());
-        let fiber = pool.scheduler().spawn_fiber(move || {
-            st.store(true, Ordering::SeqCst);
-            let mut turns = 0u64;
-            // A polite background loop: yields every turn, ignores the result.
-            while !sp.load(Ordering::SeqCst) {
-                let _ = gdex::fiber::yield_fiber();
-                turns += 1;
-            }
-            turns
-        });
-        common::wait_until(|| started.load(Ordering::SeqCst));
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let p = pool.clone();
-        let t = std::thread::spawn(move || {
-            p.shutdown();
-            let _ = done_tx.send(());
-        });
-        // Deliberate: the 3 s bound is the check (the fiber phase is
-        // bounded at 500 ms); a correct shutdown returns well inside it.
-        let returned = done_rx.recv_timeout(Duration::from_secs(3)).is_ok();
-        // Let the test end either way.
-        stop.store(true, Ordering::SeqCst);
-        t.join().unwrap();
-        drop(fiber);
-        assert!(
-            returned,
-            "shutdown() had not returned after 3 s (the fiber phase is bounded at 500 ms): a \
-             cancelled fiber looping on yield_now() never suspends again"
-        );
-    });
-}
-
-// ---------------------------------------------------------------------------
-// BUG 4: a forced unwind turns a fiber destructor's panic into an abort,
-// and makes a wait on a *ready* future fail.
-// ---------------------------------------------------------------------------
-
-/// Child body for [`a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds`].
-#[test]
-#[ignore = "child process of a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds"]
-fn child_forced_unwind_with_a_flushing_destructor() {
-    if !is_child() {
-        return;
-    }
-    let pool = pool(1);
-    let s = pool.scheduler();
-    // Fiber C: when cancelled, does 800 ms of cleanup work, past the 500 ms
-    // fiber phase.
-    let (_keep_c, rx_c) = oneshot::channel::<()>();
-    let started = Arc::new(AtomicUsize::new(0));
-    let st = started.clone();
-    let c = s.spawn_fiber(move || {
-        st.fetch_add(1, Ordering::SeqCst);
-        if gdex::fiber::wait(rx_c).is_err() {
-            common::spin(Duration::from_millis(800));
-        }
-    });
-    // Fiber D: suspended, holds a guard whose destructor finishes its work
-    // with a wait on an already-ready future (as a "flush on drop" does).
-    struct Flush;
-    impl Drop for Flush {
-        fn drop(&mut self) {
-            gdex::fiber::wait(std::future::ready(()))
-                .expect("waiting on a ready future in a fiber succeeds");
-        }
-    }
-    let (_keep_d, rx_d) = oneshot::channel::<()>();
-    let st = started.clone();
-    let d = s.spawn_fiber(move || {
-        let _flush = Flush;
-        st.fetch_add(1, Ordering::SeqCst);
-        let _ = gdex::fiber::wait(rx_d);
-    });
-    common::wait_until(|| started.load(Ordering::SeqCst) == 2);
-    pool.shutdown();
-    drop((c, d));
-    println!("CHILD-SURVIVED");
-}
-
-/// EXPOSES A BUG (S6, F4). When the shutdown's fiber phase runs out of time
-/// (500 ms), a suspended fiber is dropped and `force_unwind`ed. During that
-/// unwind `wait` returns `Cancelled` even for a future that is *ready*
-/// (the `cx.is_null()` check comes before the poll), whereas during a
-/// normal cancellation the same `wait(ready)` returns `Ok`. A destructor
-/// that treats that as a failure panics, and a panic during an unwind is
-/// an abort: the whole process dies (S6: a fiber's panic never takes down a
-/// worker; X5: it goes to the panic handler).
-#[test]
-fn a_ready_wait_in_a_destructor_during_a_forced_unwind_succeeds() {
-    if is_child() {
-        return;
-    }
-    let _one = serial();
-    let (status, out) = run_child("child_forced_unwind_with_a_flushing_destructor", &[], 60);
-    assert!(
-        status.is_some_and(|s| s.success()) && out.contains("CHILD-SURVIVED"),
-        "the child process died ({status:?}):\n{out}"
-    );
-}
-
-// ---------------------------------------------------------------------------
-// BUG 5 (race): a pinned task woken from another thread, whose wake-up
-// straddles its worker's exit, is dropped on the waker's thread.
-// ---------------------------------------------------------------------------
-
+/// A SIGUSR1 handler that holds the interrupted thread still for 300 ms.
 extern "C" fn sleepy_handler(_: libc::c_int) {
     // Async-signal-safe: hold the interrupted thread still for a while.
     // Deliberate: it widens the race window under test; the checks hold
@@ -334,10 +89,13 @@ extern "C" fn sleepy_handler(_: libc::c_int) {
         tv_sec: 0,
         tv_nsec: 300_000_000,
     };
+    // SAFETY: nanosleep only reads `ts`, a valid timespec on this stack;
+    // the remainder pointer may be null.
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
 
-/// FIXED (S9, race; found with a signal that freezes the waking thread).
+/// A pinned task woken from another thread, whose wake-up straddles its
+/// worker's exit, is dropped on that worker (S9, F2).
 /// async-task's wake is two steps: set `SCHEDULED` in the task's state, then
 /// call the schedule function (`push_inbox`). If the worker closed its
 /// registry between the two steps, its own wake of that task did nothing
@@ -345,17 +103,20 @@ extern "C" fn sleepy_handler(_: libc::c_int) {
 /// late push then found `exited` and dropped the runnable *on the waking
 /// thread*: a pinned `!Send` future that ran on the worker, dropped on a
 /// foreign thread (ThreadBound leaked it with a critical; its drop count
-/// stayed short). Now a closed registry counts the tasks it gave back that
+/// stayed short). So a closed registry counts the tasks it gave back that
 /// are still out, and the worker waits for them before it exits.
 ///
 /// The window is a few instructions wide; the test widens it by sending the
 /// waking thread a signal whose handler sleeps 300 ms, while the pool shuts
-/// down (on the commit before the fix it failed within 3 trials).
+/// down (without the worker's wait, it failed within 3 trials).
 #[test]
 fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
     let _one = serial();
-    leaks();
+    leak_reports();
     common::watchdog("pinned_wake_straddling_exit", 300, || {
+        // SAFETY: `sigaction` is plain data, all-zero valid; the handler is
+        // async-signal-safe (it only calls nanosleep), and every pointer
+        // passed points to that local or is null.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = sleepy_handler as *const () as usize;
@@ -371,8 +132,8 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
         let mut hits = 0;
         while Instant::now() < deadline && trials < 60 && hits < common::stress(3) {
             trials += 1;
-            let leaks_before = leaks().load(Ordering::SeqCst);
-            let pool = pool(1);
+            let leaks_before = leak_reports().load(Ordering::SeqCst);
+            let pool = quiet_pool(1);
             let s = pool.scheduler();
             let places = Arc::new(Mutex::new(Vec::new()));
             let drops = Arc::new(AtomicUsize::new(0));
@@ -417,8 +178,9 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
             let going = Arc::new(AtomicBool::new(false));
             let g = going.clone();
             let waker_thread = std::thread::Builder::new()
-                .name("attack-waker".into())
+                .name("late-waker".into())
                 .spawn(move || {
+                    // SAFETY: pthread_self has no preconditions.
                     tid_tx.send(unsafe { libc::pthread_self() }).unwrap();
                     for (i, w) in wakers.iter().enumerate() {
                         if i == 500 {
@@ -431,6 +193,8 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
                 .unwrap();
             let tid = tid_rx.recv().unwrap();
             common::wait_until(|| going.load(Ordering::SeqCst));
+            // SAFETY: `tid` is the waker thread, joined only below, so it
+            // is alive; SIGUSR1 has the handler installed above.
             unsafe { libc::pthread_kill(tid, libc::SIGUSR1) };
             let t0 = Instant::now();
             pool.shutdown();
@@ -446,7 +210,7 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
                 .filter(|p| !p.starts_with("gdex-worker-"))
                 .cloned()
                 .collect();
-            let leaked = leaks().load(Ordering::SeqCst) - leaks_before;
+            let leaked = leak_reports().load(Ordering::SeqCst) - leaks_before;
             let dropped = drops.load(Ordering::SeqCst);
             if !foreign.is_empty() || leaked > 0 || dropped != n {
                 panic!(
@@ -463,22 +227,18 @@ fn a_pinned_wake_straddling_its_workers_exit_is_dropped_on_that_worker() {
     });
 }
 
-// ---------------------------------------------------------------------------
-// Attacks that held.
-// ---------------------------------------------------------------------------
-
-/// HELD. Spawns (spawn, spawn_pinned, spawn_fiber) from plain threads race
+/// (S9) Spawns (spawn, spawn_pinned, spawn_fiber) from plain threads race
 /// shutdown(), in work-stealing and thread-per-core pools: once the
 /// spawners have returned, every task has resolved, every future was
 /// dropped exactly once, a polled pinned one on a worker thread.
 #[test]
 fn held_shutdown_racing_spawns_from_other_threads() {
     let _one = serial();
-    leaks();
-    common::watchdog("held_shutdown_racing_spawns", 120, || {
+    leak_reports();
+    common::watchdog("shutdown_racing_spawns", 120, || {
         for round in 0..common::stress(20) {
             let tpc = round % 2 == 1;
-            let leaks_before = leaks().load(Ordering::SeqCst);
+            let leaks_before = leak_reports().load(Ordering::SeqCst);
             let pool = gdex::ThreadPool::builder()
                 .workers(2)
                 .thread_per_core(tpc)
@@ -588,7 +348,7 @@ fn held_shutdown_racing_spawns_from_other_threads() {
                 "round {round}: polled pinned futures dropped on {bad:?}"
             );
             assert_eq!(
-                leaks().load(Ordering::SeqCst),
+                leak_reports().load(Ordering::SeqCst),
                 leaks_before,
                 "round {round}: leaks"
             );
@@ -596,17 +356,17 @@ fn held_shutdown_racing_spawns_from_other_threads() {
     });
 }
 
-/// HELD. A pool task shuts its own pool down (and another drops the last
+/// (S9) A pool task shuts its own pool down (and another drops the last
 /// handle inside a task): every task still resolves shortly after, every
 /// future is dropped once, pinned ones on worker threads, no leak warning.
 #[test]
 fn held_shutdown_from_inside_a_pool_task() {
     let _one = serial();
-    leaks();
-    common::watchdog("held_shutdown_from_inside", 60, || {
+    leak_reports();
+    common::watchdog("shutdown_from_inside", 60, || {
         for by_drop in [false, true] {
-            let leaks_before = leaks().load(Ordering::SeqCst);
-            let pool = pool(2);
+            let leaks_before = leak_reports().load(Ordering::SeqCst);
+            let pool = quiet_pool(2);
             let s = pool.scheduler();
             let drops = Arc::new(AtomicUsize::new(0));
             let places = Arc::new(Mutex::new(Vec::new()));
@@ -668,12 +428,12 @@ fn held_shutdown_from_inside_a_pool_task() {
                 places.iter().all(|p| p.starts_with("gdex-worker-")),
                 "{places:?}"
             );
-            assert_eq!(leaks().load(Ordering::SeqCst), leaks_before);
+            assert_eq!(leak_reports().load(Ordering::SeqCst), leaks_before);
         }
     });
 }
 
-/// HELD. Destructors of futures dropped by the shutdown wake other tasks
+/// (S9) Destructors of futures dropped by the shutdown wake other tasks
 /// (idle on other workers, pinned), spawn (`spawn` gives Closed,
 /// `spawn_local` on the pool from the drain is queued and dropped there
 /// too), and cancel other tasks' handles; every task still resolves and
@@ -681,11 +441,11 @@ fn held_shutdown_from_inside_a_pool_task() {
 #[test]
 fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
     let _one = serial();
-    leaks();
-    common::watchdog("held_destructors_during_drain", 60, || {
+    leak_reports();
+    common::watchdog("destructors_during_drain", 60, || {
         for _ in 0..common::stress(10) {
-            let leaks_before = leaks().load(Ordering::SeqCst);
-            let pool = pool(2);
+            let leaks_before = leak_reports().load(Ordering::SeqCst);
+            let pool = quiet_pool(2);
             let s = pool.scheduler();
             let drops = Arc::new(AtomicUsize::new(0));
             let made = Arc::new(AtomicUsize::new(0));
@@ -784,19 +544,19 @@ fn held_destructors_that_wake_spawn_and_cancel_during_the_drain() {
                 places.iter().all(|p| p.starts_with("gdex-worker-")),
                 "{places:?}"
             );
-            assert_eq!(leaks().load(Ordering::SeqCst), leaks_before);
+            assert_eq!(leak_reports().load(Ordering::SeqCst), leaks_before);
         }
     });
 }
 
-/// HELD. After shutdown: `cancel().await`, `block_on` and `wait_for` of
+/// (S9, X1) After shutdown: `cancel().await`, `block_on` and `wait_for` of
 /// pool tasks from plain threads (started before, during and after the
 /// shutdown) all return `Cancelled` promptly.
 #[test]
 fn held_waiters_on_plain_threads_during_shutdown() {
     let _one = serial();
-    common::watchdog("held_waiters_during_shutdown", 60, || {
-        let pool = pool(2);
+    common::watchdog("waiters_during_shutdown", 60, || {
+        let pool = quiet_pool(2);
         let s = pool.scheduler();
         let mut waiters = Vec::new();
         for i in 0..40 {
@@ -830,110 +590,12 @@ fn held_waiters_on_plain_threads_during_shutdown() {
     });
 }
 
-/// HELD. Fibers on a context scheduler and on the main scheduler: dropping
-/// the handle cancels a pending wait (F4); a later wait on a ready future
-/// still returns Ok (documented); a destructor's wait during the normal
-/// cancellation return sees a live poll.
-#[test]
-fn held_fibers_on_context_schedulers_are_cancelled_by_handle_drop() {
-    let _one = serial();
-    common::watchdog("held_fibers_on_context", 30, || {
-        let context = glib::MainContext::new();
-        let s = gdex::Scheduler::for_context(&context);
-        let log = Arc::new(Mutex::new(Vec::<String>::new()));
-        let (_keep, rx) = oneshot::channel::<()>();
-        let l = log.clone();
-        let fiber = s.spawn_fiber(move || {
-            struct Flush(Arc<Mutex<Vec<String>>>);
-            impl Drop for Flush {
-                fn drop(&mut self) {
-                    let r = gdex::fiber::wait_output(std::future::ready(1));
-                    self.0.lock().unwrap().push(format!("flush {r:?}"));
-                }
-            }
-            let _flush = Flush(l.clone());
-            let r = gdex::fiber::wait(rx);
-            l.lock().unwrap().push(format!("wait {r:?}"));
-            let r = gdex::fiber::wait_output(std::future::ready(2));
-            l.lock().unwrap().push(format!("ready {r:?}"));
-            let r = gdex::fiber::yield_fiber();
-            l.lock().unwrap().push(format!("yield {r:?}"));
-        });
-        context
-            .with_thread_default(|| {
-                common::pump(&context);
-                drop(fiber);
-                let t0 = Instant::now();
-                while log.lock().unwrap().len() < 4 && t0.elapsed() < Duration::from_secs(5) {
-                    context.iteration(false);
-                }
-            })
-            .unwrap();
-        assert_eq!(
-            *log.lock().unwrap(),
-            [
-                "wait Err(Cancelled)",
-                "ready Ok(2)",
-                "yield Err(Cancelled)",
-                "flush Ok(1)"
-            ]
-        );
-    });
-}
-
-/// HELD. A task's output whose destructor panics (detached, or its handle
-/// dropped after it finished) goes to the panic handler; a task's panic
-/// nobody reads names the worker it panicked on, not the dropper's thread.
-#[test]
-fn held_output_drop_panics_are_contained_and_panic_reports_name_the_worker() {
-    let _one = serial();
-    common::watchdog("held_output_drop_panics", 30, || {
-        let events = Arc::new(Mutex::new(Vec::<gdex::PanicEvent>::new()));
-        let e = events.clone();
-        gdex::set_panic_handler(move |ev| e.lock().unwrap().push(ev.clone()));
-        struct Bomb;
-        impl Drop for Bomb {
-            fn drop(&mut self) {
-                panic!("output bomb");
-            }
-        }
-        let pool = pool(1);
-        let s = pool.scheduler();
-        s.spawn(async { Bomb }).detach();
-        let t = s.spawn(async { Bomb });
-        common::wait_until(|| t.is_finished());
-        drop(t);
-        let p = s.spawn(async { panic!("unread") });
-        common::wait_until(|| p.is_finished());
-        drop(p);
-        common::wait_until(|| events.lock().unwrap().len() >= 3);
-        pool.shutdown();
-        gdex::reset_panic_handler();
-        let events = events.lock().unwrap().clone();
-        let bombs = events
-            .iter()
-            .filter(|e| e.source == gdex::PanicSource::Output && e.message == "output bomb")
-            .count();
-        assert_eq!(bombs, 2, "{events:?}");
-        let unread = events
-            .iter()
-            .find(|e| e.message == "unread")
-            .expect("the unread panic was reported");
-        assert_eq!(unread.source, gdex::PanicSource::Task);
-        assert_eq!(
-            unread.thread.as_deref(),
-            Some("gdex-worker-0"),
-            "{unread:?}"
-        );
-    });
-}
-
 /// S9 for a spawn that races the shutdown: a spawn that returns after
 /// `shutdown()` has returned gives a task that has already resolved, even
 /// when it passed the pool's "closed?" check before the close and pushed
 /// its job after the workers were gone (the job then goes to the reaper,
-/// and the spawn waits for it). Before the fix such a task resolved on the
-/// reaper's thread a little later: `is_finished()` was still false.
+/// and the spawn waits for it). Without that wait such a task resolved on
+/// the reaper's thread a little later: `is_finished()` was still false.
 #[test]
 fn a_spawn_that_returns_after_shutdown_gives_a_resolved_task() {
     let _one = serial();
@@ -991,4 +653,96 @@ fn a_spawn_that_returns_after_shutdown_gives_a_resolved_task() {
         }
         assert!(late > 0);
     });
+}
+
+/// How long the `shutdown()` inside [`ShutsDownOnDrop`] took, in ms, and
+/// the thread it ran on.
+static ON_REAPER: Mutex<Option<(String, u128)>> = Mutex::new(None);
+
+/// Shuts a pool down when dropped: a service that owns a pool.
+struct ShutsDownOnDrop(gdex::ThreadPool);
+
+impl Drop for ShutsDownOnDrop {
+    fn drop(&mut self) {
+        let t = Instant::now();
+        self.0.shutdown();
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        *ON_REAPER.lock().unwrap() = Some((name, t.elapsed().as_millis()));
+    }
+}
+
+#[test]
+#[ignore = "child process of a_shutdown_inside_a_drop_on_the_reaper_does_not_wait_for_itself"]
+fn child_shutdown_on_the_reaper() {
+    if !is_child() {
+        return;
+    }
+    let a = quiet_pool(1);
+    let other = quiet_pool(1);
+    let s = a.scheduler();
+    let a2 = a.clone();
+    let s2 = s.clone();
+    let other2 = other.clone();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let child = Arc::new(Mutex::new(None));
+    let child2 = child.clone();
+    let holder = s.spawn(async move {
+        // A child queued on this worker's deque, never run.
+        let guard = ShutsDownOnDrop(other2);
+        *child2.lock().unwrap() = Some(s2.spawn(async move {
+            let _guard = guard;
+        }));
+        started_tx.send(()).unwrap();
+        // Wait for the shutdown to begin, then declare a blocking call:
+        // the deque goes to the injector, the pusher sees `closed` and
+        // hands the child to gdex-reaper (shutdown step 5).
+        while !a2.is_closed() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        gdex::blocking::blocking(|| ());
+        drop(a2);
+    });
+    started_rx.recv().unwrap();
+    let t = Instant::now();
+    a.shutdown();
+    let shutdown_ms = t.elapsed().as_millis();
+    drop(holder);
+    // S9: every task of `a` has resolved when its shutdown returns.
+    let mut child = child.lock().unwrap().take().expect("the child was spawned");
+    // Not `is_finished()`: that is true as soon as the reaper has closed
+    // the task, before its future is dropped and an await would return.
+    let resolved = poll_with(&mut child, Waker::noop()).is_ready();
+    let reaper = ON_REAPER.lock().unwrap().clone();
+    // Let the reaper finish before reporting.
+    wait_until(|| ON_REAPER.lock().unwrap().is_some());
+    let (thread, ms) = ON_REAPER.lock().unwrap().clone().unwrap();
+    assert_eq!(thread, "gdex-reaper", "the child was reaped");
+    assert!(
+        ms < 500 && shutdown_ms < 1000 && resolved && reaper.is_some(),
+        "ThreadPool::shutdown inside a Drop run by gdex-reaper took {ms} ms: its \
+         reaper::flush waited for the batch the reaper itself is dropping. The \
+         outer shutdown took {shutdown_ms} ms and returned with the reaped \
+         task resolved: {resolved}, its destructor done: {}",
+        reaper.is_some()
+    );
+    drop(child);
+    println!("CHILD-OK");
+}
+
+/// A shutdown inside a destructor that the reaper runs does not wait for
+/// itself (S9). `reaper::flush` (called by `settle_spawn` and by every
+/// `shutdown()`'s `join_workers`) waits until the reaper has dropped every
+/// batch handed over so far. Were that to include the one it is dropping
+/// now, a flush run on the reaper thread itself (a reaped future's
+/// destructor that shuts a pool down, or spawns on a pool that closes
+/// meanwhile) would wait for itself: a 2 s stall of the reaper, and of every other shutdown and
+/// racing spawn in the process, which then return with their reaped tasks
+/// still pending (S9).
+#[test]
+fn a_shutdown_inside_a_drop_on_the_reaper_does_not_wait_for_itself() {
+    if is_child() {
+        return;
+    }
+    let _one = serial();
+    child_passes("child_shutdown_on_the_reaper", &[], 60);
 }

@@ -1,11 +1,20 @@
-//! Attack probes for bac9f1c (S9 for a scheduler of a pool worker's own
-//! context): `Scheduler::for_context` on the context a pool task sees as its
-//! thread-default. After the pool shuts down every task of that scheduler
-//! resolves promptly (`Cancelled`), every future is dropped exactly once, a
-//! thread-bound one (`!Send`, pinned, fiber) on its own thread.
+//! S9 where a pool's workers meet context schedulers. A scheduler made
+//! for a pool worker's own context (`Scheduler::for_context` on the context
+//! a pool task sees as its thread-default, as GLib code that captures "the
+//! caller's context" does) is run by that worker only, so its tasks end
+//! with the pool: after the shutdown every one has resolved (`Cancelled`),
+//! every future is dropped exactly once, a thread-bound one (`!Send`,
+//! pinned, fiber) on its own thread; whatever races the shutdown (spawns
+//! and wake-ups from other threads), and whatever the destructors that the
+//! worker's retirement runs do (use schedulers of worker contexts, drop
+//! the last pool handle, panic). Once the pool is freed, a former worker's
+//! context is an ordinary one. No other task is the pool's: a task of
+//! another context polled on a worker in a nested loop is left alone by
+//! the shutdown, while a pool task polled inside another scheduler's
+//! dispatch ends with the pool.
 //!
-//! Every test takes `ONE_AT_A_TIME`: some set the process-wide panic handler,
-//! and the machine has two cores.
+//! The tests take turns (`common::serial`): some set the process-wide panic
+//! handler, and the machine has two cores.
 
 mod common;
 
@@ -16,13 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::{watchdog, Counted};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
+use common::{quiet_pool, serial, watchdog, Counted, DroppedOn};
 
 fn here() -> String {
     std::thread::current().name().unwrap_or("?").to_owned()
@@ -217,14 +220,6 @@ fn check_places(log: &Log) {
     }
 }
 
-fn pool(workers: usize) -> gdex::ThreadPool {
-    gdex::ThreadPool::builder()
-        .workers(workers)
-        .stall_threshold(Duration::ZERO)
-        .build()
-        .unwrap()
-}
-
 /// The context of one of `pool`'s workers, its scheduler made there.
 fn worker_context(pool: &gdex::ThreadPool) -> (glib::MainContext, gdex::Scheduler, String) {
     gdex::block_on(pool.scheduler().spawn(async {
@@ -262,11 +257,232 @@ fn resolved_cancelled<T: std::fmt::Debug>(task: gdex::Task<T>, what: &str) {
 }
 
 // ---------------------------------------------------------------------------
-// 1. Races: spawns and wake-ups from other threads racing shutdown().
+// The pool's tasks, and no others.
+// ---------------------------------------------------------------------------
+
+/// S9 for a scheduler made for a pool worker's own context
+/// (`Scheduler::for_context` on the context a pool task sees as its
+/// thread-default, as GLib code that captures "the caller's context" does):
+/// only that worker runs its tasks, so they end with the pool. After
+/// `shutdown()` each has resolved to `Cancelled`, whatever it was doing: idle
+/// on nothing, on a GLib timeout of that context, on a `gdex::sleep`; a
+/// `!Send` one; one still queued. Each future is dropped once, on the
+/// worker's thread. A spawn on the scheduler afterwards, or on a scheduler
+/// made for the context afterwards, resolves to `Cancelled` at once. Before
+/// the fix every one of them hung: the worker exited with them queued or
+/// idle on a context nobody would iterate again.
+#[test]
+fn the_tasks_of_a_scheduler_of_a_worker_context_end_with_the_pool() {
+    use std::future::pending;
+    let _one = serial();
+    common::watchdog("the_tasks_of_a_scheduler_of_a_worker_context", 60, || {
+        let pool = common::quiet_pool(1);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let places = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let started = Arc::new(AtomicUsize::new(0));
+        let guard = || (Counted(drops.clone()), DroppedOn(places.clone()));
+        let long = Duration::from_secs(3600);
+        let (guards, st) = ((0..4).map(|_| guard()).collect::<Vec<_>>(), started.clone());
+        let setup = pool.scheduler().spawn(async move {
+            let context = glib::MainContext::thread_default().expect("a worker's context");
+            let s = gdex::Scheduler::for_context(&context);
+            let mut guards = guards.into_iter();
+            let mut tasks = Vec::new();
+            for what in 0..3 {
+                let (g, st) = (guards.next().unwrap(), st.clone());
+                tasks.push(s.spawn(async move {
+                    let _g = g;
+                    st.fetch_add(1, Ordering::SeqCst);
+                    match what {
+                        0 => pending::<()>().await,
+                        1 => glib::timeout_future(long).await,
+                        _ => gdex::sleep(long).await,
+                    }
+                }));
+            }
+            // The worker holds its context: it may spawn `!Send` work there.
+            let (g, st) = (guards.next().unwrap(), st.clone());
+            tasks.push(s.spawn_local(async move {
+                let _g = g;
+                let not_send = std::rc::Rc::new(());
+                st.fetch_add(1, Ordering::SeqCst);
+                pending::<()>().await;
+                drop(not_send);
+            }));
+            (context, s, tasks)
+        });
+        let (context, s, mut tasks) = gdex::block_on(setup).unwrap();
+        common::wait_until(|| started.load(Ordering::SeqCst) == 4);
+        // One more, queued from the worker while the worker is held in a
+        // poll until the shutdown has begun: its context's next turn, which
+        // would run it, never comes.
+        let go = Arc::new(AtomicBool::new(false));
+        let (g, s2, go2) = (guard(), s.clone(), go.clone());
+        let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+        pool.scheduler()
+            .spawn(async move {
+                queued_tx
+                    .send(s2.spawn(async move {
+                        let _g = g;
+                        pending::<()>().await
+                    }))
+                    .unwrap();
+                while !go2.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .detach();
+        tasks.push(queued_rx.recv().unwrap());
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            go.store(true, Ordering::SeqCst);
+        });
+        pool.shutdown();
+        release.join().unwrap();
+        for (i, task) in tasks.iter().enumerate() {
+            assert!(task.is_finished(), "task {i}: not resolved by shutdown()");
+        }
+        assert_eq!(drops.load(Ordering::SeqCst), 5, "every future dropped once");
+        let places_now = places.lock().unwrap().clone();
+        assert!(
+            places_now.iter().all(|p| p == "gdex-worker-0"),
+            "dropped on {places_now:?}"
+        );
+        for (i, task) in tasks.into_iter().enumerate() {
+            let r = gdex::wait_for(task);
+            assert!(matches!(r, Err(gdex::Error::Cancelled)), "task {i}: {r:?}");
+        }
+        // Later spawns: on the scheduler kept from before, and on one made
+        // for the context afterwards (while the pool is still alive).
+        let late = s.spawn(async { 1 });
+        let r = gdex::wait_for(gdex::timeout(Duration::from_secs(5), late));
+        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
+        drop(s);
+        let again = gdex::Scheduler::for_context(&context);
+        let r = gdex::wait_for(gdex::timeout(
+            Duration::from_secs(5),
+            again.spawn(async { 2 }),
+        ));
+        assert!(matches!(r, Err(gdex::Error::Cancelled)), "{r:?}");
+        drop(pool);
+    });
+}
+
+/// S9 ends the pool's own tasks (and those of its workers' own contexts),
+/// no others: a task of a scheduler of another context, polled on a worker
+/// because a pool task iterates that context in a nested loop, is not the
+/// pool's. The pool's shutdown neither wakes nor cancels it, nor waits for
+/// it; the task waits on, runs when its context is iterated later, and
+/// resolves normally. (It used to be recorded in the worker's book of idle
+/// tasks: the shutdown woke it into its context's queue, which nobody
+/// iterated, and the worker sat out its 2 s wait for late wake-ups for it.)
+#[test]
+fn a_task_of_another_context_polled_on_a_worker_is_not_the_pools() {
+    use std::time::Instant;
+    let _one = serial();
+    common::watchdog("a_task_of_another_context_polled_on_a_worker", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let context = glib::MainContext::new();
+        let foreign_scheduler = gdex::Scheduler::for_context(&context);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let (tx, mut rx) = futures::channel::oneshot::channel::<u32>();
+        let p = polls.clone();
+        let foreign = foreign_scheduler.spawn(std::future::poll_fn(move |cx| {
+            p.fetch_add(1, Ordering::SeqCst);
+            std::pin::Pin::new(&mut rx)
+                .poll(cx)
+                .map(|sent| sent.expect("the sender is kept") + 1)
+        }));
+        // A pool task runs the context in a nested loop until the foreign
+        // task has been polled there once and gone idle.
+        let (c, p) = (context.clone(), polls.clone());
+        let nested = pool.scheduler().spawn(async move {
+            c.with_thread_default(|| common::pump_until(&c, || p.load(Ordering::SeqCst) > 0))
+                .expect("the context is free");
+            std::thread::current().name().map(str::to_owned)
+        });
+        let ran_on = gdex::wait_for(nested).unwrap();
+        assert_eq!(ran_on.as_deref(), Some("gdex-worker-0"));
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+
+        let began = Instant::now();
+        pool.shutdown();
+        let took = began.elapsed();
+        // Nothing woke it: its context's queue is empty.
+        common::pump(&context);
+        assert_eq!(
+            polls.load(Ordering::SeqCst),
+            1,
+            "the pool's shutdown woke a task that is not the pool's"
+        );
+        assert!(!foreign.is_finished(), "the pool's shutdown ended it");
+        // The worker did not wait for it: well under the 2 s it waits for
+        // late wake-ups of its own tasks.
+        assert!(took < Duration::from_secs(1), "shutdown() took {took:?}");
+        // It runs on when its context is iterated, and resolves normally.
+        tx.send(41).unwrap();
+        common::pump_until(&context, || foreign.is_finished());
+        assert_eq!(gdex::wait_for(foreign).unwrap(), 42);
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        drop(pool);
+    });
+}
+
+/// S9, the other way round: a pool task polled inside another scheduler's
+/// dispatch on a worker (a task of a scheduler of the worker's own context
+/// runs a nested loop of another context, whose task runs the worker's
+/// context in turn) is still the pool's, and ends with it. Each run loop
+/// says where the tasks it polls record themselves, the worker's as well
+/// as a context scheduler's: the inner one wins.
+#[test]
+fn a_pool_task_polled_inside_another_schedulers_dispatch_ends_with_the_pool() {
+    use std::future::pending;
+    let _one = serial();
+    common::watchdog("a_pool_task_polled_inside_another_dispatch", 60, || {
+        let pool = common::quiet_pool(1);
+        let other_context = glib::MainContext::new();
+        let other = gdex::Scheduler::for_context(&other_context);
+        let polled = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (pool_scheduler, p) = (pool.scheduler(), polled.clone());
+        let setup = pool.scheduler().spawn(async move {
+            let worker_context = glib::MainContext::thread_default().expect("a worker's context");
+            let on_worker = gdex::Scheduler::for_context(&worker_context);
+            on_worker
+                .spawn(async move {
+                    let c = other_context.clone();
+                    other_context
+                        .with_thread_default(move || {
+                            let inner = other.spawn(async move {
+                                let task = pool_scheduler
+                                    .spawn(common::after_first_poll(&p, pending::<()>()));
+                                common::pump_until(&worker_context, || {
+                                    p.load(Ordering::SeqCst) > 0
+                                });
+                                tx.send(task).unwrap();
+                            });
+                            common::pump_until(&c, || inner.is_finished());
+                        })
+                        .expect("the other context is free");
+                })
+                .detach();
+        });
+        gdex::wait_for(setup).unwrap();
+        let task = rx.recv().unwrap();
+        assert_eq!(polled.load(Ordering::SeqCst), 1);
+        pool.shutdown();
+        assert!(task.is_finished(), "not resolved by shutdown()");
+        assert!(matches!(gdex::wait_for(task), Err(gdex::Error::Cancelled)));
+        drop(pool);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Races: spawns and wake-ups from other threads racing shutdown().
 // ---------------------------------------------------------------------------
 
 fn race_round(round: usize, in_lock: bool) {
-    let pool = pool(2);
+    let pool = quiet_pool(2);
     let log: Log = Default::default();
     let drops = Arc::new(AtomicUsize::new(0));
     let made = Arc::new(AtomicUsize::new(0));
@@ -422,12 +638,12 @@ fn race_round(round: usize, in_lock: bool) {
     all_dropped(&drops, &made, &log, &format!("round {round}"));
 }
 
-/// Probe 1a: wake-ups (outside the lock) and spawns (Send, pinned) from
+/// (S9) Wake-ups (outside the lock) and spawns (Send, pinned) from
 /// other threads race `shutdown()`, with Send, `!Send`, pinned tasks and
 /// fibers idle on the scheduler of a worker's context.
 #[test]
 fn race_wakeups_and_spawns_with_shutdown() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("race_wakeups_and_spawns_with_shutdown", 600, || {
         for round in 0..common::stress(30) {
             race_round(round, false);
@@ -435,11 +651,11 @@ fn race_wakeups_and_spawns_with_shutdown() {
     });
 }
 
-/// Probe 1b: the same, the wake-ups done while holding the lock that the
+/// (S9) The same, the wake-ups done while holding the lock that the
 /// woken future's drop takes (a channel that wakes under its lock).
 #[test]
 fn race_wakeups_in_a_lock_with_shutdown() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("race_wakeups_in_a_lock_with_shutdown", 600, || {
         for round in 0..common::stress(30) {
             race_round(round, true);
@@ -448,16 +664,16 @@ fn race_wakeups_in_a_lock_with_shutdown() {
 }
 
 // ---------------------------------------------------------------------------
-// 5. Pinned tasks and fibers on that scheduler at shutdown (no race).
+// Pinned tasks and fibers on that scheduler at shutdown (no race).
 // ---------------------------------------------------------------------------
 
-/// Probe 5a: a pinned task (`spawn_pinned`) and a fiber (`spawn_fiber`,
+/// A pinned task (`spawn_pinned`) and a fiber (`spawn_fiber`,
 /// `spawn_fiber_local`) on the scheduler of a worker's context, idle at
 /// shutdown (on nothing, on a signal that another thread keeps firing, on a
 /// GLib timeout): each resolves by `shutdown()`, each is dropped exactly
 /// once, on the worker that polled it.
 fn pinned_and_fibers_at_shutdown(keep_waking: bool, workers: usize) {
-    let pool = pool(workers);
+    let pool = quiet_pool(workers);
     let log: Log = Default::default();
     let drops = Arc::new(AtomicUsize::new(0));
     let made = Arc::new(AtomicUsize::new(0));
@@ -559,18 +775,22 @@ fn pinned_and_fibers_at_shutdown(keep_waking: bool, workers: usize) {
     all_dropped(&drops, &made, &log, "pinned tasks and fibers");
 }
 
+/// [`pinned_and_fibers_at_shutdown`] on pools of one and two workers
+/// (S9, F2).
 #[test]
 fn pinned_tasks_and_fibers_at_shutdown() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("pinned_tasks_and_fibers_at_shutdown", 60, || {
         pinned_and_fibers_at_shutdown(false, 1);
         pinned_and_fibers_at_shutdown(false, 2)
     });
 }
 
+/// [`pinned_and_fibers_at_shutdown`] while another thread keeps waking
+/// the pinned tasks (S9, F2).
 #[test]
 fn pinned_tasks_and_fibers_at_shutdown_while_woken() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog(
         "pinned_tasks_and_fibers_at_shutdown_while_woken",
         120,
@@ -583,24 +803,24 @@ fn pinned_tasks_and_fibers_at_shutdown_while_woken() {
     );
 }
 
-/// Probe 1c (the bug's smallest reproduction): pinned tasks and fibers idle
-/// on the scheduler of a worker's context, and another thread that keeps
-/// spawning Send tasks there while the pool shuts down. Once the worker has
-/// set `retired`, each of those spawns runs `drop_retired`, which steals the
-/// *whole* queue for the reaper, racing the worker's own drain in `retire`:
-/// the pinned tasks and fibers that the close's wake-all queued there are
-/// dropped on `gdex-reaper`, where `ThreadBound` refuses to drop them: they
-/// are leaked (g_critical "a pinned task or fiber was dropped on another
+/// (S9, F2) Pinned tasks and fibers idle on the scheduler of a worker's
+/// context, and another thread that keeps spawning Send tasks there while
+/// the pool shuts down. Once the worker has set `retired`, each of those
+/// spawns runs `drop_retired`, which must not steal the *whole* queue for
+/// the reaper, racing the worker's own drain in `retire`: the pinned tasks
+/// and fibers that the close's wake-all queued there would be dropped on
+/// `gdex-reaper`, where `ThreadBound` refuses to drop them: they would be
+/// leaked (g_critical "a pinned task or fiber was dropped on another
 /// thread than its own; it is leaked instead").
 #[test]
 fn spawns_racing_retire_do_not_steal_thread_bound_jobs() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog(
         "spawns_racing_retire_do_not_steal_thread_bound_jobs",
         120,
         || {
             for round in 0..common::stress(10) {
-                let pool = pool(1);
+                let pool = quiet_pool(1);
                 let log: Log = Default::default();
                 let drops = Arc::new(AtomicUsize::new(0));
                 let made = Arc::new(AtomicUsize::new(0));
@@ -650,18 +870,18 @@ fn spawns_racing_retire_do_not_steal_thread_bound_jobs() {
 /// without pause, while the pool shuts down: the exiting worker's drains
 /// take what was queued when each began and no more, so its exit (and
 /// `shutdown()`) does not wait for the spawners to stop, which here only
-/// happens once `shutdown()` has returned. A drain to the empty queue
-/// chased them: at 070f462 this took from 1 s to never (one run in 20 of
-/// this file hung at the watchdog).
+/// happens once `shutdown()` has returned (S9). A drain to the empty queue
+/// would chase them: `shutdown()` then took from 1 s to never (one run in
+/// 20 hung at the watchdog).
 #[test]
 fn shutdown_returns_while_threads_spawn_there_in_a_loop() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog(
         "shutdown_returns_while_threads_spawn_there_in_a_loop",
         60,
         || {
             for _ in 0..common::stress(5) {
-                let pool = pool(1);
+                let pool = quiet_pool(1);
                 let (_context, s, _) = worker_context(&pool);
                 let stop = Arc::new(AtomicBool::new(false));
                 let spawners: Vec<_> = (0..2)
@@ -688,7 +908,7 @@ fn shutdown_returns_while_threads_spawn_there_in_a_loop() {
 }
 
 // ---------------------------------------------------------------------------
-// 2. Deadlocks: destructors run by `retire`, on the worker.
+// Deadlocks: destructors run by `retire`, on the worker.
 // ---------------------------------------------------------------------------
 
 /// Runs its closure when dropped.
@@ -702,7 +922,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
     }
 }
 
-/// Probe 2a: an idle task of the scheduler of worker 0's context whose
+/// (S9) An idle task of the scheduler of worker 0's context whose
 /// future's drop (run by `retire`, on worker 0) makes a scheduler for the
 /// same context and for worker 1's, spawns on both (Send and `!Send`),
 /// spawns a pinned task, and drops the last `Scheduler` handles. No
@@ -710,10 +930,10 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 /// dropped exactly once.
 #[test]
 fn a_destructor_during_retire_uses_schedulers_of_worker_contexts() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("a_destructor_during_retire_uses_schedulers", 60, || {
         for _ in 0..common::stress(5) {
-            let pool = pool(2);
+            let pool = quiet_pool(2);
             let [(c0, _), (c1, _)] = two_worker_contexts(&pool);
             let drops = Arc::new(AtomicUsize::new(0));
             let made_in_drop: Arc<Mutex<Vec<gdex::Task<()>>>> = Default::default();
@@ -773,17 +993,17 @@ fn a_destructor_during_retire_uses_schedulers_of_worker_contexts() {
     });
 }
 
-/// Probe 2b: the last `ThreadPool` handle is held by an idle task of the
+/// (S9) The last `ThreadPool` handle is held by an idle task of the
 /// scheduler of a worker's context, which itself began the shutdown (from
 /// the worker, inside that scheduler's dispatch). `retire` drops the
 /// future, and with it the last handle, on the worker: no deadlock, the
 /// task resolves.
 #[test]
 fn the_last_pool_handle_dropped_during_retire() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("the_last_pool_handle_dropped_during_retire", 60, || {
         for _ in 0..common::stress(5) {
-            let pool = pool(2);
+            let pool = quiet_pool(2);
             let (context, s, _) = worker_context(&pool);
             let go = Signal::default();
             let drops = Arc::new(AtomicUsize::new(0));
@@ -808,7 +1028,7 @@ fn the_last_pool_handle_dropped_during_retire() {
     });
 }
 
-/// Probe 2c: after retirement, spawns done while holding a lock that the
+/// (S9) After retirement, spawns done while holding a lock that the
 /// spawned future's drop takes: a Send spawn goes to the reaper (no
 /// deadlock). A `!Send` spawn from a thread that owns the freed worker
 /// context is dropped inline by `push_local`, on its own thread: its drop
@@ -817,9 +1037,9 @@ fn the_last_pool_handle_dropped_during_retire() {
 /// the caller too).
 #[test]
 fn spawns_under_a_lock_after_retirement() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("spawns_under_a_lock_after_retirement", 60, || {
-        let pool = pool(1);
+        let pool = quiet_pool(1);
         let (context, s, _) = worker_context(&pool);
         pool.shutdown();
         let lock = Arc::new(Mutex::new(()));
@@ -866,7 +1086,7 @@ fn spawns_under_a_lock_after_retirement() {
 }
 
 // ---------------------------------------------------------------------------
-// 3. Panics in destructors of retired tasks.
+// Panics in destructors of retired tasks.
 // ---------------------------------------------------------------------------
 
 struct PanicOnDrop;
@@ -877,19 +1097,19 @@ impl Drop for PanicOnDrop {
     }
 }
 
-/// Probe 3: futures of the scheduler of a worker's context that panic in
+/// (S9, S6, X5) Futures of the scheduler of a worker's context that panic in
 /// their drop, among others that do not: queued, idle, `!Send`, pinned, and
 /// one spawned after retirement (dropped by the reaper). Each panic goes to
 /// the panic handler; no abort; every other future is still dropped, once;
 /// the reaper survives (a later spawn still resolves).
 #[test]
 fn panics_in_destructors_of_retired_tasks() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("panics_in_destructors_of_retired_tasks", 60, || {
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
         let log = seen.clone();
         gdex::set_panic_handler(move |event| log.lock().unwrap().push(event.message.clone()));
-        let pool = pool(1);
+        let pool = quiet_pool(1);
         let drops = Arc::new(AtomicUsize::new(0));
         let started = Arc::new(AtomicUsize::new(0));
         let (d, st) = (drops.clone(), started.clone());
@@ -957,18 +1177,18 @@ fn panics_in_destructors_of_retired_tasks() {
 }
 
 // ---------------------------------------------------------------------------
-// 4. Several pools; many schedulers; after the pool is freed.
+// Several pools; many schedulers; after the pool is freed.
 // ---------------------------------------------------------------------------
 
-/// Probe 4a: three 1-worker pools, each with many schedulers made and
+/// (S9, S2) Three 1-worker pools, each with many schedulers made and
 /// dropped for its worker's context (the `Weak` list pruning), then one kept
 /// with an idle task. Shutting down one pool resolves its own task only:
 /// the others' schedulers still run new work on their workers.
 #[test]
 fn several_pools_and_many_schedulers_per_worker_context() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("several_pools_and_many_schedulers", 60, || {
-        let pools: Vec<_> = (0..3).map(|_| pool(1)).collect();
+        let pools: Vec<_> = (0..3).map(|_| quiet_pool(1)).collect();
         let mut kept = Vec::new();
         for p in &pools {
             let (context, s, name) = worker_context(p);
@@ -1010,7 +1230,7 @@ fn several_pools_and_many_schedulers_per_worker_context() {
     });
 }
 
-/// Probe 4b: once the pool is freed (its last handle dropped, no scheduler
+/// (S2) Once the pool is freed (its last handle dropped, no scheduler
 /// of it left), a scheduler made for a former worker's context, which the
 /// test kept, is an ordinary context scheduler: a thread that owns and
 /// iterates the context runs its tasks, `!Send` ones too. And fresh
@@ -1018,9 +1238,9 @@ fn several_pools_and_many_schedulers_per_worker_context() {
 /// taken for a worker's.
 #[test]
 fn after_the_pool_is_freed_a_worker_context_is_ordinary() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog("after_the_pool_is_freed", 120, || {
-        let p = pool(1);
+        let p = quiet_pool(1);
         let (context, s, _) = worker_context(&p);
         let idle = s.spawn(std::future::pending::<()>());
         drop(p);
@@ -1051,7 +1271,7 @@ fn after_the_pool_is_freed_a_worker_context_is_ordinary() {
         let mut old = std::collections::HashSet::new();
         let mut reused = 0;
         for _ in 0..common::stress(20) {
-            let p = pool(1);
+            let p = quiet_pool(1);
             let (context, s, _) = worker_context(&p);
             old.insert(context.as_ptr() as usize);
             drop((s, context, p));
@@ -1070,19 +1290,19 @@ fn after_the_pool_is_freed_a_worker_context_is_ordinary() {
     });
 }
 
-/// Probe 5b: nested loops on the worker: a task of the scheduler of a
+/// (S9) Nested loops on the worker: a task of the scheduler of a
 /// worker's context runs a nested `glib::MainLoop` on the worker's context
 /// (`gdex::block_on` refuses a worker) over and over while the pool shuts
 /// down; another one is idle. No hang; both resolve.
 #[test]
 fn a_nested_loop_inside_a_task_of_a_worker_context_at_shutdown() {
-    let _one = one_at_a_time();
+    let _one = serial();
     watchdog(
         "a_nested_loop_inside_a_task_of_a_worker_context",
         60,
         || {
             for _ in 0..common::stress(5) {
-                let pool = pool(1);
+                let pool = quiet_pool(1);
                 let (_context, s, _) = worker_context(&pool);
                 let started = Arc::new(AtomicUsize::new(0));
                 let st = started.clone();
