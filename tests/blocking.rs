@@ -1,7 +1,7 @@
 //! Blocking work (B1-B4), the `blocking` escape hatch, and thread-per-core
 //! mode (P9).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

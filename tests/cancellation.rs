@@ -2,7 +2,7 @@
 //! `gio::Cancellable`, `gdex::Cancellable` bridged to `gio::Cancellable`,
 //! and tasks bound to an object.
 
-mod common;
+use crate::common;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;

@@ -8,7 +8,7 @@
 //!
 //! The tool is the example binary `cargo test` builds next to this test.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

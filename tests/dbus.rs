@@ -18,7 +18,7 @@
 //! an `Export` dropped on one test thread is freed by whichever thread
 //! iterates its context next.
 
-mod common;
+use crate::common;
 
 use std::future::IntoFuture;
 use std::io::{Read, Write};

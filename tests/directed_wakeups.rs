@@ -5,7 +5,7 @@
 //! another source of its own context is still taken for a sleeper; see P10
 //! in `docs/architecture.md`), for the fix that lifts it.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};

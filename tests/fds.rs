@@ -10,7 +10,7 @@
 //! another, then the first again waits on the last only; a hang-up ends a
 //! wait for input, and an empty condition waits for the hang-up.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;

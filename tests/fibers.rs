@@ -10,7 +10,7 @@
 //! shut down under fibers of every kind. Each such test counts how its fibers
 //! left (`common::Exits`): all by their own return, none unwound from outside.
 
-mod common;
+use crate::common;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! and threads. Only a member is in its group: a task that a nested loop
 //! polls inside a member's poll is not.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! bar, the spinner's frames and the panic dialog, and saves a screenshot
 //! under `target/`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! `futures` spawners, and gdex's debug log goes to GLib's structured log
 //! (domain `gdex`).
 
-mod common;
+use crate::common;
 
 use common::{is_child, on_main, run_child_passing, watchdog};
 use futures::task::{LocalSpawn, LocalSpawnExt, Spawn, SpawnExt};

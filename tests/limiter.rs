@@ -2,7 +2,7 @@
 //! slots held by pool work, shared drains, what counts as queued, and
 //! permits added in bulk.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

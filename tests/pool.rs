@@ -5,7 +5,7 @@
 //! workers' contexts with it (a source planted on a worker's context is
 //! destroyed).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,7 @@
 //! A failure names its seed; `GDEX_SEED=<seed>` replays it alone.
 //! `GDEX_STRESS` scales the number of programs.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::Pin;

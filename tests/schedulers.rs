@@ -3,7 +3,7 @@
 //! task of a context scheduler never leaves the thread that first polled
 //! it, even once that thread has exited and another iterates the context.
 
-mod common;
+use crate::common;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,7 +12,7 @@
 //! `GDEX_STRESS`; `benches/RESULTS.md` has the 100,000-file run), half of
 //! them matching the second query, by name or by contents.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! future is dropped exactly once. Its own binary: it silences the panic
 //! hook while 100,000 tasks panic.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Task handles (S4-S6, X1): output, panics, cancellation on drop, detach,
 //! and `cancel().await`.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};

@@ -17,7 +17,7 @@
 //! The watchdog's monitor raises the overdue timers of a worker stuck in
 //! one poll; in thread-per-core mode the task stays home all the same (P9).
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::io::{Read, Write};

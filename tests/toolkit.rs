@@ -7,7 +7,7 @@
 //! shutdown (S9): the woken job, which the closed pool may not run, goes to
 //! the `gdex-reaper` thread instead of being dropped inside that lock.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::pin;

@@ -7,7 +7,7 @@
 //! panicking, and a one-worker pool's queue waits behind `blocking`, as
 //! documented.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::{pin, Pin};

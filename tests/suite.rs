@@ -1,0 +1,33 @@
+//! One test binary for the contracts whose tests share a process safely
+//! (T1): they use their own pools and contexts, take `common::on_main`
+//! for the default main context, and set nothing process-wide (no panic
+//! handler, environment, allocator or signal shared with another file).
+//! Each file below is one contract's or behaviour's home, as a module:
+//! `cargo test --test suite pool::` runs one of them.
+//!
+//! The files that do set or observe something process-wide (the panic
+//! handler, the task dump, the process's threads, fds or CPU time, a
+//! counting allocator, `GDEX_*` read at start) are binaries of their own
+//! (`Cargo.toml` lists them): one process each, as before.
+
+mod common;
+
+mod blocking;
+mod cancellation;
+mod checksum;
+mod dbus;
+mod directed_wakeups;
+mod fds;
+mod fibers;
+mod group;
+mod interop;
+mod limiter;
+mod pool;
+mod random_programs;
+mod schedulers;
+mod shape;
+mod storms;
+mod tasks;
+mod timers;
+mod toolkit;
+mod toolkit_promises;
