@@ -9,7 +9,7 @@
 //! their destructors goes to the panic handler (S6, X5). That test sets
 //! the process-wide panic handler: no other test here panics.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,7 @@ fn check_counts(counts: &[AtomicU32]) {
 
 #[test]
 fn a_million_tasks_each_run_exactly_once_on_4_workers() {
+    let _one = common::serial();
     common::watchdog("a_million_tasks_on_4_workers", 300, || {
         run(4, common::stress(1_000_000))
     });
@@ -40,6 +41,7 @@ fn a_million_tasks_each_run_exactly_once_on_4_workers() {
 
 #[test]
 fn tasks_each_run_exactly_once_on_1_and_2_workers() {
+    let _one = common::serial();
     common::watchdog("tasks_on_1_and_2_workers", 300, || {
         run(1, common::stress(100_000));
         run(2, common::stress(200_000));
@@ -327,6 +329,7 @@ fn context_queues_at_thread_exit() -> usize {
 /// worker (S6, X5).
 #[test]
 fn shutdown_with_every_queue_full_drops_each_job_once() {
+    let _one = common::serial();
     common::watchdog(
         "shutdown_with_every_queue_full_drops_each_job_once",
         120,

@@ -17,7 +17,7 @@
 //! a `Waker` whose `wake` panics, a value whose `Drop` panics, a GLib
 //! callback that panics.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -113,6 +113,7 @@ impl Drop for AddressSpaceLimit {
 #[test]
 #[ignore = "child process of a_worker_that_cannot_start_fails_the_build_and_leaks_nothing"]
 fn child_worker_that_cannot_start() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -197,6 +198,7 @@ fn child_worker_that_cannot_start() {
 /// limit back, the same pool builds and runs work on all four workers.
 #[test]
 fn a_worker_that_cannot_start_fails_the_build_and_leaks_nothing() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -217,6 +219,7 @@ fn a_worker_that_cannot_start_fails_the_build_and_leaks_nothing() {
 #[test]
 #[ignore = "child process of a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on"]
 fn child_fiber_stack_that_cannot_be_mapped() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -280,6 +283,7 @@ fn child_fiber_stack_that_cannot_be_mapped() {
 /// same fiber runs.
 #[test]
 fn a_fiber_stack_that_cannot_be_mapped_fails_the_spawn_and_the_pool_goes_on() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -315,6 +319,7 @@ fn panicking_waker() -> (Arc<PanickingWaker>, Waker) {
 #[test]
 #[ignore = "child process of a_panicking_waker_of_a_task_handle_is_reported_not_an_abort"]
 fn child_panicking_waker_of_a_task_handle() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -348,6 +353,7 @@ fn child_panicking_waker_of_a_task_handle() {
 /// handle, and the worker runs the next task.
 #[test]
 fn a_panicking_waker_of_a_task_handle_is_reported_not_an_abort() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -370,6 +376,7 @@ impl Drop for SlowDrop {
 #[test]
 #[ignore = "child process of a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker"]
 fn child_handle_polled_while_its_task_is_dropped() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -426,6 +433,7 @@ fn child_handle_polled_while_its_task_is_dropped() {
 /// (X5 says it goes to the panic handler).
 #[test]
 fn a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -436,6 +444,7 @@ fn a_handle_polled_while_its_task_is_dropped_contains_a_panicking_waker() {
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value"]
 fn child_panicking_waker_on_a_promise() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -473,6 +482,7 @@ fn child_panicking_waker_on_a_promise() {
 /// finds the value when polled again.
 #[test]
 fn a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -483,6 +493,7 @@ fn a_panicking_waker_on_a_promise_costs_no_other_waiter_its_value() {
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it"]
 fn child_panicking_waker_on_a_channel_receive() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -522,6 +533,7 @@ fn child_panicking_waker_on_a_channel_receive() {
 /// the channel works on.
 #[test]
 fn a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -534,6 +546,7 @@ static FORWARD: OnceLock<gdex::Sender<String>> = OnceLock::new();
 #[test]
 #[ignore = "child process of the_panic_handler_may_send_on_the_channel_whose_waker_panicked"]
 fn child_panic_handler_sends_on_the_same_channel() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -582,6 +595,7 @@ fn child_panic_handler_sends_on_the_same_channel() {
 /// was a waiter of that same channel.
 #[test]
 fn the_panic_handler_may_send_on_the_channel_whose_waker_panicked() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -592,6 +606,7 @@ fn the_panic_handler_may_send_on_the_channel_whose_waker_panicked() {
 #[test]
 #[ignore = "child process of a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running"]
 fn child_panicking_waker_on_a_timer() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -688,6 +703,7 @@ impl Wake for WokenOn {
 /// the worker, and the worker runs the next task.
 #[test]
 fn a_panicking_waker_on_a_timer_leaves_the_watchdog_and_the_worker_running() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -719,6 +735,7 @@ impl Wake for BombWaker {
 #[test]
 #[ignore = "child process of a_waker_panic_whose_payload_panics_on_drop_is_contained"]
 fn child_waker_payload_panics_on_drop() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -756,6 +773,7 @@ fn child_waker_payload_panics_on_drop() {
 /// which aborts (X5 promises the panic handler).
 #[test]
 fn a_waker_panic_whose_payload_panics_on_drop_is_contained() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -794,6 +812,7 @@ fn bomb(drops: &Arc<AtomicUsize>, explode: bool) -> Bomb {
 #[test]
 #[ignore = "child process of panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them"]
 fn child_panicking_drops_where_they_are_dropped() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -870,6 +889,7 @@ fn child_panicking_drops_where_they_are_dropped() {
 /// waiter's to drop. The worker survives every one.
 #[test]
 fn panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -880,6 +900,7 @@ fn panicking_drops_of_channel_and_promise_values_reach_whoever_drops_them() {
 #[test]
 #[ignore = "child process of panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler"]
 fn child_panicking_drops_in_tasks_at_shutdown() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -950,6 +971,7 @@ fn child_panicking_drops_in_tasks_at_shutdown() {
 /// `Cancelled`.
 #[test]
 fn panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -960,6 +982,7 @@ fn panicking_drops_of_values_inside_tasks_at_shutdown_go_to_the_panic_handler() 
 #[test]
 #[ignore = "child process of panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler"]
 fn child_panicking_drops_in_work_items_at_shutdown() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -1022,15 +1045,12 @@ fn child_panicking_drops_in_work_items_at_shutdown() {
         assert_eq!(e.source, gdex::PanicSource::Drop, "{e:?}");
     }
     // Where each was dropped: by the worker, and by this thread's shutdown.
+    // (This thread is the test harness's, named after the test's path.)
     let mut threads: Vec<_> = bombs.iter().map(|e| e.thread.clone().unwrap()).collect();
     threads.sort();
-    assert_eq!(
-        threads,
-        [
-            "child_panicking_drops_in_work_items_at_shutdown",
-            "gdex-worker-0"
-        ]
-    );
+    let this = std::thread::current().name().unwrap().to_owned();
+    assert!(this.ends_with("child_panicking_drops_in_work_items_at_shutdown"));
+    assert_eq!(threads, [this.as_str(), "gdex-worker-0"]);
     let criticals = criticals.lock().unwrap().clone();
     assert!(
         criticals
@@ -1051,6 +1071,7 @@ fn child_panicking_drops_in_work_items_at_shutdown() {
 /// promises' waiters get `Dropped`.
 #[test]
 fn panicking_drops_of_values_in_unrun_work_items_at_shutdown_go_to_the_panic_handler() {
+    let _one = common::serial();
     if is_child() {
         return;
     }
@@ -1090,6 +1111,7 @@ impl<const BOOM: bool> Drop for InlineBomb<BOOM> {
 /// are boxed: their closures hold two values.)
 #[test]
 fn inline_work_items_run_or_drop_once_and_report_their_panics_once() {
+    let _one = common::serial();
     common::watchdog(
         "inline_work_items_run_or_drop_once_and_report_their_panics_once",
         60,
@@ -1210,6 +1232,7 @@ fn inline_work_items_run_or_drop_once_and_report_their_panics_once() {
 #[test]
 #[ignore = "child process of a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message"]
 fn child_panicking_glib_callback_on_a_worker() {
+    let _one = common::serial();
     if !is_child() {
         return;
     }
@@ -1254,6 +1277,7 @@ fn child_panicking_glib_callback_on_a_worker() {
 /// `Error::Panicked` for its waiter, as the first half of the child shows.
 #[test]
 fn a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message() {
+    let _one = common::serial();
     if is_child() {
         return;
     }

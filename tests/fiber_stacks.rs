@@ -2,7 +2,7 @@
 //! `fiber::stacks_mapped()` counts for the whole process, and other tests'
 //! fibers would count too.
 
-mod common;
+use crate::common;
 
 use gdex::fiber;
 
@@ -10,6 +10,7 @@ use gdex::fiber;
 /// per-thread pool: only a handful are mapped.
 #[test]
 fn sequential_fibers_reuse_their_stacks() {
+    let _one = common::serial();
     common::watchdog("sequential_fibers_reuse_their_stacks", 120, || {
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         let s = pool.scheduler();

@@ -7,7 +7,7 @@
 //! the monitor to sleep for longer. The tests take turns: their bounds
 //! want the machine's cores.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! its own test binary so that no other test's threads count against the
 //! process CPU time it measures.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ fn process_cpu() -> Duration {
 
 #[test]
 fn an_idle_pool_parks_and_costs_under_20ms_of_cpu_per_second() {
+    let _one = common::serial();
     // (With 100 tasks waiting for fds meanwhile.)
     common::watchdog("idle_pool", 60, || {
         // Nothing in a plain burst may reach the panic handler (mutant: a

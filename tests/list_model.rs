@@ -18,6 +18,10 @@
 //! nothing. `tests/list_model_batching.rs` tests the batching itself.
 
 mod common;
+// The batching tests share this binary: every test of the two files that
+// makes a panic reach the handler holds `common::panic_handler_lock`, and
+// each records only the panics tagged with its file's words.
+mod list_model_batching;
 
 use std::cell::RefCell;
 use std::rc::Rc;

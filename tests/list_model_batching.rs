@@ -8,7 +8,7 @@
 //! the model, its pool or its thread going while the feed sleeps on its
 //! timer. `tests/list_model.rs` has the model's other promises.
 
-mod common;
+use crate::common;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

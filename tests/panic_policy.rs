@@ -4,7 +4,7 @@
 //! worker the panic happened on. (The tests take turns, `common::serial`:
 //! the handler is process-wide.)
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

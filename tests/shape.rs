@@ -354,3 +354,83 @@ fn no_source_file_is_over_800_lines() {
         long.join("\n")
     );
 }
+
+/// The files of `tests/` that `root` (a test binary's root file) gathers
+/// as modules (`mod pool;`), `common` aside.
+fn test_modules_of(root: &str) -> Vec<String> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    std::fs::read_to_string(tests.join(root))
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+        .filter(|name| *name != "common")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every test of the one-at-a-time binary (`tests/one_at_a_time.rs`) takes
+/// `common::serial()` before anything else (T1): its files set or observe
+/// the whole process (the panic handler, its CPU time, its fiber stacks,
+/// both cores), and one test that forgot would run beside the others.
+#[test]
+fn every_test_of_the_one_at_a_time_binary_takes_the_lock_first() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut forgot = Vec::new();
+    let modules = test_modules_of("one_at_a_time.rs");
+    assert!(modules.len() >= 6, "one_at_a_time.rs gathers {modules:?}");
+    for module in modules {
+        let source = std::fs::read_to_string(tests.join(format!("{module}.rs"))).unwrap();
+        let lines: Vec<&str> = source.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            if line.trim() != "#[test]" {
+                continue;
+            }
+            // The signature (after any other attributes), then its first line.
+            let sig = (at + 1..lines.len())
+                .find(|&i| lines[i].starts_with("fn "))
+                .unwrap();
+            let first = lines.get(sig + 1).copied().unwrap_or("");
+            if !first.contains("serial()") {
+                forgot.push(format!("  tests/{module}.rs:{}: {}", sig + 1, lines[sig]));
+            }
+        }
+    }
+    assert!(
+        forgot.is_empty(),
+        "these tests of the one-at-a-time binary do not start with \
+         `let _one = common::serial();`:\n{}",
+        forgot.join("\n")
+    );
+}
+
+/// No test file is named after an issue or a review round (T1): each is
+/// named after the contract or behaviour it checks, and every file a test
+/// binary gathers exists.
+#[test]
+fn test_files_are_named_after_what_they_check() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut wrong = Vec::new();
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let lower = name.to_lowercase();
+        if ["attack", "issue", "review", "round", "holes", "misc"]
+            .iter()
+            .any(|word| lower.contains(word))
+            || lower.chars().any(|c| c.is_ascii_digit())
+        {
+            wrong.push(name);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "name these files of tests/ after the contract or behaviour they check: {wrong:?}"
+    );
+    for root in ["suite.rs", "one_at_a_time.rs", "apps.rs"] {
+        for module in test_modules_of(root) {
+            assert!(
+                tests.join(format!("{module}.rs")).exists(),
+                "{root} gathers `{module}`, which has no file"
+            );
+        }
+    }
+}

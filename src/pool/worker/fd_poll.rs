@@ -72,7 +72,7 @@ thread_local! {
 /// a task that computes for more than `FD_POLL_EVERY` between AIO reads
 /// would make each real poll such a turn, and the default-priority fds
 /// would never be polled while it ran
-/// (`tests/attack17.rs::an_fd_is_found_on_a_worker_whose_long_slices_end_in_aio_completions`).
+/// (`tests/timers.rs::an_fd_is_found_on_a_worker_whose_long_slices_end_in_aio_completions`).
 ///
 /// # Safety
 ///
