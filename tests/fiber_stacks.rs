@@ -1,4 +1,5 @@
-//! F1: fiber stacks are pooled per thread. Alone in its own test binary:
+//! F1: fiber stacks are pooled per thread. In the one-at-a-time binary
+//! (`tests/one_at_a_time.rs`), holding `common::serial()`:
 //! `fiber::stacks_mapped()` counts for the whole process, and other tests'
 //! fibers would count too.
 

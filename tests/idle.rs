@@ -1,6 +1,7 @@
 //! P7: an idle pool's workers park in their contexts' poll and cost almost
-//! nothing, also while 100 tasks wait for file descriptors (G2). Alone in
-//! its own test binary so that no other test's threads count against the
+//! nothing, also while 100 tasks wait for file descriptors (G2). In the
+//! one-at-a-time binary (`tests/one_at_a_time.rs`), holding
+//! `common::serial()`, so that no other test's threads count against the
 //! process CPU time it measures.
 
 use crate::common;

@@ -1,5 +1,7 @@
-//! The crate's shape: its modules form layers, with no import cycle between
-//! them.
+//! The crate's shape (T1 and "Layers and modules" in docs/architecture.md):
+//! its modules form layers, with no import cycle between them; no file of
+//! `src/` is over 800 lines; the test files are named after what they check,
+//! and the one-at-a-time binary's tests take their lock.
 //!
 //! This reads `src/` as text: every `crate::…` and `super::…` path outside
 //! comments and `#[cfg(test)] mod tests` (names re-exported at the crate
