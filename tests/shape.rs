@@ -1,7 +1,9 @@
 //! The crate's shape (T1 and "Layers and modules" in docs/architecture.md):
 //! its modules form layers, with no import cycle between them; no file of
 //! `src/` is over 800 lines; the test files are named after what they check,
-//! and the one-at-a-time binary's tests take their lock.
+//! the one-at-a-time binary's tests take their lock, the optimised binary
+//! runs what the others run, and `.ci/loom`'s record of the models' last
+//! pass covers every file they compile.
 //!
 //! This reads `src/` as text: every `crate::…` and `super::…` path outside
 //! comments and `#[cfg(test)] mod tests` (names re-exported at the crate
@@ -427,12 +429,105 @@ fn test_files_are_named_after_what_they_check() {
         wrong.is_empty(),
         "name these files of tests/ after the contract or behaviour they check: {wrong:?}"
     );
-    for root in ["suite.rs", "one_at_a_time.rs", "apps.rs"] {
+    for root in ["suite.rs", "one_at_a_time.rs", "apps.rs", "optimised.rs"] {
         for module in test_modules_of(root) {
             assert!(
                 tests.join(format!("{module}.rs")).exists(),
                 "{root} gathers `{module}`, which has no file"
             );
         }
+    }
+}
+
+/// `tests/optimised.rs`, which `.ci/run` builds optimised, gathers only
+/// files that `cargo test` runs too (T1), and `.ci/run` runs those of the
+/// one-at-a-time binary one test at a time, as that binary does.
+#[test]
+fn the_optimised_binary_runs_what_the_others_run_the_way_they_run_it() {
+    let suite = test_modules_of("suite.rs");
+    let one_at_a_time = test_modules_of("one_at_a_time.rs");
+    let optimised = test_modules_of("optimised.rs");
+    assert!(optimised.len() >= 5, "optimised.rs gathers {optimised:?}");
+    let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run"))
+        .unwrap()
+        .replace("\\\n", " ");
+    let serial_pass = ci
+        .lines()
+        .find(|line| line.contains("--test optimised -- --test-threads=1"))
+        .expect(".ci/run has no one-at-a-time pass of the optimised binary");
+    let parallel_pass = ci
+        .lines()
+        .find(|line| line.contains("--test optimised -- --skip"))
+        .expect(".ci/run has no parallel pass of the optimised binary");
+    for module in &optimised {
+        let filter = format!(" {module}::");
+        if one_at_a_time.contains(module) {
+            assert!(
+                serial_pass.contains(&filter)
+                    && parallel_pass.contains(&format!("--skip {module}::")),
+                "`{module}` is a module of the one-at-a-time binary: .ci/run must skip it in \
+                 the optimised binary's parallel pass and name it in its --test-threads=1 \
+                 pass:\n{parallel_pass}\n{serial_pass}"
+            );
+        } else {
+            assert!(
+                suite.contains(module),
+                "optimised.rs gathers `{module}`, which neither suite.rs nor \
+                 one_at_a_time.rs gathers: `cargo test` would not run it"
+            );
+            assert!(
+                !serial_pass.contains(&filter),
+                "`{module}` runs beside others in `suite`: .ci/run's one-at-a-time pass \
+                 need not name it"
+            );
+        }
+    }
+}
+
+/// `.ci/loom --if-changed` skips the loom models (X7) when their inputs
+/// match the record of their last pass; those inputs must include every
+/// file of `src/` that the models reach, or a change to the protocol
+/// would be taken for one the models already passed.
+#[test]
+fn the_loom_record_covers_every_file_the_models_compile() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join(".ci/loom")).unwrap();
+    let inputs: Vec<&str> = script
+        .lines()
+        .find_map(|line| line.strip_prefix("inputs=(")?.strip_suffix(')'))
+        .expect(".ci/loom has no `inputs=(...)` line")
+        .split_whitespace()
+        .collect();
+    let modules = modules();
+    let graph = graph(&modules);
+    let mut reached = BTreeSet::new();
+    let mut next = vec!["pool::loom_pool".to_owned()];
+    while let Some(module) = next.pop() {
+        if reached.insert(module.clone()) {
+            next.extend(graph.get(&module).into_iter().flatten().cloned());
+        }
+    }
+    assert!(
+        reached.contains("pool::parking"),
+        "the reader lost the models' edge to the protocol: {reached:?}"
+    );
+    for module in &reached {
+        let file = module.replace("::", "/");
+        let candidates = [format!("src/{file}.rs"), format!("src/{file}/mod.rs")];
+        assert!(
+            candidates.iter().any(|c| inputs.contains(&c.as_str())),
+            "the loom models reach `{module}` ({}), which .ci/loom's inputs {inputs:?} \
+             leave out: add it, or a change to it would not run the models",
+            candidates
+                .iter()
+                .find(|c| root.join(c).exists())
+                .unwrap_or(&candidates[0])
+        );
+    }
+    for input in &inputs {
+        assert!(
+            root.join(input).exists(),
+            ".ci/loom's input {input} does not exist"
+        );
     }
 }

@@ -90,7 +90,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::parking::{Parking, Request, Woke};
+use super::parking::{wants_help, Parking, Request, Woke};
 
 type Item = usize;
 
@@ -465,7 +465,7 @@ impl Core<'_> {
         self.local().push(item);
         if self.parking().is_parked(self.i) {
             self.unpark_self();
-        } else if super::worker::wants_help(self.local().len()) {
+        } else if wants_help(self.local().len()) {
             self.request_help();
         }
     }

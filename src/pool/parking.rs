@@ -101,6 +101,17 @@ const NOTIFIED: u32 = 0b010;
 /// Woken for its own inbox only (P10): see the module docs.
 const DIRECTED: u32 = 0b100;
 
+/// Whether a deque that just grew to `len` jobs should ask a peer for help
+/// (P6): when it first holds more than the job its owner runs next, and
+/// again each time it doubles. Requests in between would find the same
+/// answer: a peer that parks later re-checks every deque before it sleeps,
+/// so only peers already asleep need asking, and the first request reached
+/// one of them. (Part of the protocol: the loom models ask the same way.)
+#[inline]
+pub(super) fn wants_help(len: usize) -> bool {
+    len >= 2 && len.is_power_of_two()
+}
+
 /// The outcome of a request for help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -320,6 +331,14 @@ impl Parking {
 #[cfg(all(test, not(gdex_loom)))]
 mod tests {
     use super::*;
+
+    /// P6: a deque asks for help when it first holds more than the next
+    /// job, and again each time it doubles, not on every push.
+    #[test]
+    fn a_deque_asks_for_help_when_it_doubles() {
+        let asks: Vec<usize> = (0..=17).filter(|&n| wants_help(n)).collect();
+        assert_eq!(asks, [2, 4, 8, 16]);
+    }
 
     #[test]
     fn remote_request_wakes_one_sleeper_then_coalesces() {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crossbeam_deque::Steal;
 
-use super::parking::{Request, Woke};
+use super::parking::{wants_help, Request, Woke};
 use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::task::Job;
@@ -42,17 +42,6 @@ const FIBER_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a worker that ran out of work watches for more before it parks.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
-
-/// Whether a deque that just grew to `len` jobs should ask a peer for help
-/// (P6): when it first holds more than the job its owner runs next, and
-/// again each time it doubles. Requests in between would find the same
-/// answer: a peer that parks later re-checks every deque before it sleeps,
-/// so only peers already asleep need asking, and the first request reached
-/// one of them.
-#[inline]
-pub(super) fn wants_help(len: usize) -> bool {
-    len >= 2 && len.is_power_of_two()
-}
 
 /// The state only the worker's thread touches.
 pub(crate) struct Core {
@@ -584,14 +573,6 @@ impl Core {
 #[cfg(all(test, not(gdex_loom)))]
 mod tests {
     use super::*;
-
-    /// P6: a deque asks for help when it first holds more than the next
-    /// job, and again each time it doubles, not on every push.
-    #[test]
-    fn a_deque_asks_for_help_when_it_doubles() {
-        let asks: Vec<usize> = (0..=17).filter(|&n| wants_help(n)).collect();
-        assert_eq!(asks, [2, 4, 8, 16]);
-    }
 
     /// P10: the stall monitor's hand-over (B5) wakes a peer for work that
     /// waits in the injector, not only for the stuck worker's own deque.
