@@ -50,6 +50,11 @@ pub enum Error {
     /// (A channel whose other side is gone gives [`Error::Closed`], not
     /// this.)
     Dropped,
+    /// A [`StateMachine`](crate::StateMachine) was asked for a transition
+    /// it does not declare (no edge from its state to the target), or was
+    /// built with an edge declared twice (M1). The message names the
+    /// states.
+    InvalidTransition(String),
     /// A GLib or GIO error, carried unchanged.
     Failed(glib::Error),
 }
@@ -76,6 +81,7 @@ impl Error {
             Error::ShutDown => ErrorCode::ShutDown,
             Error::NotOnFiber => ErrorCode::NotOnFiber,
             Error::Dropped => ErrorCode::Dropped,
+            Error::InvalidTransition(_) => ErrorCode::InvalidTransition,
             Error::Failed(_) => return None,
         })
     }
@@ -158,6 +164,7 @@ impl fmt::Display for Error {
             ),
             Error::NotOnFiber => f.write_str("this call is only valid inside a fiber"),
             Error::Dropped => f.write_str("the promise was dropped before it gave a value"),
+            Error::InvalidTransition(msg) => f.write_str(msg),
             Error::Failed(err) => write!(f, "{err}"),
         }
     }
@@ -189,6 +196,9 @@ impl From<glib::Error> for Error {
             Some(ErrorCode::ShutDown) => Error::ShutDown,
             Some(ErrorCode::NotOnFiber) => Error::NotOnFiber,
             Some(ErrorCode::Dropped) => Error::Dropped,
+            Some(ErrorCode::InvalidTransition) => {
+                Error::InvalidTransition(err.message().to_owned())
+            }
             None => Error::Failed(err),
         }
     }
@@ -246,6 +256,8 @@ pub enum ErrorCode {
     Dropped = 6,
     /// [`Error::ShutDown`].
     ShutDown = 7,
+    /// [`Error::InvalidTransition`]; libdex's `DEX_ERROR_INVALID_TRANSITION`.
+    InvalidTransition = 8,
 }
 
 impl glib::error::ErrorDomain for ErrorCode {
@@ -267,6 +279,7 @@ impl glib::error::ErrorDomain for ErrorCode {
             5 => ErrorCode::NotOnFiber,
             6 => ErrorCode::Dropped,
             7 => ErrorCode::ShutDown,
+            8 => ErrorCode::InvalidTransition,
             _ => return None,
         })
     }
@@ -298,6 +311,7 @@ mod tests {
             Error::ShutDown,
             Error::NotOnFiber,
             Error::Dropped,
+            Error::InvalidTransition("no transition from A to B is declared".into()),
         ] {
             let code = err.code().unwrap();
             let before = err.to_string();

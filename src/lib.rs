@@ -165,6 +165,10 @@ pub use sync::channel::{
 };
 pub use sync::group::{GroupOutput, TaskGroup, TaskGroupBuilder, TaskGroupRef};
 pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
+pub use sync::state_machine::{
+    Interrupted, State, StateMachine, StateMachineBuilder, TransitionContext, TransitionRequest,
+    WaitForState,
+};
 pub use task::{current_cancellable, yield_now, Task, YieldNow};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

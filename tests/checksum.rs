@@ -19,21 +19,7 @@ use std::process::{Command, Output};
 
 /// The example binary, built by `cargo test` beside the test binaries.
 fn checksum_exe() -> PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let exe = deps
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("examples/checksum");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/checksum.rs");
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    assert!(
-        modified(&exe) >= modified(&source),
-        "{} is missing or older than its source: a plain `cargo test` builds the examples; \
-         with a filter, build it first (`cargo build --example checksum`)",
-        exe.display()
-    );
-    exe
+    crate::common::example_exe("checksum")
 }
 
 /// A fresh directory (world-readable, so an unprivileged user can walk

@@ -26,6 +26,7 @@ mod pool;
 mod random_programs;
 mod schedulers;
 mod shape;
+mod state_machine;
 mod storms;
 mod tasks;
 mod timers;

@@ -1,7 +1,8 @@
 //! Coordination between tasks: channels, semaphores and limiters, task
-//! groups, and the cancel-safe wait queue they share.
+//! groups, state machines, and the cancel-safe wait queue they share.
 
 pub(crate) mod channel;
 pub(crate) mod group;
 pub(crate) mod semaphore;
+pub(crate) mod state_machine;
 pub(crate) mod wait_queue;

@@ -535,3 +535,26 @@ impl Drop for SetOnDrop {
         self.0.store(true, Ordering::SeqCst);
     }
 }
+
+/// The example `name`'s binary, which `cargo test` builds beside the test
+/// binaries; panics, saying how to build it, if it is missing or older
+/// than its source.
+pub fn example_exe(name: &str) -> std::path::PathBuf {
+    use std::path::Path;
+    let deps = std::env::current_exe().unwrap();
+    let exe = deps
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples")
+        .join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{name}.rs"));
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    assert!(
+        modified(&exe) >= modified(&source),
+        "{} is missing or older than its source: a plain `cargo test` builds the examples; \
+         with a filter, build it first (`cargo build --example {name}`)",
+        exe.display()
+    );
+    exe
+}

@@ -1,0 +1,219 @@
+//! What a transition function gets (M1): the edge it runs, the machine's
+//! real state, its interruption, and the way on to another edge.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::{Shared, State};
+use crate::sync::wait_queue::{lock, wake_unlocked};
+use crate::{Error, Scheduler};
+
+/// One transition's own state, shared by its [`TransitionContext`], its
+/// [`Interrupted`] futures and the machine.
+#[derive(Default)]
+pub(crate) struct ContextShared {
+    inner: Mutex<ContextInner>,
+}
+
+#[derive(Default)]
+struct ContextInner {
+    interrupted: bool,
+    ended: bool,
+    /// The function set the state or continued: the machine does not
+    /// commit the edge's target when it returns.
+    took_over: bool,
+    wakers: Vec<Waker>,
+}
+
+impl ContextShared {
+    /// Latches an interruption and wakes the waits for it.
+    pub(crate) fn interrupt(&self) {
+        let mut inner = lock(&self.inner);
+        if inner.ended {
+            return;
+        }
+        inner.interrupted = true;
+        for waker in inner.wakers.drain(..) {
+            wake_unlocked(waker);
+        }
+    }
+
+    fn end(&self) {
+        let mut inner = lock(&self.inner);
+        inner.ended = true;
+        for waker in inner.wakers.drain(..) {
+            wake_unlocked(waker);
+        }
+    }
+
+    pub(crate) fn took_over(&self) -> bool {
+        lock(&self.inner).took_over
+    }
+
+    /// Marks the state as the function's to set; panics if the transition
+    /// has ended (a context kept past its function's end).
+    fn take_over(&self, what: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        assert!(
+            !inner.ended,
+            "TransitionContext::{what} was called after its transition ended: a context is only \
+             valid while its transition function runs (do not keep it in a task that outlives it)"
+        );
+        std::mem::replace(&mut inner.took_over, true)
+    }
+}
+
+/// Ends a context when its transition's future ends, however it ends.
+pub(super) struct EndOnDrop<'a, S: State> {
+    pub(super) shared: &'a Arc<Shared<S>>,
+    pub(super) me: &'a Arc<ContextShared>,
+}
+
+impl<S: State> Drop for EndOnDrop<'_, S> {
+    fn drop(&mut self) {
+        lock(&self.shared.inner)
+            .active
+            .retain(|cx| !Arc::ptr_eq(cx, self.me));
+        self.me.end();
+    }
+}
+
+/// What a transition function gets: the edge it runs (`from`, `to`), the
+/// machine's real state, its interruption, and
+/// [`continue_to`](TransitionContext::continue_to). Valid while the
+/// function runs: a call that changes the state after its end panics.
+pub struct TransitionContext<S: State> {
+    shared: Arc<Shared<S>>,
+    me: Arc<ContextShared>,
+    from: S,
+    to: S,
+}
+
+impl<S: State> TransitionContext<S> {
+    pub(super) fn new(shared: Arc<Shared<S>>, me: Arc<ContextShared>, from: S, to: S) -> Self {
+        TransitionContext {
+            shared,
+            me,
+            from,
+            to,
+        }
+    }
+
+    /// The state the edge leaves (fixed for the function, whatever it sets).
+    pub fn from(&self) -> S {
+        self.from
+    }
+
+    /// The state the edge leads to (fixed for the function).
+    pub fn to(&self) -> S {
+        self.to
+    }
+
+    /// The machine's real state now.
+    pub fn state(&self) -> S {
+        lock(&self.shared.inner).state
+    }
+
+    /// The scheduler the machine's transitions run on.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.shared.scheduler
+    }
+
+    /// Sets the machine's real state now (an intermediate state, or where
+    /// the transition lands instead of `to`): waits for it resolve, and the
+    /// machine no longer commits `to` when the function returns. Not
+    /// rolled back if the function then fails.
+    ///
+    /// # Panics
+    /// If the transition has ended.
+    pub fn set_state(&self, state: S) {
+        self.me.take_over("set_state");
+        lock(&self.shared.inner).set_state(state);
+    }
+
+    /// Resolves with `Ok(())` when [`StateMachine::interrupt`] interrupts
+    /// this transition (at once if it already did, or if the machine was
+    /// dropped), or with [`Error::Cancelled`] once the transition ended
+    /// without one.
+    ///
+    /// [`StateMachine::interrupt`]: super::StateMachine::interrupt
+    pub fn interrupted(&self) -> Interrupted {
+        Interrupted {
+            me: self.me.clone(),
+        }
+    }
+
+    /// Runs the edge from this one's target (or from the state the
+    /// function set) to `next` now, before any queued request: the
+    /// machine stays this request's until the chain ends, and the request
+    /// resolves with where the chain lands. If the function has not set the
+    /// state, the edge to `next` is checked first ([`Error::InvalidTransition`]
+    /// and no change if there is none), then `to` is committed and the
+    /// next function runs; its failure is returned, and `to` stays
+    /// committed.
+    ///
+    /// # Panics
+    /// If the transition has ended.
+    pub fn continue_to(&self, next: S) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let shared = self.shared.clone();
+        let me = self.me.clone();
+        let to = self.to;
+        async move {
+            let set_before = lock(&me.inner).took_over;
+            let from = if set_before {
+                lock(&shared.inner).state
+            } else {
+                to
+            };
+            if !shared.edges.contains_key(&(from, next)) {
+                return Err(Shared::invalid(from, next));
+            }
+            me.take_over("continue_to");
+            if !set_before {
+                lock(&shared.inner).set_state(to);
+            }
+            shared.run_edge(from, next).await
+        }
+    }
+}
+
+impl<S: State> std::fmt::Debug for TransitionContext<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransitionContext")
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An interruption of a transition ([`TransitionContext::interrupted`]).
+#[must_use = "futures do nothing unless awaited"]
+pub struct Interrupted {
+    me: Arc<ContextShared>,
+}
+
+impl Future for Interrupted {
+    type Output = Result<(), Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut inner = lock(&self.me.inner);
+        if inner.interrupted {
+            return Poll::Ready(Ok(()));
+        }
+        if inner.ended {
+            return Poll::Ready(Err(Error::Cancelled));
+        }
+        if !inner.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            inner.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl std::fmt::Debug for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interrupted").finish_non_exhaustive()
+    }
+}
