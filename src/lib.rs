@@ -164,7 +164,7 @@ pub use sync::channel::{
     channel, Receiver, RecvAllFuture, RecvFuture, SendError, SendFuture, Sender, TrySendError,
 };
 pub use sync::group::{GroupOutput, TaskGroup, TaskGroupBuilder, TaskGroupRef};
-pub use sync::semaphore::{Acquire, Limiter, Permit, Semaphore};
+pub use sync::semaphore::{Acquire, Limiter, LimiterPermit, Permit, Semaphore};
 pub use sync::state_machine::{
     Interrupted, State, StateMachine, StateMachineBuilder, TransitionContext, TransitionRequest,
     WaitForState,

@@ -444,3 +444,137 @@ fn add_permits_that_would_overflow_panics_naming_the_count() {
     // Still usable.
     assert!(sem.try_acquire().is_some());
 }
+
+/// libdex 1.2 `Limiter/basic`: an acquire takes the slot, a second waits
+/// until the first is released (`dex_limiter_acquire`/`_release`).
+#[test]
+fn an_acquired_permit_holds_the_slot_until_released() {
+    watchdog("limiter-acquire-basic", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        assert_eq!(limiter.limit(), 1);
+        let first = gdex::block_on(limiter.acquire()).unwrap();
+        let mut second = Box::pin(limiter.acquire());
+        assert!(poll_once(&mut second).is_pending());
+        first.release();
+        let second = gdex::block_on(second).unwrap();
+        drop(second);
+        assert!(gdex::block_on(limiter.acquire()).is_ok());
+    });
+}
+
+/// libdex 1.2 `Limiter/discard_waiting`: a waiting acquire that is dropped
+/// takes no slot with it; the next acquire gets the released one.
+#[test]
+fn a_dropped_waiting_acquire_takes_no_slot_with_it() {
+    watchdog("limiter-discard-acquire", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let first = gdex::block_on(limiter.acquire()).unwrap();
+        let mut second = Box::pin(limiter.acquire());
+        assert!(poll_once(&mut second).is_pending());
+        drop(first); // the slot goes to `second`, which never takes it...
+        drop(second); // ...and passes it on
+        let third = gdex::block_on(gdex::timeout(Duration::from_secs(5), limiter.acquire()));
+        assert!(
+            third.is_ok(),
+            "the slot was lost with a dropped acquire: {third:?}"
+        );
+    });
+}
+
+/// libdex 1.2 `Limiter/timeout_waiting_acquire`: an acquire that times out
+/// waiting leaves the queue; a later one gets the slot when it is released.
+#[test]
+fn an_acquire_that_timed_out_leaves_the_queue() {
+    watchdog("limiter-timeout-acquire", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let first = gdex::block_on(limiter.acquire()).unwrap();
+        let timed_out = gdex::block_on(gdex::timeout(Duration::from_millis(1), limiter.acquire()));
+        assert!(
+            matches!(timed_out, Err(gdex::Error::TimedOut)),
+            "{timed_out:?}"
+        );
+        let mut third = Box::pin(limiter.acquire());
+        assert!(poll_once(&mut third).is_pending());
+        drop(first);
+        let third = gdex::block_on(gdex::timeout(Duration::from_millis(100), third));
+        assert!(third.is_ok(), "{third:?}");
+    });
+}
+
+/// libdex 1.2 `Limiter/close`: closing fails the waiting acquires and
+/// later ones with `Closed`; a permit held through the close is released
+/// without error, and gives no new slot.
+#[test]
+fn close_fails_waiting_and_later_acquires() {
+    watchdog("limiter-close-acquire", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let held = gdex::block_on(limiter.acquire()).unwrap();
+        let waiting = limiter.acquire();
+        limiter.close();
+        assert!(matches!(gdex::block_on(waiting), Err(gdex::Error::Closed)));
+        assert!(matches!(
+            gdex::block_on(limiter.acquire()),
+            Err(gdex::Error::Closed)
+        ));
+        held.release();
+        assert!(matches!(
+            gdex::block_on(limiter.acquire()),
+            Err(gdex::Error::Closed)
+        ));
+    });
+}
+
+/// libdex 1.2 `Limiter/close_after_drain`: the drain waits for the held
+/// permit; the acquire queued behind it is refused (libdex 1.2's
+/// behaviour), and the drain ends when the permit is released.
+#[test]
+fn a_drain_waits_for_held_permits_and_refuses_queued_acquires() {
+    watchdog("limiter-drain-acquire", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let first = gdex::block_on(limiter.acquire()).unwrap();
+        let mut next = Box::pin(limiter.acquire());
+        assert!(poll_once(&mut next).is_pending());
+        let mut drain = Box::pin(limiter.close_after_drain());
+        assert!(poll_once(&mut drain).is_pending());
+        let early = gdex::block_on(gdex::timeout(Duration::from_millis(1), drain.as_mut()));
+        assert!(matches!(early, Err(gdex::Error::TimedOut)), "{early:?}");
+        first.release();
+        assert!(matches!(gdex::block_on(next), Err(gdex::Error::Closed)));
+        gdex::block_on(drain);
+    });
+}
+
+/// Permits and `run` share one limit and one arrival order: a `run` made
+/// before a drain still runs on the slot an acquire refused by the drain
+/// gave back.
+#[test]
+fn permits_and_runs_share_the_limit_and_the_queue() {
+    watchdog("limiter-acquire-run", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let held = gdex::block_on(limiter.acquire()).unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let mut acquire = Box::pin(limiter.acquire());
+        assert!(poll_once(&mut acquire).is_pending());
+        let mut run = Box::pin(limiter.run(async move { r.store(true, Ordering::SeqCst) }));
+        assert!(poll_once(&mut run).is_pending());
+        assert!(!ran.load(Ordering::SeqCst), "a run went past a held permit");
+        let drain = limiter.close_after_drain();
+        drop(held);
+        assert!(matches!(gdex::block_on(acquire), Err(gdex::Error::Closed)));
+        gdex::block_on(run).unwrap();
+        assert!(ran.load(Ordering::SeqCst));
+        gdex::block_on(drain);
+    });
+}
+
+/// A permit can be held across threads and tasks: it is `Send`.
+#[test]
+fn a_permit_moves_to_another_thread() {
+    watchdog("limiter-permit-send", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let permit = gdex::block_on(limiter.acquire()).unwrap();
+        std::thread::spawn(move || drop(permit)).join().unwrap();
+        assert!(gdex::block_on(limiter.acquire()).is_ok());
+    });
+}

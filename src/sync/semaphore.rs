@@ -414,6 +414,51 @@ impl Limiter {
         }
     }
 
+    /// Waits for a slot and gives it as a [`LimiterPermit`], held until
+    /// the permit is dropped (or [`released`](LimiterPermit::release)): a
+    /// scope of limited work that is not one future (libdex's
+    /// `dex_limiter_acquire` and `dex_limiter_release`). Prefer
+    /// [`run`](Limiter::run), which cannot forget to give the slot back.
+    ///
+    /// Acquires wait in arrival order with the futures of `run` and
+    /// `run_on_pool`, and are cancel-safe: a dropped acquire leaves the
+    /// queue and passes on a slot it was given but never took. As in
+    /// libdex 1.2, an acquire still waiting when the limiter is closed,
+    /// by [`close`](Limiter::close) or
+    /// [`close_after_drain`](Limiter::close_after_drain), fails with
+    /// [`Error::Closed`], and so does one made afterwards; a drain waits
+    /// for the permits already held. (A `run` future made before a drain
+    /// runs, by contrast: it is work already handed over, an acquire is a
+    /// request to start some.)
+    ///
+    /// ```
+    /// let limiter = gdex::Limiter::new(1);
+    /// let permit = gdex::block_on(limiter.acquire()).unwrap();
+    /// let mut second = Box::pin(limiter.acquire());
+    /// assert!(gdex::block_on(gdex::timeout(std::time::Duration::from_millis(5), second.as_mut())).is_err());
+    /// permit.release();
+    /// assert!(gdex::block_on(second).is_ok());
+    /// ```
+    pub fn acquire(&self) -> impl Future<Output = Result<LimiterPermit, Error>> + Send + 'static {
+        let open = self.shared.lock().accepting;
+        let shared = self.shared.clone();
+        async move {
+            if !open {
+                return Err(Error::Closed);
+            }
+            let permit = shared.semaphore.acquire().await?;
+            // A drain began while this one waited: refused, and the slot
+            // goes back to the queue (to a `run` future made before it).
+            let ticket = shared.ticket().ok_or(Error::Closed)?;
+            Ok(LimiterPermit {
+                _held: Held {
+                    _permit: permit,
+                    _ticket: ticket,
+                },
+            })
+        }
+    }
+
     /// Closes the limiter now: queued futures (made but not yet running)
     /// and later ones fail with [`Error::Closed`]; running ones finish.
     pub fn close(&self) {
@@ -454,6 +499,25 @@ impl Limiter {
             shared: self.shared.clone(),
             key: None,
         }
+    }
+}
+
+/// A slot of a [`Limiter`], from [`Limiter::acquire`]: held until dropped.
+#[must_use = "dropping the permit gives its slot back at once"]
+pub struct LimiterPermit {
+    _held: Held,
+}
+
+impl LimiterPermit {
+    /// Gives the slot back (as dropping the permit does; libdex's
+    /// `dex_limiter_release`). After the limiter was closed, the slot
+    /// goes to nobody, and a drain waiting for it may end.
+    pub fn release(self) {}
+}
+
+impl std::fmt::Debug for LimiterPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimiterPermit").finish_non_exhaustive()
     }
 }
 
