@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use common::{on_main, spin, stress, wait_until, watchdog, Counted, Rng};
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use gio::prelude::CancellableExt;
 
 fn pool(workers: usize) -> gdex::ThreadPool {
     gdex::ThreadPool::builder()
@@ -992,5 +993,153 @@ fn a_promise_resolve_during_pool_shutdown_returns() {
             ok,
             "Promise::resolve during pool shutdown deadlocked on the promise's lock"
         );
+    });
+}
+
+/// libdex 1.2 `Channel/receive_all_with_blocked_sender`: `recv_all` on a
+/// full bounded channel takes what is queued and lets the send waiting
+/// for room in, in order.
+#[test]
+fn recv_all_lets_a_send_blocked_on_a_full_channel_in() {
+    watchdog("recv-all-blocked-sender", 30, || {
+        let (tx, rx) = gdex::channel(2);
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut send1 = Box::pin(tx.send(1));
+        let mut send2 = Box::pin(tx.send(2));
+        let mut send3 = Box::pin(tx.send(3));
+        assert!(send1.as_mut().poll(&mut cx).is_ready());
+        assert!(send2.as_mut().poll(&mut cx).is_ready());
+        assert!(send3.as_mut().poll(&mut cx).is_pending());
+        let mut all = Box::pin(rx.recv_all());
+        match all.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok(items)) => assert_eq!(items, [1, 2]),
+            other => panic!("recv_all on a full channel gave {other:?}"),
+        }
+        assert!(
+            matches!(send3.as_mut().poll(&mut cx), Poll::Ready(Ok(()))),
+            "the blocked send was not let in"
+        );
+        assert_eq!(gdex::block_on(rx.recv()).unwrap(), 3);
+    });
+}
+
+/// libdex 1.2 `delayed` (its fix "chain wrapped future in the correct
+/// direction"): released before the wrapped future resolves, a `Delayed`
+/// stays pending until it does, then gives its value; resolved before the
+/// release, it waits for the release.
+#[test]
+fn a_delayed_released_early_waits_for_its_future_and_gives_its_value() {
+    watchdog("delayed-release-early", 30, || {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let (promise, future) = gdex::Promise::<i32>::new();
+        let (delayed, release) = gdex::Delayed::new(future);
+        let mut delayed = Box::pin(delayed);
+        assert!(delayed.as_mut().poll(&mut cx).is_pending());
+        release.release();
+        assert!(
+            delayed.as_mut().poll(&mut cx).is_pending(),
+            "released ahead of its future"
+        );
+        promise.resolve(123);
+        assert!(matches!(
+            delayed.as_mut().poll(&mut cx),
+            Poll::Ready(Ok(123))
+        ));
+
+        let (promise, future) = gdex::Promise::<i32>::new();
+        let (delayed, release) = gdex::Delayed::new(future);
+        let mut delayed = Box::pin(delayed);
+        promise.resolve(7);
+        assert!(
+            delayed.as_mut().poll(&mut cx).is_pending(),
+            "resolved before its release"
+        );
+        release.release();
+        assert!(matches!(delayed.as_mut().poll(&mut cx), Poll::Ready(Ok(7))));
+    });
+}
+
+/// libdex 1.2 `with-timeout/resolves` and `/rejects`: a timeout around a
+/// future that is already decided passes its value, or its error,
+/// through unchanged (domain, code and message), without waiting.
+#[test]
+fn a_timeout_passes_a_value_or_an_error_through_unchanged() {
+    watchdog("timeout-passthrough", 30, || {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut ok = Box::pin(gdex::timeout(
+            Duration::from_secs(1),
+            std::future::ready(Ok::<_, gdex::Error>(123)),
+        ));
+        assert!(matches!(ok.as_mut().poll(&mut cx), Poll::Ready(Ok(123))));
+        let failed = glib::Error::new(gio::IOErrorEnum::NotFound, "Failed");
+        let mut err = Box::pin(gdex::timeout_at(
+            Instant::now() + Duration::from_secs(1),
+            std::future::ready(Err::<i32, _>(failed)),
+        ));
+        match err.as_mut().poll(&mut cx) {
+            Poll::Ready(Err(gdex::Error::Failed(e))) => {
+                assert!(e.matches(gio::IOErrorEnum::NotFound));
+                assert_eq!(e.message(), "Failed");
+            }
+            other => panic!("the error did not pass through: {other:?}"),
+        }
+    });
+}
+
+/// libdex 1.2 `with-timeout/times-out` and `/disowned`: a deadline that
+/// passes rejects with `TimedOut` and drops the wrapped future, which
+/// cancels a GIO call it made; work handed to a detached task is not
+/// cancelled, only no longer awaited.
+#[test]
+fn a_passed_deadline_times_out_cancelling_the_call_but_not_detached_work() {
+    watchdog("timeout-deadline", 30, || {
+        let context = glib::MainContext::new();
+        context
+            .with_thread_default(|| {
+                let timed_out = gdex::block_on(gdex::timeout_at(
+                    Instant::now(),
+                    std::future::pending::<Result<(), gdex::Error>>(),
+                ));
+                assert!(
+                    matches!(timed_out, Err(gdex::Error::TimedOut)),
+                    "{timed_out:?}"
+                );
+
+                // A GIO-style call whose cancellable the test watches; it
+                // never answers (its sender is kept, unused).
+                type Call = (gio::Cancellable, gio::GioFutureResult<()>);
+                let started = Arc::new(std::sync::Mutex::new(None::<Call>));
+                let seen = started.clone();
+                let call = gio::GioFuture::new(&gio::Menu::new(), move |_, c, send| {
+                    *seen.lock().unwrap() = Some((c.clone(), send));
+                });
+                let out = gdex::block_on(gdex::timeout(Duration::from_millis(5), async move {
+                    call.await;
+                    Ok::<(), gdex::Error>(())
+                }));
+                assert!(matches!(out, Err(gdex::Error::TimedOut)));
+                let (c, _send) = started.lock().unwrap().take().expect("the call started");
+                assert!(c.is_cancelled(), "the timed-out call was not cancelled");
+
+                // Disowned: the work runs on in a detached task.
+                let done = Arc::new(AtomicBool::new(false));
+                let d = done.clone();
+                let (promise, result) = gdex::Promise::<u8>::new();
+                let (open, gate) = gdex::Promise::<()>::new();
+                gdex::spawn(async move {
+                    let _ = gate.await;
+                    d.store(true, Ordering::SeqCst);
+                    promise.resolve(1);
+                })
+                .detach();
+                let out = gdex::block_on(gdex::timeout(Duration::from_millis(5), result));
+                assert!(matches!(out, Err(gdex::Error::TimedOut)));
+                open.resolve(());
+                wait_until(|| done.load(Ordering::SeqCst));
+            })
+            .unwrap();
     });
 }
