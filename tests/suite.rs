@@ -16,6 +16,7 @@ mod blocking;
 mod cancellation;
 mod checksum;
 mod dbus;
+mod dbus_client;
 mod directed_wakeups;
 mod fds;
 mod fibers;

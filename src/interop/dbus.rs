@@ -1,4 +1,5 @@
-//! D-Bus methods as gdex tasks: [`export`].
+//! D-Bus methods as gdex tasks: [`export`]; a well-known name owned as a
+//! handle: [`own_name`] (D4).
 //!
 //! GIO dispatches a D-Bus method call to a handler on the main context of
 //! the thread that registered the object. With [`export`], that handler
@@ -34,6 +35,8 @@ use glib::translate::ToGlibPtr;
 use crate::error::panic_message;
 use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, TaskGroup};
+
+pub use super::dbus_name::{own_name, NameOwner};
 
 /// One D-Bus method call, as [`export`]'s handler gets it.
 ///

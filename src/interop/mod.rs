@@ -5,4 +5,5 @@
 
 pub(crate) mod async_result;
 pub mod dbus;
+mod dbus_name;
 pub(crate) mod list_model;

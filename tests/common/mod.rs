@@ -558,3 +558,67 @@ pub fn example_exe(name: &str) -> std::path::PathBuf {
     );
     exe
 }
+
+/// A private message bus: `dbus-daemon --session` on a socket in a temp
+/// dir of its own, stopped when dropped. `.ci/run` installs `dbus-daemon`.
+pub struct PrivateBus {
+    daemon: std::process::Child,
+    pub address: String,
+    _dir: TempDir,
+}
+
+impl PrivateBus {
+    pub fn start(name: &str) -> PrivateBus {
+        use std::io::BufRead;
+        let dir = TempDir::new(&format!("bus-{name}"));
+        let mut command = std::process::Command::new("dbus-daemon");
+        // SAFETY: prctl is async-signal-safe and the closure allocates
+        // nothing, as pre_exec requires. The daemon gets SIGTERM when the
+        // thread that started it ends (the test's), or the process does,
+        // even aborted by a watchdog: no daemon outlives its test.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut daemon = command
+            .args(["--session", "--nofork", "--print-address=1"])
+            .arg(format!("--address=unix:dir={}", dir.0.display()))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect(
+                "cannot start dbus-daemon: install it (`apt-get install dbus-daemon`, as .ci/run \
+                 does) to run the tests that need a message bus",
+            );
+        let mut address = String::new();
+        std::io::BufReader::new(daemon.stdout.take().unwrap())
+            .read_line(&mut address)
+            .unwrap();
+        assert!(!address.trim().is_empty(), "dbus-daemon printed no address");
+        PrivateBus {
+            daemon,
+            address: address.trim().to_owned(),
+            _dir: dir,
+        }
+    }
+
+    /// A new connection to the bus (registered: it has a unique name).
+    pub fn connect(&self) -> gio::DBusConnection {
+        gio::DBusConnection::for_address_sync(
+            &self.address,
+            gio::DBusConnectionFlags::AUTHENTICATION_CLIENT
+                | gio::DBusConnectionFlags::MESSAGE_BUS_CONNECTION,
+            None,
+            gio::Cancellable::NONE,
+        )
+        .expect("connect to the private bus")
+    }
+}
+
+impl Drop for PrivateBus {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}

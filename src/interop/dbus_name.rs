@@ -1,0 +1,220 @@
+//! A well-known D-Bus name owned as a handle (D4): libdex's
+//! `dex_bus_own_name_on_connection`, with the name's two outcomes as
+//! futures and its release on drop.
+//!
+//! GIO reports a name's fate through two callbacks on the main context
+//! that was the thread-default one when the name was asked for; here they
+//! only record the outcome and wake the futures waiting for it. As in
+//! libdex, a loss is final: the name is given up then, and a
+//! [`NameOwner`] does not follow a later re-acquisition (ask again).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use crate::sync::wait_queue::{lock, wake_unlocked};
+use crate::Error;
+
+#[derive(Default)]
+struct State {
+    /// `None` until the bus answered; then whether the name is ours.
+    owned: Option<bool>,
+    /// It was ours at some point (it may be lost since).
+    was_acquired: bool,
+    /// GIO's owner id, until the name is given up (lost or dropped).
+    id: Option<gio::OwnerId>,
+    wakers: Vec<Waker>,
+}
+
+struct Shared {
+    name: String,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn settle(&self, owned: bool) {
+        let id = {
+            let mut state = lock(&self.state);
+            if state.owned == Some(false) {
+                return; // lost already: final
+            }
+            state.owned = Some(owned);
+            state.was_acquired |= owned;
+            for waker in state.wakers.drain(..) {
+                wake_unlocked(waker);
+            }
+            if owned {
+                None
+            } else {
+                state.id.take()
+            }
+        };
+        // Lost: given up, as libdex does (outside the lock: GIO may call
+        // back into nothing, but it takes its own locks).
+        if let Some(id) = id {
+            gio::bus_unown_name(id);
+        }
+    }
+
+    fn poll_with(&self, cx: &mut Context<'_>, want: impl Fn(Option<bool>) -> bool) -> Poll<()> {
+        let mut state = lock(&self.state);
+        if want(state.owned) {
+            return Poll::Ready(());
+        }
+        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            state.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// Asks the bus behind `connection` for the well-known `name` (D4;
+/// libdex's `dex_bus_own_name_on_connection`, GIO's
+/// `g_bus_own_name_on_connection`). The returned [`NameOwner`] gives the
+/// outcome ([`acquired`](NameOwner::acquired),
+/// [`lost`](NameOwner::lost)) and releases the name when dropped.
+///
+/// GIO delivers the outcome on the calling thread's thread-default main
+/// context: call this where one runs (a GTK app's main thread, a gdex
+/// task on any scheduler), or the outcome never comes.
+///
+/// ```no_run
+/// # async fn f(connection: gio::DBusConnection) -> Result<(), gdex::Error> {
+/// let name = gdex::dbus::own_name(&connection, "org.example.App", gio::BusNameOwnerFlags::NONE);
+/// name.acquired().await?; // ours; dropping `name` releases it
+/// name.lost().await;      // another took it, or the connection closed
+/// # Ok(()) }
+/// ```
+pub fn own_name(
+    connection: &gio::DBusConnection,
+    name: &str,
+    flags: gio::BusNameOwnerFlags,
+) -> NameOwner {
+    let shared = Arc::new(Shared {
+        name: name.to_owned(),
+        state: Mutex::new(State::default()),
+    });
+    // The callbacks hold the state weakly: once the owner is dropped (and
+    // the name given up), a late callback finds nothing.
+    let on_acquired = Arc::downgrade(&shared);
+    let on_lost = Arc::downgrade(&shared);
+    let id = gio::bus_own_name_on_connection(
+        connection,
+        name,
+        flags,
+        move |_, _| {
+            if let Some(shared) = on_acquired.upgrade() {
+                shared.settle(true);
+            }
+        },
+        move |_, _| {
+            if let Some(shared) = on_lost.upgrade() {
+                shared.settle(false);
+            }
+        },
+    );
+    let mut state = lock(&shared.state);
+    if state.owned == Some(false) {
+        // Lost before we got the id (GIO answered at once): give it up.
+        drop(state);
+        gio::bus_unown_name(id);
+    } else {
+        state.id = Some(id);
+        drop(state);
+    }
+    NameOwner { shared }
+}
+
+/// A well-known D-Bus name asked for with [`own_name`]: released when
+/// dropped.
+pub struct NameOwner {
+    shared: Arc<Shared>,
+}
+
+impl NameOwner {
+    /// The name asked for.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Whether the name is ours now (`false` before the bus answered).
+    pub fn is_owned(&self) -> bool {
+        lock(&self.shared.state).owned == Some(true)
+    }
+
+    /// Resolves once the name is ours, or fails (`G_IO_ERROR_FAILED`,
+    /// naming it) if the bus gave it to another connection first, or the
+    /// connection closed, as libdex's acquired future does.
+    pub fn acquired(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let shared = self.shared.clone();
+        NameFuture {
+            shared,
+            want: |owned| owned.is_some(),
+        }
+        .map_owned(|shared| match lock(&shared.state).was_acquired {
+            true => Ok(()),
+            false => Err(Error::Failed(glib::Error::new(
+                gio::IOErrorEnum::Failed,
+                &format!(
+                    "the D-Bus name {} was not acquired: another connection owns it (and does \
+                     not allow replacement), or the connection closed",
+                    shared.name
+                ),
+            ))),
+        })
+    }
+
+    /// Resolves once the name is lost (another connection replaced us, or
+    /// the connection closed), whether or not it was ever ours. From then
+    /// on the name is given up.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        NameFuture {
+            shared: self.shared.clone(),
+            want: |owned| owned == Some(false),
+        }
+        .map_owned(|_| ())
+    }
+}
+
+impl Drop for NameOwner {
+    fn drop(&mut self) {
+        let id = lock(&self.shared.state).id.take();
+        if let Some(id) = id {
+            gio::bus_unown_name(id);
+        }
+    }
+}
+
+impl std::fmt::Debug for NameOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NameOwner")
+            .field("name", &self.shared.name)
+            .field("owned", &lock(&self.shared.state).owned)
+            .finish()
+    }
+}
+
+/// Waits until `want` holds of the name's state.
+struct NameFuture {
+    shared: Arc<Shared>,
+    want: fn(Option<bool>) -> bool,
+}
+
+impl NameFuture {
+    /// Then gives `f` of the state (which only moves forward: unanswered,
+    /// ours, lost).
+    async fn map_owned<T>(self, f: fn(&Shared) -> T) -> T {
+        let shared = self.shared.clone();
+        self.await;
+        f(&shared)
+    }
+}
+
+impl Future for NameFuture {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.shared.poll_with(cx, self.want)
+    }
+}

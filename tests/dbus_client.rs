@@ -1,0 +1,278 @@
+//! D4: the client side of D-Bus on a real message bus (a private
+//! `dbus-daemon` each test starts): a well-known name owned as a handle
+//! (`gdex::dbus::own_name`, libdex's `dex_bus_own_name_on_connection`),
+//! signal subscriptions as streams that unsubscribe when dropped (gio-rs's
+//! `receive_signal`, libdex's generated signal monitors), and method calls
+//! that carry a unix fd list (gio-rs's `call_with_unix_fd_list_future`,
+//! libdex's `dex_dbus_connection_call_with_unix_fd_list`), awaited from
+//! gdex's schedulers and fibers.
+
+use crate::common;
+
+use std::io::Read;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{on_own_context, watchdog, PrivateBus};
+use futures::StreamExt;
+use gdex::gio::prelude::*;
+use gdex::{gio, glib};
+
+const NAME: &str = "org.gdex.Test.Names";
+const PATH: &str = "/org/gdex/Test";
+const IFACE: &str = "org.gdex.Test";
+
+/// Who owns `name` on the bus, as the bus says (`None`: nobody).
+fn owner_of(connection: &gio::DBusConnection, name: &str) -> Option<String> {
+    let reply = gdex::block_on(connection.call_future(
+        Some("org.freedesktop.DBus"),
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus",
+        "GetNameOwner",
+        Some(&(name,).to_variant()),
+        None,
+        gio::DBusCallFlags::NONE,
+        5_000,
+    ));
+    reply.ok().map(|v| v.get::<(String,)>().unwrap().0)
+}
+
+/// A name is acquired, refused to a second connection (its `acquired`
+/// fails and its `lost` resolves), and released when its owner is dropped,
+/// after which another connection gets it (D4).
+#[test]
+fn a_name_is_acquired_refused_to_others_and_released_on_drop() {
+    watchdog("dbus-own-name", 60, || {
+        let bus = PrivateBus::start("own-name");
+        on_own_context(|context| {
+            let first = bus.connect();
+            let second = bus.connect();
+            let owner = gdex::dbus::own_name(&first, NAME, gio::BusNameOwnerFlags::NONE);
+            gdex::block_on(owner.acquired()).unwrap();
+            assert!(owner.is_owned());
+            assert_eq!(
+                owner_of(&second, NAME).as_deref(),
+                first.unique_name().as_deref()
+            );
+
+            let refused = gdex::dbus::own_name(&second, NAME, gio::BusNameOwnerFlags::NONE);
+            let err = gdex::block_on(refused.acquired()).unwrap_err();
+            assert!(err.matches(gio::IOErrorEnum::Failed), "{err:?}");
+            assert!(err.to_string().contains(NAME), "{err}");
+            gdex::block_on(refused.lost());
+            assert!(!refused.is_owned());
+            drop(refused);
+
+            drop(owner);
+            // The release goes to the bus without a reply: ask until it
+            // has taken effect.
+            common::pump_polling(context, || owner_of(&second, NAME).is_none());
+            let next = gdex::dbus::own_name(&second, NAME, gio::BusNameOwnerFlags::NONE);
+            gdex::block_on(next.acquired()).unwrap();
+            assert_eq!(
+                owner_of(&first, NAME).as_deref(),
+                second.unique_name().as_deref()
+            );
+        });
+    });
+}
+
+/// An owner that allows replacement loses its name to one that asks to
+/// replace it: its `lost` resolves, the other's `acquired` succeeds (D4).
+#[test]
+fn a_replaced_owner_learns_it_lost_the_name() {
+    watchdog("dbus-replace-name", 60, || {
+        let bus = PrivateBus::start("replace-name");
+        on_own_context(|_| {
+            let first = bus.connect();
+            let second = bus.connect();
+            let owner =
+                gdex::dbus::own_name(&first, NAME, gio::BusNameOwnerFlags::ALLOW_REPLACEMENT);
+            gdex::block_on(owner.acquired()).unwrap();
+            let lost = owner.lost();
+            let usurper = gdex::dbus::own_name(&second, NAME, gio::BusNameOwnerFlags::REPLACE);
+            gdex::block_on(usurper.acquired()).unwrap();
+            gdex::block_on(lost);
+            assert!(!owner.is_owned());
+            // Acquired once: `acquired` still says so after the loss.
+            assert!(gdex::block_on(owner.acquired()).is_ok());
+            assert_eq!(
+                owner_of(&first, NAME).as_deref(),
+                second.unique_name().as_deref()
+            );
+        });
+    });
+}
+
+/// A name asked for from a pool task is acquired there: GIO answers on the
+/// worker's context (D4, S2).
+#[test]
+fn a_name_is_owned_from_a_pool_task() {
+    watchdog("dbus-name-pool", 60, || {
+        let bus = PrivateBus::start("name-pool");
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let connection = bus.connect();
+        let owner = gdex::block_on(pool.scheduler().spawn(async move {
+            let owner = gdex::dbus::own_name(&connection, NAME, gio::BusNameOwnerFlags::NONE);
+            owner.acquired().await.map(|()| owner)
+        }))
+        .unwrap()
+        .unwrap();
+        assert!(owner.is_owned());
+        assert_eq!(owner.name(), NAME);
+    });
+}
+
+/// Signals become a stream in a (pinned) pool task: those emitted before the first
+/// read are kept, in order; dropping the stream unsubscribes, so a signal
+/// emitted afterwards reaches its callback no more (D4).
+#[test]
+fn a_signal_stream_keeps_order_and_unsubscribes_when_dropped() {
+    watchdog("dbus-signal-stream", 60, || {
+        let bus = PrivateBus::start("signals");
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let listener = bus.connect();
+        let emitter = bus.connect();
+        let sender = emitter.unique_name().unwrap().to_string();
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let counted = delivered.clone();
+        let (subscribed, ready) = gdex::Promise::<()>::new();
+        let (go, emitted) = gdex::Promise::<()>::new();
+        let (unsubscribed, dropped) = gdex::Promise::<()>::new();
+        let (go_again, emitted_again) = gdex::Promise::<()>::new();
+        // Pinned to a worker: gio-rs's streams and call futures are !Send.
+        let got = pool.scheduler().spawn_pinned(move || async move {
+            let subscribe = |count: Option<Arc<AtomicUsize>>| {
+                listener.receive_signal(
+                    Some(&sender),
+                    Some(IFACE),
+                    Some("Tick"),
+                    Some(PATH),
+                    None,
+                    gio::DBusSignalFlags::NONE,
+                    move |signal| {
+                        if let Some(count) = &count {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        signal.parameters.get::<(u32,)>().unwrap().0
+                    },
+                )
+            };
+            // Both on this worker's context, in this order: when the
+            // witness sees a signal, the other's callback, had it still
+            // been subscribed, has run.
+            let mut ticks = subscribe(Some(counted));
+            let mut witness = subscribe(None);
+            // A round trip on the listener's connection: the bus has its
+            // match rules before any signal goes out.
+            let _ = listener
+                .call_future(
+                    Some("org.freedesktop.DBus"),
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus",
+                    "GetId",
+                    None,
+                    None,
+                    gio::DBusCallFlags::NONE,
+                    5_000,
+                )
+                .await
+                .unwrap();
+            subscribed.resolve(());
+            emitted.await.unwrap();
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                got.push(ticks.next().await.unwrap());
+            }
+            drop(ticks);
+            unsubscribed.resolve(());
+            emitted_again.await.unwrap();
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                seen.push(witness.next().await.unwrap());
+            }
+            (got, seen)
+        });
+        gdex::block_on(ready).unwrap();
+        for i in 1..=3u32 {
+            emitter
+                .emit_signal(None, PATH, IFACE, "Tick", Some(&(i,).to_variant()))
+                .unwrap();
+        }
+        go.resolve(());
+        gdex::block_on(dropped).unwrap();
+        emitter
+            .emit_signal(None, PATH, IFACE, "Tick", Some(&(4u32,).to_variant()))
+            .unwrap();
+        go_again.resolve(());
+        let (got, seen) = gdex::block_on(got).unwrap();
+        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(seen, [1, 2, 3, 4]);
+        assert_eq!(
+            delivered.load(Ordering::SeqCst),
+            3,
+            "a dropped stream still got a signal"
+        );
+    });
+}
+
+/// A method call that carries a file descriptor, made with gio-rs's
+/// `call_with_unix_fd_list_future` from a fiber on the pool, reaches a
+/// `gdex::dbus::export`ed object on another connection of the bus, which
+/// reads the fd (D4, G3, F1).
+#[test]
+fn a_call_with_an_fd_list_from_a_fiber_passes_the_fd() {
+    watchdog("dbus-fd-call", 60, || {
+        let bus = PrivateBus::start("fd-call");
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        on_own_context(|_| {
+            let service = bus.connect();
+            let client = bus.connect();
+            let xml = r#"<node><interface name="org.gdex.Test">
+                <method name="ReadFd"><arg type="h" direction="in"/><arg type="s" direction="out"/></method>
+              </interface></node>"#;
+            let interface = gio::DBusNodeInfo::for_xml(xml)
+                .unwrap()
+                .lookup_interface(IFACE)
+                .unwrap();
+            let _export = gdex::dbus::export(
+                &service,
+                PATH,
+                &interface,
+                &pool.scheduler(),
+                |call| async move {
+                    let (handle,): (glib::variant::Handle,) = call.parameters.get().unwrap();
+                    let fd = call.fd(handle)?.try_clone_to_owned().unwrap();
+                    let mut text = String::new();
+                    std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+                    Ok(Some((text,).to_variant()))
+                },
+            )
+            .unwrap();
+            let destination = service.unique_name().unwrap().to_string();
+            let (reader, mut writer) = std::io::pipe().unwrap();
+            std::io::Write::write_all(&mut writer, b"through the bus").unwrap();
+            drop(writer);
+            let reader = std::os::fd::OwnedFd::from(reader);
+            let fiber = pool.scheduler().spawn_fiber(move || {
+                let list = gio::UnixFDList::new();
+                let index = list.append(&reader).unwrap();
+                let (reply, _fds) = gdex::fiber::wait(client.call_with_unix_fd_list_future(
+                    Some(&destination),
+                    PATH,
+                    IFACE,
+                    "ReadFd",
+                    Some(&(glib::variant::Handle(index),).to_variant()),
+                    None,
+                    gio::DBusCallFlags::NONE,
+                    5_000,
+                    Some(&list),
+                ))?;
+                Ok::<_, gdex::Error>(reply.get::<(String,)>().unwrap().0)
+            });
+            // The service's dispatch runs on this thread's context, which
+            // block_on iterates.
+            assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), "through the bus");
+        });
+    });
+}
