@@ -1150,3 +1150,189 @@ fn the_loom_reader_follows_what_the_models_compile_besides_paths() {
         );
     }
 }
+
+/// A copy of what `.ci/loom` reads, in a scratch folder, with a stand-in
+/// for cargo whose "test binary" lists `models` and passes them all: the
+/// script's own logic (what it records, when it runs the models) without a
+/// loom build.
+struct LoomScratch {
+    dir: crate::common::TempDir,
+    real_path: String,
+}
+
+impl LoomScratch {
+    fn new(name: &str, models: &[&str]) -> LoomScratch {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = crate::common::TempDir::new(name);
+        for file in [
+            ".ci/loom",
+            "Cargo.toml",
+            "Cargo.lock",
+            "src/lib.rs",
+            "src/pool/mod.rs",
+            "src/pool/parking.rs",
+            "src/pool/loom_pool.rs",
+        ] {
+            std::fs::create_dir_all(dir.0.join(file).parent().unwrap()).unwrap();
+            std::fs::copy(root.join(file), dir.0.join(file)).unwrap();
+        }
+        let list: String = models
+            .iter()
+            .map(|m| format!("echo '{m}: test'\n"))
+            .collect();
+        let bin = dir.0.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let script = |name: &str, body: &str| {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+            std::process::Command::new("chmod")
+                .arg("+x")
+                .arg(&path)
+                .status()
+                .unwrap();
+        };
+        script(
+            "models",
+            &format!(
+                "case \" $* \" in *' --list '*) {list} exit 0;; esac\necho 'test result: ok.'\n"
+            ),
+        );
+        script(
+            "cargo",
+            &format!(
+                "[ -z \"$SCRATCH_NO_BUILD\" ] || exit 101\necho '{{\"executable\":\"{}\"}}'\n",
+                bin.join("models").display()
+            ),
+        );
+        LoomScratch {
+            dir,
+            real_path: std::env::var("PATH").unwrap_or_default(),
+        }
+    }
+
+    /// Runs `.ci/loom args`: (passed, what it said).
+    fn run(&self, args: &[&str]) -> (bool, String) {
+        self.run_with(args, &[])
+    }
+
+    /// The same where cargo fails: what `.ci/loom --if-changed` decides,
+    /// without a record of the run.
+    fn decide(&self) -> String {
+        self.run_with(&["--if-changed"], &[("SCRATCH_NO_BUILD", "1")])
+            .1
+    }
+
+    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+        let mut command = std::process::Command::new("bash");
+        command.envs(env.iter().copied());
+        command.arg(self.dir.0.join(".ci/loom")).args(args).env(
+            "PATH",
+            format!("{}:{}", self.dir.0.join("bin").display(), self.real_path),
+        );
+        for (name, _) in std::env::vars() {
+            if name == "GDEX_LOOM_BOUND" || name.starts_with("LOOM_") {
+                command.env_remove(name);
+            }
+        }
+        let out = command.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), said)
+    }
+
+    fn edit(&self, file: &str, edit: impl FnOnce(&str) -> String) -> String {
+        let path = self.dir.0.join(file);
+        let before = std::fs::read_to_string(&path).unwrap_or_default();
+        std::fs::write(&path, edit(&before)).unwrap();
+        before
+    }
+}
+
+/// What the loom models compile is more than their files (X7): the
+/// package's edition, the profile `.ci/loom` builds them with, the features
+/// of their dependencies, a build script, cargo's configuration, and the
+/// `cfg` that compiles them in at all. A change to any of these runs the
+/// models again under `--if-changed`; a change elsewhere in the manifest
+/// does not.
+#[test]
+fn the_loom_record_changes_with_how_the_models_build() {
+    let scratch = LoomScratch::new(
+        "loom-record",
+        &["pool::loom_pool::loom_a", "pool::loom_pool::loom_b"],
+    );
+    let (passed, said) = scratch.run(&[]);
+    assert!(passed, "the models' stand-in passes: {said}");
+    let said = scratch.decide();
+    assert!(said.contains("not run again"), "{said}");
+    type Edit = fn(&str) -> String;
+    let changes: &[(&str, &str, Edit)] = &[
+        ("the edition", "Cargo.toml", |t| {
+            t.replacen("edition = \"2021\"", "edition = \"2024\"", 1)
+        }),
+        ("debug assertions in release", "Cargo.toml", |t| {
+            format!("{t}\n[profile.release]\ndebug-assertions = true\n")
+        }),
+        ("overflow checks in bench", "Cargo.toml", |t| {
+            format!("{t}\n[profile.bench]\noverflow-checks = true\n")
+        }),
+        ("loom's features", "Cargo.toml", |t| {
+            t.replacen(
+                "loom = { version = \"0.7\", optional = true }",
+                "loom = { version = \"0.7\", optional = true, features = [\"checkpoint\"] }",
+                1,
+            )
+        }),
+        ("the models' cfg", "src/pool/mod.rs", |t| {
+            t.replacen(
+                "#[cfg(all(test, gdex_loom))]",
+                "#[cfg(all(test, gdex_loom, gdex_never))]",
+                1,
+            )
+        }),
+        ("a build script", "build.rs", |_| {
+            "fn main() {}\n".to_owned()
+        }),
+        ("cargo's configuration", ".cargo/config.toml", |_| {
+            "[build]\nrustflags = [\"-Cdebug-assertions\"]\n".to_owned()
+        }),
+    ];
+    std::fs::create_dir_all(scratch.dir.0.join(".cargo")).unwrap();
+    for (what, file, change) in changes {
+        let before = scratch.edit(file, change);
+        let said = scratch.decide();
+        assert!(
+            said.contains("inputs differ"),
+            "a change of {what} ({file}) must run the loom models again, .ci/loom said: {said}"
+        );
+        if before.is_empty() {
+            std::fs::remove_file(scratch.dir.0.join(file)).unwrap();
+        } else {
+            scratch.edit(file, |_| before);
+        }
+    }
+    scratch.edit("Cargo.toml", |t| {
+        format!("{t}\n[[test]]\nname = \"another\"\n")
+    });
+    let said = scratch.decide();
+    assert!(
+        said.contains("not run again"),
+        "a new test binary changes no model: {said}"
+    );
+}
+
+/// `.ci/loom` records a pass only when models ran (X7): a test binary
+/// with no model in it (the `cfg` of `mod loom_pool` never true, the
+/// models renamed) fails instead of vouching for the protocol.
+#[test]
+fn the_loom_script_records_no_pass_when_no_model_ran() {
+    let scratch = LoomScratch::new("loom-no-model", &[]);
+    let (passed, said) = scratch.run(&[]);
+    assert!(
+        !passed,
+        ".ci/loom passed with no model in its test binary: {said}"
+    );
+    assert!(
+        !scratch.dir.0.join(".ci/loom.passed").exists(),
+        ".ci/loom recorded a pass of no model: {said}"
+    );
+}
