@@ -81,8 +81,13 @@ fn strip(source: &str) -> String {
                 && pair[1].starts_with("mod tests")
         })
         .unwrap_or(lines.len());
-    lines[..tests]
-        .iter()
+    strip_comments(&lines[..tests].join("\n"))
+}
+
+/// Cuts line comments, doc comments included.
+fn strip_comments(source: &str) -> String {
+    source
+        .lines()
         .map(|line| match line.find("//") {
             Some(at) if !line[..at].contains('"') => &line[..at],
             _ => line,
@@ -626,6 +631,46 @@ fn the_optimised_binary_runs_what_the_others_run_the_way_they_run_it() {
                 "`{module}` runs beside others in `suite`: .ci/run's one-at-a-time pass \
                  need not name it"
             );
+        }
+    }
+    // `--skip m::` matches names as substrings, in every binary of the
+    // pass: it skips the tests of any module whose name ends in `m`. The
+    // pass also runs the unit tests and other binaries, none of whose
+    // modules may end so (their tests would not run optimised at all).
+    let skipped: Vec<&str> = parallel_pass
+        .split("--skip ")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next()?.strip_suffix("::"))
+        .collect();
+    assert!(!skipped.is_empty(), "{parallel_pass}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = Vec::new();
+    if parallel_pass.contains(" --lib ") {
+        sources.extend(source_files());
+    }
+    for binary in parallel_pass.split("--test ").skip(1) {
+        let binary = binary.split_whitespace().next().unwrap();
+        if binary != "optimised" {
+            sources.push(root.join(format!("tests/{binary}.rs")));
+        }
+    }
+    for source in sources {
+        let text = strip_comments(&std::fs::read_to_string(&source).unwrap());
+        let mut names = words_after(&text, "mod ");
+        if let Ok(rel) = source.strip_prefix(root.join("src")) {
+            let rel = rel.with_extension("");
+            names.extend(rel.iter().map(|part| part.to_string_lossy().into_owned()));
+        }
+        for name in names {
+            for skip in &skipped {
+                assert!(
+                    !name.ends_with(skip),
+                    "{}: the module `{name}` runs in .ci/run's optimised pass beside \
+                     `--skip {skip}::`, which skips its tests: rename it, or run that \
+                     binary in a pass of its own",
+                    source.display()
+                );
+            }
         }
     }
 }
