@@ -1337,6 +1337,20 @@ fn the_loom_record_changes_with_how_the_models_build() {
         ("a build script", "build.rs", |_| {
             "fn main() {}\n".to_owned()
         }),
+        ("the library's root", "Cargo.toml", |t| {
+            t.replacen(
+                "[features]",
+                "[lib]\npath = \"src/other.rs\"\n\n[features]",
+                1,
+            )
+        }),
+        ("the build script's path", "Cargo.toml", |t| {
+            t.replacen(
+                "autotests = false",
+                "autotests = false\nbuild = \"gen.rs\"",
+                1,
+            )
+        }),
         ("cargo's configuration", ".cargo/config.toml", |_| {
             "[build]\nrustflags = [\"-Cdebug-assertions\"]\n".to_owned()
         }),
