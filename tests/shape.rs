@@ -1358,6 +1358,11 @@ fn the_loom_record_changes_with_how_the_models_build() {
     std::fs::create_dir_all(scratch.dir.0.join(".cargo")).unwrap();
     for (what, file, change) in changes {
         let before = scratch.edit(file, change);
+        assert_ne!(
+            std::fs::read_to_string(scratch.dir.0.join(file)).unwrap(),
+            before,
+            "the change of {what} no longer applies to {file}: update it"
+        );
         let said = scratch.decide();
         assert!(
             said.contains("inputs differ"),
