@@ -5,10 +5,11 @@
 //! runs what the others run, and `.ci/loom`'s record of the models' last
 //! pass covers every file they compile.
 //!
-//! This reads `src/` as text: every `crate::…` and `super::…` path outside
-//! comments and `#[cfg(test)] mod tests` (names re-exported at the crate
-//! root count as their defining module) is an edge from the module that
-//! writes it to the module it names. Two graphs must be acyclic:
+//! This reads `src/` as text: every `crate::…`, `super::…` and `self::…`
+//! path outside comments and the unit tests (`mod tests` under a test
+//! `cfg`), `use` groups expanded (names the crate root imports count as
+//! the module they come from), is an edge from the module that writes it
+//! to the module it names. Two graphs must be acyclic:
 //! - the top-level modules (`task`, `pool`, `scheduler`, …), each folder
 //!   counted as one;
 //! - inside each folder, its files other than `mod.rs` (a folder's
@@ -67,12 +68,24 @@ fn modules() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Cuts line comments (doc comments included) and the unit-test module.
+/// Cuts line comments (doc comments included) and the unit-test module
+/// (`mod tests` under a `cfg` that needs `test`).
 fn strip(source: &str) -> String {
-    let source = match source.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &source[..at],
-        None => source,
-    };
+    let lines: Vec<&str> = source.lines().collect();
+    let tests = lines
+        .windows(2)
+        .position(|pair| {
+            pair[0].starts_with("#[cfg(")
+                && pair[0].contains("test")
+                && !pair[0].contains("not(test")
+                && pair[1].starts_with("mod tests")
+        })
+        .unwrap_or(lines.len());
+    strip_comments(&lines[..tests].join("\n"))
+}
+
+/// Cuts line comments, doc comments included.
+fn strip_comments(source: &str) -> String {
     source
         .lines()
         .map(|line| match line.find("//") {
@@ -83,84 +96,222 @@ fn strip(source: &str) -> String {
         .join("\n")
 }
 
-/// Every path that follows `prefix` ("crate::" or "super::"), with `{a, b::c}`
-/// groups expanded one level: "pool::worker::Core", "Error", …
-fn paths_after(source: &str, prefix: &str) -> Vec<String> {
-    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
-    let mut out = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find(prefix) {
-        let before = rest[..at].chars().last();
-        rest = &rest[at + prefix.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-            continue; // `foo_crate::` or `super::super::`
-        }
-        let end = rest.find(|c: char| !ident(c)).unwrap_or(rest.len());
-        let head = rest[..end].trim_end_matches(':').to_owned();
-        if rest[end..].starts_with('{') || (head.is_empty() && rest.starts_with('{')) {
-            let group = &rest[end + 1..rest[end..].find('}').map_or(rest.len(), |e| end + e)];
-            for item in group.split(',') {
-                let item: String = item.trim().chars().take_while(|&c| ident(c)).collect();
-                if !item.is_empty() && item != "self" {
-                    out.push(if head.is_empty() {
-                        item
-                    } else {
-                        format!("{head}::{item}")
-                    });
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+fn join(path: &str, segment: &str) -> String {
+    if path.is_empty() {
+        segment.to_owned()
+    } else {
+        format!("{path}::{segment}")
+    }
+}
+
+/// Reads the `use` tree at the start of `text` (a path, a `{…}` group of
+/// trees or a `*`, written after `base`): pushes each path it ends in with
+/// the name it binds (`a::b as c` binds `c`; a glob ends in `*`), and
+/// gives the bytes read.
+fn use_tree(text: &str, base: &str, out: &mut Vec<(String, String)>) -> usize {
+    let mut path = base.to_owned();
+    let mut at = 0;
+    loop {
+        let rest = &text[at..];
+        if rest.starts_with('{') {
+            at += 1;
+            loop {
+                let rest = &text[at..];
+                let item = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+                at += rest.len() - item.len();
+                if !item.starts_with(|c: char| is_ident(c) || c == '{' || c == '*') {
+                    return at + usize::from(item.starts_with('}'));
                 }
+                at += use_tree(item, &path, out);
             }
         }
-        if !head.is_empty() {
-            out.push(head);
+        if rest.starts_with('*') {
+            out.push((join(&path, "*"), String::new()));
+            return at + 1;
+        }
+        let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        let last = |path: &str| path.rsplit("::").next().unwrap_or("").to_owned();
+        if len == 0 {
+            // `Type::<T>`: the path so far.
+            if path != base {
+                out.push((path.clone(), last(&path)));
+            }
+            return at;
+        }
+        let segment = &rest[..len];
+        at += len;
+        // `{self, …}` names the group's own path.
+        if segment != "self" || path.is_empty() {
+            path = join(&path, segment);
+        }
+        if text[at..].starts_with("::") {
+            at += 2;
+            continue;
+        }
+        let mut name = last(&path);
+        if let Some(alias) = text[at..].strip_prefix(" as ") {
+            let len = alias.find(|c: char| !is_ident(c)).unwrap_or(alias.len());
+            name = alias[..len].to_owned();
+            at += 4 + len;
+        }
+        out.push((path, name));
+        return at;
+    }
+}
+
+/// Every path of `source` that starts in the crate (`crate::`, `$crate::`,
+/// `super::`, `self::`, or a name of `aliases` for the crate), `use` groups
+/// expanded: `crate::a::{b::C, d as e}` gives `crate::a::b::C` and
+/// `crate::a::d` (binding `e`). Paths of `pub(in …)` are visibility, not use.
+fn paths_in(source: &str, aliases: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(start) = source[at..].find(is_ident).map(|s| at + s) {
+        let len = source[start..]
+            .find(|c: char| !is_ident(c))
+            .unwrap_or(source.len() - start);
+        let word = &source[start..start + len];
+        let starts_in_crate =
+            ["crate", "super", "self"].contains(&word) || aliases.iter().any(|alias| alias == word);
+        if starts_in_crate
+            && source[start + len..].starts_with("::")
+            && !source[..start].ends_with(':')
+            && !source[..start].ends_with("in ")
+        {
+            at = start + use_tree(&source[start..], "", &mut out).max(len);
+        } else {
+            at = start + len;
         }
     }
     out
 }
 
-/// The graph between modules: `a → b` if `a`'s source names `b`.
-fn graph(modules: &BTreeMap<String, String>) -> Graph {
-    // Root re-exports: `pub use pool::{ThreadPool, …}` names `pool`.
-    let mut reexported: BTreeMap<String, String> = BTreeMap::new();
-    for statement in modules[""].split(';') {
-        let Some(body) = statement.trim().strip_prefix("pub use ") else {
-            continue;
-        };
-        let (module, names) = match body.find("::{") {
-            Some(at) => (&body[..at], body[at + 3..].trim_end_matches('}')),
-            None => body.rsplit_once("::").unwrap_or(("", body)),
-        };
-        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            reexported.insert(name.to_owned(), module.to_owned());
+/// The modules of `src/` and how their paths resolve.
+struct Crate<'a> {
+    modules: &'a BTreeMap<String, String>,
+    /// What the crate root's `use` items bind (`pub use pool::ThreadPool`
+    /// binds `ThreadPool` to `pool::ThreadPool`): children name them
+    /// `crate::ThreadPool`.
+    root_uses: BTreeMap<String, String>,
+    /// The crate's other names (`extern crate self as gdex`).
+    aliases: Vec<String>,
+}
+
+impl<'a> Crate<'a> {
+    fn new(modules: &'a BTreeMap<String, String>) -> Self {
+        let root = modules.get("").map_or("", String::as_str);
+        let mut root_uses = BTreeMap::new();
+        for statement in root.split(';') {
+            let Some((before, body)) = statement.split_once("use ") else {
+                continue;
+            };
+            // After its attributes: `use` or `pub(…) use`, not `because `.
+            let visibility = before.rsplit(['\n', ']', '}', '{']).next().unwrap_or("");
+            let visibility = visibility.trim();
+            if before.ends_with(is_ident)
+                || !(visibility.is_empty() || visibility.starts_with("pub"))
+            {
+                continue;
+            }
+            let mut bound = Vec::new();
+            use_tree(body.trim(), "", &mut bound);
+            root_uses.extend(bound.into_iter().map(|(path, name)| (name, path)));
         }
-    }
-    let resolve = |path: &str| -> Option<String> {
-        let parts: Vec<&str> = path.split("::").collect();
-        for k in (1..=parts.len()).rev() {
-            let candidate = parts[..k].join("::");
-            if modules.contains_key(&candidate) {
-                return Some(candidate);
+        let mut aliases = Vec::new();
+        for source in modules.values() {
+            for (at, _) in source.match_indices("crate self as ") {
+                let rest = &source[at + "crate self as ".len()..];
+                aliases.push(
+                    rest[..rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len())].to_owned(),
+                );
             }
         }
-        reexported.get(parts[0]).cloned()
-    };
+        Crate {
+            modules,
+            root_uses,
+            aliases,
+        }
+    }
+
+    fn paths_in(&self, source: &str) -> Vec<(String, String)> {
+        paths_in(source, &self.aliases)
+    }
+
+    /// The module whose text defines or imports what `path`, written in
+    /// `from`, names (`""`: the crate root); `None` if the path leaves the
+    /// crate (`std`, a dependency).
+    fn locate(&self, from: &str, path: &str) -> Option<String> {
+        self.locate_within(from, path, 8)
+    }
+
+    fn locate_within(&self, from: &str, path: &str, depth: usize) -> Option<String> {
+        let mut parts: Vec<&str> = path.split("::").collect();
+        let mut base = String::new();
+        match parts[0] {
+            "crate" => {
+                parts.remove(0);
+            }
+            alias if self.aliases.iter().any(|a| a == alias) => {
+                parts.remove(0);
+            }
+            "self" => {
+                base = from.to_owned();
+                parts.remove(0);
+            }
+            "super" => {
+                base = from.to_owned();
+                while parts.first() == Some(&"super") {
+                    base = base
+                        .rsplit_once("::")
+                        .map_or("", |(parent, _)| parent)
+                        .to_owned();
+                    parts.remove(0);
+                }
+            }
+            // A path the crate root's `use` wrote: a module of the crate, or outside it.
+            first if !self.modules.contains_key(first) => return None,
+            _ => {}
+        }
+        let mut module = base;
+        let mut consumed = 0;
+        for part in &parts {
+            let next = join(&module, part);
+            if !self.modules.contains_key(&next) {
+                break;
+            }
+            module = next;
+            consumed += 1;
+        }
+        if module.is_empty() && depth > 0 {
+            if let Some(imported) = parts
+                .get(consumed)
+                .and_then(|name| self.root_uses.get(*name))
+            {
+                return self.locate_within("", imported, depth - 1);
+            }
+        }
+        Some(module)
+    }
+}
+
+/// The graph between modules: `a → b` if `a`'s source names `b`.
+fn graph(modules: &BTreeMap<String, String>) -> Graph {
+    let krate = Crate::new(modules);
     let mut graph = Graph::new();
     for (name, source) in modules {
         if name.is_empty() {
             continue; // the crate root assembles the API from every module
         }
-        let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
-        let mut named: Vec<String> = paths_after(source, "crate::");
-        for path in paths_after(source, "super::") {
-            let up = if parent.is_empty() {
-                path
-            } else {
-                format!("{parent}::{path}")
-            };
-            named.push(up);
-        }
-        for target in named.iter().filter_map(|p| resolve(p)) {
-            if &target != name {
-                graph.entry(name.clone()).or_default().insert(target);
+        for (path, _) in krate.paths_in(source) {
+            match krate.locate(name, &path) {
+                Some(target) if !target.is_empty() && &target != name => {
+                    graph.entry(name.clone()).or_default().insert(target);
+                }
+                _ => {}
             }
         }
     }
@@ -482,6 +633,46 @@ fn the_optimised_binary_runs_what_the_others_run_the_way_they_run_it() {
             );
         }
     }
+    // `--skip m::` matches names as substrings, in every binary of the
+    // pass: it skips the tests of any module whose name ends in `m`. The
+    // pass also runs the unit tests and other binaries, none of whose
+    // modules may end so (their tests would not run optimised at all).
+    let skipped: Vec<&str> = parallel_pass
+        .split("--skip ")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next()?.strip_suffix("::"))
+        .collect();
+    assert!(!skipped.is_empty(), "{parallel_pass}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = Vec::new();
+    if parallel_pass.contains(" --lib ") {
+        sources.extend(source_files());
+    }
+    for binary in parallel_pass.split("--test ").skip(1) {
+        let binary = binary.split_whitespace().next().unwrap();
+        if binary != "optimised" {
+            sources.push(root.join(format!("tests/{binary}.rs")));
+        }
+    }
+    for source in sources {
+        let text = strip_comments(&std::fs::read_to_string(&source).unwrap());
+        let mut names = words_after(&text, "mod ");
+        if let Ok(rel) = source.strip_prefix(root.join("src")) {
+            let rel = rel.with_extension("");
+            names.extend(rel.iter().map(|part| part.to_string_lossy().into_owned()));
+        }
+        for name in names {
+            for skip in &skipped {
+                assert!(
+                    !name.ends_with(skip),
+                    "{}: the module `{name}` runs in .ci/run's optimised pass beside \
+                     `--skip {skip}::`, which skips its tests: rename it, or run that \
+                     binary in a pass of its own",
+                    source.display()
+                );
+            }
+        }
+    }
 }
 
 /// `.ci/loom --if-changed` skips the loom models (X7) when their inputs
@@ -498,22 +689,24 @@ fn the_loom_record_covers_every_file_the_models_compile() {
         .expect(".ci/loom has no `inputs=(...)` line")
         .split_whitespace()
         .collect();
-    let modules = modules();
-    let graph = graph(&modules);
-    let mut reached = BTreeSet::new();
-    let mut next = vec!["pool::loom_pool".to_owned()];
-    while let Some(module) = next.pop() {
-        if reached.insert(module.clone()) {
-            next.extend(graph.get(&module).into_iter().flatten().cloned());
-        }
-    }
+    let reached = match reached_by_models(&modules()) {
+        Ok(reached) => reached,
+        Err(problems) => panic!(
+            "the reader cannot tell what the loom models compile:\n{}",
+            problems.join("\n")
+        ),
+    };
     assert!(
         reached.contains("pool::parking"),
         "the reader lost the models' edge to the protocol: {reached:?}"
     );
     for module in &reached {
         let file = module.replace("::", "/");
-        let candidates = [format!("src/{file}.rs"), format!("src/{file}/mod.rs")];
+        let candidates = if module.is_empty() {
+            vec!["src/lib.rs".to_owned()]
+        } else {
+            vec![format!("src/{file}.rs"), format!("src/{file}/mod.rs")]
+        };
         assert!(
             candidates.iter().any(|c| inputs.contains(&c.as_str())),
             "the loom models reach `{module}` ({}), which .ci/loom's inputs {inputs:?} \
@@ -530,4 +723,680 @@ fn the_loom_record_covers_every_file_the_models_compile() {
             ".ci/loom's input {input} does not exist"
         );
     }
+}
+
+/// The modules of `src/` that the loom models (`pool::loom_pool`, X7)
+/// compile into what they run, or what the reader cannot follow. A module
+/// is reached if a reached one
+/// - names it by a path (`crate::`, `super::`, `self::`, a glob, a name the
+///   crate root imports, the crate under another name);
+/// - declares it (`mod more;`: a file of its own);
+/// - invokes a macro it defines (`macro_rules!` is in scope by place, not by
+///   path);
+///
+/// or if it writes an `impl` (or invokes a macro of the crate naming) a type
+/// or trait that a reached module defines, under that name or another (`use
+/// … as`, `type … =`): the methods and trait impls (`Drop`, `From`, `Deref`)
+/// of a type are its own wherever they are written.
+///
+/// What it cannot follow it reports: a `#[path]` anywhere (it reads each
+/// file as the module its place names), and in a reached module an
+/// `include!`, an inline module (its `super::` is one level off) or a read
+/// of the environment other than the settings `.ci/loom` knows of
+/// (`GDEX_LOOM_BOUND`, `LOOM_*`).
+fn reached_by_models(modules: &BTreeMap<String, String>) -> Result<BTreeSet<String>, Vec<String>> {
+    let krate = Crate::new(modules);
+    let mut problems = Vec::new();
+    let mut macros: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, source) in modules {
+        for name in words_after(source, "macro_rules!") {
+            macros.entry(name).or_default().insert(module.clone());
+        }
+        if has_path_attribute(source) {
+            problems.push(format!(
+                "`{module}` declares a module with #[path]: the reader takes each file for \
+                 the module its place names"
+            ));
+        }
+    }
+    let mut reached = BTreeSet::new();
+    let mut types = BTreeSet::new();
+    let mut next = vec!["pool::loom_pool".to_owned()];
+    while !next.is_empty() {
+        while let Some(module) = next.pop() {
+            let Some(source) = modules.get(&module) else {
+                continue;
+            };
+            if !reached.insert(module.clone()) {
+                continue;
+            }
+            for (path, _) in krate.paths_in(source) {
+                next.extend(krate.locate(&module, &path));
+            }
+            let inside = join(&module, "");
+            next.extend(modules.keys().filter(|m| m.starts_with(&inside)).cloned());
+            for name in invoked_macros(source) {
+                next.extend(macros.get(&name).into_iter().flatten().cloned());
+            }
+            types.extend(defined_types(source));
+            problems.extend(
+                unfollowable(source)
+                    .into_iter()
+                    .map(|p| format!("`{module}`: {p}")),
+            );
+        }
+        // The reached types' other names, then whoever writes impls for them.
+        loop {
+            let known = types.len();
+            for source in modules.values() {
+                for (alias, named) in aliases_in(source) {
+                    if mentions_any(&named, &types) {
+                        types.insert(alias);
+                    }
+                }
+            }
+            if types.len() == known {
+                break;
+            }
+        }
+        for (module, source) in modules {
+            if !reached.contains(module)
+                && impls_in(source, &macros)
+                    .iter()
+                    .any(|header| mentions_any(header, &types))
+            {
+                next.push(module.clone());
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(reached)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The identifier after each `keyword` of `source` (`macro_rules! spin`).
+fn words_after(source: &str, keyword: &str) -> Vec<String> {
+    source
+        .match_indices(keyword)
+        .filter(|(at, _)| !source[..*at].ends_with(is_ident))
+        .map(|(at, _)| {
+            let rest = source[at + keyword.len()..].trim_start();
+            rest[..rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len())].to_owned()
+        })
+        .filter(|word| !word.is_empty())
+        .collect()
+}
+
+/// The identifiers of `text`.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !is_ident(c)).filter(|w| !w.is_empty())
+}
+
+fn mentions_any(text: &str, names: &BTreeSet<String>) -> bool {
+    words(text).any(|word| names.contains(word))
+}
+
+/// The macros `source` invokes (`name!(…)`, `name![…]`, `name! {…}`).
+fn invoked_macros(source: &str) -> Vec<String> {
+    source
+        .match_indices('!')
+        .filter(|(at, _)| source[at + 1..].trim_start().starts_with(['(', '[', '{']))
+        .filter_map(|(at, _)| {
+            let before = &source[..at];
+            let start = before.rfind(|c: char| !is_ident(c)).map_or(0, |s| s + 1);
+            let name = &before[start..];
+            (!name.is_empty() && name != "macro_rules").then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// The types and traits `source` defines for other modules to use (`pub`,
+/// `pub(crate)`, …): only those can be given an impl elsewhere.
+fn defined_types(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("pub")?;
+            let rest = match rest.strip_prefix('(') {
+                Some(inner) => &inner[inner.find(')')? + 1..],
+                None => rest,
+            };
+            let rest = rest.trim_start();
+            let rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
+            let kind = ["struct ", "enum ", "union ", "trait ", "type "]
+                .into_iter()
+                .find(|kind| rest.starts_with(kind))?;
+            words(&rest[kind.len()..]).next().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// The other names `source` gives to things: (`Awake`, what it stands for)
+/// for `… Woke as Awake` and `type Awake = …;`.
+fn aliases_in(source: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (at, _) in source.match_indices(" as ") {
+        let before = &source[..at];
+        let named = &before[before.rfind(|c: char| !is_ident(c)).map_or(0, |s| s + 1)..];
+        if let Some(alias) = words(&source[at + 4..]).next() {
+            out.push((alias.to_owned(), named.to_owned()));
+        }
+    }
+    for (at, _) in source.match_indices("type ") {
+        if source[..at].ends_with(is_ident) {
+            continue;
+        }
+        let rest = &source[at + 5..];
+        let (Some(alias), Some(eq)) = (words(rest).next(), rest.find('=')) else {
+            continue;
+        };
+        let end = rest[eq..].find(';').map_or(rest.len(), |e| eq + e);
+        out.push((alias.to_owned(), rest[eq..end].to_owned()));
+    }
+    out
+}
+
+/// The headers of the `impl` blocks of `source` (`impl Drop for Woke`),
+/// and the input of each invocation of a macro of the crate (which may
+/// write impls of its own).
+fn impls_in(source: &str, macros: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in source.match_indices("impl") {
+        let before = source[..at].trim_end();
+        let starts_item = before.is_empty()
+            || before.ends_with([';', '}', '{', ']'])
+            || before.ends_with(" unsafe")
+            || before == "unsafe";
+        let after = &source[at + 4..];
+        if starts_item && after.starts_with(|c: char| c.is_whitespace() || c == '<') {
+            out.push(after[..after.find(['{', ';']).unwrap_or(after.len())].to_owned());
+        }
+    }
+    for name in macros.keys() {
+        for (at, _) in source.match_indices(&format!("{name}!")) {
+            if source[..at].ends_with(is_ident) {
+                continue;
+            }
+            let rest = source[at + name.len() + 1..].trim_start();
+            let Some(open) = rest.chars().next().filter(|c| "([{".contains(*c)) else {
+                continue;
+            };
+            let close = match open {
+                '(' => ')',
+                '[' => ']',
+                _ => '}',
+            };
+            let mut depth = 0;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += i32::from(c == open) - i32::from(c == close);
+                    depth == 0
+                })
+                .map_or(rest.len(), |(e, _)| e);
+            out.push(rest[..end].to_owned());
+        }
+    }
+    out
+}
+
+/// Whether `source` has a `#[path = …]` (or a `cfg_attr` giving one).
+fn has_path_attribute(source: &str) -> bool {
+    source.match_indices("#[").any(|(at, _)| {
+        let attribute = &source[at..];
+        let attribute = &attribute[..attribute.find(']').unwrap_or(attribute.len())];
+        attribute
+            .match_indices("path")
+            .any(|(p, _)| attribute[p + 4..].trim_start().starts_with('='))
+    })
+}
+
+/// What the reader cannot follow in a module the models reach.
+fn unfollowable(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in invoked_macros(source) {
+        if name.starts_with("include") {
+            out.push(format!(
+                "{name}! brings in a file the reader does not follow"
+            ));
+        }
+    }
+    for (at, _) in source.match_indices("mod ") {
+        let rest = &source[at + 4..];
+        let name = words(rest).next().unwrap_or("");
+        let after = rest.trim_start()[name.len()..].trim_start();
+        if !source[..at].ends_with(is_ident) && after.starts_with('{') {
+            out.push(format!(
+                "the inline module `{name}` (give it a file of its own)"
+            ));
+        }
+    }
+    for read in [
+        "env!(",
+        "option_env!(",
+        "env::var(",
+        "env::var_os(",
+        "env::vars",
+    ] {
+        for (at, _) in source.match_indices(read) {
+            let rest = &source[at + read.len()..];
+            let name = rest
+                .split('"')
+                .nth(1)
+                .filter(|_| rest.trim_start().starts_with('"'))
+                .unwrap_or("");
+            if name != "GDEX_LOOM_BOUND" && !name.starts_with("LOOM_") {
+                out.push(format!(
+                    "reads the environment ({read}…{name}): a setting that changes what a \
+                     model does must be one .ci/loom does not record a pass under"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The reader behind the loom record (X7) follows every way a file of
+/// `src/` can change what the models compile, not only `crate::` and
+/// `super::` paths: a glob, a path up two levels, a group in a group, a
+/// name the crate root imports, a file of the models' own, a method or a
+/// trait impl written elsewhere for the protocol's types (under another
+/// name too), a macro defined elsewhere, the crate under another name. What
+/// it cannot follow (a `#[path]`, an `include!`, an inline module, a read of
+/// the environment the record does not hold) it reports.
+#[test]
+fn the_loom_reader_follows_what_the_models_compile_besides_paths() {
+    let crate_with = |files: &[(&str, &str)]| {
+        let mut modules: BTreeMap<String, String> = [
+            ("", "mod pool;\nmod util;"),
+            (
+                "pool",
+                "mod loom_pool;\npub(crate) mod parking;\nmod worker;",
+            ),
+            ("pool::loom_pool", "use super::parking::{Parking, Woke};"),
+            (
+                "pool::parking",
+                "pub(crate) struct Parking;\npub(crate) struct Woke;",
+            ),
+            (
+                "pool::worker",
+                "use super::parking::Parking;\nstruct Core;\nimpl Core {}",
+            ),
+            ("util", "pub(crate) fn helper() {}"),
+        ]
+        .into_iter()
+        .map(|(name, source)| (name.to_owned(), source.to_owned()))
+        .collect();
+        for (name, source) in files {
+            modules.insert((*name).to_owned(), strip(source));
+        }
+        reached_by_models(&modules)
+    };
+    assert_eq!(
+        crate_with(&[]).unwrap(),
+        BTreeSet::from(["pool::loom_pool".to_owned(), "pool::parking".to_owned()])
+    );
+    let models = "pool::loom_pool";
+    type Files<'a> = &'a [(&'a str, &'a str)];
+    let reaches: &[(&str, Files, &str)] = &[
+        ("a glob", &[(models, "use super::*;")], "pool"),
+        (
+            "a path up two levels",
+            &[(models, "use super::super::util::helper;")],
+            "util",
+        ),
+        (
+            "a group in a group",
+            &[(
+                models,
+                "use crate::{pool::parking::{Parking}, util::helper};",
+            )],
+            "util",
+        ),
+        (
+            "a self path",
+            &[
+                ("pool::parking", "fn f() { self::inner::g() }"),
+                ("pool::parking::inner", ""),
+            ],
+            "pool::parking::inner",
+        ),
+        (
+            "a file of their own",
+            &[
+                ("pool::parking", "mod more;\nuse more::X;"),
+                ("pool::parking::more", ""),
+            ],
+            "pool::parking::more",
+        ),
+        (
+            "an import of the root",
+            &[
+                ("", "mod pool;\nmod util;\nuse util::helper;"),
+                (models, "fn f() { crate::helper() }"),
+            ],
+            "util",
+        ),
+        (
+            "an item of the root",
+            &[(models, "fn f() { crate::spawn() }")],
+            "",
+        ),
+        (
+            "a method written elsewhere",
+            &[(
+                "util",
+                "impl crate::pool::parking::Parking {\n    pub(crate) fn help(&self) {}\n}",
+            )],
+            "util",
+        ),
+        (
+            "a trait impl written elsewhere",
+            &[(
+                "util",
+                "use crate::pool::parking::Woke;\n\
+                 impl Drop for Woke {\n    fn drop(&mut self) {}\n}",
+            )],
+            "util",
+        ),
+        (
+            "an impl under another name",
+            &[
+                (
+                    "pool",
+                    "mod loom_pool;\npub(crate) mod parking;\n\
+                     pub(crate) use parking::Woke as Awake;",
+                ),
+                (
+                    "util",
+                    "impl Drop for crate::pool::Awake {\n    fn drop(&mut self) {}\n}",
+                ),
+            ],
+            "util",
+        ),
+        (
+            "a macro defined elsewhere",
+            &[
+                ("util", "macro_rules! spin { () => {} }"),
+                (models, "fn f() { spin!(); }"),
+            ],
+            "util",
+        ),
+        (
+            "an impl a macro writes",
+            &[
+                (
+                    "util",
+                    "macro_rules! drops {\n    \
+                     ($t:ty) => { impl Drop for $t { fn drop(&mut self) {} } }\n}",
+                ),
+                ("pool::worker", "drops!(super::parking::Woke);"),
+            ],
+            "pool::worker",
+        ),
+        (
+            "the crate under another name",
+            &[
+                ("", "extern crate self as gdex;\nmod pool;\nmod util;"),
+                (models, "fn f() { gdex::util::helper() }"),
+            ],
+            "util",
+        ),
+    ];
+    for (what, files, module) in reaches {
+        match crate_with(files) {
+            Ok(reached) => assert!(
+                reached.contains(*module),
+                "{what}: the models reach `{module}`, the reader found only {reached:?}"
+            ),
+            Err(problems) => panic!("{what}: {problems:?}"),
+        }
+    }
+    let unreadable: &[(&str, Files)] = &[
+        (
+            "a #[path]",
+            &[(
+                "pool",
+                "#[path = \"other.rs\"]\npub(crate) mod parking;\nmod loom_pool;",
+            )],
+        ),
+        (
+            "an include!",
+            &[("pool::parking", "include!(\"more.rs\");")],
+        ),
+        (
+            "an inline module",
+            &[(
+                "pool::parking",
+                "mod inner {\n    use super::super::util::helper;\n}",
+            )],
+        ),
+        (
+            "a read of the environment",
+            &[(
+                "pool::parking",
+                "fn spin() -> bool { std::env::var(\"GDEX_SPIN\").is_ok() }",
+            )],
+        ),
+        (
+            "a build-time read of it",
+            &[(
+                "pool::parking",
+                "const V: &str = env!(\"CARGO_PKG_VERSION\");",
+            )],
+        ),
+    ];
+    for (what, files) in unreadable {
+        assert!(
+            crate_with(files).is_err(),
+            "{what}: the reader must say it cannot follow it"
+        );
+    }
+}
+
+/// A copy of what `.ci/loom` reads, in a scratch folder, with a stand-in
+/// for cargo whose "test binary" lists `models` and passes them all: the
+/// script's own logic (what it records, when it runs the models) without a
+/// loom build.
+struct LoomScratch {
+    dir: crate::common::TempDir,
+    real_path: String,
+}
+
+impl LoomScratch {
+    fn new(name: &str, models: &[&str]) -> LoomScratch {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = crate::common::TempDir::new(name);
+        for file in [
+            ".ci/loom",
+            "Cargo.toml",
+            "Cargo.lock",
+            "src/lib.rs",
+            "src/pool/mod.rs",
+            "src/pool/parking.rs",
+            "src/pool/loom_pool.rs",
+        ] {
+            std::fs::create_dir_all(dir.0.join(file).parent().unwrap()).unwrap();
+            std::fs::copy(root.join(file), dir.0.join(file)).unwrap();
+        }
+        let list: String = models
+            .iter()
+            .map(|m| format!("echo '{m}: test'\n"))
+            .collect();
+        let bin = dir.0.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let script = |name: &str, body: &str| {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+            std::process::Command::new("chmod")
+                .arg("+x")
+                .arg(&path)
+                .status()
+                .unwrap();
+        };
+        script(
+            "models",
+            &format!(
+                "case \" $* \" in *' --list '*) {list} exit 0;; esac\necho 'test result: ok.'\n"
+            ),
+        );
+        script(
+            "cargo",
+            &format!(
+                "[ -z \"$SCRATCH_NO_BUILD\" ] || exit 101\necho '{{\"executable\":\"{}\"}}'\n",
+                bin.join("models").display()
+            ),
+        );
+        LoomScratch {
+            dir,
+            real_path: std::env::var("PATH").unwrap_or_default(),
+        }
+    }
+
+    /// Runs `.ci/loom args`: (passed, what it said).
+    fn run(&self, args: &[&str]) -> (bool, String) {
+        self.run_with(args, &[])
+    }
+
+    /// The same where cargo fails: what `.ci/loom --if-changed` decides,
+    /// without a record of the run.
+    fn decide(&self) -> String {
+        self.run_with(&["--if-changed"], &[("SCRATCH_NO_BUILD", "1")])
+            .1
+    }
+
+    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+        let mut command = std::process::Command::new("bash");
+        command.envs(env.iter().copied());
+        command.arg(self.dir.0.join(".ci/loom")).args(args).env(
+            "PATH",
+            format!("{}:{}", self.dir.0.join("bin").display(), self.real_path),
+        );
+        for (name, _) in std::env::vars() {
+            if name == "GDEX_LOOM_BOUND" || name.starts_with("LOOM_") {
+                command.env_remove(name);
+            }
+        }
+        let out = command.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), said)
+    }
+
+    fn edit(&self, file: &str, edit: impl FnOnce(&str) -> String) -> String {
+        let path = self.dir.0.join(file);
+        let before = std::fs::read_to_string(&path).unwrap_or_default();
+        std::fs::write(&path, edit(&before)).unwrap();
+        before
+    }
+}
+
+/// What the loom models compile is more than their files (X7): the
+/// package's edition, the profile `.ci/loom` builds them with, the features
+/// of their dependencies, a build script, cargo's configuration, and the
+/// `cfg` that compiles them in at all. A change to any of these runs the
+/// models again under `--if-changed`; a change elsewhere in the manifest
+/// does not.
+#[test]
+fn the_loom_record_changes_with_how_the_models_build() {
+    let scratch = LoomScratch::new(
+        "loom-record",
+        &["pool::loom_pool::loom_a", "pool::loom_pool::loom_b"],
+    );
+    let (passed, said) = scratch.run(&[]);
+    assert!(passed, "the models' stand-in passes: {said}");
+    let said = scratch.decide();
+    assert!(said.contains("not run again"), "{said}");
+    type Edit = fn(&str) -> String;
+    let changes: &[(&str, &str, Edit)] = &[
+        ("the edition", "Cargo.toml", |t| {
+            t.replacen("edition = \"2021\"", "edition = \"2024\"", 1)
+        }),
+        ("debug assertions in release", "Cargo.toml", |t| {
+            format!("{t}\n[profile.release]\ndebug-assertions = true\n")
+        }),
+        ("overflow checks in bench", "Cargo.toml", |t| {
+            format!("{t}\n[profile.bench]\noverflow-checks = true\n")
+        }),
+        ("loom's features", "Cargo.toml", |t| {
+            t.replacen(
+                "loom = { version = \"0.7\", optional = true }",
+                "loom = { version = \"0.7\", optional = true, features = [\"checkpoint\"] }",
+                1,
+            )
+        }),
+        ("the models' cfg", "src/pool/mod.rs", |t| {
+            t.replacen(
+                "#[cfg(all(test, gdex_loom))]",
+                "#[cfg(all(test, gdex_loom, gdex_never))]",
+                1,
+            )
+        }),
+        ("a build script", "build.rs", |_| {
+            "fn main() {}\n".to_owned()
+        }),
+        ("the library's root", "Cargo.toml", |t| {
+            t.replacen(
+                "[features]",
+                "[lib]\npath = \"src/other.rs\"\n\n[features]",
+                1,
+            )
+        }),
+        ("the build script's path", "Cargo.toml", |t| {
+            t.replacen(
+                "autotests = false",
+                "autotests = false\nbuild = \"gen.rs\"",
+                1,
+            )
+        }),
+        ("cargo's configuration", ".cargo/config.toml", |_| {
+            "[build]\nrustflags = [\"-Cdebug-assertions\"]\n".to_owned()
+        }),
+    ];
+    std::fs::create_dir_all(scratch.dir.0.join(".cargo")).unwrap();
+    for (what, file, change) in changes {
+        let before = scratch.edit(file, change);
+        assert_ne!(
+            std::fs::read_to_string(scratch.dir.0.join(file)).unwrap(),
+            before,
+            "the change of {what} no longer applies to {file}: update it"
+        );
+        let said = scratch.decide();
+        assert!(
+            said.contains("inputs differ"),
+            "a change of {what} ({file}) must run the loom models again, .ci/loom said: {said}"
+        );
+        if before.is_empty() {
+            std::fs::remove_file(scratch.dir.0.join(file)).unwrap();
+        } else {
+            scratch.edit(file, |_| before);
+        }
+    }
+    scratch.edit("Cargo.toml", |t| {
+        format!("{t}\n[[test]]\nname = \"another\"\n")
+    });
+    let said = scratch.decide();
+    assert!(
+        said.contains("not run again"),
+        "a new test binary changes no model: {said}"
+    );
+}
+
+/// `.ci/loom` records a pass only when models ran (X7): a test binary
+/// with no model in it (the `cfg` of `mod loom_pool` never true, the
+/// models renamed) fails instead of vouching for the protocol.
+#[test]
+fn the_loom_script_records_no_pass_when_no_model_ran() {
+    let scratch = LoomScratch::new("loom-no-model", &[]);
+    let (passed, said) = scratch.run(&[]);
+    assert!(
+        !passed,
+        ".ci/loom passed with no model in its test binary: {said}"
+    );
+    assert!(
+        !scratch.dir.0.join(".ci/loom.passed").exists(),
+        ".ci/loom recorded a pass of no model: {said}"
+    );
 }
