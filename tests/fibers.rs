@@ -1072,3 +1072,61 @@ fn child_tracked_fibers_are_cancelled_by_handle_and_by_shutdown() {
         }
     });
 }
+
+/// libdex 1.2 `FiberScheduler/yield_no_fiber`: yielding outside a fiber is
+/// an error at once (F6).
+#[test]
+fn yielding_outside_a_fiber_is_refused() {
+    assert!(matches!(fiber::yield_fiber(), Err(gdex::Error::NotOnFiber)));
+}
+
+/// libdex 1.2 `FiberScheduler/yield_order`: a fiber that yields goes behind
+/// the fiber queued after it on its scheduler (F6).
+#[test]
+fn a_yielding_fiber_lets_the_next_one_run_first() {
+    common::watchdog("fiber-yield-order", 30, || {
+        common::on_own_context(|context| {
+            let scheduler = gdex::Scheduler::for_context(context);
+            let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let (o1, o2) = (order.clone(), order.clone());
+            let first = scheduler.spawn_fiber(move || {
+                o1.lock().unwrap().push(1);
+                fiber::yield_fiber().unwrap();
+                o1.lock().unwrap().push(3);
+            });
+            let second = scheduler.spawn_fiber(move || o2.lock().unwrap().push(2));
+            gdex::block_on(async {
+                first.await.unwrap();
+                second.await.unwrap();
+            });
+            assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
+        });
+    });
+}
+
+/// libdex 1.2 `FiberScheduler/yield_cancel`: a fiber whose handle is
+/// dropped while it yields gets `Cancelled` from its yield, and runs no
+/// further round (F4, F6).
+#[test]
+fn a_fiber_cancelled_while_yielded_gets_cancelled_from_its_yield() {
+    common::watchdog("fiber-yield-cancel", 30, || {
+        common::on_own_context(|context| {
+            let scheduler = gdex::Scheduler::for_context(context);
+            let stage = Arc::new(AtomicUsize::new(0));
+            let s = stage.clone();
+            // Yields until told it is cancelled (a yield may resume in
+            // the same turn of the loop, before the drop below).
+            let fiber = scheduler.spawn_fiber(move || loop {
+                s.store(1, Ordering::SeqCst);
+                match fiber::yield_fiber() {
+                    Ok(()) => continue,
+                    Err(gdex::Error::Cancelled) => break s.store(2, Ordering::SeqCst),
+                    Err(other) => panic!("a cancelled yield gave {other:?}"),
+                }
+            });
+            common::pump_until(context, || stage.load(Ordering::SeqCst) == 1);
+            drop(fiber);
+            common::pump_until(context, || stage.load(Ordering::SeqCst) == 2);
+        });
+    });
+}
