@@ -418,3 +418,30 @@ fn blocking_in_thread_per_core_hands_queued_tasks_to_every_peer() {
         assert_eq!(gdex::block_on(after).unwrap(), 7);
     });
 }
+
+/// libdex 1.2 `ThreadPool/close_is_single_flight`: two drains of one pool
+/// with a job running both resolve once that job has finished (B3).
+#[test]
+fn two_drains_of_one_pool_both_resolve_after_the_running_job() {
+    common::watchdog("blocking-close-twice", 30, || {
+        let pool = BlockingPool::new(2);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let (started, running) = std::sync::mpsc::channel();
+        pool.submit(move || {
+            started.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(100)); // the job's work
+            d.store(true, Ordering::SeqCst);
+        })
+        .detach();
+        running.recv().unwrap();
+        let first = pool.close(CloseMode::Drain);
+        let second = pool.close(CloseMode::Drain);
+        gdex::block_on(first);
+        assert!(
+            done.load(Ordering::SeqCst),
+            "a drain returned before the running job ended"
+        );
+        gdex::block_on(second);
+    });
+}
