@@ -153,9 +153,9 @@ fn pending_members(group: &gdex::TaskGroup<Res>, n: usize) -> Arc<AtomicUsize> {
     drops
 }
 
-/// Cancel-on-error: with cancel_on_error, the first member to fail cancels
-/// the others and closes the group; close() gives that failure once every
-/// member has stopped.
+/// Cancel-on-error (libdex 1.2 `task-group/cancel-on-error`): with
+/// cancel_on_error, the first member to fail cancels the others and closes
+/// the group; close() gives that failure once every member has stopped.
 #[test]
 fn the_first_failing_member_cancels_the_others_with_cancel_on_error() {
     watchdog("the_first_failing_member_cancels_the_others", 30, || {
@@ -253,9 +253,12 @@ fn close_gives_a_members_glib_error_unchanged() {
     });
 }
 
-/// The current group: a member spawns into its own group with
-/// `TaskGroup::current()`, also after the group was closed; close() waits
-/// for those members too, and `current()` is `None` elsewhere.
+/// The current group (libdex 1.2 `task-group/null-uses-thread-default` and
+/// `thread-default-nesting`; gdex sets the current group for each member's
+/// poll, so there is no push or pop to nest): a member spawns into its own
+/// group with `TaskGroup::current()`, also after the group was closed;
+/// close() waits for those members too, and `current()` is `None`
+/// elsewhere.
 #[test]
 fn a_members_spawns_through_current_join_its_group() {
     watchdog(
@@ -511,5 +514,114 @@ fn task_group_current_is_none_in_tasks_polled_inside_a_member() {
                  TaskGroup::<Result<..>>::current() panicked: {other_type_panicked}"
             );
         });
+    });
+}
+
+/// A member that waits forever and hands out its task's cancellable
+/// (X1): what libdex's tests give a group as a cancellable promise.
+fn member_with_cancellable(
+    group: &gdex::TaskGroup<Res>,
+) -> std::sync::mpsc::Receiver<gio::Cancellable> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    group
+        .spawn(async move {
+            tx.send(gdex::current_cancellable().expect("a member has a cancellable"))
+                .unwrap();
+            std::future::pending::<Res>().await
+        })
+        .unwrap();
+    rx
+}
+
+fn cancelled(c: &gio::Cancellable) -> bool {
+    gio::prelude::CancellableExt::is_cancelled(c)
+}
+
+/// libdex 1.2 `task-group/cancel`: cancelling a group cancels its
+/// members' work (their cancellables), and they never give a value.
+#[test]
+fn a_cancelled_group_cancels_its_members_work() {
+    watchdog("group-cancel", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::on(p.scheduler());
+        let member = member_with_cancellable(&group);
+        let cancellable = member.recv().unwrap();
+        gdex::block_on(group.cancel());
+        assert!(cancelled(&cancellable));
+    });
+}
+
+/// libdex 1.2 `task-group/close-all-resolved`: a group whose members all
+/// finished closes with `Ok(())` at once.
+#[test]
+fn a_group_whose_members_all_finished_closes_ok() {
+    watchdog("group-close-resolved", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<Res>::on(p.scheduler());
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = done.clone();
+        group
+            .spawn(async move {
+                d.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        wait_until(|| done.load(Ordering::SeqCst) == 1 && group.len() == 0);
+        assert!(gdex::block_on(group.close()).is_ok());
+    });
+}
+
+/// libdex 1.2 `task-group/timeout-cancels-children`: a close that times
+/// out (its future dropped by the timeout) cancels the members it was
+/// waiting for.
+#[test]
+fn a_close_that_times_out_cancels_the_members() {
+    watchdog("group-close-timeout", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::on(p.scheduler());
+        let first = member_with_cancellable(&group).recv().unwrap();
+        let second = member_with_cancellable(&group).recv().unwrap();
+        let timed = gdex::block_on(gdex::timeout(Duration::from_millis(10), group.close()));
+        assert!(matches!(timed, Err(gdex::Error::TimedOut)), "{timed:?}");
+        wait_until(|| cancelled(&first) && cancelled(&second));
+    });
+}
+
+/// libdex 1.2 `task-group/nested-cancellation`: cancelling a group reaches
+/// a leaf two groups down (a member owns a group whose member owns a
+/// group).
+#[test]
+fn cancelling_a_group_reaches_a_leaf_of_nested_groups() {
+    watchdog("group-nested-cancel", 30, || {
+        let p = pool(2);
+        let scheduler = p.scheduler();
+        let (leaf_tx, leaf_rx) = std::sync::mpsc::channel::<gio::Cancellable>();
+        let outer = gdex::TaskGroup::<Res>::on(scheduler.clone());
+        outer
+            .spawn(async move {
+                let middle = gdex::TaskGroup::<Res>::on(scheduler.clone());
+                middle
+                    .spawn(async move {
+                        let inner = gdex::TaskGroup::<Res>::on(scheduler);
+                        inner
+                            .spawn(async move {
+                                leaf_tx
+                                    .send(
+                                        gdex::current_cancellable()
+                                            .expect("a member has a cancellable"),
+                                    )
+                                    .unwrap();
+                                std::future::pending::<Res>().await
+                            })
+                            .unwrap();
+                        inner.close().await
+                    })
+                    .unwrap();
+                middle.close().await
+            })
+            .unwrap();
+        let leaf = leaf_rx.recv().unwrap();
+        gdex::block_on(outer.cancel());
+        wait_until(|| cancelled(&leaf));
     });
 }

@@ -686,7 +686,8 @@ fn pending_group(s: &gdex::Scheduler, n: usize) -> (gdex::TaskGroup<()>, Arc<Ato
 }
 
 /// A task group that keeps results gives every result in order; dropping a
-/// group cancels every member; cancel() returns once they have stopped.
+/// group cancels every member (libdex 1.2 `task-group/finalize-cancels-children`);
+/// cancel() returns once they have stopped.
 #[test]
 fn task_group_close_collects_and_drop_cancels() {
     watchdog("task_group_close_collects_and_drop_cancels", 30, || {
