@@ -566,7 +566,7 @@ fn a_group_whose_members_all_finished_closes_ok() {
                 Ok(())
             })
             .unwrap();
-        wait_until(|| done.load(Ordering::SeqCst) == 1 && group.len() == 0);
+        wait_until(|| done.load(Ordering::SeqCst) == 1 && group.is_empty());
         assert!(gdex::block_on(group.close()).is_ok());
     });
 }
