@@ -117,7 +117,9 @@ fn short_reads_and_the_end_of_the_file() {
 }
 
 /// Failures are `glib::Error`s in GIO's domain with the code GIO gives the
-/// errno, and messages that name the file.
+/// errno, and messages that name the file (libdex 1.2 `Aio/open-missing`:
+/// `NotFound`; this file runs again on the blocking lane, libdex's
+/// `open-posix` beside `open-uring`).
 #[test]
 fn failures_are_gio_errors_that_name_the_file() {
     watchdog("failures_are_gio_errors_that_name_the_file", 30, || {
@@ -514,6 +516,25 @@ fn a_dropped_open_leaks_no_fd() {
             .unwrap();
         }
         no_fd_left_on(&path, "");
+    });
+}
+
+/// libdex 1.2 `Aio/close-success`: dropping a `File` closes its fd
+/// (gdex's counterpart of `dex_aio_close`; a bad fd cannot be written with
+/// an owned `File`, so `close-bad-fd` has none) (A1).
+#[test]
+fn dropping_a_file_closes_its_fd() {
+    watchdog("dropping_a_file_closes_its_fd", 30, || {
+        let dir = TempDir::new("aio-close");
+        let path = dir.file("f", b"x");
+        let pool = pool(1);
+        let p = path.clone();
+        let file = gdex::block_on(pool.scheduler().spawn(File::open(p)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(fds_open_on(&path), 1);
+        drop(file);
+        no_fd_left_on(&path, "the File was dropped");
     });
 }
 
