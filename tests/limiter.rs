@@ -578,3 +578,152 @@ fn a_permit_moves_to_another_thread() {
         assert!(gdex::block_on(limiter.acquire()).is_ok());
     });
 }
+
+/// One limited job of libdex's `run` cases: counts itself in and out
+/// (`Overlap`), waits a timer, gives `value`.
+async fn limited_item(overlap: Overlap, done: Arc<AtomicUsize>, value: u32) -> u32 {
+    overlap.enter();
+    gdex::sleep(Duration::from_millis(5)).await;
+    overlap.leave();
+    done.fetch_add(1, Ordering::SeqCst);
+    value
+}
+
+/// libdex 1.2 `Limiter/run` and `run_on_pool`: 24 jobs through a limit of
+/// 3, in the awaiting task or on the pool: at most 3 at once (and 3 in
+/// `run`'s case, where nothing else limits them), every value back in
+/// order.
+#[test]
+fn run_and_run_on_pool_keep_to_the_limit_and_give_every_value() {
+    watchdog("limiter-run-24", 60, || {
+        for on_pool in [false, true] {
+            let limiter = gdex::Limiter::new(3);
+            let overlap = Overlap::default();
+            let done = Arc::new(AtomicUsize::new(0));
+            let jobs: Vec<futures::future::BoxFuture<'static, Result<u32, gdex::Error>>> = (0..24)
+                .map(|i| {
+                    let item = limited_item(overlap.clone(), done.clone(), i);
+                    if on_pool {
+                        Box::pin(limiter.run_on_pool(item)) as _
+                    } else {
+                        Box::pin(limiter.run(item)) as _
+                    }
+                })
+                .collect();
+            let values = gdex::block_on(gdex::all(jobs)).unwrap();
+            assert_eq!(values, (0..24).collect::<Vec<_>>());
+            assert_eq!(done.load(Ordering::SeqCst), 24);
+            assert!(overlap.peak() <= 3, "{} at once", overlap.peak());
+            if !on_pool {
+                assert_eq!(overlap.peak(), 3);
+            }
+            assert_eq!(overlap.now.load(Ordering::SeqCst), 0);
+        }
+    });
+}
+
+/// libdex 1.2 `Limiter/run_error` and `run_on_pool_error`: a job's error
+/// comes back unchanged, and its slot is free again.
+#[test]
+fn a_failing_jobs_error_comes_back_unchanged() {
+    watchdog("limiter-run-error", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let failing =
+            || async { Err::<(), _>(glib::Error::new(gio::IOErrorEnum::Failed, "job failed")) };
+        for out in [
+            gdex::block_on(limiter.run(failing())).unwrap(),
+            gdex::block_on(limiter.run_on_pool(failing())).unwrap(),
+        ] {
+            let err = out.unwrap_err();
+            assert!(err.matches(gio::IOErrorEnum::Failed) && err.message() == "job failed");
+        }
+        assert!(gdex::block_on(limiter.acquire()).is_ok());
+    });
+}
+
+/// libdex 1.2 `Limiter/discard_run`, where gdex differs on purpose: a
+/// `run` future dropped while its job runs drops the job (libdex lets it
+/// finish) and frees the slot at once. (`discard_run_on_pool`:
+/// `a_dropped_run_on_pool_keeps_its_slot_until_the_pool_job_ends`.)
+#[test]
+fn a_dropped_run_drops_its_job_and_frees_the_slot() {
+    watchdog("limiter-discard-run", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let started = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let (s, c) = (started.clone(), completed.clone());
+        let mut run = Box::pin(limiter.run(async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+            c.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(poll_once(&mut run).is_pending());
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        drop(run);
+        let mut next = Box::pin(limiter.acquire());
+        assert!(matches!(poll_once(&mut next), Poll::Ready(Ok(_))));
+        assert_eq!(completed.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// libdex 1.2 `Limiter/timeout_waiting_run`: a run that times out while it
+/// waits for a slot never starts its job; the run queued after it gets the
+/// slot when it is released.
+#[test]
+fn a_run_that_timed_out_waiting_never_starts() {
+    watchdog("limiter-timeout-waiting-run", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let held = gdex::block_on(limiter.acquire()).unwrap();
+        let blocked = Arc::new(AtomicUsize::new(0));
+        let b = blocked.clone();
+        let timed_out = gdex::block_on(gdex::timeout(
+            Duration::from_millis(1),
+            limiter.run(async move {
+                b.fetch_add(1, Ordering::SeqCst);
+            }),
+        ));
+        assert!(
+            matches!(timed_out, Err(gdex::Error::TimedOut)),
+            "{timed_out:?}"
+        );
+        let mut next = Box::pin(limiter.run(async { 7 }));
+        assert!(poll_once(&mut next).is_pending());
+        drop(held);
+        let next = gdex::block_on(gdex::timeout(Duration::from_millis(100), next));
+        assert_eq!(next.unwrap(), 7);
+        assert_eq!(
+            blocked.load(Ordering::SeqCst),
+            0,
+            "the timed-out run's job started"
+        );
+    });
+}
+
+/// libdex 1.2 `Limiter/timeout_running_run`, where gdex differs on purpose:
+/// a timeout around a running job drops the job (libdex lets it finish and
+/// holds the slot until then) and the slot is free at once.
+#[test]
+fn a_run_that_timed_out_running_drops_its_job_and_frees_the_slot() {
+    watchdog("limiter-timeout-running-run", 30, || {
+        let limiter = gdex::Limiter::new(1);
+        let started = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let (s, c) = (started.clone(), completed.clone());
+        let timed_out = gdex::block_on(gdex::timeout(
+            Duration::from_millis(1),
+            limiter.run(async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                gdex::sleep(Duration::from_secs(3600)).await;
+                c.fetch_add(1, Ordering::SeqCst);
+            }),
+        ));
+        assert!(
+            matches!(timed_out, Err(gdex::Error::TimedOut)),
+            "{timed_out:?}"
+        );
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        let mut next = Box::pin(limiter.acquire());
+        assert!(matches!(poll_once(&mut next), Poll::Ready(Ok(_))));
+        assert_eq!(completed.load(Ordering::SeqCst), 0);
+    });
+}
