@@ -127,6 +127,8 @@ fn check_socket(seen: (IOCondition, IOCondition, Vec<u8>)) {
     assert_eq!(answer, b"pong");
 }
 
+/// A pool task waits for a pipe and a socket pair to become readable
+/// (G2; libdex 1.2 `Socket/wait_read_ready`, `dex_socket_wait`).
 #[test]
 fn a_pool_task_waits_for_a_pipe_and_a_socketpair() {
     watchdog("fd_pool_task", 60, || {
