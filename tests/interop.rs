@@ -84,3 +84,52 @@ fn debug_messages_go_to_the_glib_log_under_the_gdex_domain() {
         assert!(!quiet.contains("gdex-DEBUG"), "{quiet}");
     });
 }
+
+/// libdex 1.2's stream cases (`DataInputStream/read_line_utf8`,
+/// `read_upto`, `OutputStream/writev_all`), which test libdex's wrappers
+/// of GIO calls: gdex has none, and gio-rs's `_future` calls do the same
+/// from a gdex task pinned to a worker (they are `!Send`) and from a
+/// fiber.
+#[test]
+fn gio_stream_calls_are_awaited_from_pool_tasks_and_fibers() {
+    use gdex::gio::prelude::*;
+    use gdex::{gio, glib};
+    watchdog("gio-streams", 30, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let lines = pool.scheduler().spawn_pinned(|| async {
+            let bytes = glib::Bytes::from_static("héllo\nwörld;rest".as_bytes());
+            let data = gio::DataInputStream::new(&gio::MemoryInputStream::from_bytes(&bytes));
+            let line = data
+                .read_line_utf8_future(glib::Priority::DEFAULT)
+                .await
+                .unwrap();
+            let upto = data
+                .read_upto_future(b";", glib::Priority::DEFAULT)
+                .await
+                .unwrap();
+            (
+                line.map(|l| l.to_string()),
+                String::from_utf8(upto.to_vec()).unwrap(),
+            )
+        });
+        let (line, upto) = gdex::block_on(lines).unwrap();
+        assert_eq!(line.as_deref(), Some("héllo"));
+        assert_eq!(upto, "wörld");
+
+        let written = pool.scheduler().spawn_fiber(|| {
+            let out = gio::MemoryOutputStream::new_resizable();
+            let vectors = [&b"gather "[..], &b"and write"[..]];
+            let (_, n, partial) =
+                gdex::fiber::wait_output(out.writev_all_future(vectors, glib::Priority::DEFAULT))
+                    .unwrap()
+                    .map_err(|(_, e)| e)
+                    .unwrap();
+            assert!(partial.is_none(), "{partial:?}");
+            gdex::fiber::wait(out.close_future(glib::Priority::DEFAULT)).unwrap();
+            (n, out.steal_as_bytes().to_vec())
+        });
+        let (n, bytes) = gdex::block_on(written).unwrap();
+        assert_eq!(n, 16);
+        assert_eq!(bytes, b"gather and write");
+    });
+}
