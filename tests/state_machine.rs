@@ -903,3 +903,98 @@ fn the_connection_example_walks_its_life_cycle() {
         ]
     );
 }
+
+/// A waker that runs a closure when woken: what a task awaiting a
+/// [`gdex::WaitForState`] does next, run at the very moment of the wake-up.
+struct OnWake(Box<dyn Fn() + Send + Sync>);
+
+impl std::task::Wake for OnWake {
+    fn wake(self: Arc<Self>) {
+        (self.0)()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        (self.0)()
+    }
+}
+
+/// Registers a wait for `state` whose wake-up interrupts `m` at once (as
+/// a task that waits for the state, then interrupts, would), and keeps
+/// what `interrupt` returned.
+fn interrupt_on_reaching(
+    m: &StateMachine<St>,
+    state: St,
+) -> (gdex::WaitForState<St>, Arc<Mutex<Option<bool>>>) {
+    let said = Arc::new(Mutex::new(None));
+    let (m2, s2) = (m.clone(), said.clone());
+    let waker = std::task::Waker::from(Arc::new(OnWake(Box::new(move || {
+        *s2.lock().unwrap() = Some(m2.interrupt());
+    }))));
+    let mut wait = m.wait_for_state(state);
+    assert!(common::poll_with(&mut wait, &waker).is_pending());
+    (wait, said)
+}
+
+/// Ok if the transition was interrupted before this call, an error that
+/// says so otherwise.
+fn latched(cx: &TransitionContext<St>) -> Result<(), Error> {
+    use futures::FutureExt;
+    match cx.interrupted().now_or_never() {
+        Some(Ok(())) => Ok(()),
+        other => Err(Error::Failed(glib::Error::new(
+            gio::IOErrorEnum::Failed,
+            &format!(
+                "the interrupt sent on reaching {:?} did not reach {:?} -> {:?}: {other:?}",
+                cx.state(),
+                cx.from(),
+                cx.to()
+            ),
+        ))),
+    }
+}
+
+/// An interrupt sent by whoever sees `continue_to` commit its edge's
+/// target reaches the continued transition, which runs from then on, not
+/// the function waiting for it (M1): the commit and the continuation's
+/// start are one step.
+#[test]
+fn an_interrupt_sent_as_continue_to_commits_reaches_the_continued_edge() {
+    watchdog("sm-interrupt-continue-start", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(
+                Initial,
+                Prepare,
+                |cx| async move { cx.continue_to(Ready).await },
+            )
+            .edge(Prepare, Ready, |cx| std::future::ready(latched(&cx)))
+            .build()
+            .unwrap();
+        let (wait, said) = interrupt_on_reaching(&m, Prepare);
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Ready);
+        assert_eq!(*said.lock().unwrap(), Some(true));
+        drop(wait);
+    });
+}
+
+/// An interrupt sent by whoever sees a continued edge commit its target
+/// reaches the transition that continued into it, which still runs, not
+/// the finished one (M1; libdex ends a context before committing its
+/// target).
+#[test]
+fn an_interrupt_sent_as_a_continued_edge_commits_reaches_the_transition_still_running() {
+    watchdog("sm-interrupt-continue-end", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, |cx| async move {
+                cx.continue_to(Ready).await?;
+                latched(&cx)
+            })
+            .edge(Prepare, Ready, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        let (wait, said) = interrupt_on_reaching(&m, Ready);
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Ready);
+        assert_eq!(*said.lock().unwrap(), Some(true));
+        drop(wait);
+    });
+}

@@ -40,7 +40,10 @@ impl ContextShared {
         }
     }
 
-    fn end(&self) {
+    /// Ends the transition: its interrupt waits resolve (with
+    /// `Cancelled` unless it was interrupted), and its context may no
+    /// longer change the state.
+    pub(super) fn end(&self) {
         let mut inner = lock(&self.inner);
         inner.ended = true;
         for waker in inner.wakers.drain(..) {
@@ -65,7 +68,8 @@ impl ContextShared {
     }
 }
 
-/// Ends a context when its transition's future ends, however it ends.
+/// Ends a context if its transition's future is dropped before its end
+/// (forgotten once it ended).
 pub(super) struct EndOnDrop<'a, S: State> {
     pub(super) shared: &'a Arc<Shared<S>>,
     pub(super) me: &'a Arc<ContextShared>,
@@ -171,10 +175,9 @@ impl<S: State> TransitionContext<S> {
                 return Err(Shared::invalid(from, next));
             }
             me.take_over("continue_to");
-            if !set_before {
-                lock(&shared.inner).set_state(to);
-            }
-            shared.run_edge(from, next).await
+            // `to` is committed as the next edge starts, in one step.
+            let commit = (!set_before).then_some(to);
+            shared.run_edge(from, next, commit).await
         }
     }
 }

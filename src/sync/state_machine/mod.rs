@@ -148,7 +148,9 @@ impl<S: State> Shared<S> {
 
     /// Runs the edge `from → to` with a new context, and commits `to` if
     /// its function succeeded without setting the state or continuing.
-    fn run_edge(self: Arc<Self>, from: S, to: S) -> EdgeFuture {
+    /// `commit` is a state to set as the edge starts (a continuation's
+    /// committing the target of the edge it continues from).
+    fn run_edge(self: Arc<Self>, from: S, to: S, commit: Option<S>) -> EdgeFuture {
         Box::pin(async move {
             let Some(edge) = self.edges.get(&(from, to)).cloned() else {
                 return Err(Self::invalid(from, to));
@@ -156,6 +158,12 @@ impl<S: State> Shared<S> {
             let me = Arc::new(context::ContextShared::default());
             {
                 let mut inner = lock(&self.inner);
+                // One step with the start, so that whoever sees the state
+                // committed (a wait for it) and interrupts reaches this
+                // transition, not the one waiting for it to end.
+                if let Some(state) = commit {
+                    inner.set_state(state);
+                }
                 if inner.closed {
                     // The machine is gone: what it runs now (a queued
                     // request's edge cannot start; a continuation may)
@@ -164,10 +172,10 @@ impl<S: State> Shared<S> {
                 }
                 inner.active.push(me.clone());
             }
-            // Ends the context however this future ends (a shutdown drops
-            // it mid-way): it leaves the active list, and its interrupt
+            // Ends the context if this future is dropped mid-way (a
+            // shutdown): it leaves the active list, and its interrupt
             // waits resolve.
-            let _ended = context::EndOnDrop {
+            let ended = context::EndOnDrop {
                 shared: &self,
                 me: &me,
             };
@@ -180,9 +188,19 @@ impl<S: State> Shared<S> {
                 .spawn_named(&name, async move { edge(cx).await })
                 .await;
             let result = result.and_then(|r| r);
-            if result.is_ok() && !me.took_over() {
-                lock(&self.inner).set_state(to);
+            {
+                let mut inner = lock(&self.inner);
+                // The context ends as the target is committed, in one step
+                // (libdex pops its context before committing): whoever sees
+                // the new state and interrupts reaches the transition still
+                // running (the one that continued into this one), or none.
+                inner.active.retain(|cx| !Arc::ptr_eq(cx, &me));
+                me.end();
+                if result.is_ok() && !me.took_over() {
+                    inner.set_state(to);
+                }
             }
+            std::mem::forget(ended);
             result
         })
     }
@@ -230,7 +248,7 @@ impl<S: State> Runner<S> {
                 (id, from, request.target)
             };
             self.current = Some(id);
-            let result = self.shared.clone().run_edge(from, to).await;
+            let result = self.shared.clone().run_edge(from, to, None).await;
             let mut inner = lock(&self.shared.inner);
             let outcome = result.map(|()| inner.state);
             inner.finish(id, outcome);
@@ -556,6 +574,13 @@ impl<S: State> StateMachine<S> {
     /// or at once when it asks later). It requests nothing and changes no
     /// state: the transition decides what an interruption means. Returns
     /// false if no transition is running.
+    ///
+    /// In a [`continue_to`](TransitionContext::continue_to) chain, the
+    /// running transition is the innermost edge that has not returned. A
+    /// state the chain commits is committed in one step with the change
+    /// of running edge, so an interrupt sent on seeing it (a
+    /// [`wait_for_state`](StateMachine::wait_for_state) that resolved)
+    /// reaches the edge that runs from then on.
     pub fn interrupt(&self) -> bool {
         let inner = lock(&self.shared().inner);
         match inner.active.last() {
