@@ -998,3 +998,37 @@ fn an_interrupt_sent_as_a_continued_edge_commits_reaches_the_transition_still_ru
         drop(wait);
     });
 }
+
+/// An `interrupted()` future dropped before its transition ends lets go of
+/// its waker then, not when the transition ends: a long transition that
+/// keeps asking (a loop of helper tasks, each waiting for the
+/// interruption) does not pile up the wakers of tasks long gone (M1).
+#[test]
+fn a_dropped_interruption_wait_lets_go_of_its_waker() {
+    watchdog("sm-interrupted-waker", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(Initial, Ready, |cx| async move {
+                let wakers: Vec<_> = (0..3).map(|_| Arc::new(OnWake(Box::new(|| {})))).collect();
+                for w in &wakers {
+                    let waker = std::task::Waker::from(w.clone());
+                    let mut wait = cx.interrupted();
+                    assert!(common::poll_with(&mut wait, &waker).is_pending());
+                    // Polled again with the same waker: still one entry.
+                    assert!(common::poll_with(&mut wait, &waker).is_pending());
+                }
+                let kept = wakers.iter().filter(|w| Arc::strong_count(w) > 1).count();
+                if kept == 0 {
+                    Ok(())
+                } else {
+                    Err(Error::Failed(glib::Error::new(
+                        gio::IOErrorEnum::Failed,
+                        &format!("{kept} dropped interruption waits still hold their wakers"),
+                    )))
+                }
+            })
+            .build()
+            .unwrap();
+        assert_eq!(block_on(m.transition(Ready)).unwrap(), Ready);
+    });
+}

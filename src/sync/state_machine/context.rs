@@ -24,7 +24,10 @@ struct ContextInner {
     /// The function set the state or continued: the machine does not
     /// commit the edge's target when it returns.
     took_over: bool,
-    wakers: Vec<Waker>,
+    /// The pending [`Interrupted`] futures' wakers, by key: one entry per
+    /// future, which removes it when dropped.
+    wakers: Vec<(u64, Waker)>,
+    next_key: u64,
 }
 
 impl ContextShared {
@@ -35,7 +38,7 @@ impl ContextShared {
             return;
         }
         inner.interrupted = true;
-        for waker in inner.wakers.drain(..) {
+        for (_, waker) in inner.wakers.drain(..) {
             wake_unlocked(waker);
         }
     }
@@ -46,7 +49,7 @@ impl ContextShared {
     pub(super) fn end(&self) {
         let mut inner = lock(&self.inner);
         inner.ended = true;
-        for waker in inner.wakers.drain(..) {
+        for (_, waker) in inner.wakers.drain(..) {
             wake_unlocked(waker);
         }
     }
@@ -146,6 +149,7 @@ impl<S: State> TransitionContext<S> {
     pub fn interrupted(&self) -> Interrupted {
         Interrupted {
             me: self.me.clone(),
+            key: None,
         }
     }
 
@@ -195,23 +199,55 @@ impl<S: State> std::fmt::Debug for TransitionContext<S> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Interrupted {
     me: Arc<ContextShared>,
+    /// Its entry among the context's wakers, once it waited.
+    key: Option<u64>,
 }
 
 impl Future for Interrupted {
     type Output = Result<(), Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut inner = lock(&self.me.inner);
-        if inner.interrupted {
-            return Poll::Ready(Ok(()));
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mut inner = lock(&this.me.inner);
+        if inner.interrupted || inner.ended {
+            // Both drained the wakers: no entry of ours is left.
+            this.key = None;
+            return Poll::Ready(if inner.interrupted {
+                Ok(())
+            } else {
+                Err(Error::Cancelled)
+            });
         }
-        if inner.ended {
-            return Poll::Ready(Err(Error::Cancelled));
-        }
-        if !inner.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            inner.wakers.push(cx.waker().clone());
+        let key = this.key;
+        match inner.wakers.iter_mut().find(|(k, _)| Some(*k) == key) {
+            Some((_, waker)) => {
+                if !waker.will_wake(cx.waker()) {
+                    waker.clone_from(cx.waker());
+                }
+            }
+            None => {
+                let key = inner.next_key;
+                inner.next_key += 1;
+                inner.wakers.push((key, cx.waker().clone()));
+                this.key = Some(key);
+            }
         }
         Poll::Pending
+    }
+}
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        let Some(key) = self.key else { return };
+        let mut inner = lock(&self.me.inner);
+        let waker = inner
+            .wakers
+            .iter()
+            .position(|(k, _)| *k == key)
+            .map(|i| inner.wakers.swap_remove(i));
+        drop(inner);
+        // Dropped after the release: the waker's drop is its owner's code.
+        drop(waker);
     }
 }
 
