@@ -1032,3 +1032,87 @@ fn a_dropped_interruption_wait_lets_go_of_its_waker() {
         assert_eq!(block_on(m.transition(Ready)).unwrap(), Ready);
     });
 }
+
+/// A continuation asked for once the machine's pool has shut down gives
+/// `Cancelled`, as the machine's requests do, not the refused spawn's
+/// `ShutDown` (M1, S9).
+#[test]
+fn a_continuation_after_the_scheduler_shut_down_gives_cancelled() {
+    watchdog("sm-shutdown-continue", 30, || {
+        let pool = pool();
+        let seen = Arc::new(Mutex::new(None));
+        let (p, s) = (pool.clone(), seen.clone());
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let (pool, seen) = (p.clone(), s.clone());
+                async move {
+                    // From a worker of its own: returns at once.
+                    pool.shutdown();
+                    let continued = cx.continue_to(Ready).await;
+                    *seen.lock().unwrap() = Some(format!("{continued:?}"));
+                    continued
+                }
+            })
+            .edge(Prepare, Ready, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        let r = block_on(m.transition(Prepare));
+        assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+        assert_eq!(
+            seen.lock().unwrap().as_deref(),
+            Some("Err(Cancelled)"),
+            "what continue_to gave"
+        );
+    });
+}
+
+/// However a pool's shutdown falls among a machine's requests (its runner
+/// between two of them, or polled once more while the pool closes), every
+/// request that does not finish gives `Cancelled`: none gives the refused
+/// spawn's `ShutDown`, nor runs (or is refused as `InvalidTransition`)
+/// after one was cancelled (M1, S9).
+#[test]
+fn requests_cut_off_by_a_shutdown_give_cancelled_wherever_it_falls() {
+    watchdog("sm-shutdown-anywhere", 120, || {
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..common::stress(1000) {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let started = Arc::new(AtomicUsize::new(0));
+            let s = started.clone();
+            let m = builder(&pool)
+                .edge(Initial, Ready, move |_cx| {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    std::future::ready(Ok(()))
+                })
+                .edge(Ready, Initial, |_cx| std::future::ready(Ok(())))
+                .build()
+                .unwrap();
+            let requests: Vec<_> = (0..16)
+                .map(|i| m.transition(if i % 2 == 0 { Ready } else { Initial }))
+                .collect();
+            common::wait_until(|| started.load(Ordering::SeqCst) >= 1);
+            pool.shutdown();
+            let mut cancelled = false;
+            for (i, r) in requests.into_iter().enumerate() {
+                let outcome = block_on(r);
+                let kind = match &outcome {
+                    Ok(_) => "Ok",
+                    Err(Error::Cancelled) => "Cancelled",
+                    Err(Error::ShutDown) => "ShutDown",
+                    Err(Error::InvalidTransition(_)) => "InvalidTransition",
+                    Err(_) => "other",
+                };
+                *seen.entry(kind).or_insert(0) += 1;
+                assert!(
+                    !cancelled || matches!(outcome, Err(Error::Cancelled)),
+                    "request {i} gave {outcome:?} after an earlier one was cancelled ({seen:?})"
+                );
+                assert!(
+                    matches!(outcome, Ok(_) | Err(Error::Cancelled)),
+                    "request {i} gave {outcome:?} ({seen:?})"
+                );
+                cancelled |= outcome.is_err();
+            }
+        }
+    });
+}

@@ -181,7 +181,12 @@ impl<S: State> TransitionContext<S> {
             me.take_over("continue_to");
             // `to` is committed as the next edge starts, in one step.
             let commit = (!set_before).then_some(to);
-            shared.run_edge(from, next, commit).await
+            // A scheduler that has shut down refuses the next edge: the
+            // machine's requests give that as `Cancelled`.
+            shared
+                .run_edge(from, next, commit)
+                .await
+                .unwrap_or(Err(Error::Cancelled))
         }
     }
 }

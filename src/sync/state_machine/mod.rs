@@ -56,6 +56,13 @@ impl<T: Copy + Eq + Hash + Debug + Send + Sync + 'static> State for T {}
 type EdgeFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 type EdgeFn<S> = Arc<dyn Fn(TransitionContext<S>) -> EdgeFuture + Send + Sync>;
 
+/// The machine's scheduler refused an edge's task or dropped it
+/// unfinished: it has shut down, and no transition can run any more.
+struct SchedulerGone;
+
+/// An edge's run: its function's result, unless the scheduler is gone.
+type RunFuture = Pin<Box<dyn Future<Output = Result<Result<(), Error>, SchedulerGone>> + Send>>;
+
 /// What the runner, the contexts and the futures share.
 pub(crate) struct Shared<S: State> {
     scheduler: Scheduler,
@@ -150,10 +157,10 @@ impl<S: State> Shared<S> {
     /// its function succeeded without setting the state or continuing.
     /// `commit` is a state to set as the edge starts (a continuation's
     /// committing the target of the edge it continues from).
-    fn run_edge(self: Arc<Self>, from: S, to: S, commit: Option<S>) -> EdgeFuture {
+    fn run_edge(self: Arc<Self>, from: S, to: S, commit: Option<S>) -> RunFuture {
         Box::pin(async move {
             let Some(edge) = self.edges.get(&(from, to)).cloned() else {
-                return Err(Self::invalid(from, to));
+                return Ok(Err(Self::invalid(from, to)));
             };
             let me = Arc::new(context::ContextShared::default());
             {
@@ -183,11 +190,18 @@ impl<S: State> Shared<S> {
             let name = format!("state machine transition {from:?} -> {to:?}");
             // The function is called inside the task, so that a panic in
             // it (not only in its future) is the task's.
-            let result = self
+            let result = match self
                 .scheduler
                 .spawn_named(&name, async move { edge(cx).await })
-                .await;
-            let result = result.and_then(|r| r);
+                .await
+            {
+                Ok(result) => result,
+                Err(Error::Panicked(message)) => Err(Error::Panicked(message)),
+                // Refused (`ShutDown`) or dropped unfinished (`Cancelled`):
+                // the scheduler has shut down. (The context ends as
+                // `ended` drops.)
+                Err(_) => return Err(SchedulerGone),
+            };
             {
                 let mut inner = lock(&self.inner);
                 // The context ends as the target is committed, in one step
@@ -201,14 +215,15 @@ impl<S: State> Shared<S> {
                 }
             }
             std::mem::forget(ended);
-            result
+            Ok(result)
         })
     }
 }
 
 /// Rejects the runner's request and the queued ones if the runner is
 /// dropped before it ran out of requests (its scheduler shut down, or
-/// refused the spawn).
+/// refused the spawn), or stops because its scheduler refused or dropped
+/// an edge's task.
 struct Runner<S: State> {
     shared: Arc<Shared<S>>,
     current: Option<u64>,
@@ -248,7 +263,13 @@ impl<S: State> Runner<S> {
                 (id, from, request.target)
             };
             self.current = Some(id);
-            let result = self.shared.clone().run_edge(from, to, None).await;
+            let Ok(result) = self.shared.clone().run_edge(from, to, None).await else {
+                // The scheduler has shut down (the runner was polled while
+                // it closed): stop as if dropped, which rejects this
+                // request and the queued ones with `Cancelled`, rather
+                // than take the next ones only to have them refused.
+                return;
+            };
             let mut inner = lock(&self.shared.inner);
             let outcome = result.map(|()| inner.state);
             inner.finish(id, outcome);
@@ -293,7 +314,15 @@ impl<S: State> StateMachineBuilder<S> {
             let f = f.clone();
             let scheduler = cx.scheduler().clone();
             let fiber = scheduler.spawn_fiber(move || f(cx));
-            async move { fiber.await.and_then(|r| r) }
+            async move {
+                match fiber.await {
+                    Ok(result) => result,
+                    // Refused: the scheduler has shut down, which the
+                    // machine's requests give as `Cancelled`.
+                    Err(Error::ShutDown) => Err(Error::Cancelled),
+                    Err(error) => Err(error),
+                }
+            }
         })
     }
 
