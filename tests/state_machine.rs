@@ -1116,3 +1116,24 @@ fn requests_cut_off_by_a_shutdown_give_cancelled_wherever_it_falls() {
         }
     });
 }
+
+/// Formatting a machine writes to its formatter with the machine's lock
+/// released: a sink that uses the machine (a log that reads its state)
+/// does not deadlock (M1: no user code runs under the machine's lock).
+#[test]
+fn formatting_the_machine_writes_with_its_lock_released() {
+    struct Log<'a>(&'a StateMachine<St>, String);
+    impl std::fmt::Write for Log<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let _ = self.0.state();
+            self.1.push_str(s);
+            Ok(())
+        }
+    }
+    watchdog("sm-debug-unlocked", 10, || {
+        let m = StateMachine::builder(Initial).build().unwrap();
+        let mut log = Log(&m, String::new());
+        std::fmt::Write::write_fmt(&mut log, format_args!("{m:?}")).unwrap();
+        assert!(log.1.contains("state: Initial"), "{}", log.1);
+    });
+}

@@ -48,7 +48,9 @@ pub use context::{Interrupted, TransitionContext};
 /// be compared, hashed (the edge table's key) and printed (in errors).
 /// Every such type is one: a plain Rust enum with
 /// `#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]`, or a
-/// `#[derive(glib::Enum)]` one for a GObject property.
+/// `#[derive(glib::Enum)]` one for a GObject property. (The machine
+/// compares states under its lock, to resolve the waits for one: an `Eq`
+/// written by hand must not use the machine.)
 pub trait State: Copy + Eq + Hash + Debug + Send + Sync + 'static {}
 
 impl<T: Copy + Eq + Hash + Debug + Send + Sync + 'static> State for T {}
@@ -624,11 +626,16 @@ impl<S: State> StateMachine<S> {
 
 impl<S: State> Debug for StateMachine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let inner = lock(&self.shared().inner);
+        // Read, then written with the lock released: the formatter's sink
+        // and the states' `Debug` are the caller's code.
+        let (state, requested, queued) = {
+            let inner = lock(&self.shared().inner);
+            (inner.state, inner.requested, inner.queue.len())
+        };
         f.debug_struct("StateMachine")
-            .field("state", &inner.state)
-            .field("requested_state", &inner.requested)
-            .field("queued", &inner.queue.len())
+            .field("state", &state)
+            .field("requested_state", &requested)
+            .field("queued", &queued)
             .finish_non_exhaustive()
     }
 }
