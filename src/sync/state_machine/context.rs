@@ -160,10 +160,16 @@ impl<S: State> TransitionContext<S> {
     /// state, the edge to `next` is checked first ([`Error::InvalidTransition`]
     /// and no change if there is none), then `to` is committed and the
     /// next function runs; its failure is returned, and `to` stays
-    /// committed.
+    /// committed. A scheduler that has shut down gives [`Error::Cancelled`].
+    ///
+    /// Dropping the future before it resolves (a
+    /// [`timeout`](crate::timeout) around it) cancels the continued edge:
+    /// its function's future is dropped at its next suspension point, as a
+    /// dropped [`Task`](crate::Task)'s is, and the state stays where the
+    /// chain had got to.
     ///
     /// # Panics
-    /// If the transition has ended.
+    /// When first polled, if the transition has ended.
     pub fn continue_to(&self, next: S) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let shared = self.shared.clone();
         let me = self.me.clone();

@@ -330,8 +330,11 @@ impl<S: State> StateMachineBuilder<S> {
 
     /// Where the transition functions (and the machine's runner) run: by
     /// default the calling thread's scheduler
-    /// ([`Scheduler::thread_default`]: the main scheduler on a GTK app's
-    /// main thread, the pool inside a pool task), else the default pool.
+    /// ([`Scheduler::thread_default`]: the main scheduler on a thread that
+    /// runs or holds the default main context, as a GTK app's main thread
+    /// does once its loop runs; the pool inside a pool task), else the
+    /// default pool, also on a main thread that does not hold the default
+    /// context yet (pass [`Scheduler::main`] to be sure of the main loop).
     pub fn scheduler(mut self, scheduler: &Scheduler) -> Self {
         self.scheduler = Some(scheduler.clone());
         self
