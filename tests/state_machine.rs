@@ -1137,3 +1137,86 @@ fn formatting_the_machine_writes_with_its_lock_released() {
         assert!(log.1.contains("state: Initial"), "{}", log.1);
     });
 }
+
+/// A transition continues through one edge at a time: a second
+/// `continue_to` while one of its continuations runs (both awaited
+/// together) panics with a message that says so, instead of running two
+/// edges at once; the second edge never runs (M1).
+#[test]
+fn a_second_continuation_while_one_runs_panics() {
+    watchdog("sm-two-continuations", 30, || {
+        let pool = pool();
+        let v = visited();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, |cx| async move {
+                let (a, b) = futures::join!(cx.continue_to(Ready), cx.continue_to(Failed));
+                a.and(b)
+            })
+            .edge(Prepare, Ready, |_cx| async {
+                for _ in 0..3 {
+                    gdex::yield_now().await;
+                }
+                Ok(())
+            })
+            .edge(Prepare, Failed, basic(&v))
+            .build()
+            .unwrap();
+        match block_on(m.transition(Prepare)) {
+            Err(Error::Panicked(msg)) => assert!(
+                msg.contains("continue_to") && msg.contains("one edge at a time"),
+                "{msg}"
+            ),
+            other => panic!(
+                "two continuations at once gave {other:?} ({:?} ran)",
+                seen(&v)
+            ),
+        }
+        assert!(seen(&v).is_empty(), "the second continuation ran");
+    });
+}
+
+/// Setting the state while one of the transition's own continuations runs
+/// panics with a message that says so: the machine is the continued
+/// edge's until it returns (M1).
+#[test]
+fn setting_the_state_while_a_continuation_runs_panics() {
+    watchdog("sm-set-while-continuing", 30, || {
+        let pool = pool();
+        // The continued edge runs until the set_state has been tried.
+        let tried = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = tried.clone();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let tried = t.clone();
+                async move {
+                    let set = async {
+                        gdex::yield_now().await;
+                        let _tried = common::SetOnDrop(tried);
+                        cx.set_state(Failed);
+                        Ok(())
+                    };
+                    let (a, b) = futures::join!(cx.continue_to(Ready), set);
+                    a.and(b)
+                }
+            })
+            .edge(Prepare, Ready, move |_cx| {
+                let tried = tried.clone();
+                async move {
+                    while !tried.load(Ordering::SeqCst) {
+                        gdex::yield_now().await;
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        match block_on(m.transition(Prepare)) {
+            Err(Error::Panicked(msg)) => assert!(
+                msg.contains("set_state") && msg.contains("continue_to"),
+                "{msg}"
+            ),
+            other => panic!("a set_state during a continuation gave {other:?}"),
+        }
+        assert_ne!(m.state(), Failed);
+    });
+}

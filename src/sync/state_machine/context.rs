@@ -24,6 +24,9 @@ struct ContextInner {
     /// The function set the state or continued: the machine does not
     /// commit the edge's target when it returns.
     took_over: bool,
+    /// A `continue_to` of this transition runs: the machine is the
+    /// continued edge's until it returns.
+    continuing: bool,
     /// The pending [`Interrupted`] futures' wakers, by key: one entry per
     /// future, which removes it when dropped.
     wakers: Vec<(u64, Waker)>,
@@ -58,16 +61,48 @@ impl ContextShared {
         lock(&self.inner).took_over
     }
 
-    /// Marks the state as the function's to set; panics if the transition
-    /// has ended (a context kept past its function's end).
-    fn take_over(&self, what: &str) -> bool {
-        let mut inner = lock(&self.inner);
+    /// Panics if the context may not change the state now: its
+    /// transition has ended (a context kept past its function's end), or
+    /// one of its continuations runs (the machine is that edge's).
+    fn check(inner: &ContextInner, what: &str) {
         assert!(
             !inner.ended,
             "TransitionContext::{what} was called after its transition ended: a context is only \
              valid while its transition function runs (do not keep it in a task that outlives it)"
         );
+        assert!(
+            !inner.continuing,
+            "TransitionContext::{what} was called while a continue_to of the same transition \
+             runs: the machine is the continued edge's until it returns, and a transition \
+             continues through one edge at a time (await each continue_to before going on)"
+        );
+    }
+
+    /// Marks the state as the function's to set (returns whether it was
+    /// already); panics if it may not change it now (see `check`).
+    fn take_over(&self, what: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        Self::check(&inner, what);
         std::mem::replace(&mut inner.took_over, true)
+    }
+
+    /// Takes the state over for a continuation, until the guard drops.
+    fn begin_continuation(self: &Arc<Self>) -> Continuing {
+        let mut inner = lock(&self.inner);
+        Self::check(&inner, "continue_to");
+        inner.took_over = true;
+        inner.continuing = true;
+        Continuing(self.clone())
+    }
+}
+
+/// A continuation running: the context may change the state again once
+/// it drops.
+struct Continuing(Arc<ContextShared>);
+
+impl Drop for Continuing {
+    fn drop(&mut self) {
+        lock(&self.0.inner).continuing = false;
     }
 }
 
@@ -134,7 +169,9 @@ impl<S: State> TransitionContext<S> {
     /// rolled back if the function then fails.
     ///
     /// # Panics
-    /// If the transition has ended.
+    /// If the transition has ended, or while one of its
+    /// [`continue_to`](TransitionContext::continue_to)s runs (the machine
+    /// is the continued edge's until it returns).
     pub fn set_state(&self, state: S) {
         self.me.take_over("set_state");
         lock(&self.shared.inner).set_state(state);
@@ -169,13 +206,19 @@ impl<S: State> TransitionContext<S> {
     /// chain had got to.
     ///
     /// # Panics
-    /// When first polled, if the transition has ended.
+    /// When first polled, if the transition has ended, or if another
+    /// `continue_to` of it runs (two awaited together): a transition
+    /// continues through one edge at a time.
     pub fn continue_to(&self, next: S) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let shared = self.shared.clone();
         let me = self.me.clone();
         let to = self.to;
         async move {
-            let set_before = lock(&me.inner).took_over;
+            let set_before = {
+                let inner = lock(&me.inner);
+                ContextShared::check(&inner, "continue_to");
+                inner.took_over
+            };
             let from = if set_before {
                 lock(&shared.inner).state
             } else {
@@ -184,7 +227,7 @@ impl<S: State> TransitionContext<S> {
             if !shared.edges.contains_key(&(from, next)) {
                 return Err(Shared::invalid(from, next));
             }
-            me.take_over("continue_to");
+            let _continuing = me.begin_continuation();
             // `to` is committed as the next edge starts, in one step.
             let commit = (!set_before).then_some(to);
             // A scheduler that has shut down refuses the next edge: the
