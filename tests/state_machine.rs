@@ -1058,6 +1058,9 @@ fn a_continuation_after_the_scheduler_shut_down_gives_cancelled() {
             .unwrap();
         let r = block_on(m.transition(Prepare));
         assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+        // The request may be cancelled (its runner dropped by the other
+        // worker as it exits) while the function is still in `shutdown`.
+        common::wait_until(|| seen.lock().unwrap().is_some());
         assert_eq!(
             seen.lock().unwrap().as_deref(),
             Some("Err(Cancelled)"),
@@ -1218,5 +1221,49 @@ fn setting_the_state_while_a_continuation_runs_panics() {
             other => panic!("a set_state during a continuation gave {other:?}"),
         }
         assert_ne!(m.state(), Failed);
+    });
+}
+
+/// A machine on the scheduler of a pool worker's own context, whose loop
+/// stops when the pool shuts down: its running, queued and later requests
+/// give `Cancelled`, a detached and a withdrawn one leave nothing behind,
+/// and none hangs (M1, S9).
+#[test]
+fn a_machine_on_a_worker_context_that_ends_cancels_its_requests() {
+    watchdog("sm-worker-context", 30, || {
+        let pool = pool();
+        let scheduler = block_on(pool.scheduler().spawn(async {
+            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
+        }))
+        .unwrap();
+        let started = Arc::new(AtomicUsize::new(0));
+        let s = started.clone();
+        let v = visited();
+        let m = StateMachine::builder(Initial)
+            .scheduler(&scheduler)
+            .edge(Initial, Prepare, move |_cx| {
+                s.fetch_add(1, Ordering::SeqCst);
+                std::future::pending()
+            })
+            .edge(Prepare, Ready, basic(&v))
+            .build()
+            .unwrap();
+        let running = m.transition(Prepare);
+        let queued = m.transition(Ready);
+        m.transition(Ready).detach();
+        drop(m.transition(Ready));
+        common::wait_until(|| started.load(Ordering::SeqCst) == 1);
+        pool.shutdown();
+        assert!(matches!(block_on(running), Err(Error::Cancelled)));
+        assert!(matches!(block_on(queued), Err(Error::Cancelled)));
+        for _ in 0..2 {
+            assert!(matches!(
+                block_on(m.transition(Prepare)),
+                Err(Error::Cancelled)
+            ));
+        }
+        assert_eq!(m.state(), Initial);
+        assert!(seen(&v).is_empty());
+        assert!(format!("{m:?}").contains("queued: 0"), "{m:?}");
     });
 }
