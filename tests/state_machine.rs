@@ -1267,3 +1267,73 @@ fn a_machine_on_a_worker_context_that_ends_cancels_its_requests() {
         assert!(format!("{m:?}").contains("queued: 0"), "{m:?}");
     });
 }
+
+/// A continued edge cancelled in the middle of a poll of its function
+/// (the `continue_to` that runs it dropped by the function that called
+/// it, here on reaching a point the edge signals, as a timeout would)
+/// finds its context cancelled for the rest of that poll: its `set_state`
+/// changes nothing and its `continue_to` gives `Cancelled`, with no panic
+/// (and no report of one) for a context its function never kept past its
+/// end (M1).
+#[test]
+fn a_transition_cancelled_in_the_middle_of_a_poll_changes_nothing_and_does_not_panic() {
+    watchdog("sm-cancelled-mid-poll", 60, || {
+        let pool = pool();
+        let (inside_tx, inside_rx) = futures::channel::oneshot::channel::<()>();
+        let inside_tx = Arc::new(Mutex::new(Some(inside_tx)));
+        let inside_rx = Arc::new(Mutex::new(Some(inside_rx)));
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_tx = Arc::new(Mutex::new(Some(go_tx)));
+        let go_rx = Arc::new(Mutex::new(Some(go_rx)));
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let l = log.clone();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let inside = inside_rx.lock().unwrap().take().unwrap();
+                let go = go_tx.lock().unwrap().take().unwrap();
+                async move {
+                    let continued = Box::pin(cx.continue_to(Ready));
+                    match futures::future::select(continued, inside).await {
+                        futures::future::Either::Right((_, continued)) => drop(continued),
+                        futures::future::Either::Left((r, _)) => {
+                            panic!("the continuation ended: {r:?}")
+                        }
+                    }
+                    go.send(()).unwrap();
+                    Ok(())
+                }
+            })
+            .edge(Prepare, Ready, move |cx| {
+                let inside = inside_tx.lock().unwrap().take().unwrap();
+                let go = go_rx.lock().unwrap().take().unwrap();
+                let log = l.clone();
+                // All in the function's first poll: signal, block this
+                // worker until the continuation is dropped, then use the
+                // context.
+                inside.send(()).unwrap();
+                let released = go.recv_timeout(Duration::from_secs(20)).is_ok();
+                let set =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cx.set_state(Failed)));
+                let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    use futures::FutureExt;
+                    cx.continue_to(Initial).now_or_never()
+                }));
+                log.lock().unwrap().push(format!(
+                    "released {released}, set_state {:?}, continue_to {:?}",
+                    set.map_err(|_| "panicked"),
+                    next.map_err(|_| "panicked")
+                ));
+                std::future::ready(Ok(()))
+            })
+            .edge(Ready, Initial, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Prepare);
+        common::wait_until(|| !log.lock().unwrap().is_empty());
+        assert_eq!(
+            log.lock().unwrap()[0],
+            "released true, set_state Ok(()), continue_to Ok(Some(Err(Cancelled)))"
+        );
+        assert_eq!(m.state(), Prepare);
+    });
+}

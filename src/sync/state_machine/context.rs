@@ -21,6 +21,10 @@ pub(crate) struct ContextShared {
 struct ContextInner {
     interrupted: bool,
     ended: bool,
+    /// It ended because its run was dropped (its scheduler shut down, or
+    /// the `continue_to` that ran it was dropped), maybe in the middle of
+    /// a poll of its function: the rest of that poll finds it cancelled.
+    cancelled: bool,
     /// The function set the state or continued: the machine does not
     /// commit the edge's target when it returns.
     took_over: bool,
@@ -48,23 +52,38 @@ impl ContextShared {
 
     /// Ends the transition: its interrupt waits resolve (with
     /// `Cancelled` unless it was interrupted), and its context may no
-    /// longer change the state.
-    pub(super) fn end(&self) {
+    /// longer change the state. `cancelled` if its run was dropped rather
+    /// than its function returned. Called under the machine's lock, so
+    /// that a `set_state` (which takes both) is wholly before it or not
+    /// at all.
+    pub(super) fn end(&self, cancelled: bool) {
         let mut inner = lock(&self.inner);
         inner.ended = true;
+        inner.cancelled = cancelled;
         for (_, waker) in inner.wakers.drain(..) {
             wake_unlocked(waker);
         }
+    }
+
+    /// How the transition ended, if it did: `Some(true)` if cancelled.
+    pub(super) fn ended(&self) -> Option<bool> {
+        let inner = lock(&self.inner);
+        inner.ended.then_some(inner.cancelled)
     }
 
     pub(crate) fn took_over(&self) -> bool {
         lock(&self.inner).took_over
     }
 
-    /// Panics if the context may not change the state now: its
-    /// transition has ended (a context kept past its function's end), or
-    /// one of its continuations runs (the machine is that edge's).
-    fn check(inner: &ContextInner, what: &str) {
+    /// Whether the context may change the state now: `Err(Cancelled)` if
+    /// its run was dropped under its function (nothing to change any
+    /// more); panics on misuse: its transition has ended (a context kept
+    /// past its function's end), or one of its continuations runs (the
+    /// machine is that edge's).
+    fn check(inner: &ContextInner, what: &str) -> Result<(), Error> {
+        if inner.cancelled {
+            return Err(Error::Cancelled);
+        }
         assert!(
             !inner.ended,
             "TransitionContext::{what} was called after its transition ended: a context is only \
@@ -76,23 +95,25 @@ impl ContextShared {
              runs: the machine is the continued edge's until it returns, and a transition \
              continues through one edge at a time (await each continue_to before going on)"
         );
+        Ok(())
     }
 
-    /// Marks the state as the function's to set (returns whether it was
-    /// already); panics if it may not change it now (see `check`).
-    fn take_over(&self, what: &str) -> bool {
+    /// Marks the state as the function's to set, if it may set it now
+    /// (see `check`).
+    fn take_over(&self, what: &str) -> Result<(), Error> {
         let mut inner = lock(&self.inner);
-        Self::check(&inner, what);
-        std::mem::replace(&mut inner.took_over, true)
+        Self::check(&inner, what)?;
+        inner.took_over = true;
+        Ok(())
     }
 
     /// Takes the state over for a continuation, until the guard drops.
-    fn begin_continuation(self: &Arc<Self>) -> Continuing {
+    fn begin_continuation(self: &Arc<Self>) -> Result<Continuing, Error> {
         let mut inner = lock(&self.inner);
-        Self::check(&inner, "continue_to");
+        Self::check(&inner, "continue_to")?;
         inner.took_over = true;
         inner.continuing = true;
-        Continuing(self.clone())
+        Ok(Continuing(self.clone()))
     }
 }
 
@@ -115,10 +136,9 @@ pub(super) struct EndOnDrop<'a, S: State> {
 
 impl<S: State> Drop for EndOnDrop<'_, S> {
     fn drop(&mut self) {
-        lock(&self.shared.inner)
-            .active
-            .retain(|cx| !Arc::ptr_eq(cx, self.me));
-        self.me.end();
+        let mut inner = lock(&self.shared.inner);
+        inner.active.retain(|cx| !Arc::ptr_eq(cx, self.me));
+        self.me.end(true);
     }
 }
 
@@ -168,13 +188,21 @@ impl<S: State> TransitionContext<S> {
     /// machine no longer commits `to` when the function returns. Not
     /// rolled back if the function then fails.
     ///
+    /// If the transition was cancelled under its function (its scheduler
+    /// shut down, or the `continue_to` that ran it was dropped), this
+    /// changes nothing.
+    ///
     /// # Panics
     /// If the transition has ended, or while one of its
     /// [`continue_to`](TransitionContext::continue_to)s runs (the machine
     /// is the continued edge's until it returns).
     pub fn set_state(&self, state: S) {
-        self.me.take_over("set_state");
-        lock(&self.shared.inner).set_state(state);
+        // Both locks, as the transition's end takes them: the state is set
+        // wholly before the end, or not at all.
+        let mut inner = lock(&self.shared.inner);
+        if self.me.take_over("set_state").is_ok() {
+            inner.set_state(state);
+        }
     }
 
     /// Resolves with `Ok(())` when [`StateMachine::interrupt`] interrupts
@@ -197,7 +225,8 @@ impl<S: State> TransitionContext<S> {
     /// state, the edge to `next` is checked first ([`Error::InvalidTransition`]
     /// and no change if there is none), then `to` is committed and the
     /// next function runs; its failure is returned, and `to` stays
-    /// committed. A scheduler that has shut down gives [`Error::Cancelled`].
+    /// committed. A scheduler that has shut down, or a transition
+    /// cancelled under its function, gives [`Error::Cancelled`].
     ///
     /// Dropping the future before it resolves (a
     /// [`timeout`](crate::timeout) around it) cancels the continued edge:
@@ -216,7 +245,7 @@ impl<S: State> TransitionContext<S> {
         async move {
             let set_before = {
                 let inner = lock(&me.inner);
-                ContextShared::check(&inner, "continue_to");
+                ContextShared::check(&inner, "continue_to")?;
                 inner.took_over
             };
             let from = if set_before {
@@ -227,13 +256,14 @@ impl<S: State> TransitionContext<S> {
             if !shared.edges.contains_key(&(from, next)) {
                 return Err(Shared::invalid(from, next));
             }
-            let _continuing = me.begin_continuation();
-            // `to` is committed as the next edge starts, in one step.
+            let _continuing = me.begin_continuation()?;
+            // `to` is committed as the next edge starts, in one step, if
+            // this transition has not ended meanwhile.
             let commit = (!set_before).then_some(to);
             // A scheduler that has shut down refuses the next edge: the
             // machine's requests give that as `Cancelled`.
             shared
-                .run_edge(from, next, commit)
+                .run_edge(from, next, Some((me.clone(), commit)))
                 .await
                 .unwrap_or(Err(Error::Cancelled))
         }

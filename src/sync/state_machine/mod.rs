@@ -157,9 +157,14 @@ impl<S: State> Shared<S> {
 
     /// Runs the edge `from → to` with a new context, and commits `to` if
     /// its function succeeded without setting the state or continuing.
-    /// `commit` is a state to set as the edge starts (a continuation's
-    /// committing the target of the edge it continues from).
-    fn run_edge(self: Arc<Self>, from: S, to: S, commit: Option<S>) -> RunFuture {
+    /// `parent` is the transition a continuation continues from, with a
+    /// state to commit as the edge starts (its target).
+    fn run_edge(
+        self: Arc<Self>,
+        from: S,
+        to: S,
+        parent: Option<(Arc<context::ContextShared>, Option<S>)>,
+    ) -> RunFuture {
         Box::pin(async move {
             let Some(edge) = self.edges.get(&(from, to)).cloned() else {
                 return Ok(Err(Self::invalid(from, to)));
@@ -167,11 +172,26 @@ impl<S: State> Shared<S> {
             let me = Arc::new(context::ContextShared::default());
             {
                 let mut inner = lock(&self.inner);
-                // One step with the start, so that whoever sees the state
-                // committed (a wait for it) and interrupts reaches this
-                // transition, not the one waiting for it to end.
-                if let Some(state) = commit {
-                    inner.set_state(state);
+                if let Some((parent, commit)) = &parent {
+                    // A transition ends under this lock: one that has
+                    // ended starts no continuation.
+                    match parent.ended() {
+                        None => {}
+                        Some(true) => return Ok(Err(Error::Cancelled)),
+                        Some(false) => {
+                            drop(inner);
+                            panic!(
+                                "a continue_to future was polled on after its transition ended: \
+                                 await it inside the transition function"
+                            );
+                        }
+                    }
+                    // One step with the start, so that whoever sees the
+                    // state committed (a wait for it) and interrupts
+                    // reaches this transition, not the one waiting for it.
+                    if let Some(state) = commit {
+                        inner.set_state(*state);
+                    }
                 }
                 if inner.closed {
                     // The machine is gone: what it runs now (a queued
@@ -211,7 +231,7 @@ impl<S: State> Shared<S> {
                 // the new state and interrupts reaches the transition still
                 // running (the one that continued into this one), or none.
                 inner.active.retain(|cx| !Arc::ptr_eq(cx, &me));
-                me.end();
+                me.end(false);
                 if result.is_ok() && !me.took_over() {
                     inner.set_state(to);
                 }
