@@ -903,3 +903,437 @@ fn the_connection_example_walks_its_life_cycle() {
         ]
     );
 }
+
+/// A waker that runs a closure when woken: what a task awaiting a
+/// [`gdex::WaitForState`] does next, run at the very moment of the wake-up.
+struct OnWake(Box<dyn Fn() + Send + Sync>);
+
+impl std::task::Wake for OnWake {
+    fn wake(self: Arc<Self>) {
+        (self.0)()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        (self.0)()
+    }
+}
+
+/// Registers a wait for `state` whose wake-up interrupts `m` at once (as
+/// a task that waits for the state, then interrupts, would), and keeps
+/// what `interrupt` returned.
+fn interrupt_on_reaching(
+    m: &StateMachine<St>,
+    state: St,
+) -> (gdex::WaitForState<St>, Arc<Mutex<Option<bool>>>) {
+    let said = Arc::new(Mutex::new(None));
+    let (m2, s2) = (m.clone(), said.clone());
+    let waker = std::task::Waker::from(Arc::new(OnWake(Box::new(move || {
+        *s2.lock().unwrap() = Some(m2.interrupt());
+    }))));
+    let mut wait = m.wait_for_state(state);
+    assert!(common::poll_with(&mut wait, &waker).is_pending());
+    (wait, said)
+}
+
+/// Ok if the transition was interrupted before this call, an error that
+/// says so otherwise.
+fn latched(cx: &TransitionContext<St>) -> Result<(), Error> {
+    use futures::FutureExt;
+    match cx.interrupted().now_or_never() {
+        Some(Ok(())) => Ok(()),
+        other => Err(Error::Failed(glib::Error::new(
+            gio::IOErrorEnum::Failed,
+            &format!(
+                "the interrupt sent on reaching {:?} did not reach {:?} -> {:?}: {other:?}",
+                cx.state(),
+                cx.from(),
+                cx.to()
+            ),
+        ))),
+    }
+}
+
+/// An interrupt sent by whoever sees `continue_to` commit its edge's
+/// target reaches the continued transition, which runs from then on, not
+/// the function waiting for it (M1): the commit and the continuation's
+/// start are one step.
+#[test]
+fn an_interrupt_sent_as_continue_to_commits_reaches_the_continued_edge() {
+    watchdog("sm-interrupt-continue-start", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(
+                Initial,
+                Prepare,
+                |cx| async move { cx.continue_to(Ready).await },
+            )
+            .edge(Prepare, Ready, |cx| std::future::ready(latched(&cx)))
+            .build()
+            .unwrap();
+        let (wait, said) = interrupt_on_reaching(&m, Prepare);
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Ready);
+        assert_eq!(*said.lock().unwrap(), Some(true));
+        drop(wait);
+    });
+}
+
+/// An interrupt sent by whoever sees a continued edge commit its target
+/// reaches the transition that continued into it, which still runs, not
+/// the finished one (M1; libdex ends a context before committing its
+/// target).
+#[test]
+fn an_interrupt_sent_as_a_continued_edge_commits_reaches_the_transition_still_running() {
+    watchdog("sm-interrupt-continue-end", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, |cx| async move {
+                cx.continue_to(Ready).await?;
+                latched(&cx)
+            })
+            .edge(Prepare, Ready, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        let (wait, said) = interrupt_on_reaching(&m, Ready);
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Ready);
+        assert_eq!(*said.lock().unwrap(), Some(true));
+        drop(wait);
+    });
+}
+
+/// An `interrupted()` future dropped before its transition ends lets go of
+/// its waker then, not when the transition ends: a long transition that
+/// keeps asking (a loop of helper tasks, each waiting for the
+/// interruption) does not pile up the wakers of tasks long gone (M1).
+#[test]
+fn a_dropped_interruption_wait_lets_go_of_its_waker() {
+    watchdog("sm-interrupted-waker", 30, || {
+        let pool = pool();
+        let m = builder(&pool)
+            .edge(Initial, Ready, |cx| async move {
+                let wakers: Vec<_> = (0..3).map(|_| Arc::new(OnWake(Box::new(|| {})))).collect();
+                for w in &wakers {
+                    let waker = std::task::Waker::from(w.clone());
+                    let mut wait = cx.interrupted();
+                    assert!(common::poll_with(&mut wait, &waker).is_pending());
+                    // Polled again with the same waker: still one entry.
+                    assert!(common::poll_with(&mut wait, &waker).is_pending());
+                }
+                let kept = wakers.iter().filter(|w| Arc::strong_count(w) > 1).count();
+                if kept == 0 {
+                    Ok(())
+                } else {
+                    Err(Error::Failed(glib::Error::new(
+                        gio::IOErrorEnum::Failed,
+                        &format!("{kept} dropped interruption waits still hold their wakers"),
+                    )))
+                }
+            })
+            .build()
+            .unwrap();
+        assert_eq!(block_on(m.transition(Ready)).unwrap(), Ready);
+    });
+}
+
+/// A continuation asked for once the machine's pool has shut down gives
+/// `Cancelled`, as the machine's requests do, not the refused spawn's
+/// `ShutDown` (M1, S9).
+#[test]
+fn a_continuation_after_the_scheduler_shut_down_gives_cancelled() {
+    watchdog("sm-shutdown-continue", 30, || {
+        let pool = pool();
+        let seen = Arc::new(Mutex::new(None));
+        let (p, s) = (pool.clone(), seen.clone());
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let (pool, seen) = (p.clone(), s.clone());
+                async move {
+                    // From a worker of its own: returns at once.
+                    pool.shutdown();
+                    let continued = cx.continue_to(Ready).await;
+                    *seen.lock().unwrap() = Some(format!("{continued:?}"));
+                    continued
+                }
+            })
+            .edge(Prepare, Ready, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        let r = block_on(m.transition(Prepare));
+        assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+        // The request may be cancelled (its runner dropped by the other
+        // worker as it exits) while the function is still in `shutdown`.
+        common::wait_until(|| seen.lock().unwrap().is_some());
+        assert_eq!(
+            seen.lock().unwrap().as_deref(),
+            Some("Err(Cancelled)"),
+            "what continue_to gave"
+        );
+    });
+}
+
+/// However a pool's shutdown falls among a machine's requests (its runner
+/// between two of them, or polled once more while the pool closes), every
+/// request that does not finish gives `Cancelled`: none gives the refused
+/// spawn's `ShutDown`, nor runs (or is refused as `InvalidTransition`)
+/// after one was cancelled (M1, S9).
+#[test]
+fn requests_cut_off_by_a_shutdown_give_cancelled_wherever_it_falls() {
+    watchdog("sm-shutdown-anywhere", 120, || {
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..common::stress(1000) {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let started = Arc::new(AtomicUsize::new(0));
+            let s = started.clone();
+            let m = builder(&pool)
+                .edge(Initial, Ready, move |_cx| {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    std::future::ready(Ok(()))
+                })
+                .edge(Ready, Initial, |_cx| std::future::ready(Ok(())))
+                .build()
+                .unwrap();
+            let requests: Vec<_> = (0..16)
+                .map(|i| m.transition(if i % 2 == 0 { Ready } else { Initial }))
+                .collect();
+            common::wait_until(|| started.load(Ordering::SeqCst) >= 1);
+            pool.shutdown();
+            let mut cancelled = false;
+            for (i, r) in requests.into_iter().enumerate() {
+                let outcome = block_on(r);
+                let kind = match &outcome {
+                    Ok(_) => "Ok",
+                    Err(Error::Cancelled) => "Cancelled",
+                    Err(Error::ShutDown) => "ShutDown",
+                    Err(Error::InvalidTransition(_)) => "InvalidTransition",
+                    Err(_) => "other",
+                };
+                *seen.entry(kind).or_insert(0) += 1;
+                assert!(
+                    !cancelled || matches!(outcome, Err(Error::Cancelled)),
+                    "request {i} gave {outcome:?} after an earlier one was cancelled ({seen:?})"
+                );
+                assert!(
+                    matches!(outcome, Ok(_) | Err(Error::Cancelled)),
+                    "request {i} gave {outcome:?} ({seen:?})"
+                );
+                cancelled |= outcome.is_err();
+            }
+        }
+    });
+}
+
+/// Formatting a machine writes to its formatter with the machine's lock
+/// released: a sink that uses the machine (a log that reads its state)
+/// does not deadlock (M1: no user code runs under the machine's lock).
+#[test]
+fn formatting_the_machine_writes_with_its_lock_released() {
+    struct Log<'a>(&'a StateMachine<St>, String);
+    impl std::fmt::Write for Log<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let _ = self.0.state();
+            self.1.push_str(s);
+            Ok(())
+        }
+    }
+    watchdog("sm-debug-unlocked", 10, || {
+        let m = StateMachine::builder(Initial).build().unwrap();
+        let mut log = Log(&m, String::new());
+        std::fmt::Write::write_fmt(&mut log, format_args!("{m:?}")).unwrap();
+        assert!(log.1.contains("state: Initial"), "{}", log.1);
+    });
+}
+
+/// A transition continues through one edge at a time: a second
+/// `continue_to` while one of its continuations runs (both awaited
+/// together) panics with a message that says so, instead of running two
+/// edges at once; the second edge never runs (M1).
+#[test]
+fn a_second_continuation_while_one_runs_panics() {
+    watchdog("sm-two-continuations", 30, || {
+        let pool = pool();
+        let v = visited();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, |cx| async move {
+                let (a, b) = futures::join!(cx.continue_to(Ready), cx.continue_to(Failed));
+                a.and(b)
+            })
+            .edge(Prepare, Ready, |_cx| async {
+                for _ in 0..3 {
+                    gdex::yield_now().await;
+                }
+                Ok(())
+            })
+            .edge(Prepare, Failed, basic(&v))
+            .build()
+            .unwrap();
+        match block_on(m.transition(Prepare)) {
+            Err(Error::Panicked(msg)) => assert!(
+                msg.contains("continue_to") && msg.contains("one edge at a time"),
+                "{msg}"
+            ),
+            other => panic!(
+                "two continuations at once gave {other:?} ({:?} ran)",
+                seen(&v)
+            ),
+        }
+        assert!(seen(&v).is_empty(), "the second continuation ran");
+    });
+}
+
+/// Setting the state while one of the transition's own continuations runs
+/// panics with a message that says so: the machine is the continued
+/// edge's until it returns (M1).
+#[test]
+fn setting_the_state_while_a_continuation_runs_panics() {
+    watchdog("sm-set-while-continuing", 30, || {
+        let pool = pool();
+        // The continued edge runs until the set_state has been tried.
+        let tried = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = tried.clone();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let tried = t.clone();
+                async move {
+                    let set = async {
+                        gdex::yield_now().await;
+                        let _tried = common::SetOnDrop(tried);
+                        cx.set_state(Failed);
+                        Ok(())
+                    };
+                    let (a, b) = futures::join!(cx.continue_to(Ready), set);
+                    a.and(b)
+                }
+            })
+            .edge(Prepare, Ready, move |_cx| {
+                let tried = tried.clone();
+                async move {
+                    while !tried.load(Ordering::SeqCst) {
+                        gdex::yield_now().await;
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        match block_on(m.transition(Prepare)) {
+            Err(Error::Panicked(msg)) => assert!(
+                msg.contains("set_state") && msg.contains("continue_to"),
+                "{msg}"
+            ),
+            other => panic!("a set_state during a continuation gave {other:?}"),
+        }
+        assert_ne!(m.state(), Failed);
+    });
+}
+
+/// A machine on the scheduler of a pool worker's own context, whose loop
+/// stops when the pool shuts down: its running, queued and later requests
+/// give `Cancelled`, a detached and a withdrawn one leave nothing behind,
+/// and none hangs (M1, S9).
+#[test]
+fn a_machine_on_a_worker_context_that_ends_cancels_its_requests() {
+    watchdog("sm-worker-context", 30, || {
+        let pool = pool();
+        let scheduler = block_on(pool.scheduler().spawn(async {
+            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
+        }))
+        .unwrap();
+        let started = Arc::new(AtomicUsize::new(0));
+        let s = started.clone();
+        let v = visited();
+        let m = StateMachine::builder(Initial)
+            .scheduler(&scheduler)
+            .edge(Initial, Prepare, move |_cx| {
+                s.fetch_add(1, Ordering::SeqCst);
+                std::future::pending()
+            })
+            .edge(Prepare, Ready, basic(&v))
+            .build()
+            .unwrap();
+        let running = m.transition(Prepare);
+        let queued = m.transition(Ready);
+        m.transition(Ready).detach();
+        drop(m.transition(Ready));
+        common::wait_until(|| started.load(Ordering::SeqCst) == 1);
+        pool.shutdown();
+        assert!(matches!(block_on(running), Err(Error::Cancelled)));
+        assert!(matches!(block_on(queued), Err(Error::Cancelled)));
+        for _ in 0..2 {
+            assert!(matches!(
+                block_on(m.transition(Prepare)),
+                Err(Error::Cancelled)
+            ));
+        }
+        assert_eq!(m.state(), Initial);
+        assert!(seen(&v).is_empty());
+        assert!(format!("{m:?}").contains("queued: 0"), "{m:?}");
+    });
+}
+
+/// A continued edge cancelled in the middle of a poll of its function
+/// (the `continue_to` that runs it dropped by the function that called
+/// it, here on reaching a point the edge signals, as a timeout would)
+/// finds its context cancelled for the rest of that poll: its `set_state`
+/// changes nothing and its `continue_to` gives `Cancelled`, with no panic
+/// (and no report of one) for a context its function never kept past its
+/// end (M1).
+#[test]
+fn a_transition_cancelled_in_the_middle_of_a_poll_changes_nothing_and_does_not_panic() {
+    watchdog("sm-cancelled-mid-poll", 60, || {
+        let pool = pool();
+        let (inside_tx, inside_rx) = futures::channel::oneshot::channel::<()>();
+        let inside_tx = Arc::new(Mutex::new(Some(inside_tx)));
+        let inside_rx = Arc::new(Mutex::new(Some(inside_rx)));
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_tx = Arc::new(Mutex::new(Some(go_tx)));
+        let go_rx = Arc::new(Mutex::new(Some(go_rx)));
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let l = log.clone();
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |cx| {
+                let inside = inside_rx.lock().unwrap().take().unwrap();
+                let go = go_tx.lock().unwrap().take().unwrap();
+                async move {
+                    let continued = Box::pin(cx.continue_to(Ready));
+                    match futures::future::select(continued, inside).await {
+                        futures::future::Either::Right((_, continued)) => drop(continued),
+                        futures::future::Either::Left((r, _)) => {
+                            panic!("the continuation ended: {r:?}")
+                        }
+                    }
+                    go.send(()).unwrap();
+                    Ok(())
+                }
+            })
+            .edge(Prepare, Ready, move |cx| {
+                let inside = inside_tx.lock().unwrap().take().unwrap();
+                let go = go_rx.lock().unwrap().take().unwrap();
+                let log = l.clone();
+                // All in the function's first poll: signal, block this
+                // worker until the continuation is dropped, then use the
+                // context.
+                inside.send(()).unwrap();
+                let released = go.recv_timeout(Duration::from_secs(20)).is_ok();
+                let set =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cx.set_state(Failed)));
+                let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    use futures::FutureExt;
+                    cx.continue_to(Initial).now_or_never()
+                }));
+                log.lock().unwrap().push(format!(
+                    "released {released}, set_state {:?}, continue_to {:?}",
+                    set.map_err(|_| "panicked"),
+                    next.map_err(|_| "panicked")
+                ));
+                std::future::ready(Ok(()))
+            })
+            .edge(Ready, Initial, |_cx| std::future::ready(Ok(())))
+            .build()
+            .unwrap();
+        assert_eq!(block_on(m.transition(Prepare)).unwrap(), Prepare);
+        common::wait_until(|| !log.lock().unwrap().is_empty());
+        assert_eq!(
+            log.lock().unwrap()[0],
+            "released true, set_state Ok(()), continue_to Ok(Some(Err(Cancelled)))"
+        );
+        assert_eq!(m.state(), Prepare);
+    });
+}

@@ -21,10 +21,20 @@ pub(crate) struct ContextShared {
 struct ContextInner {
     interrupted: bool,
     ended: bool,
+    /// It ended because its run was dropped (its scheduler shut down, or
+    /// the `continue_to` that ran it was dropped), maybe in the middle of
+    /// a poll of its function: the rest of that poll finds it cancelled.
+    cancelled: bool,
     /// The function set the state or continued: the machine does not
     /// commit the edge's target when it returns.
     took_over: bool,
-    wakers: Vec<Waker>,
+    /// A `continue_to` of this transition runs: the machine is the
+    /// continued edge's until it returns.
+    continuing: bool,
+    /// The pending [`Interrupted`] futures' wakers, by key: one entry per
+    /// future, which removes it when dropped.
+    wakers: Vec<(u64, Waker)>,
+    next_key: u64,
 }
 
 impl ContextShared {
@@ -35,37 +45,90 @@ impl ContextShared {
             return;
         }
         inner.interrupted = true;
-        for waker in inner.wakers.drain(..) {
+        for (_, waker) in inner.wakers.drain(..) {
             wake_unlocked(waker);
         }
     }
 
-    fn end(&self) {
+    /// Ends the transition: its interrupt waits resolve (with
+    /// `Cancelled` unless it was interrupted), and its context may no
+    /// longer change the state. `cancelled` if its run was dropped rather
+    /// than its function returned. Called under the machine's lock, so
+    /// that a `set_state` (which takes both) is wholly before it or not
+    /// at all.
+    pub(super) fn end(&self, cancelled: bool) {
         let mut inner = lock(&self.inner);
         inner.ended = true;
-        for waker in inner.wakers.drain(..) {
+        inner.cancelled = cancelled;
+        for (_, waker) in inner.wakers.drain(..) {
             wake_unlocked(waker);
         }
+    }
+
+    /// How the transition ended, if it did: `Some(true)` if cancelled.
+    pub(super) fn ended(&self) -> Option<bool> {
+        let inner = lock(&self.inner);
+        inner.ended.then_some(inner.cancelled)
     }
 
     pub(crate) fn took_over(&self) -> bool {
         lock(&self.inner).took_over
     }
 
-    /// Marks the state as the function's to set; panics if the transition
-    /// has ended (a context kept past its function's end).
-    fn take_over(&self, what: &str) -> bool {
-        let mut inner = lock(&self.inner);
+    /// Whether the context may change the state now: `Err(Cancelled)` if
+    /// its run was dropped under its function (nothing to change any
+    /// more); panics on misuse: its transition has ended (a context kept
+    /// past its function's end), or one of its continuations runs (the
+    /// machine is that edge's).
+    fn check(inner: &ContextInner, what: &str) -> Result<(), Error> {
+        if inner.cancelled {
+            return Err(Error::Cancelled);
+        }
         assert!(
             !inner.ended,
             "TransitionContext::{what} was called after its transition ended: a context is only \
              valid while its transition function runs (do not keep it in a task that outlives it)"
         );
-        std::mem::replace(&mut inner.took_over, true)
+        assert!(
+            !inner.continuing,
+            "TransitionContext::{what} was called while a continue_to of the same transition \
+             runs: the machine is the continued edge's until it returns, and a transition \
+             continues through one edge at a time (await each continue_to before going on)"
+        );
+        Ok(())
+    }
+
+    /// Marks the state as the function's to set, if it may set it now
+    /// (see `check`).
+    fn take_over(&self, what: &str) -> Result<(), Error> {
+        let mut inner = lock(&self.inner);
+        Self::check(&inner, what)?;
+        inner.took_over = true;
+        Ok(())
+    }
+
+    /// Takes the state over for a continuation, until the guard drops.
+    fn begin_continuation(self: &Arc<Self>) -> Result<Continuing, Error> {
+        let mut inner = lock(&self.inner);
+        Self::check(&inner, "continue_to")?;
+        inner.took_over = true;
+        inner.continuing = true;
+        Ok(Continuing(self.clone()))
     }
 }
 
-/// Ends a context when its transition's future ends, however it ends.
+/// A continuation running: the context may change the state again once
+/// it drops.
+struct Continuing(Arc<ContextShared>);
+
+impl Drop for Continuing {
+    fn drop(&mut self) {
+        lock(&self.0.inner).continuing = false;
+    }
+}
+
+/// Ends a context if its transition's future is dropped before its end
+/// (forgotten once it ended).
 pub(super) struct EndOnDrop<'a, S: State> {
     pub(super) shared: &'a Arc<Shared<S>>,
     pub(super) me: &'a Arc<ContextShared>,
@@ -73,10 +136,9 @@ pub(super) struct EndOnDrop<'a, S: State> {
 
 impl<S: State> Drop for EndOnDrop<'_, S> {
     fn drop(&mut self) {
-        lock(&self.shared.inner)
-            .active
-            .retain(|cx| !Arc::ptr_eq(cx, self.me));
-        self.me.end();
+        let mut inner = lock(&self.shared.inner);
+        inner.active.retain(|cx| !Arc::ptr_eq(cx, self.me));
+        self.me.end(true);
     }
 }
 
@@ -126,11 +188,21 @@ impl<S: State> TransitionContext<S> {
     /// machine no longer commits `to` when the function returns. Not
     /// rolled back if the function then fails.
     ///
+    /// If the transition was cancelled under its function (its scheduler
+    /// shut down, or the `continue_to` that ran it was dropped), this
+    /// changes nothing.
+    ///
     /// # Panics
-    /// If the transition has ended.
+    /// If the transition has ended, or while one of its
+    /// [`continue_to`](TransitionContext::continue_to)s runs (the machine
+    /// is the continued edge's until it returns).
     pub fn set_state(&self, state: S) {
-        self.me.take_over("set_state");
-        lock(&self.shared.inner).set_state(state);
+        // Both locks, as the transition's end takes them: the state is set
+        // wholly before the end, or not at all.
+        let mut inner = lock(&self.shared.inner);
+        if self.me.take_over("set_state").is_ok() {
+            inner.set_state(state);
+        }
     }
 
     /// Resolves with `Ok(())` when [`StateMachine::interrupt`] interrupts
@@ -142,6 +214,7 @@ impl<S: State> TransitionContext<S> {
     pub fn interrupted(&self) -> Interrupted {
         Interrupted {
             me: self.me.clone(),
+            key: None,
         }
     }
 
@@ -152,16 +225,29 @@ impl<S: State> TransitionContext<S> {
     /// state, the edge to `next` is checked first ([`Error::InvalidTransition`]
     /// and no change if there is none), then `to` is committed and the
     /// next function runs; its failure is returned, and `to` stays
-    /// committed.
+    /// committed. A scheduler that has shut down, or a transition
+    /// cancelled under its function, gives [`Error::Cancelled`].
+    ///
+    /// Dropping the future before it resolves (a
+    /// [`timeout`](crate::timeout) around it) cancels the continued edge:
+    /// its function's future is dropped at its next suspension point, as a
+    /// dropped [`Task`](crate::Task)'s is, and the state stays where the
+    /// chain had got to.
     ///
     /// # Panics
-    /// If the transition has ended.
+    /// When first polled, if the transition has ended, or if another
+    /// `continue_to` of it runs (two awaited together): a transition
+    /// continues through one edge at a time.
     pub fn continue_to(&self, next: S) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let shared = self.shared.clone();
         let me = self.me.clone();
         let to = self.to;
         async move {
-            let set_before = lock(&me.inner).took_over;
+            let set_before = {
+                let inner = lock(&me.inner);
+                ContextShared::check(&inner, "continue_to")?;
+                inner.took_over
+            };
             let from = if set_before {
                 lock(&shared.inner).state
             } else {
@@ -170,11 +256,16 @@ impl<S: State> TransitionContext<S> {
             if !shared.edges.contains_key(&(from, next)) {
                 return Err(Shared::invalid(from, next));
             }
-            me.take_over("continue_to");
-            if !set_before {
-                lock(&shared.inner).set_state(to);
-            }
-            shared.run_edge(from, next).await
+            let _continuing = me.begin_continuation()?;
+            // `to` is committed as the next edge starts, in one step, if
+            // this transition has not ended meanwhile.
+            let commit = (!set_before).then_some(to);
+            // A scheduler that has shut down refuses the next edge: the
+            // machine's requests give that as `Cancelled`.
+            shared
+                .run_edge(from, next, Some((me.clone(), commit)))
+                .await
+                .unwrap_or(Err(Error::Cancelled))
         }
     }
 }
@@ -192,23 +283,55 @@ impl<S: State> std::fmt::Debug for TransitionContext<S> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Interrupted {
     me: Arc<ContextShared>,
+    /// Its entry among the context's wakers, once it waited.
+    key: Option<u64>,
 }
 
 impl Future for Interrupted {
     type Output = Result<(), Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut inner = lock(&self.me.inner);
-        if inner.interrupted {
-            return Poll::Ready(Ok(()));
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mut inner = lock(&this.me.inner);
+        if inner.interrupted || inner.ended {
+            // Both drained the wakers: no entry of ours is left.
+            this.key = None;
+            return Poll::Ready(if inner.interrupted {
+                Ok(())
+            } else {
+                Err(Error::Cancelled)
+            });
         }
-        if inner.ended {
-            return Poll::Ready(Err(Error::Cancelled));
-        }
-        if !inner.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            inner.wakers.push(cx.waker().clone());
+        let key = this.key;
+        match inner.wakers.iter_mut().find(|(k, _)| Some(*k) == key) {
+            Some((_, waker)) => {
+                if !waker.will_wake(cx.waker()) {
+                    waker.clone_from(cx.waker());
+                }
+            }
+            None => {
+                let key = inner.next_key;
+                inner.next_key += 1;
+                inner.wakers.push((key, cx.waker().clone()));
+                this.key = Some(key);
+            }
         }
         Poll::Pending
+    }
+}
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        let Some(key) = self.key else { return };
+        let mut inner = lock(&self.me.inner);
+        let waker = inner
+            .wakers
+            .iter()
+            .position(|(k, _)| *k == key)
+            .map(|i| inner.wakers.swap_remove(i));
+        drop(inner);
+        // Dropped after the release: the waker's drop is its owner's code.
+        drop(waker);
     }
 }
 

@@ -48,13 +48,22 @@ pub use context::{Interrupted, TransitionContext};
 /// be compared, hashed (the edge table's key) and printed (in errors).
 /// Every such type is one: a plain Rust enum with
 /// `#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]`, or a
-/// `#[derive(glib::Enum)]` one for a GObject property.
+/// `#[derive(glib::Enum)]` one for a GObject property. (The machine
+/// compares states under its lock, to resolve the waits for one: an `Eq`
+/// written by hand must not use the machine.)
 pub trait State: Copy + Eq + Hash + Debug + Send + Sync + 'static {}
 
 impl<T: Copy + Eq + Hash + Debug + Send + Sync + 'static> State for T {}
 
 type EdgeFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 type EdgeFn<S> = Arc<dyn Fn(TransitionContext<S>) -> EdgeFuture + Send + Sync>;
+
+/// The machine's scheduler refused an edge's task or dropped it
+/// unfinished: it has shut down, and no transition can run any more.
+struct SchedulerGone;
+
+/// An edge's run: its function's result, unless the scheduler is gone.
+type RunFuture = Pin<Box<dyn Future<Output = Result<Result<(), Error>, SchedulerGone>> + Send>>;
 
 /// What the runner, the contexts and the futures share.
 pub(crate) struct Shared<S: State> {
@@ -148,14 +157,42 @@ impl<S: State> Shared<S> {
 
     /// Runs the edge `from → to` with a new context, and commits `to` if
     /// its function succeeded without setting the state or continuing.
-    fn run_edge(self: Arc<Self>, from: S, to: S) -> EdgeFuture {
+    /// `parent` is the transition a continuation continues from, with a
+    /// state to commit as the edge starts (its target).
+    fn run_edge(
+        self: Arc<Self>,
+        from: S,
+        to: S,
+        parent: Option<(Arc<context::ContextShared>, Option<S>)>,
+    ) -> RunFuture {
         Box::pin(async move {
             let Some(edge) = self.edges.get(&(from, to)).cloned() else {
-                return Err(Self::invalid(from, to));
+                return Ok(Err(Self::invalid(from, to)));
             };
             let me = Arc::new(context::ContextShared::default());
             {
                 let mut inner = lock(&self.inner);
+                if let Some((parent, commit)) = &parent {
+                    // A transition ends under this lock: one that has
+                    // ended starts no continuation.
+                    match parent.ended() {
+                        None => {}
+                        Some(true) => return Ok(Err(Error::Cancelled)),
+                        Some(false) => {
+                            drop(inner);
+                            panic!(
+                                "a continue_to future was polled on after its transition ended: \
+                                 await it inside the transition function"
+                            );
+                        }
+                    }
+                    // One step with the start, so that whoever sees the
+                    // state committed (a wait for it) and interrupts
+                    // reaches this transition, not the one waiting for it.
+                    if let Some(state) = commit {
+                        inner.set_state(*state);
+                    }
+                }
                 if inner.closed {
                     // The machine is gone: what it runs now (a queued
                     // request's edge cannot start; a continuation may)
@@ -164,10 +201,10 @@ impl<S: State> Shared<S> {
                 }
                 inner.active.push(me.clone());
             }
-            // Ends the context however this future ends (a shutdown drops
-            // it mid-way): it leaves the active list, and its interrupt
+            // Ends the context if this future is dropped mid-way (a
+            // shutdown): it leaves the active list, and its interrupt
             // waits resolve.
-            let _ended = context::EndOnDrop {
+            let ended = context::EndOnDrop {
                 shared: &self,
                 me: &me,
             };
@@ -175,22 +212,40 @@ impl<S: State> Shared<S> {
             let name = format!("state machine transition {from:?} -> {to:?}");
             // The function is called inside the task, so that a panic in
             // it (not only in its future) is the task's.
-            let result = self
+            let result = match self
                 .scheduler
                 .spawn_named(&name, async move { edge(cx).await })
-                .await;
-            let result = result.and_then(|r| r);
-            if result.is_ok() && !me.took_over() {
-                lock(&self.inner).set_state(to);
+                .await
+            {
+                Ok(result) => result,
+                Err(Error::Panicked(message)) => Err(Error::Panicked(message)),
+                // Refused (`ShutDown`) or dropped unfinished (`Cancelled`):
+                // the scheduler has shut down. (The context ends as
+                // `ended` drops.)
+                Err(_) => return Err(SchedulerGone),
+            };
+            {
+                let mut inner = lock(&self.inner);
+                // The context ends as the target is committed, in one step
+                // (libdex pops its context before committing): whoever sees
+                // the new state and interrupts reaches the transition still
+                // running (the one that continued into this one), or none.
+                inner.active.retain(|cx| !Arc::ptr_eq(cx, &me));
+                me.end(false);
+                if result.is_ok() && !me.took_over() {
+                    inner.set_state(to);
+                }
             }
-            result
+            std::mem::forget(ended);
+            Ok(result)
         })
     }
 }
 
 /// Rejects the runner's request and the queued ones if the runner is
 /// dropped before it ran out of requests (its scheduler shut down, or
-/// refused the spawn).
+/// refused the spawn), or stops because its scheduler refused or dropped
+/// an edge's task.
 struct Runner<S: State> {
     shared: Arc<Shared<S>>,
     current: Option<u64>,
@@ -230,7 +285,13 @@ impl<S: State> Runner<S> {
                 (id, from, request.target)
             };
             self.current = Some(id);
-            let result = self.shared.clone().run_edge(from, to).await;
+            let Ok(result) = self.shared.clone().run_edge(from, to, None).await else {
+                // The scheduler has shut down (the runner was polled while
+                // it closed): stop as if dropped, which rejects this
+                // request and the queued ones with `Cancelled`, rather
+                // than take the next ones only to have them refused.
+                return;
+            };
             let mut inner = lock(&self.shared.inner);
             let outcome = result.map(|()| inner.state);
             inner.finish(id, outcome);
@@ -275,14 +336,25 @@ impl<S: State> StateMachineBuilder<S> {
             let f = f.clone();
             let scheduler = cx.scheduler().clone();
             let fiber = scheduler.spawn_fiber(move || f(cx));
-            async move { fiber.await.and_then(|r| r) }
+            async move {
+                match fiber.await {
+                    Ok(result) => result,
+                    // Refused: the scheduler has shut down, which the
+                    // machine's requests give as `Cancelled`.
+                    Err(Error::ShutDown) => Err(Error::Cancelled),
+                    Err(error) => Err(error),
+                }
+            }
         })
     }
 
     /// Where the transition functions (and the machine's runner) run: by
     /// default the calling thread's scheduler
-    /// ([`Scheduler::thread_default`]: the main scheduler on a GTK app's
-    /// main thread, the pool inside a pool task), else the default pool.
+    /// ([`Scheduler::thread_default`]: the main scheduler on a thread that
+    /// runs or holds the default main context, as a GTK app's main thread
+    /// does once its loop runs; the pool inside a pool task), else the
+    /// default pool, also on a main thread that does not hold the default
+    /// context yet (pass [`Scheduler::main`] to be sure of the main loop).
     pub fn scheduler(mut self, scheduler: &Scheduler) -> Self {
         self.scheduler = Some(scheduler.clone());
         self
@@ -556,6 +628,13 @@ impl<S: State> StateMachine<S> {
     /// or at once when it asks later). It requests nothing and changes no
     /// state: the transition decides what an interruption means. Returns
     /// false if no transition is running.
+    ///
+    /// In a [`continue_to`](TransitionContext::continue_to) chain, the
+    /// running transition is the innermost edge that has not returned. A
+    /// state the chain commits is committed in one step with the change
+    /// of running edge, so an interrupt sent on seeing it (a
+    /// [`wait_for_state`](StateMachine::wait_for_state) that resolved)
+    /// reaches the edge that runs from then on.
     pub fn interrupt(&self) -> bool {
         let inner = lock(&self.shared().inner);
         match inner.active.last() {
@@ -570,11 +649,16 @@ impl<S: State> StateMachine<S> {
 
 impl<S: State> Debug for StateMachine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let inner = lock(&self.shared().inner);
+        // Read, then written with the lock released: the formatter's sink
+        // and the states' `Debug` are the caller's code.
+        let (state, requested, queued) = {
+            let inner = lock(&self.shared().inner);
+            (inner.state, inner.requested, inner.queue.len())
+        };
         f.debug_struct("StateMachine")
-            .field("state", &inner.state)
-            .field("requested_state", &inner.requested)
-            .field("queued", &inner.queue.len())
+            .field("state", &state)
+            .field("requested_state", &requested)
+            .field("queued", &queued)
             .finish_non_exhaustive()
     }
 }
