@@ -30,6 +30,7 @@
 //! code runs under it, and wakers are woken after its release.
 
 mod context;
+mod waits;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
@@ -37,12 +38,13 @@ use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
 
 use crate::sync::wait_queue::{lock, wake_unlocked};
 use crate::{Error, Scheduler};
 
 pub use context::{Interrupted, TransitionContext};
+pub use waits::{TransitionRequest, WaitForState};
 
 /// What a [`StateMachine`]'s states can be: a small `Copy` value that can
 /// be compared, hashed (the edge table's key) and printed (in errors).
@@ -660,147 +662,5 @@ impl<S: State> Debug for StateMachine<S> {
             .field("requested_state", &requested)
             .field("queued", &queued)
             .finish_non_exhaustive()
-    }
-}
-
-/// A request for a transition ([`StateMachine::transition`]): resolves
-/// with the state the machine ended in.
-///
-/// Dropped before its transition started, it withdraws the request; after,
-/// the transition runs to its end regardless.
-#[must_use = "a request whose future is dropped before its turn is withdrawn: await it or detach it"]
-pub struct TransitionRequest<S: State> {
-    shared: Arc<Shared<S>>,
-    id: u64,
-    done: bool,
-}
-
-impl<S: State> TransitionRequest<S> {
-    /// Keeps the request queued with nobody awaiting it: it runs in its
-    /// turn, and its outcome is dropped.
-    pub fn detach(mut self) {
-        let mut inner = lock(&self.shared.inner);
-        if let Some(request) = inner.requests.get_mut(&self.id) {
-            if request.outcome.is_some() {
-                inner.requests.remove(&self.id);
-            } else {
-                request.abandoned = true;
-                request.waker = None;
-            }
-        }
-        self.done = true;
-    }
-}
-
-impl<S: State> Future for TransitionRequest<S> {
-    type Output = Result<S, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        assert!(
-            !self.done,
-            "a TransitionRequest was polled after it resolved"
-        );
-        let mut inner = lock(&self.shared.inner);
-        let request = inner
-            .requests
-            .get_mut(&self.id)
-            .expect("a pending request has its entry");
-        if let Some(outcome) = request.outcome.take() {
-            inner.requests.remove(&self.id);
-            drop(inner);
-            self.done = true;
-            return Poll::Ready(outcome);
-        }
-        match &mut request.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
-        }
-        Poll::Pending
-    }
-}
-
-impl<S: State> Drop for TransitionRequest<S> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut inner = lock(&self.shared.inner);
-        let Some(request) = inner.requests.get_mut(&self.id) else {
-            return;
-        };
-        if request.outcome.is_some() {
-            inner.requests.remove(&self.id);
-        } else if request.started {
-            request.abandoned = true;
-            request.waker = None;
-        } else {
-            // Not started: withdrawn.
-            inner.requests.remove(&self.id);
-            let id = self.id;
-            inner.queue.retain(|&q| q != id);
-        }
-    }
-}
-
-impl<S: State> Debug for TransitionRequest<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TransitionRequest")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Resolves when the machine reaches a state
-/// ([`StateMachine::wait_for_state`]).
-#[must_use = "futures do nothing unless awaited"]
-pub struct WaitForState<S: State> {
-    shared: Arc<Shared<S>>,
-    id: Option<u64>,
-    ready: Option<Result<S, Error>>,
-}
-
-// Never pinned structurally: the state it may hold is moved out by value.
-impl<S: State> Unpin for WaitForState<S> {}
-
-impl<S: State> Future for WaitForState<S> {
-    type Output = Result<S, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(ready) = self.ready.take() {
-            return Poll::Ready(ready);
-        }
-        let Some(id) = self.id else {
-            panic!("a WaitForState was polled after it resolved");
-        };
-        let mut inner = lock(&self.shared.inner);
-        let waiter = inner
-            .waiters
-            .get_mut(&id)
-            .expect("a pending wait has its entry");
-        if let Some(outcome) = waiter.outcome.take() {
-            inner.waiters.remove(&id);
-            drop(inner);
-            self.id = None;
-            return Poll::Ready(outcome);
-        }
-        match &mut waiter.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
-        }
-        Poll::Pending
-    }
-}
-
-impl<S: State> Drop for WaitForState<S> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id {
-            lock(&self.shared.inner).waiters.remove(&id);
-        }
-    }
-}
-
-impl<S: State> Debug for WaitForState<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WaitForState").finish_non_exhaustive()
     }
 }
