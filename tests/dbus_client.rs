@@ -123,6 +123,34 @@ fn a_name_is_owned_from_a_pool_task() {
     });
 }
 
+/// A name owned from a pool task and dropped on another thread is
+/// released, and GIO freeing the owner's callbacks there is no misuse
+/// (gio-rs's thread-bound closures panicked when that thread freed them)
+/// (D4).
+#[test]
+fn a_name_owner_dropped_on_another_thread_releases_the_name() {
+    watchdog("dbus-name-drop-elsewhere", 60, || {
+        let bus = PrivateBus::start("name-drop");
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let watcher = bus.connect();
+        on_own_context(|context| {
+            for round in 0..common::stress(20) {
+                let name = format!("{NAME}.R{round}");
+                let connection = bus.connect();
+                let n = name.clone();
+                let owner = gdex::block_on(pool.scheduler().spawn(async move {
+                    let owner = gdex::dbus::own_name(&connection, &n, gio::BusNameOwnerFlags::NONE);
+                    owner.acquired().await.map(|()| owner)
+                }))
+                .unwrap()
+                .unwrap();
+                drop(owner);
+                common::pump_polling(context, || owner_of(&watcher, &name).is_none());
+            }
+        });
+    });
+}
+
 /// Signals become a stream in a (pinned) pool task: those emitted before the first
 /// read are kept, in order; dropping the stream unsubscribes, so a signal
 /// emitted afterwards reaches its callback no more (D4).

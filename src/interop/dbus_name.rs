@@ -13,6 +13,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use glib::translate::{IntoGlib, ToGlibPtr};
+
 use crate::sync::wait_queue::{lock, wake_unlocked};
 use crate::Error;
 
@@ -23,7 +25,7 @@ struct State {
     /// It was ours at some point (it may be lost since).
     was_acquired: bool,
     /// GIO's owner id, until the name is given up (lost or dropped).
-    id: Option<gio::OwnerId>,
+    id: Option<u32>,
     wakers: Vec<Waker>,
 }
 
@@ -53,7 +55,7 @@ impl Shared {
         // Lost: given up, as libdex does (outside the lock: GIO may call
         // back into nothing, but it takes its own locks).
         if let Some(id) = id {
-            gio::bus_unown_name(id);
+            unown(id);
         }
     }
 
@@ -96,29 +98,37 @@ pub fn own_name(
         state: Mutex::new(State::default()),
     });
     // The callbacks hold the state weakly: once the owner is dropped (and
-    // the name given up), a late callback finds nothing.
-    let on_acquired = Arc::downgrade(&shared);
-    let on_lost = Arc::downgrade(&shared);
-    let id = gio::bus_own_name_on_connection(
-        connection,
-        name,
-        flags,
-        move |_, _| {
-            if let Some(shared) = on_acquired.upgrade() {
-                shared.settle(true);
+    // the name given up), a late callback finds nothing. They are
+    // thread-safe closures (gio-rs's `bus_own_name_on_connection` makes
+    // thread-bound ones, which panic when GIO frees them on another thread:
+    // the thread that drops the owner, or a worker's).
+    let closure = |acquired: bool| {
+        let shared = Arc::downgrade(&shared);
+        glib::Closure::new(move |_| {
+            if let Some(shared) = shared.upgrade() {
+                shared.settle(acquired);
             }
-        },
-        move |_, _| {
-            if let Some(shared) = on_lost.upgrade() {
-                shared.settle(false);
-            }
-        },
-    );
+            None
+        })
+    };
+    // SAFETY: every pointer is a live borrow for the call (the connection,
+    // the name as a C string, the two closures, which GIO takes its own
+    // references to); the closures' callbacks take the (connection, name)
+    // arguments GIO passes and read neither.
+    let id = unsafe {
+        gio::ffi::g_bus_own_name_on_connection_with_closures(
+            connection.to_glib_none().0,
+            name.to_glib_none().0,
+            flags.into_glib(),
+            closure(true).to_glib_none().0,
+            closure(false).to_glib_none().0,
+        )
+    };
     let mut state = lock(&shared.state);
     if state.owned == Some(false) {
         // Lost before we got the id (GIO answered at once): give it up.
         drop(state);
-        gio::bus_unown_name(id);
+        unown(id);
     } else {
         state.id = Some(id);
         drop(state);
@@ -181,9 +191,18 @@ impl Drop for NameOwner {
     fn drop(&mut self) {
         let id = lock(&self.shared.state).id.take();
         if let Some(id) = id {
-            gio::bus_unown_name(id);
+            unown(id);
         }
     }
+}
+
+/// Gives the name of GIO's owner id `id` up (`g_bus_unown_name`, which may
+/// be called from any thread), once: the id is taken out of the state
+/// under its lock by whoever gives it up.
+fn unown(id: u32) {
+    // SAFETY: `id` came from g_bus_own_name_on_connection_with_closures
+    // and is given up once (see above).
+    unsafe { gio::ffi::g_bus_unown_name(id) }
 }
 
 impl std::fmt::Debug for NameOwner {
