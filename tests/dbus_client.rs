@@ -151,6 +151,35 @@ fn a_name_owner_dropped_on_another_thread_releases_the_name() {
     });
 }
 
+/// The futures of an owner dropped before the bus answered do not wait
+/// forever: `acquired` gives `Cancelled`, `lost` resolves; those of an
+/// owner dropped after it got the name say it was acquired, then lost
+/// (D4).
+#[test]
+fn the_futures_of_a_dropped_owner_resolve() {
+    watchdog("dbus-name-dropped-futures", 60, || {
+        let bus = PrivateBus::start("name-futures");
+        on_own_context(|_| {
+            let connection = bus.connect();
+            let owner = gdex::dbus::own_name(&connection, NAME, gio::BusNameOwnerFlags::NONE);
+            let (acquired, lost) = (owner.acquired(), owner.lost());
+            drop(owner);
+            assert!(matches!(
+                gdex::block_on(acquired),
+                Err(gdex::Error::Cancelled)
+            ));
+            gdex::block_on(lost);
+
+            let owner = gdex::dbus::own_name(&connection, NAME, gio::BusNameOwnerFlags::NONE);
+            gdex::block_on(owner.acquired()).unwrap();
+            let (acquired, lost) = (owner.acquired(), owner.lost());
+            drop(owner);
+            gdex::block_on(lost);
+            assert!(gdex::block_on(acquired).is_ok());
+        });
+    });
+}
+
 /// Signals become a stream in a (pinned) pool task: those emitted before the first
 /// read are kept, in order; dropping the stream unsubscribes, so a signal
 /// emitted afterwards reaches its callback no more (D4).

@@ -24,6 +24,8 @@ struct State {
     owned: Option<bool>,
     /// It was ours at some point (it may be lost since).
     was_acquired: bool,
+    /// The owner was dropped before the bus answered.
+    released: bool,
     /// GIO's owner id, until the name is given up (lost or dropped).
     id: Option<u32>,
     wakers: Vec<Waker>,
@@ -88,6 +90,7 @@ impl Shared {
 /// name.lost().await;      // another took it, or the connection closed
 /// # Ok(()) }
 /// ```
+#[must_use = "dropping the NameOwner gives the name up at once"]
 pub fn own_name(
     connection: &gio::DBusConnection,
     name: &str,
@@ -155,16 +158,21 @@ impl NameOwner {
 
     /// Resolves once the name is ours, or fails (`G_IO_ERROR_FAILED`,
     /// naming it) if the bus gave it to another connection first, or the
-    /// connection closed, as libdex's acquired future does.
+    /// connection closed, as libdex's acquired future does, or with
+    /// [`Error::Cancelled`] if the owner was dropped before the bus
+    /// answered (the future does not keep the name).
     pub fn acquired(&self) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let shared = self.shared.clone();
         NameFuture {
             shared,
             want: |owned| owned.is_some(),
         }
-        .map_owned(|shared| match lock(&shared.state).was_acquired {
-            true => Ok(()),
-            false => Err(Error::Failed(glib::Error::new(
+        .map_owned(|shared| match *lock(&shared.state) {
+            State {
+                was_acquired: true, ..
+            } => Ok(()),
+            State { released: true, .. } => Err(Error::Cancelled),
+            _ => Err(Error::Failed(glib::Error::new(
                 gio::IOErrorEnum::Failed,
                 &format!(
                     "the D-Bus name {} was not acquired: another connection owns it (and does \
@@ -176,8 +184,8 @@ impl NameOwner {
     }
 
     /// Resolves once the name is lost (another connection replaced us, or
-    /// the connection closed), whether or not it was ever ours. From then
-    /// on the name is given up.
+    /// the connection closed) or released (the owner dropped), whether or
+    /// not it was ever ours. From then on the name is given up.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         NameFuture {
             shared: self.shared.clone(),
@@ -189,7 +197,19 @@ impl NameOwner {
 
 impl Drop for NameOwner {
     fn drop(&mut self) {
-        let id = lock(&self.shared.state).id.take();
+        let id = {
+            let mut state = lock(&self.shared.state);
+            // The futures outlive the owner: they learn the name is given
+            // up (no callback comes once it is), instead of waiting forever.
+            if state.owned != Some(false) {
+                state.released = state.owned.is_none();
+                state.owned = Some(false);
+                for waker in state.wakers.drain(..) {
+                    wake_unlocked(waker);
+                }
+            }
+            state.id.take()
+        };
         if let Some(id) = id {
             unown(id);
         }
