@@ -54,8 +54,8 @@ impl Shared {
                 state.id.take()
             }
         };
-        // Lost: given up, as libdex does (outside the lock: GIO may call
-        // back into nothing, but it takes its own locks).
+        // Lost: given up, as libdex does (outside the state's lock:
+        // g_bus_unown_name takes GIO's own).
         if let Some(id) = id {
             unown(id);
         }
@@ -100,8 +100,8 @@ pub fn own_name(
         name: name.to_owned(),
         state: Mutex::new(State::default()),
     });
-    // The callbacks hold the state weakly: once the owner is dropped (and
-    // the name given up), a late callback finds nothing. They are
+    // The callbacks hold the state weakly, and once the owner is dropped
+    // the state is final: a late callback changes nothing. They are
     // thread-safe closures (gio-rs's `bus_own_name_on_connection` makes
     // thread-bound ones, which panic when GIO frees them on another thread:
     // the thread that drops the owner, or a worker's).
