@@ -273,13 +273,14 @@ fn a_signal_stream_keeps_order_and_unsubscribes_when_dropped() {
     });
 }
 
-/// A method call that carries a file descriptor, made with gio-rs's
-/// `call_with_unix_fd_list_future` from a fiber on the pool, reaches a
-/// `gdex::dbus::export`ed object on another connection of the bus, which
-/// reads the fd (D4, G3, F1).
+/// File descriptors in and out of method calls: a call made with gio-rs's
+/// `call_with_unix_fd_list_future` from a fiber on the pool passes a pipe
+/// to a `gdex::dbus::export`ed object on another connection of the bus,
+/// which reads it, and a second call gets a pipe back in the reply's fd
+/// list (D4, G3, F1).
 #[test]
-fn a_call_with_an_fd_list_from_a_fiber_passes_the_fd() {
-    watchdog("dbus-fd-call", 60, || {
+fn fds_pass_in_and_out_of_calls_made_from_a_fiber() {
+    watchdog("dbus-fd-calls", 60, || {
         let bus = PrivateBus::start("fd-call");
         let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
         on_own_context(|_| {
@@ -287,6 +288,7 @@ fn a_call_with_an_fd_list_from_a_fiber_passes_the_fd() {
             let client = bus.connect();
             let xml = r#"<node><interface name="org.gdex.Test">
                 <method name="ReadFd"><arg type="h" direction="in"/><arg type="s" direction="out"/></method>
+                <method name="OpenPipe"><arg type="s" direction="in"/><arg type="h" direction="out"/></method>
               </interface></node>"#;
             let interface = gio::DBusNodeInfo::for_xml(xml)
                 .unwrap()
@@ -298,6 +300,13 @@ fn a_call_with_an_fd_list_from_a_fiber_passes_the_fd() {
                 &interface,
                 &pool.scheduler(),
                 |call| async move {
+                    if call.method_name == "OpenPipe" {
+                        let (text,): (String,) = call.parameters.get().unwrap();
+                        let (reader, mut writer) = std::io::pipe().unwrap();
+                        std::io::Write::write_all(&mut writer, text.as_bytes()).unwrap();
+                        drop(writer);
+                        return Ok(Some((call.reply_fd(reader),).to_variant()));
+                    }
                     let (handle,): (glib::variant::Handle,) = call.parameters.get().unwrap();
                     let fd = call.fd(handle)?.try_clone_to_owned().unwrap();
                     let mut text = String::new();
@@ -325,11 +334,29 @@ fn a_call_with_an_fd_list_from_a_fiber_passes_the_fd() {
                     5_000,
                     Some(&list),
                 ))?;
-                Ok::<_, gdex::Error>(reply.get::<(String,)>().unwrap().0)
+                let read = reply.get::<(String,)>().unwrap().0;
+                let (reply, fds) = gdex::fiber::wait(client.call_with_unix_fd_list_future(
+                    Some(&destination),
+                    PATH,
+                    IFACE,
+                    "OpenPipe",
+                    Some(&("and back",).to_variant()),
+                    None,
+                    gio::DBusCallFlags::NONE,
+                    5_000,
+                    gio::UnixFDList::NONE,
+                ))?;
+                let (handle,): (glib::variant::Handle,) = reply.get().unwrap();
+                let fd = fds.expect("the reply's fd list").get(handle.0).unwrap();
+                let mut back = String::new();
+                std::fs::File::from(fd).read_to_string(&mut back).unwrap();
+                Ok::<_, gdex::Error>((read, back))
             });
             // The service's dispatch runs on this thread's context, which
             // block_on iterates.
-            assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), "through the bus");
+            let (read, back) = gdex::block_on(fiber).unwrap().unwrap();
+            assert_eq!(read, "through the bus");
+            assert_eq!(back, "and back");
         });
     });
 }
