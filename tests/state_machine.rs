@@ -1337,3 +1337,35 @@ fn a_transition_cancelled_in_the_middle_of_a_poll_changes_nothing_and_does_not_p
         assert_eq!(m.state(), Prepare);
     });
 }
+
+/// A wait for a state on a machine whose scheduler shut down under a
+/// transition gives `Cancelled` (no state will be set again), and so does
+/// one made afterwards, instead of waiting until the machine is dropped
+/// (M1, S9).
+#[test]
+fn waits_on_a_machine_whose_scheduler_shut_down_give_cancelled() {
+    watchdog("sm-wait-gone", 30, || {
+        let pool = pool();
+        let started = Arc::new(AtomicUsize::new(0));
+        let s = started.clone();
+        let m = builder(&pool)
+            .edge(Initial, Ready, move |_cx| {
+                s.fetch_add(1, Ordering::SeqCst);
+                std::future::pending()
+            })
+            .build()
+            .unwrap();
+        let waiting = m.wait_for_state(Ready);
+        let running = m.transition(Ready);
+        common::wait_until(|| started.load(Ordering::SeqCst) == 1);
+        pool.shutdown();
+        assert!(matches!(block_on(running), Err(Error::Cancelled)));
+        assert!(matches!(block_on(waiting), Err(Error::Cancelled)));
+        assert!(matches!(
+            block_on(m.wait_for_state(Ready)),
+            Err(Error::Cancelled)
+        ));
+        // The state it is in still answers at once.
+        assert_eq!(block_on(m.wait_for_state(Initial)).unwrap(), Initial);
+    });
+}

@@ -86,6 +86,9 @@ struct Inner<S> {
     running: bool,
     /// The last handle is gone.
     closed: bool,
+    /// The scheduler is gone: it dropped a runner (it shut down, or
+    /// refused the spawn), so no transition runs again.
+    gone: bool,
     /// The running transition's context, and those it continued into
     /// (innermost last): [`StateMachine::interrupt`] reaches the last.
     active: Vec<Arc<context::ContextShared>>,
@@ -134,6 +137,19 @@ impl<S: State> Inner<S> {
         for waiter in self.waiters.values_mut() {
             if waiter.want == state && waiter.outcome.is_none() {
                 waiter.outcome = Some(Ok(state));
+                if let Some(waker) = waiter.waker.take() {
+                    wake_unlocked(waker);
+                }
+            }
+        }
+    }
+
+    /// Rejects every wait for a state with `Cancelled`: no state will
+    /// come (the machine or its scheduler is gone).
+    fn reject_waiters(&mut self) {
+        for waiter in self.waiters.values_mut() {
+            if waiter.outcome.is_none() {
+                waiter.outcome = Some(Err(Error::Cancelled));
                 if let Some(waker) = waiter.waker.take() {
                     wake_unlocked(waker);
                 }
@@ -265,6 +281,10 @@ impl<S: State> Drop for Runner<S> {
             inner.finish(id, Err(Error::Cancelled));
         }
         inner.reject_queued(&Error::Cancelled);
+        // Only the scheduler drops a runner before it is done: no state
+        // will be set again, so the waits for one end too.
+        inner.gone = true;
+        inner.reject_waiters();
     }
 }
 
@@ -393,6 +413,7 @@ impl<S: State> StateMachineBuilder<S> {
                 next_id: 0,
                 running: false,
                 closed: false,
+                gone: false,
                 active: Vec::new(),
             }),
         });
@@ -441,7 +462,9 @@ impl<S: State> Debug for StateMachineBuilder<S> {
 ///   transition ([`TransitionContext::interrupted`] resolves), which runs
 ///   to its end;
 /// - if the machine's scheduler shuts down, the running and queued
-///   requests reject with [`Error::Cancelled`].
+///   requests reject with [`Error::Cancelled`], and so do the waits for a
+///   state (from then on, or, for a machine idle at the shutdown, from the
+///   next request, which finds the scheduler gone).
 ///
 /// A transition that needs a `!Send` future (a GIO `_future` call, a
 /// widget) awaits a task spawned for it on the main scheduler
@@ -496,14 +519,7 @@ impl<S: State> Drop for Handle<S> {
         let mut inner = lock(&self.shared.inner);
         inner.closed = true;
         inner.reject_queued(&Error::Cancelled);
-        for waiter in inner.waiters.values_mut() {
-            if waiter.outcome.is_none() {
-                waiter.outcome = Some(Err(Error::Cancelled));
-                if let Some(waker) = waiter.waker.take() {
-                    wake_unlocked(waker);
-                }
-            }
-        }
+        inner.reject_waiters();
         for cx in &inner.active {
             cx.interrupt();
         }
@@ -596,16 +612,22 @@ impl<S: State> StateMachine<S> {
     /// Resolves with `state` when the machine is in it: at once if it is,
     /// else the next time its state is set to it (an intermediate state a
     /// transition sets counts), or [`Error::Cancelled`] if the machine is
-    /// dropped first. It requests nothing.
+    /// dropped first, or its scheduler is found gone (no state will be set
+    /// again). It requests nothing.
     pub fn wait_for_state(&self, state: S) -> WaitForState<S> {
         let shared = self.shared().clone();
         let mut inner = lock(&shared.inner);
-        if inner.state == state {
+        if inner.state == state || inner.gone {
+            let ready = if inner.state == state {
+                Ok(state)
+            } else {
+                Err(Error::Cancelled)
+            };
             drop(inner);
             return WaitForState {
                 shared,
                 id: None,
-                ready: Some(Ok(state)),
+                ready: Some(ready),
             };
         }
         let id = inner.id();
