@@ -11,11 +11,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use glib::translate::{IntoGlib, ToGlibPtr};
 
-use crate::sync::wait_queue::{lock, wake_unlocked};
+use crate::sync::wait_queue::{lock, WaitQueue};
 use crate::Error;
 
 #[derive(Default)]
@@ -28,7 +28,8 @@ struct State {
     released: bool,
     /// GIO's owner id, until the name is given up (lost or dropped).
     id: Option<u32>,
-    wakers: Vec<Waker>,
+    /// The futures waiting for an outcome (each leaves when dropped).
+    waiting: WaitQueue,
 }
 
 struct Shared {
@@ -45,9 +46,7 @@ impl Shared {
             }
             state.owned = Some(owned);
             state.was_acquired |= owned;
-            for waker in state.wakers.drain(..) {
-                wake_unlocked(waker);
-            }
+            state.waiting.notify_all();
             if owned {
                 None
             } else {
@@ -61,14 +60,18 @@ impl Shared {
         }
     }
 
-    fn poll_with(&self, cx: &mut Context<'_>, want: impl Fn(Option<bool>) -> bool) -> Poll<()> {
+    fn poll_with(
+        &self,
+        key: &mut Option<usize>,
+        cx: &mut Context<'_>,
+        want: impl Fn(Option<bool>) -> bool,
+    ) -> Poll<()> {
         let mut state = lock(&self.state);
         if want(state.owned) {
+            state.waiting.remove(key);
             return Poll::Ready(());
         }
-        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            state.wakers.push(cx.waker().clone());
-        }
+        state.waiting.park(key, cx.waker());
         Poll::Pending
     }
 }
@@ -166,6 +169,7 @@ impl NameOwner {
         NameFuture {
             shared,
             want: |owned| owned.is_some(),
+            key: None,
         }
         .map_owned(|shared| match *lock(&shared.state) {
             State {
@@ -190,6 +194,7 @@ impl NameOwner {
         NameFuture {
             shared: self.shared.clone(),
             want: |owned| owned == Some(false),
+            key: None,
         }
         .map_owned(|_| ())
     }
@@ -197,22 +202,15 @@ impl NameOwner {
 
 impl Drop for NameOwner {
     fn drop(&mut self) {
-        let id = {
+        {
             let mut state = lock(&self.shared.state);
-            // The futures outlive the owner: they learn the name is given
-            // up (no callback comes once it is), instead of waiting forever.
-            if state.owned != Some(false) {
-                state.released = state.owned.is_none();
-                state.owned = Some(false);
-                for waker in state.wakers.drain(..) {
-                    wake_unlocked(waker);
-                }
-            }
-            state.id.take()
-        };
-        if let Some(id) = id {
-            unown(id);
+            state.released = state.owned.is_none();
         }
+        // Given up as when lost: the futures, which outlive the owner,
+        // learn it (no callback comes once it is), instead of waiting
+        // forever. A callback between the two locks changes nothing that
+        // matters: a name acquired meanwhile is then `was_acquired`.
+        self.shared.settle(false);
     }
 }
 
@@ -238,6 +236,8 @@ impl std::fmt::Debug for NameOwner {
 struct NameFuture {
     shared: Arc<Shared>,
     want: fn(Option<bool>) -> bool,
+    /// Its entry among the waiting futures, once it waited.
+    key: Option<usize>,
 }
 
 impl NameFuture {
@@ -253,7 +253,16 @@ impl NameFuture {
 impl Future for NameFuture {
     type Output = ();
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.shared.poll_with(cx, self.want)
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        this.shared.poll_with(&mut this.key, cx, this.want)
+    }
+}
+
+impl Drop for NameFuture {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            lock(&self.shared.state).waiting.remove(&mut self.key);
+        }
     }
 }

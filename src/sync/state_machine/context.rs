@@ -4,10 +4,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use super::{Shared, State};
-use crate::sync::wait_queue::{lock, wake_unlocked};
+use crate::sync::wait_queue::{lock, WaitQueue};
 use crate::{Error, Scheduler};
 
 /// One transition's own state, shared by its [`TransitionContext`], its
@@ -31,10 +31,9 @@ struct ContextInner {
     /// A `continue_to` of this transition runs: the machine is the
     /// continued edge's until it returns.
     continuing: bool,
-    /// The pending [`Interrupted`] futures' wakers, by key: one entry per
-    /// future, which removes it when dropped.
-    wakers: Vec<(u64, Waker)>,
-    next_key: u64,
+    /// The pending [`Interrupted`] futures, each with its key (it leaves
+    /// when dropped).
+    wakers: WaitQueue,
 }
 
 impl ContextShared {
@@ -45,9 +44,7 @@ impl ContextShared {
             return;
         }
         inner.interrupted = true;
-        for (_, waker) in inner.wakers.drain(..) {
-            wake_unlocked(waker);
-        }
+        inner.wakers.notify_all();
     }
 
     /// Ends the transition: its interrupt waits resolve (with
@@ -60,9 +57,7 @@ impl ContextShared {
         let mut inner = lock(&self.inner);
         inner.ended = true;
         inner.cancelled = cancelled;
-        for (_, waker) in inner.wakers.drain(..) {
-            wake_unlocked(waker);
-        }
+        inner.wakers.notify_all();
     }
 
     /// How the transition ended, if it did: `Some(true)` if cancelled.
@@ -283,8 +278,8 @@ impl<S: State> std::fmt::Debug for TransitionContext<S> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Interrupted {
     me: Arc<ContextShared>,
-    /// Its entry among the context's wakers, once it waited.
-    key: Option<u64>,
+    /// Its entry among the context's waiting futures, once it waited.
+    key: Option<usize>,
 }
 
 impl Future for Interrupted {
@@ -294,44 +289,23 @@ impl Future for Interrupted {
         let this = &mut *self;
         let mut inner = lock(&this.me.inner);
         if inner.interrupted || inner.ended {
-            // Both drained the wakers: no entry of ours is left.
-            this.key = None;
+            inner.wakers.remove(&mut this.key);
             return Poll::Ready(if inner.interrupted {
                 Ok(())
             } else {
                 Err(Error::Cancelled)
             });
         }
-        let key = this.key;
-        match inner.wakers.iter_mut().find(|(k, _)| Some(*k) == key) {
-            Some((_, waker)) => {
-                if !waker.will_wake(cx.waker()) {
-                    waker.clone_from(cx.waker());
-                }
-            }
-            None => {
-                let key = inner.next_key;
-                inner.next_key += 1;
-                inner.wakers.push((key, cx.waker().clone()));
-                this.key = Some(key);
-            }
-        }
+        inner.wakers.park(&mut this.key, cx.waker());
         Poll::Pending
     }
 }
 
 impl Drop for Interrupted {
     fn drop(&mut self) {
-        let Some(key) = self.key else { return };
-        let mut inner = lock(&self.me.inner);
-        let waker = inner
-            .wakers
-            .iter()
-            .position(|(k, _)| *k == key)
-            .map(|i| inner.wakers.swap_remove(i));
-        drop(inner);
-        // Dropped after the release: the waker's drop is its owner's code.
-        drop(waker);
+        if self.key.is_some() {
+            lock(&self.me.inner).wakers.remove(&mut self.key);
+        }
     }
 }
 
