@@ -180,6 +180,36 @@ fn the_futures_of_a_dropped_owner_resolve() {
     });
 }
 
+/// A name's futures dropped before the bus answered let go of their
+/// wakers then, not when the outcome comes (D4).
+#[test]
+fn dropped_name_futures_let_go_of_their_wakers() {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    watchdog("dbus-name-wakers", 60, || {
+        let bus = PrivateBus::start("name-wakers");
+        on_own_context(|_| {
+            let connection = bus.connect();
+            let owner = gdex::dbus::own_name(&connection, NAME, gio::BusNameOwnerFlags::NONE);
+            let wakers: Vec<_> = (0..3).map(|_| Arc::new(Noop)).collect();
+            for w in &wakers {
+                let waker = std::task::Waker::from(w.clone());
+                // Polled before this thread's context ran: the bus has not
+                // answered yet.
+                let mut acquired = Box::pin(owner.acquired());
+                let mut lost = Box::pin(owner.lost());
+                assert!(common::poll_with(&mut acquired, &waker).is_pending());
+                assert!(common::poll_with(&mut lost, &waker).is_pending());
+            }
+            let kept = wakers.iter().filter(|w| Arc::strong_count(w) > 1).count();
+            assert_eq!(kept, 0, "dropped name futures still hold their wakers");
+            gdex::block_on(owner.acquired()).unwrap();
+        });
+    });
+}
+
 /// Signals become a stream in a (pinned) pool task: those emitted before the first
 /// read are kept, in order; dropping the stream unsubscribes, so a signal
 /// emitted afterwards reaches its callback no more (D4).
