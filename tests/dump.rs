@@ -69,6 +69,50 @@ fn a_waiting_task_shows_where_it_came_from_and_what_it_does() {
     });
 }
 
+/// Each task has an id of its own, and its busy time is the time spent in
+/// its polls: a 20 ms poll, then a wait, shows 20 ms or more, and less
+/// than its age (X8, O1).
+#[test]
+fn a_task_shows_its_id_and_the_time_spent_in_its_polls() {
+    gdex::enable_task_dump();
+    watchdog("a_task_shows_its_id_and_busy_time", 30, || {
+        let pool = common::quiet_pool(1);
+        let (promise, waiting) = Promise::<u32>::new();
+        let task = pool.scheduler().spawn_named("dump-busy", async move {
+            common::spin(Duration::from_millis(20));
+            waiting.await
+        });
+        let (_keep, other) = Promise::<u32>::new();
+        let other = pool.scheduler().spawn_named("dump-other", other);
+        wait_until(|| find("dump-busy").is_some_and(|t| t.state() == TaskState::Waiting));
+        wait_until(|| find("dump-other").is_some_and(|t| t.state() == TaskState::Waiting));
+        std::thread::sleep(Duration::from_millis(30));
+        let (busy, idle) = (find("dump-busy").unwrap(), find("dump-other").unwrap());
+        assert_ne!(busy.id(), idle.id(), "each task has its own id");
+        assert!(busy.id() > 0 && idle.id() > 0);
+        assert!(
+            busy.busy() >= Duration::from_millis(20),
+            "{:?}",
+            busy.busy()
+        );
+        assert!(
+            busy.busy() < busy.age(),
+            "{:?} {:?}",
+            busy.busy(),
+            busy.age()
+        );
+        assert!(idle.busy() < Duration::from_millis(20), "{:?}", idle.busy());
+        let text = gdex::dump().to_string();
+        assert!(
+            text.contains(&format!("#{} \"dump-busy\"", busy.id())) && text.contains("ms busy"),
+            "{text}"
+        );
+        promise.resolve(1);
+        assert_eq!(gdex::block_on(task).unwrap().unwrap(), 1);
+        drop(other);
+    });
+}
+
 /// On a busy one-worker pool: the task being polled shows as running on
 /// its worker, one spawned behind it as queued (never polled), and a
 /// waiting task woken meanwhile as queued too.
@@ -277,9 +321,15 @@ fn a_stall_report_ends_with_the_dump() {
     assert!(status.is_some_and(|s| s.success()), "{out}");
     assert!(out.contains("stuck in one poll"), "{out}");
     assert!(out.contains("gdex task dump"), "{out}");
+    // The dump's lines are indented (the report above names the stuck
+    // task too, as the dump does: O1).
     let line = |name: &str| {
         out.lines()
-            .find(|l| l.contains(&format!("\"{name}\"")) && l.contains("spawned at"))
+            .find(|l| {
+                l.starts_with("  ")
+                    && l.contains(&format!("\"{name}\""))
+                    && l.contains("spawned at")
+            })
             .unwrap_or_else(|| panic!("no dump line for {name}:\n{out}"))
             .to_owned()
     };

@@ -112,7 +112,11 @@ impl Lane {
             return Task::failed(self.closed_error.clone());
         }
         let lane = self.clone();
-        let job = CatchUnwind::new(async move { f() }, || "a blocking lane".into());
+        let job = CatchUnwind::of_kind(
+            async move { f() },
+            crate::diagnostics::record::Kind::Blocking,
+            || "a blocking lane".into(),
+        );
         let future = async move {
             // Polled by `refuse`: no thread could start to run `f`.
             if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {

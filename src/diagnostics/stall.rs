@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use super::record::Entry;
 use crate::current::{Entered, Role, Slot};
 use crate::util::Unpoisoned;
 
@@ -69,6 +70,9 @@ pub(crate) struct Runner {
     active: AtomicBool,
     /// The name of the named task being polled, if any.
     name: Mutex<Option<Arc<str>>>,
+    /// The record of the tracked task being polled, if any (O1): the
+    /// report names it as the dump and the other views do.
+    entry: Mutex<Option<Arc<Entry>>>,
     /// "gdex-worker-1", "the main scheduler", ...
     label: String,
     threshold: Duration,
@@ -118,6 +122,7 @@ impl Runner {
             seq: AtomicU64::new(0),
             active: AtomicBool::new(false),
             name: Mutex::new(None),
+            entry: Mutex::new(None),
             label,
             threshold,
             hands_over,
@@ -289,6 +294,28 @@ pub(crate) fn default_threshold() -> Duration {
         )
         .unwrap_or(Duration::from_millis(100))
     })
+}
+
+/// Publishes the record of the tracked task about to be polled on this
+/// thread's runner, until the guard drops (O1).
+pub(crate) fn polling_entry(entry: &Arc<Entry>) -> impl Drop + '_ {
+    let runner = CURRENT.get();
+    // SAFETY: CURRENT points at a runner that outlives the poll running on
+    // this thread (set by the worker loop or a context dispatch).
+    let runner = unsafe { runner.as_ref() };
+    if let Some(r) = runner {
+        *r.entry.lock().unpoisoned() = Some(entry.clone());
+    }
+    struct Clear<'a>(Option<&'a Runner>, std::marker::PhantomData<&'a Entry>);
+    impl Drop for Clear<'_> {
+        fn drop(&mut self) {
+            if let Some(r) = self.0 {
+                let gone = r.entry.lock().unpoisoned().take();
+                drop(gone);
+            }
+        }
+    }
+    Clear(runner, std::marker::PhantomData)
 }
 
 pin_project_lite::pin_project! {
@@ -516,23 +543,29 @@ impl Monitor {
         if !track.reported {
             track.reported = true;
             let name = runner.name.lock().unpoisoned().clone();
-            let task = match name {
-                Some(name) => format!("task \"{name}\""),
-                None => "an unnamed task (name tasks with Scheduler::spawn_named to see them here)"
-                    .to_owned(),
+            let entry = runner.entry.lock().unpoisoned().clone();
+            let task = match (entry, name) {
+                // A tracked task (O1): as the dump names it.
+                (Some(entry), _) => {
+                    format!("task {} spawned at {}", entry.describe(), entry.location)
+                }
+                (None, Some(name)) => format!("task \"{name}\""),
+                (None, None) => {
+                    "an unnamed task (name tasks with Scheduler::spawn_named to see them here)"
+                        .to_owned()
+                }
             };
             // With task tracking on (X8), the live tasks, the stuck one
             // among them as "running".
-            let tasks = if super::dump::tracking() {
+            let tasks = if super::record::dump_on() {
                 format!("\n{}", super::dump::dump())
             } else {
                 String::new()
             };
-            glib::g_warning!(
-                "gdex",
+            let report = format!(
                 "{} has been stuck in one poll of {} for {} ms. A task must not block its \
                  scheduler: move blocking work to gdex::spawn_blocking, or wrap it in \
-                 gdex::blocking::blocking.{}{}",
+                 gdex::blocking::blocking.{}",
                 runner.label,
                 task,
                 stuck_for.as_millis(),
@@ -541,8 +574,9 @@ impl Monitor {
                 } else {
                     ""
                 },
-                tasks
             );
+            super::views::stall(&runner.label, &task, track.since.unwrap_or(now), &report);
+            glib::g_warning!("gdex", "{}{}", report, tasks);
         }
         true
     }

@@ -297,9 +297,8 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if cx.is_null() {
             // No poll is resuming us: the fiber is being unwound by its
             // drop (its pool shut down), and a destructor waits. There is
-            // no `Context` of a poll to use and nobody to resume us (issue
-            // 12 point 1: this used to poll with the last poll's `Context`,
-            // long gone). A future that is ready at once still gives its
+            // no `Context` of a poll to use and nobody to resume us (this
+            // used to poll with the last poll's `Context`, long gone). A future that is ready at once still gives its
             // value (a destructor that flushes must not panic during the
             // unwind: that aborts); any other wait is cancelled.
             let mut noop = Context::from_waker(std::task::Waker::noop());
@@ -333,9 +332,11 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if cancelled(ctx) {
             cx.waker().wake_by_ref();
         }
+        let wait = crate::diagnostics::views::fiber_waits();
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
         // whole run, and we are running on that fiber.
         unsafe { &*ctx.yielder.get() }.suspend(());
+        wait.resumed();
         resumed = true;
     }
 }

@@ -98,7 +98,11 @@ impl Builder {
         let future = self.prepare(scheduler.fiber_stack_size(), f);
         let (task, waker) = scheduler.spawn_local_waking(
             "Scheduler::spawn_fiber_local",
-            crate::task::CatchUnwind::new(future, || format!("fiber on {scheduler:?}")),
+            crate::task::CatchUnwind::of_kind(
+                future,
+                crate::diagnostics::record::Kind::Fiber,
+                || format!("fiber on {scheduler:?}"),
+            ),
             true,
         );
         Fiber::new(task, waker)

@@ -462,7 +462,15 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: Send + 'static,
     {
-        let future = CatchUnwind::new(ThreadBound::new(future), || format!("{kind} on {self:?}"));
+        // `waking` is asked only for a fiber's task (its handle's waker).
+        let record_kind = if waking {
+            crate::diagnostics::record::Kind::Fiber
+        } else {
+            crate::diagnostics::record::Kind::Task
+        };
+        let future = CatchUnwind::of_kind(ThreadBound::new(future), record_kind, || {
+            format!("{kind} on {self:?}")
+        });
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();

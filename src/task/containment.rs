@@ -18,6 +18,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use super::registry;
 use crate::current::{Role, Slot};
 use crate::diagnostics::panic::PanicSource;
+use crate::diagnostics::record::{self, Kind};
+use crate::diagnostics::tracking;
 use crate::error::{panic_message, Error};
 
 /// The waker of the gdex task whose future is being polled on this thread
@@ -142,8 +144,9 @@ pub(crate) struct CatchUnwind<F> {
 }
 
 impl<F> CatchUnwind<F> {
-    /// Wraps a task's future; with task tracking on (X8), the task gets an
-    /// entry in the dump, spawned at the caller's caller (every spawn
+    /// Wraps a task's future; if a view of the per-task record wants it
+    /// (O1: the dump, X8, and the features' views), the task gets an
+    /// entry there, spawned at the caller's caller (every spawn
     /// function up to the public one is `#[track_caller]`), on the
     /// scheduler `scheduler` names (called only then).
     #[track_caller]
@@ -168,6 +171,22 @@ impl<F> CatchUnwind<F> {
         )
     }
 
+    /// [`new`](Self::new), for a fiber's or a blocking job's task: the
+    /// views of the per-task record (O1) tell them apart.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn of_kind(future: F, kind: Kind, scheduler: impl FnOnce() -> String) -> Self {
+        Self::spawned(
+            future,
+            record::Spawn {
+                kind,
+                name: None,
+                location: std::panic::Location::caller(),
+            },
+            scheduler,
+        )
+    }
+
     /// [`new`](Self::new), spawned at `location` (a spawn made through a
     /// closure, where `#[track_caller]` does not reach).
     #[inline]
@@ -177,14 +196,24 @@ impl<F> CatchUnwind<F> {
         location: &'static std::panic::Location<'static>,
         scheduler: impl FnOnce() -> String,
     ) -> Self {
-        let track = if crate::diagnostics::dump::tracking() {
-            crate::diagnostics::dump::register(location, name, scheduler())
-        } else {
-            0
-        };
+        Self::spawned(
+            future,
+            record::Spawn {
+                kind: Kind::Task,
+                name,
+                location,
+            },
+            scheduler,
+        )
+    }
+
+    /// Wraps a task's future, tracked if a view of the per-task record
+    /// wants it (O1).
+    #[inline]
+    fn spawned(future: F, spawn: record::Spawn, scheduler: impl FnOnce() -> String) -> Self {
         CatchUnwind {
             future: std::mem::ManuallyDrop::new(future),
-            idle: Idle::new(track),
+            idle: Idle::new(tracking::track(spawn, scheduler)),
         }
     }
 }
@@ -205,7 +234,7 @@ impl Idle {
         }
     }
 
-    /// The task's entry in the task dump (X8); 0: not tracked.
+    /// The task's entry in the per-task record (O1); 0: not tracked.
     #[inline]
     fn track(&self) -> u32 {
         self.0.track()
@@ -233,7 +262,7 @@ impl Idle {
     /// Runs `f` on a tracked task's record, which its dump entry keeps.
     #[cold]
     fn tracked(track: u32, f: impl FnOnce(&mut registry::Record)) {
-        crate::diagnostics::dump::with_word(track, |word| {
+        tracking::with_word(track, |word| {
             // SAFETY: the entry's word is this task's record, put there by
             // `into_bits` below (0 at first: no record), and it is taken
             // (0 left in its place, should `f` unwind) before it is used.
@@ -255,7 +284,7 @@ impl<F> Drop for CatchUnwind<F> {
         self.idle.done();
         let track = self.idle.track();
         if track != 0 {
-            crate::diagnostics::dump::forget(track);
+            tracking::forget(track);
         }
     }
 }
@@ -283,22 +312,25 @@ impl<F: Future> Future for CatchUnwind<F> {
 }
 
 impl<F: Future> CatchUnwind<F> {
-    /// A tracked task's poll (X8): its entry shows it running, and its
-    /// future gets a waker that marks it queued when woken.
+    /// A tracked task's poll (O1): its entry shows it running, its future
+    /// gets a waker that marks it queued when woken, and the views see the
+    /// poll.
     #[cold]
     #[inline(never)]
     fn poll_tracked(&mut self, cx: &mut Context<'_>) -> Poll<Outcome<F::Output>> {
         let track = self.idle.track();
-        let marking = crate::diagnostics::dump::begin_poll(track, cx.waker());
-        let waker = marking.as_ref().unwrap_or(cx.waker());
-        let mut inner_cx = Context::from_waker(waker);
         // SAFETY: `future` is structurally pinned (see `poll`).
         let future = unsafe { Pin::new_unchecked(&mut *self.future) };
-        let polled = {
-            let _polling = POLLING.enter(waker);
-            catch_unwind(AssertUnwindSafe(|| future.poll(&mut inner_cx)))
-        };
-        crate::diagnostics::dump::end_poll(track, matches!(polled, Ok(Poll::Pending)));
+        let polled = tracking::poll(
+            track,
+            cx.waker(),
+            |waker| {
+                let mut inner_cx = Context::from_waker(waker);
+                let _polling = POLLING.enter(waker);
+                catch_unwind(AssertUnwindSafe(|| future.poll(&mut inner_cx)))
+            },
+            |polled| matches!(polled, Ok(Poll::Pending)),
+        );
         self.finish_poll(cx, polled)
     }
 

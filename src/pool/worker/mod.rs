@@ -174,6 +174,18 @@ impl Core {
         &self.shared.remotes[self.index].counters
     }
 
+    /// The worker's figures, for the views that chart them (O1).
+    #[cold]
+    fn figures(&self) -> crate::diagnostics::views::WorkerFigures {
+        let counters = self.counters();
+        crate::diagnostics::views::WorkerFigures {
+            index: self.index,
+            queued: self.local.len(),
+            parks: counters.parks.get(),
+            steals: counters.steals.get(),
+        }
+    }
+
     /// A job spawned or woken on this worker goes to the back of its deque
     /// (P3), and a peer is asked to help when the deque doubles (P6, see
     /// [`wants_help`]). The first job woken by the worker's other sources
@@ -410,6 +422,7 @@ impl Core {
                 continue;
             }
             counters.parks.bump();
+            crate::diagnostics::views::parked(|| self.figures());
             return;
         }
     }
@@ -508,6 +521,7 @@ impl Core {
                 match stealers[victim].steal_batch_and_pop(&self.local) {
                     Steal::Success(job) => {
                         counters.steals.bump();
+                        crate::diagnostics::views::stole(|| self.figures());
                         if !stealers[victim].is_empty() || !self.local.is_empty() {
                             // A thief whose steal left backlog wakes one more.
                             self.request_help();

@@ -430,6 +430,7 @@ impl ContextShared {
         let _tokio = crate::tokio_rt::enter();
         let _outside = crate::fiber::outside_fiber();
         let _runner = crate::diagnostics::stall::enter(&self.runner);
+        let _slice = crate::diagnostics::views::slice(self.is_main);
         self.runner.busy();
         let local = self.local_queue_here();
         self.run_jobs(local.as_deref());

@@ -1,0 +1,18 @@
+//! Links libsysprof-capture-4 for the `sysprof` feature (O1); nothing
+//! otherwise.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    #[cfg(feature = "sysprof")]
+    if let Err(err) = pkg_config::Config::new()
+        .atleast_version("3.38")
+        .probe("sysprof-capture-4")
+    {
+        panic!(
+            "gdex's `sysprof` feature links libsysprof-capture-4 (>= 3.38), which pkg-config \
+             did not find: {err}\nInstall it (Debian and Ubuntu: `apt-get install \
+             libsysprof-4-dev`; Fedora: `dnf install sysprof-capture-devel`), or build without \
+             the feature."
+        );
+    }
+}

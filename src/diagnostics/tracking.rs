@@ -1,0 +1,254 @@
+//! Which tasks get an entry in the per-task record (O1), and the entry's
+//! life: made at spawn, updated around each poll (running, then waiting or
+//! done) and by the task's waker (queued), taken out when its future is
+//! dropped; the views see each of those moments.
+//!
+//! A task is tracked when something wants to see it at its spawn: the dump
+//! (`GDEX_TASK_DUMP=1` or [`enable_task_dump`](crate::enable_task_dump)), a
+//! Sysprof capture the process runs under (feature `sysprof`), or a
+//! `tracing` subscriber that takes gdex's task spans (feature `tracing`).
+//! Otherwise it costs one branch at spawn (and, with the `tracing`
+//! feature, a load of tracing's global level) and none per poll. The
+//! task's future holds the entry's key (`task::CatchUnwind`), so the task's
+//! block does not grow.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
+
+use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
+use super::views;
+use crate::util::Unpoisoned;
+
+/// Does the dump track the tasks spawned now (`GDEX_TASK_DUMP=1` or
+/// [`enable_task_dump`](crate::enable_task_dump))?
+#[inline]
+pub(crate) fn dump_tracking() -> bool {
+    match TRACKING.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => decide(),
+    }
+}
+
+#[cold]
+fn decide() -> bool {
+    let on = crate::util::env_setting(
+        "GDEX_TASK_DUMP",
+        "1 or 0",
+        || "task tracking stays off".into(),
+        |text| match text {
+            "1" | "yes" | "true" | "on" => Some(true),
+            "0" | "no" | "false" | "off" | "" => Some(false),
+            _ => None,
+        },
+    )
+    .unwrap_or(false);
+    let decided = if on { ON } else { OFF };
+    if TRACKING
+        .compare_exchange(UNDECIDED, decided, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+        && on
+    {
+        super::dump::start_signal_thread();
+    }
+    TRACKING.load(Ordering::Acquire) == ON
+}
+
+/// The key of a new task's entry (+ 1) if a view wants the task, else 0.
+/// `scheduler` names the task's scheduler; it is called only for a tracked
+/// task.
+#[inline]
+pub(crate) fn track(spawn: Spawn, scheduler: impl FnOnce() -> String) -> u32 {
+    if dump_tracking() || views::want_every_task() {
+        return register(spawn, scheduler());
+    }
+    #[cfg(feature = "tracing")]
+    if ::tracing::level_enabled!(::tracing::Level::TRACE) {
+        return track_for_tracing(spawn, scheduler);
+    }
+    0
+}
+
+/// With a subscriber that takes `trace` events somewhere: tracked if it
+/// takes this task's span (which is made with the id and the scheduler's
+/// name only then).
+#[cfg(feature = "tracing")]
+#[cold]
+#[inline(never)]
+fn track_for_tracing(spawn: Spawn, scheduler: impl FnOnce() -> String) -> u32 {
+    match views::spans::task_span(None, &spawn, scheduler) {
+        (span, Some((id, scheduler))) if !span.is_disabled() => {
+            register_with(id, spawn, scheduler, span)
+        }
+        _ => 0,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn register(spawn: Spawn, scheduler: String) -> u32 {
+    let id = record::next_id();
+    #[cfg(feature = "tracing")]
+    let span = views::spans::task_span(Some(id), &spawn, || scheduler.clone()).0;
+    register_with(
+        id,
+        spawn,
+        scheduler,
+        #[cfg(feature = "tracing")]
+        span,
+    )
+}
+
+fn register_with(
+    id: u64,
+    spawn: Spawn,
+    scheduler: String,
+    #[cfg(feature = "tracing")] span: ::tracing::Span,
+) -> u32 {
+    let entry = Arc::new(Entry {
+        id,
+        kind: spawn.kind,
+        name: spawn.name,
+        location: spawn.location,
+        scheduler: scheduler.into(),
+        spawned: Instant::now(),
+        state: AtomicU8::new(QUEUED),
+        polls: AtomicU64::new(0),
+        last_poll: AtomicU64::new(0),
+        busy: AtomicU64::new(0),
+        last_thread: AtomicU64::new(0),
+        thread: Mutex::new(None),
+        waker: Mutex::new(None),
+        word: Mutex::new(0),
+        #[cfg(feature = "tracing")]
+        span,
+    });
+    record::insert(entry)
+}
+
+/// Runs `f` on the word a tracked task's entry keeps for the task core (0
+/// at first). Only the task's own poll and drop call it, one at a time; the
+/// entry goes only after its last call (see [`forget`]).
+pub(crate) fn with_word(track: u32, f: impl FnOnce(&mut u64)) {
+    if let Some(entry) = record::entry(track) {
+        f(&mut entry.word.lock().unpoisoned());
+    }
+}
+
+/// A tracked task's future is dropped (it finished, or was cancelled): its
+/// entry goes, and the views see the end of its life.
+pub(crate) fn forget(track: u32) {
+    let removed = record::remove(track);
+    if let Some(entry) = &removed {
+        views::task_ended(entry);
+    }
+    drop(removed); // outside the table's lock: it may hold a waker
+}
+
+/// Polls a tracked task: `poll` runs with the waker the task's future gets
+/// (one that marks the entry queued when woken), inside the task's span
+/// (feature `tracing`), its runner naming the task to the stall watchdog;
+/// `pending` says whether its result is `Pending`.
+pub(crate) fn poll<R>(
+    track: u32,
+    waker: &Waker,
+    poll: impl FnOnce(&Waker) -> R,
+    pending: impl FnOnce(&R) -> bool,
+) -> R {
+    let Some(entry) = record::entry(track) else {
+        return poll(waker);
+    };
+    let ours = begin_poll(&entry, waker);
+    let started = Instant::now();
+    let polled = {
+        let _named = super::stall::polling_entry(&entry);
+        #[cfg(feature = "tracing")]
+        let _entered = entry.span.enter();
+        poll(&ours)
+    };
+    let took = started.elapsed();
+    end_poll(&entry, pending(&polled), started, took);
+    polled
+}
+
+/// A poll of a tracked task begins: gives the waker to poll it with.
+fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Waker {
+    entry.state.store(RUNNING, Ordering::Release);
+    entry.polls.fetch_add(1, Ordering::Relaxed);
+    let since = entry.spawned.elapsed().as_nanos().max(1) as u64;
+    entry.last_poll.store(since, Ordering::Relaxed);
+    let number = record::thread_number();
+    if entry.last_thread.swap(number, Ordering::Relaxed) != number {
+        let thread = std::thread::current();
+        let name: Arc<str> = match thread.name() {
+            Some(name) => name.into(),
+            None => format!("{:?}", thread.id()).into(),
+        };
+        *entry.thread.lock().unpoisoned() = Some(name);
+    }
+    let mut cached = entry.waker.lock().unpoisoned();
+    if let Some((inner, ours)) = &*cached {
+        if inner.will_wake(waker) {
+            return ours.clone();
+        }
+    }
+    let ours = Waker::from(Arc::new(Marking {
+        entry: Arc::downgrade(entry),
+        inner: waker.clone(),
+    }));
+    let old = cached.replace((waker.clone(), ours.clone()));
+    drop(cached);
+    drop(old);
+    ours
+}
+
+/// The poll that began at `started` ended after `took`: `pending` if it
+/// returned `Pending`.
+fn end_poll(entry: &Entry, pending: bool, started: Instant, took: Duration) {
+    let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+    entry.busy.fetch_add(nanos, Ordering::Relaxed);
+    let _ = entry.state.compare_exchange(
+        RUNNING,
+        if pending { WAITING } else { QUEUED },
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    views::poll_ended(entry, started, took);
+}
+
+/// The waker a tracked task's future gets: marks its entry queued, and
+/// tells the views of the wake-up.
+struct Marking {
+    entry: std::sync::Weak<Entry>,
+    inner: Waker,
+}
+
+impl Wake for Marking {
+    fn wake(self: Arc<Self>) {
+        self.mark(false);
+        self.inner.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.mark(true);
+        self.inner.wake_by_ref();
+    }
+}
+
+impl Marking {
+    fn mark(&self, by_ref: bool) {
+        if let Some(entry) = self.entry.upgrade() {
+            // A wake during the poll leaves it running; the poll's end then
+            // makes it waiting, and the scheduler polls it again anyway.
+            let _ =
+                entry
+                    .state
+                    .compare_exchange(WAITING, QUEUED, Ordering::AcqRel, Ordering::Acquire);
+            let polled_on = entry.last_thread.load(Ordering::Relaxed);
+            let elsewhere = polled_on != 0 && polled_on != record::thread_number();
+            views::woken(&entry, elsewhere, by_ref);
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The Sysprof view (O1, feature `sysprof`): marks and counters in the
+//! capture of a process that runs under Sysprof.
+//!
+//! Sysprof hands a profiled process one of two ends, which
+//! libsysprof-capture (linked statically) writes to:
+//! - `SYSPROF_TRACE_FD`: a file descriptor to write a whole capture to
+//!   (what GTK and GJS use; Sysprof merges it into its own capture, and a
+//!   test can point it at a plain file). Its writer is not thread-safe, so
+//!   one lock guards it; it is flushed when the process exits.
+//! - `SYSPROF_CONTROL_FD`: the collector's socket, through which each
+//!   thread gets a ring buffer of its own (what GLib's `g_trace_mark`
+//!   uses).
+//!
+//! Which one is decided once, at the first question; without either, the
+//! view is off and every task stays untracked (unless another view wants
+//! it).
+//!
+//! Marks, all in the group `gdex`:
+//! - `task`, `fiber`, `blocking`: a task's life, from its spawn to the
+//!   drop of its future, with its id, name, spawn site and scheduler;
+//! - `poll`: a poll of a task longer than [`long_poll`] (1 ms, or
+//!   `GDEX_SYSPROF_POLL_US`), with the same message;
+//! - `main slice` / `context slice`: each slice of a context scheduler's
+//!   jobs (X3; the main scheduler's are what a frame waits for);
+//! - `stall`: each stall the watchdog reports (X4), from the moment the
+//!   poll began, with the report.
+//!
+//! Counters, per pool worker, set when it steals or parks: its queued
+//! jobs, its parks and its steals, in the category `gdex`.
+
+use std::ffi::{c_char, c_int, c_uint, CString};
+use std::ptr::NonNull;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::WorkerFigures;
+use crate::diagnostics::record::Entry;
+use crate::util::Unpoisoned;
+
+/// libsysprof-capture's `SysprofCaptureWriter` (opaque).
+#[repr(C)]
+struct Writer {
+    _opaque: [u8; 0],
+}
+
+/// libsysprof-capture's `SysprofCaptureCounterValue`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+union CounterValue {
+    v64: i64,
+    _vdbl: f64,
+}
+
+/// libsysprof-capture's `SysprofCaptureCounter`: 116 bytes of strings,
+/// the id (24 bits) and type (8 bits) in one word, then the value.
+#[repr(C)]
+struct Counter {
+    category: [c_char; 32],
+    name: [c_char; 32],
+    description: [c_char; 52],
+    id_and_type: u32,
+    value: CounterValue,
+}
+
+const _: () = assert!(std::mem::size_of::<Counter>() == 128);
+
+extern "C" {
+    fn sysprof_clock_init();
+    fn sysprof_capture_writer_new_from_env(buffer_size: usize) -> *mut Writer;
+    fn sysprof_capture_writer_add_mark(
+        writer: *mut Writer,
+        time: i64,
+        cpu: c_int,
+        pid: i32,
+        duration: u64,
+        group: *const c_char,
+        name: *const c_char,
+        message: *const c_char,
+    ) -> bool;
+    fn sysprof_capture_writer_flush(writer: *mut Writer) -> bool;
+    fn sysprof_capture_writer_request_counter(writer: *mut Writer, n_counters: c_uint) -> c_uint;
+    fn sysprof_capture_writer_define_counters(
+        writer: *mut Writer,
+        time: i64,
+        cpu: c_int,
+        pid: i32,
+        counters: *const Counter,
+        n_counters: c_uint,
+    ) -> bool;
+    fn sysprof_capture_writer_set_counters(
+        writer: *mut Writer,
+        time: i64,
+        cpu: c_int,
+        pid: i32,
+        counters_ids: *const c_uint,
+        values: *const CounterValue,
+        n_counters: c_uint,
+    ) -> bool;
+    fn sysprof_collector_init();
+    fn sysprof_collector_is_active() -> bool;
+    fn sysprof_collector_mark(
+        time: i64,
+        duration: i64,
+        group: *const c_char,
+        mark: *const c_char,
+        message: *const c_char,
+    );
+    fn sysprof_collector_request_counters(n_counters: c_uint) -> c_uint;
+    fn sysprof_collector_define_counters(counters: *const Counter, n_counters: c_uint);
+    fn sysprof_collector_set_counters(
+        counters_ids: *const c_uint,
+        values: *const CounterValue,
+        n_counters: c_uint,
+    );
+}
+
+/// Where marks go.
+enum Sink {
+    /// A capture writer on `SYSPROF_TRACE_FD`, behind its lock.
+    Writer(Mutex<WriterRef>),
+    /// The collector of `SYSPROF_CONTROL_FD` (thread-safe).
+    Collector,
+}
+
+/// The writer, made once and never freed (it is flushed at exit).
+struct WriterRef(NonNull<Writer>);
+
+// SAFETY: the writer is used only under the `Mutex` that holds this, one
+// thread at a time; libsysprof-capture's writer keeps no thread-local
+// state.
+unsafe impl Send for WriterRef {}
+
+static SINK: OnceLock<Option<Sink>> = OnceLock::new();
+
+/// Is the process being profiled by Sysprof?
+#[inline]
+pub(crate) fn active() -> bool {
+    SINK.get_or_init(open).is_some()
+}
+
+fn sink() -> Option<&'static Sink> {
+    SINK.get_or_init(open).as_ref()
+}
+
+#[cold]
+fn open() -> Option<Sink> {
+    if std::env::var_os("SYSPROF_TRACE_FD").is_some() {
+        // SAFETY: reads the environment variable and dups the descriptor it
+        // names; 0 asks for the default buffer size. Null if it is not a
+        // descriptor number.
+        let writer = unsafe {
+            sysprof_clock_init();
+            sysprof_capture_writer_new_from_env(0)
+        };
+        match NonNull::new(writer) {
+            Some(writer) => {
+                // SAFETY: `flush_at_exit` is an `extern "C" fn()` that
+                // never unwinds.
+                unsafe { libc::atexit(flush_at_exit) };
+                return Some(Sink::Writer(Mutex::new(WriterRef(writer))));
+            }
+            None => glib::g_warning!(
+                "gdex",
+                "SYSPROF_TRACE_FD={:?} is not a descriptor libsysprof-capture can write to; \
+                 gdex writes no Sysprof marks",
+                std::env::var_os("SYSPROF_TRACE_FD").unwrap_or_default()
+            ),
+        }
+    }
+    if std::env::var_os("SYSPROF_CONTROL_FD").is_some() {
+        // SAFETY: initialises the collector once (it is idempotent), then
+        // asks whether this thread got a ring buffer from Sysprof.
+        let active = unsafe {
+            sysprof_collector_init();
+            sysprof_collector_is_active()
+        };
+        if active {
+            return Some(Sink::Collector);
+        }
+    }
+    None
+}
+
+/// Flushes the writer when the process exits (registered with `atexit`).
+extern "C" fn flush_at_exit() {
+    let flushed = std::panic::catch_unwind(|| {
+        if let Some(Some(Sink::Writer(writer))) = SINK.get() {
+            let writer = writer.lock().unpoisoned();
+            // SAFETY: the writer is live (never freed) and used under its
+            // lock.
+            unsafe { sysprof_capture_writer_flush(writer.0.as_ptr()) };
+        }
+    });
+    drop(flushed); // a panic must not unwind into libc's exit
+}
+
+/// Sysprof's clock (`CLOCK_MONOTONIC`, which `Instant` reads too) now, in
+/// nanoseconds.
+fn now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Sysprof's time of `instant`.
+fn time_of(instant: Instant) -> i64 {
+    now_ns() - nanos(instant.elapsed())
+}
+
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// A C string of `text`, without its NULs.
+fn c_string(text: &str) -> CString {
+    CString::new(text.replace('\0', "")).unwrap_or_default()
+}
+
+/// Writes a mark of `name` in the group `gdex`.
+fn mark(time: i64, duration: Duration, name: &std::ffi::CStr, message: &str) {
+    let Some(sink) = sink() else { return };
+    let message = c_string(message);
+    match sink {
+        Sink::Writer(writer) => {
+            let writer = writer.lock().unpoisoned();
+            // SAFETY: the writer is live and used under its lock; every
+            // string is NUL-terminated (the writer copies the group and the
+            // name into fixed fields, truncating).
+            unsafe {
+                sysprof_capture_writer_add_mark(
+                    writer.0.as_ptr(),
+                    time,
+                    -1,
+                    libc::getpid(),
+                    u64::try_from(nanos(duration)).unwrap_or(0),
+                    c"gdex".as_ptr(),
+                    name.as_ptr(),
+                    message.as_ptr(),
+                )
+            };
+        }
+        // SAFETY: the collector is thread-safe; every string is
+        // NUL-terminated.
+        Sink::Collector => unsafe {
+            sysprof_collector_mark(
+                time,
+                nanos(duration),
+                c"gdex".as_ptr(),
+                name.as_ptr(),
+                message.as_ptr(),
+            )
+        },
+    }
+}
+
+/// "#7 "fetch" (task) spawned at src/app.rs:12:5 on the main scheduler".
+fn message(entry: &Entry) -> String {
+    format!(
+        "{} spawned at {} on {}",
+        entry.describe(),
+        entry.location,
+        entry.scheduler
+    )
+}
+
+/// A tracked task's future is gone: its life is one mark.
+pub(crate) fn task_ended(entry: &Entry) {
+    if !active() {
+        return;
+    }
+    let name = match entry.kind {
+        crate::diagnostics::record::Kind::Task => c"task",
+        crate::diagnostics::record::Kind::Fiber => c"fiber",
+        crate::diagnostics::record::Kind::Blocking => c"blocking",
+    };
+    mark(
+        time_of(entry.spawned),
+        entry.spawned.elapsed(),
+        name,
+        &message(entry),
+    );
+}
+
+/// Polls at least this long get a mark: 1 ms, or `GDEX_SYSPROF_POLL_US`
+/// microseconds (0: every poll).
+pub(crate) fn long_poll() -> Duration {
+    static THRESHOLD: OnceLock<Duration> = OnceLock::new();
+    *THRESHOLD.get_or_init(|| {
+        crate::util::env_setting(
+            "GDEX_SYSPROF_POLL_US",
+            "a number of microseconds",
+            || "polls of 1 ms or more get a mark".into(),
+            |text| text.parse::<u64>().ok(),
+        )
+        .map_or(Duration::from_millis(1), Duration::from_micros)
+    })
+}
+
+/// A poll of a tracked task ended.
+pub(crate) fn poll_ended(entry: &Entry, started: Instant, took: Duration) {
+    if took < long_poll() || !active() {
+        return;
+    }
+    mark(time_of(started), took, c"poll", &message(entry));
+}
+
+/// A context scheduler's slice that began at `began` ended.
+pub(crate) fn slice(began: Instant, main: bool) {
+    let (name, message) = if main {
+        (c"main slice", "the main scheduler's tasks (X3)")
+    } else {
+        (c"context slice", "a context scheduler's tasks")
+    };
+    mark(time_of(began), began.elapsed(), name, message);
+}
+
+/// The watchdog reported a stall of a poll that began at `since`.
+pub(crate) fn stall(since: Instant, report: &str) {
+    if !active() {
+        return;
+    }
+    mark(time_of(since), since.elapsed(), c"stall", report);
+}
+
+/// The counters of one pool worker: their ids (a block of three).
+fn counter_ids(index: usize) -> Option<c_uint> {
+    static IDS: Mutex<Vec<c_uint>> = Mutex::new(Vec::new());
+    let mut ids = IDS.lock().unpoisoned();
+    if let Some(&first) = ids.get(index) {
+        return (first != 0).then_some(first);
+    }
+    while ids.len() <= index {
+        let worker = ids.len();
+        ids.push(define_counters(worker));
+    }
+    let first = ids[index];
+    (first != 0).then_some(first)
+}
+
+/// Defines worker `index`'s three counters; gives the first id (0 if
+/// there is no sink).
+fn define_counters(index: usize) -> c_uint {
+    let Some(sink) = sink() else { return 0 };
+    let names = ["queued", "parks", "steals"];
+    let descriptions = [
+        "Jobs queued on the worker's own deque",
+        "Times the worker parked",
+        "Times the worker stole from a peer",
+    ];
+    let first = match sink {
+        Sink::Writer(writer) => {
+            let writer = writer.lock().unpoisoned();
+            // SAFETY: the writer is live and used under its lock.
+            unsafe { sysprof_capture_writer_request_counter(writer.0.as_ptr(), 3) }
+        }
+        // SAFETY: the collector is thread-safe.
+        Sink::Collector => unsafe { sysprof_collector_request_counters(3) },
+    };
+    if first == 0 {
+        return 0;
+    }
+    let counters: Vec<Counter> = (0..3)
+        .map(|k| Counter {
+            category: c_field(&format!("gdex-worker-{index}")),
+            name: c_field(names[k]),
+            description: c_field(descriptions[k]),
+            // The type (SYSPROF_CAPTURE_COUNTER_INT64 = 0) in the top byte.
+            id_and_type: (first + k as c_uint) & 0x00ff_ffff,
+            value: CounterValue { v64: 0 },
+        })
+        .collect();
+    match sink {
+        Sink::Writer(writer) => {
+            let writer = writer.lock().unpoisoned();
+            // SAFETY: the writer is live and used under its lock;
+            // `counters` holds three initialised counters.
+            unsafe {
+                sysprof_capture_writer_define_counters(
+                    writer.0.as_ptr(),
+                    now_ns(),
+                    -1,
+                    libc::getpid(),
+                    counters.as_ptr(),
+                    3,
+                )
+            };
+        }
+        // SAFETY: as above, through the thread-safe collector.
+        Sink::Collector => unsafe { sysprof_collector_define_counters(counters.as_ptr(), 3) },
+    }
+    first
+}
+
+/// A fixed C string field of `text`, truncated and NUL-terminated.
+fn c_field<const N: usize>(text: &str) -> [c_char; N] {
+    let mut field = [0 as c_char; N];
+    for (slot, byte) in field.iter_mut().zip(text.bytes().take(N - 1)) {
+        *slot = byte as c_char;
+    }
+    field
+}
+
+/// Sets a worker's counters.
+pub(crate) fn counters(figures: &WorkerFigures) {
+    let Some(first) = counter_ids(figures.index) else {
+        return;
+    };
+    let Some(sink) = sink() else { return };
+    let ids = [first, first + 1, first + 2];
+    let values = [
+        CounterValue {
+            v64: i64::try_from(figures.queued).unwrap_or(i64::MAX),
+        },
+        CounterValue {
+            v64: i64::try_from(figures.parks).unwrap_or(i64::MAX),
+        },
+        CounterValue {
+            v64: i64::try_from(figures.steals).unwrap_or(i64::MAX),
+        },
+    ];
+    match sink {
+        Sink::Writer(writer) => {
+            let writer = writer.lock().unpoisoned();
+            // SAFETY: the writer is live and used under its lock; three ids
+            // and three values.
+            unsafe {
+                sysprof_capture_writer_set_counters(
+                    writer.0.as_ptr(),
+                    now_ns(),
+                    -1,
+                    libc::getpid(),
+                    ids.as_ptr(),
+                    values.as_ptr(),
+                    3,
+                )
+            };
+        }
+        // SAFETY: as above, through the thread-safe collector.
+        Sink::Collector => unsafe {
+            sysprof_collector_set_counters(ids.as_ptr(), values.as_ptr(), 3)
+        },
+    }
+}
