@@ -803,3 +803,111 @@ fn every_view_names_a_task_as_its_record_does() {
         assert!(stall.message.contains(&named), "{stall:?}");
     });
 }
+
+/// Child: a subscriber whose `on_enter` panics for one task's span, whose
+/// `on_close` panics for another's, and whose stall event panics.
+#[cfg(feature = "tracing")]
+#[test]
+#[ignore = "run by a_panicking_subscriber_is_contained"]
+fn child_panicking_subscriber() {
+    use tracing::span::{Attributes, Id};
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::registry::LookupSpan;
+
+    /// Remembers which span ids to panic on.
+    struct Panicking {
+        on_enter: std::sync::Mutex<Option<u64>>,
+        on_close: std::sync::Mutex<Option<u64>>,
+    }
+    struct Name(String);
+    impl tracing::field::Visit for Name {
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+            if field.name() == "task.name" {
+                self.0 = value.to_owned();
+            }
+        }
+    }
+    impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Panicking {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+            let mut name = Name(String::new());
+            attrs.record(&mut name);
+            match name.0.as_str() {
+                "enter-panics" => *self.on_enter.lock().unwrap() = Some(id.into_u64()),
+                "close-panics" => *self.on_close.lock().unwrap() = Some(id.into_u64()),
+                _ => {}
+            }
+        }
+        fn on_enter(&self, id: &Id, _: Context<'_, S>) {
+            if *self.on_enter.lock().unwrap() == Some(id.into_u64()) {
+                panic!("subscriber panics on enter");
+            }
+        }
+        fn on_close(&self, id: Id, _: Context<'_, S>) {
+            if *self.on_close.lock().unwrap() == Some(id.into_u64()) {
+                panic!("subscriber panics on close");
+            }
+        }
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if event.metadata().target() == "gdex::stall" {
+                panic!("subscriber panics on a stall");
+            }
+        }
+    }
+
+    let _lock = common::panic_handler_lock();
+    let reported = common::record_panics("subscriber panics");
+    tracing_subscriber::registry()
+        .with(Panicking {
+            on_enter: Default::default(),
+            on_close: Default::default(),
+        })
+        .init();
+    let pool = ThreadPool::builder()
+        .workers(1)
+        .stall_threshold(Duration::from_millis(40))
+        .build()
+        .unwrap();
+    let entered = pool.scheduler().spawn_named("enter-panics", async { 1 });
+    match gdex::block_on(entered) {
+        Err(gdex::Error::Panicked(message)) => {
+            assert!(message.contains("panics on enter"), "{message}")
+        }
+        other => panic!("the subscriber's panic is the task's: {other:?}"),
+    }
+    let closed = pool.scheduler().spawn_named("close-panics", async { 2 });
+    assert_eq!(gdex::block_on(closed).unwrap(), 2);
+    let stuck = pool.scheduler().spawn_named("stuck", async {
+        common::spin(Duration::from_millis(150));
+        3
+    });
+    assert_eq!(gdex::block_on(stuck).unwrap(), 3);
+    // The worker survived all three.
+    assert_eq!(
+        gdex::block_on(pool.scheduler().spawn(async { 4 })).unwrap(),
+        4
+    );
+    common::wait_until(|| reported.lock().unwrap().len() >= 2);
+    let reported = reported.lock().unwrap().clone();
+    assert!(
+        reported.iter().any(|m| m.contains("panics on close")),
+        "{reported:?}"
+    );
+    assert!(
+        reported.iter().any(|m| m.contains("panics on a stall")),
+        "{reported:?}"
+    );
+    drop(pool);
+    println!("CHILD-OK");
+}
+
+/// A `tracing` subscriber that panics in `on_enter` makes that poll the
+/// task's panic (S6); one that panics in `on_close`, as a finished task's
+/// span goes in the drop of its future, or on the watchdog's stall event,
+/// reaches the panic handler (X5). Nothing aborts, no worker dies (O1).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_panicking_subscriber_is_contained() {
+    common::child_passes("child_panicking_subscriber", &[], 60);
+}

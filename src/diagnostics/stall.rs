@@ -303,19 +303,19 @@ pub(crate) fn polling_entry(entry: &Arc<Entry>) -> impl Drop + '_ {
     // SAFETY: CURRENT points at a runner that outlives the poll running on
     // this thread (set by the worker loop or a context dispatch).
     let runner = unsafe { runner.as_ref() };
-    if let Some(r) = runner {
-        *r.entry.lock().unpoisoned() = Some(entry.clone());
-    }
-    struct Clear<'a>(Option<&'a Runner>, std::marker::PhantomData<&'a Entry>);
-    impl Drop for Clear<'_> {
+    // The entry of a poll this one is nested in (a nested main loop inside
+    // a task's poll runs other tasks on the same runner) comes back after.
+    let outer = runner.and_then(|r| r.entry.lock().unpoisoned().replace(entry.clone()));
+    struct Restore<'a>(Option<&'a Runner>, Option<Arc<Entry>>);
+    impl Drop for Restore<'_> {
         fn drop(&mut self) {
             if let Some(r) = self.0 {
-                let gone = r.entry.lock().unpoisoned().take();
+                let gone = std::mem::replace(&mut *r.entry.lock().unpoisoned(), self.1.take());
                 drop(gone);
             }
         }
     }
-    Clear(runner, std::marker::PhantomData)
+    Restore(runner, outer)
 }
 
 pin_project_lite::pin_project! {
@@ -575,7 +575,18 @@ impl Monitor {
                     ""
                 },
             );
-            super::views::stall(&runner.label, &task, track.since.unwrap_or(now), &report);
+            // A view's panic (a `tracing` subscriber's) must not take the
+            // watchdog down: the report still goes out below.
+            let since = track.since.unwrap_or(now);
+            let viewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::views::stall(&runner.label, &task, since, &report)
+            }));
+            if let Err(payload) = viewed {
+                super::panic::report(
+                    super::panic::PanicSource::Source,
+                    crate::error::panic_message(&*payload),
+                );
+            }
             glib::g_warning!("gdex", "{}{}", report, tasks);
         }
         true

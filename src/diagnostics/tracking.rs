@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
@@ -139,37 +139,54 @@ pub(crate) fn with_word(track: u32, f: impl FnOnce(&mut u64)) {
 
 /// A tracked task's future is dropped (it finished, or was cancelled): its
 /// entry goes, and the views see the end of its life.
+///
+/// This runs in the drop of the task's future, where a panic would abort
+/// the process (async-task): a view's panic (a `tracing` subscriber's
+/// `on_close`, as the span goes with the entry) goes to the panic handler
+/// instead (X5).
 pub(crate) fn forget(track: u32) {
-    let removed = record::remove(track);
-    if let Some(entry) = &removed {
-        views::task_ended(entry);
+    // Taken out under the table's lock, dropped outside it (it may hold a
+    // waker).
+    let Some(entry) = record::remove(track) else {
+        return;
+    };
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        views::task_ended(&entry);
+        drop(entry);
+    }));
+    if let Err(payload) = ended {
+        super::panic::report(
+            super::panic::PanicSource::Drop,
+            crate::error::panic_message(&*payload),
+        );
     }
-    drop(removed); // outside the table's lock: it may hold a waker
 }
 
-/// Polls a tracked task: `poll` runs with the waker the task's future gets
-/// (one that marks the entry queued when woken), inside the task's span
-/// (feature `tracing`), its runner naming the task to the stall watchdog;
-/// `pending` says whether its result is `Pending`.
-pub(crate) fn poll<R>(
+/// Polls a tracked task: `poll` (which contains the future's panics) runs
+/// with the waker the task's future gets (one that marks the entry queued
+/// when woken), inside the task's span (feature `tracing`), its runner
+/// naming the task to the stall watchdog. A view's panic around the poll
+/// (a `tracing` subscriber's `on_enter` or `on_exit`) is the task's panic,
+/// contained as the future's own are (S6).
+pub(crate) fn poll<T>(
     track: u32,
     waker: &Waker,
-    poll: impl FnOnce(&Waker) -> R,
-    pending: impl FnOnce(&R) -> bool,
-) -> R {
+    poll: impl FnOnce(&Waker) -> std::thread::Result<Poll<T>>,
+) -> std::thread::Result<Poll<T>> {
     let Some(entry) = record::entry(track) else {
         return poll(waker);
     };
     let ours = begin_poll(&entry, waker);
     let started = Instant::now();
-    let polled = {
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _named = super::stall::polling_entry(&entry);
         #[cfg(feature = "tracing")]
         let _entered = entry.span.enter();
         poll(&ours)
-    };
+    }))
+    .and_then(|polled| polled);
     let took = started.elapsed();
-    end_poll(&entry, pending(&polled), started, took);
+    end_poll(&entry, matches!(polled, Ok(Poll::Pending)), started, took);
     polled
 }
 

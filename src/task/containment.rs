@@ -321,16 +321,11 @@ impl<F: Future> CatchUnwind<F> {
         let track = self.idle.track();
         // SAFETY: `future` is structurally pinned (see `poll`).
         let future = unsafe { Pin::new_unchecked(&mut *self.future) };
-        let polled = tracking::poll(
-            track,
-            cx.waker(),
-            |waker| {
-                let mut inner_cx = Context::from_waker(waker);
-                let _polling = POLLING.enter(waker);
-                catch_unwind(AssertUnwindSafe(|| future.poll(&mut inner_cx)))
-            },
-            |polled| matches!(polled, Ok(Poll::Pending)),
-        );
+        let polled = tracking::poll(track, cx.waker(), |waker| {
+            let mut inner_cx = Context::from_waker(waker);
+            let _polling = POLLING.enter(waker);
+            catch_unwind(AssertUnwindSafe(|| future.poll(&mut inner_cx)))
+        });
         self.finish_poll(cx, polled)
     }
 
