@@ -237,7 +237,11 @@ fn child_sysprof_workload() {
     gdex::block_on(slow).unwrap();
     assert_eq!(gdex::block_on(fiber).unwrap(), 7);
     gdex::block_on(blocking).unwrap();
-    drop(pool);
+    // A task still waiting when the process exits, its pool alive.
+    let (keep, waiting) = gdex::Promise::<u32>::new();
+    let alive = pool.scheduler().spawn_named("alive-at-exit", waiting);
+    std::thread::sleep(Duration::from_millis(5));
+    std::mem::forget((keep, alive, pool));
     println!("CHILD-OK");
 }
 
@@ -245,7 +249,8 @@ fn child_sysprof_workload() {
 /// group `gdex` named after its kind (task, fiber, blocking), from its
 /// spawn to its end, telling its id, name, spawn site and scheduler; each
 /// poll of 1 ms or more is a `poll` mark inside its task's life, with the
-/// same id; each slice of the main scheduler is a `main slice` mark (O1).
+/// same id; each slice of the main scheduler is a `main slice` mark; a task
+/// still alive when the process exits gets its life so far (O1).
 #[cfg(feature = "sysprof")]
 #[test]
 fn sysprof_marks_each_tasks_life_and_its_long_polls() {
@@ -311,6 +316,16 @@ fn sysprof_marks_each_tasks_life_and_its_long_polls() {
         assert!(
             marks.iter().any(|m| m.name == "main slice"),
             "the main scheduler's slices are marks: {marks:#?}"
+        );
+        let alive = marks
+            .iter()
+            .find(|m| m.message.contains("\"alive-at-exit\""))
+            .unwrap_or_else(|| panic!("no mark of the task alive at exit: {marks:#?}"));
+        assert!(
+            alive.name == "task"
+                && alive.message.ends_with("(alive at exit)")
+                && alive.duration >= 5_000_000,
+            "a task alive at exit is marked with its life so far: {alive:?}"
         );
     });
 }

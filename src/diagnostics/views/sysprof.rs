@@ -17,7 +17,9 @@
 //!
 //! Marks, all in the group `gdex`:
 //! - `task`, `fiber`, `blocking`: a task's life, from its spawn to the
-//!   drop of its future, with its id, name, spawn site and scheduler;
+//!   drop of its future, with its id, name, spawn site and scheduler (for
+//!   a task still alive when the process exits, its life so far, marked
+//!   "alive at exit");
 //! - `poll`: a poll of a task longer than [`long_poll`] (1 ms, or
 //!   `GDEX_SYSPROF_POLL_US`), with the same message;
 //! - `main slice` / `context slice`: each slice of a context scheduler's
@@ -154,9 +156,9 @@ fn open() -> Option<Sink> {
         };
         match NonNull::new(writer) {
             Some(writer) => {
-                // SAFETY: `flush_at_exit` is an `extern "C" fn()` that
-                // never unwinds.
-                unsafe { libc::atexit(flush_at_exit) };
+                // SAFETY: `at_exit` is an `extern "C" fn()` that never
+                // unwinds.
+                unsafe { libc::atexit(at_exit) };
                 return Some(Sink::Writer(Mutex::new(WriterRef(writer))));
             }
             None => glib::g_warning!(
@@ -175,15 +177,28 @@ fn open() -> Option<Sink> {
             sysprof_collector_is_active()
         };
         if active {
+            // SAFETY: as above.
+            unsafe { libc::atexit(at_exit) };
             return Some(Sink::Collector);
         }
     }
     None
 }
 
-/// Flushes the writer when the process exits (registered with `atexit`).
-extern "C" fn flush_at_exit() {
+/// When the process exits (registered with `atexit`): marks the life so
+/// far of every task still alive (a capture would not show them
+/// otherwise: a task's mark is written when it ends), then flushes the
+/// writer.
+extern "C" fn at_exit() {
     let flushed = std::panic::catch_unwind(|| {
+        for entry in crate::diagnostics::record::entries() {
+            mark(
+                time_of(entry.spawned),
+                entry.spawned.elapsed(),
+                kind_name(&entry),
+                &format!("{} (alive at exit)", message(&entry)),
+            );
+        }
         if let Some(Some(Sink::Writer(writer))) = SINK.get() {
             let writer = writer.lock().unpoisoned();
             // SAFETY: the writer is live (never freed) and used under its
@@ -272,17 +287,21 @@ pub(crate) fn task_ended(entry: &Entry) {
     if !active() {
         return;
     }
-    let name = match entry.kind {
-        crate::diagnostics::record::Kind::Task => c"task",
-        crate::diagnostics::record::Kind::Fiber => c"fiber",
-        crate::diagnostics::record::Kind::Blocking => c"blocking",
-    };
     mark(
         time_of(entry.spawned),
         entry.spawned.elapsed(),
-        name,
+        kind_name(entry),
         &message(entry),
     );
+}
+
+/// The mark's name for a task's life: its kind.
+fn kind_name(entry: &Entry) -> &'static std::ffi::CStr {
+    match entry.kind {
+        crate::diagnostics::record::Kind::Task => c"task",
+        crate::diagnostics::record::Kind::Fiber => c"fiber",
+        crate::diagnostics::record::Kind::Blocking => c"blocking",
+    }
 }
 
 /// Polls at least this long get a mark: 1 ms, or `GDEX_SYSPROF_POLL_US`
