@@ -34,6 +34,12 @@
 //! - a **panic policy** ([`set_panic_handler`]), the **tokio** feature for
 //!   tokio-based crates inside gdex tasks, and `futures`' `Spawn` /
 //!   `LocalSpawn` on every [`Scheduler`].
+//! - **seeing inside** (O1): the stall watchdog, the task [`dump`], and
+//!   three features that read the same per-task record, off by default:
+//!   `sysprof` (Sysprof marks and counters), `tracing` (a span per task,
+//!   events for wake-ups, steals, parks, fibers' waits and stalls) and
+//!   `console` (tokio-console lists gdex tasks). `docs/debugging.md` says
+//!   which to reach for when.
 //!
 //! ## Three stories
 //!
