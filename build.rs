@@ -3,12 +3,17 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    #[cfg(feature = "sysprof")]
+    link_sysprof();
+}
+
+#[cfg(feature = "sysprof")]
+fn link_sysprof() {
     // docs.rs documents every feature but has no libsysprof-capture; a
     // documentation build links nothing.
     if std::env::var_os("DOCS_RS").is_some() {
         return;
     }
-    #[cfg(feature = "sysprof")]
     if let Err(err) = pkg_config::Config::new()
         .atleast_version("3.38")
         .probe("sysprof-capture-4")

@@ -227,6 +227,14 @@ fn child_sysprof_workload() {
         7
     });
     let blocking = pool.spawn_blocking(|| std::thread::sleep(Duration::from_millis(3)));
+    // Under Sysprof every task is tracked: the dump says so and lists them
+    // (without `GDEX_TASK_DUMP`).
+    let dump = gdex::dump();
+    assert!(dump.is_enabled(), "{dump}");
+    assert!(
+        dump.tasks().iter().any(|t| t.name() == Some("marked-slow")),
+        "{dump}"
+    );
     common::on_main(|| {
         let main = gdex::Scheduler::main();
         let tasks: Vec<_> = (0..3).map(|i| main.spawn_local(async move { i })).collect();
@@ -354,13 +362,27 @@ fn child_sysprof_stall() {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    // A burst of local spawns, each a job longer than a slice: the
+    // workers start slices with jobs queued.
+    let scheduler = pool.scheduler();
+    let inner = scheduler.clone();
+    let burst = scheduler.spawn(async move {
+        let tasks: Vec<_> = (0..200)
+            .map(|_| inner.spawn(async { common::spin(Duration::from_micros(200)) }))
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    gdex::block_on(burst).unwrap();
     drop(pool);
     println!("CHILD-OK");
 }
 
 /// A stall the watchdog reports (X4) is a `stall` mark with the report,
 /// from the moment its poll began, inside that poll's mark; each worker's
-/// counters (queued jobs, parks, steals) are defined and set (O1).
+/// counters (queued jobs, parks, steals) are defined and set, its queue
+/// sampled while it is busy (O1).
 #[cfg(feature = "sysprof")]
 #[test]
 fn a_stall_is_a_sysprof_mark_inside_its_poll() {
@@ -403,18 +425,24 @@ fn a_stall_is_a_sysprof_mark_inside_its_poll() {
                 capture.counters
             );
         }
-        let parks: Vec<u32> = capture
-            .counters
-            .iter()
-            .filter(|(_, n, _)| n == "parks")
-            .map(|(_, _, id)| *id)
-            .collect();
-        assert!(
+        let ids = |name: &str| -> Vec<u32> {
+            capture
+                .counters
+                .iter()
+                .filter(|(_, n, _)| n == name)
+                .map(|(_, _, id)| *id)
+                .collect()
+        };
+        let set = |name: &str| {
+            let ids = ids(name);
             capture
                 .values
                 .iter()
-                .any(|(id, value)| parks.contains(id) && *value > 0),
-            "a worker's park count is set: {:?} {:?}",
+                .any(|(id, value)| ids.contains(id) && *value > 0)
+        };
+        assert!(
+            set("parks") && set("queued"),
+            "a worker's park count, and its queue while busy, are set: {:?} {:?}",
             capture.counters,
             capture.values
         );

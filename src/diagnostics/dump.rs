@@ -135,7 +135,9 @@ impl TaskInfo {
 }
 
 impl TaskDump {
-    /// Whether tasks are tracked at all (see [`enable_task_dump`]).
+    /// Whether tasks are tracked at all: the dump is on ([`enable_task_dump`],
+    /// `GDEX_TASK_DUMP=1`), or another view of the per-task record tracks
+    /// them (a Sysprof capture, a `tracing` subscriber: O1).
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -151,7 +153,7 @@ impl TaskDump {
 /// tracking on, unless `GDEX_TASK_DUMP=1` or [`enable_task_dump`] turned it
 /// on before the tasks were spawned.
 pub fn dump() -> TaskDump {
-    let enabled = record::dump_on();
+    let enabled = record::dump_on() || super::views::want_every_task();
     let entries = record::entries();
     let mut tasks: Vec<TaskInfo> = entries
         .iter()
@@ -173,12 +175,13 @@ pub fn dump() -> TaskDump {
         })
         .collect();
     tasks.sort_by_key(|t| std::cmp::Reverse(t.since_last_poll.unwrap_or(t.age)));
+    let enabled = enabled || !tasks.is_empty();
     TaskDump { enabled, tasks }
 }
 
 impl fmt::Display for TaskDump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.enabled && self.tasks.is_empty() {
+        if !self.enabled {
             return writeln!(
                 f,
                 "gdex task dump: task tracking is off; run with GDEX_TASK_DUMP=1 (or call \

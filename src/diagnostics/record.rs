@@ -103,7 +103,7 @@ pub(crate) struct Entry {
     /// The waker handed to the task's future: marks the entry queued, then
     /// wakes the task's own waker (kept with it, to be reused while the
     /// task's waker does not change).
-    pub(crate) waker: Mutex<Option<(Waker, Waker)>>,
+    pub(crate) waker: Mutex<Option<(Waker, Arc<dyn std::any::Any + Send + Sync>)>>,
     /// A word the task core keeps here for the task: its record in a
     /// registry of idle tasks (S9), for which its block has no room beside
     /// this entry's key.

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
@@ -176,7 +176,8 @@ pub(crate) fn poll<T>(
     let Some(entry) = record::entry(track) else {
         return poll(waker);
     };
-    let ours = begin_poll(&entry, waker);
+    let marking = begin_poll(&entry, waker);
+    let ours = borrowed(&marking);
     let started = Instant::now();
     let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _named = super::stall::polling_entry(&entry);
@@ -190,8 +191,10 @@ pub(crate) fn poll<T>(
     polled
 }
 
-/// A poll of a tracked task begins: gives the waker to poll it with.
-fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Waker {
+/// A poll of a tracked task begins: gives the waker to poll it with (the
+/// task's own, which the entry keeps while the task's waker does not
+/// change).
+fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
     entry.state.store(RUNNING, Ordering::Release);
     entry.polls.fetch_add(1, Ordering::Relaxed);
     let since = entry.spawned.elapsed().as_nanos().max(1) as u64;
@@ -208,13 +211,17 @@ fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Waker {
     let mut cached = entry.waker.lock().unpoisoned();
     if let Some((inner, ours)) = &*cached {
         if inner.will_wake(waker) {
-            return ours.clone();
+            if let Ok(ours) = ours.clone().downcast::<Marking>() {
+                return ours;
+            }
         }
     }
-    let ours = Waker::from(Arc::new(Marking {
+    let ours = Arc::new(Marking {
         entry: Arc::downgrade(entry),
         inner: waker.clone(),
-    }));
+        #[cfg(feature = "console")]
+        span: entry.span.id().map(|id| id.into_u64()),
+    });
     let old = cached.replace((waker.clone(), ours.clone()));
     drop(cached);
     drop(old);
@@ -236,22 +243,17 @@ fn end_poll(entry: &Entry, pending: bool, started: Instant, took: Duration) {
 }
 
 /// The waker a tracked task's future gets: marks its entry queued, and
-/// tells the views of the wake-up.
+/// tells the views of the wake-up. A waker of its own (not `std`'s `Wake`)
+/// so that its clones and drops can be told too: tokio-console counts a
+/// task's live wakers as clones less drops, and warns of a lost waker
+/// when none is left (feature `console`). The poll's own waker is
+/// borrowed ([`borrowed`]), as tokio's is, and counts for nothing.
 struct Marking {
     entry: std::sync::Weak<Entry>,
     inner: Waker,
-}
-
-impl Wake for Marking {
-    fn wake(self: Arc<Self>) {
-        self.mark(false);
-        self.inner.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.mark(true);
-        self.inner.wake_by_ref();
-    }
+    /// The id of the task's span, for the console's waker events.
+    #[cfg(feature = "console")]
+    span: Option<u64>,
 }
 
 impl Marking {
@@ -268,4 +270,63 @@ impl Marking {
             views::woken(&entry, elsewhere, by_ref);
         }
     }
+}
+
+/// The poll's waker of `marking`: it owns no count of its own, and is
+/// never dropped (the caller keeps `marking` for the poll).
+fn borrowed(marking: &Arc<Marking>) -> std::mem::ManuallyDrop<Waker> {
+    let raw = RawWaker::new(Arc::as_ptr(marking).cast(), &MARKING);
+    // SAFETY: MARKING's functions take `data` as a `*const Marking` of an
+    // `Arc`, which `marking` is; this waker is never dropped, so it gives
+    // back no count it does not own, and its clones take counts of their
+    // own.
+    std::mem::ManuallyDrop::new(unsafe { Waker::from_raw(raw) })
+}
+
+static MARKING: RawWakerVTable = RawWakerVTable::new(
+    clone_marking,
+    wake_marking,
+    wake_marking_by_ref,
+    drop_marking,
+);
+
+/// Clones a waker of a `Marking`: one more count on its `Arc`.
+unsafe fn clone_marking(data: *const ()) -> RawWaker {
+    let marking = data.cast::<Marking>();
+    // SAFETY: `data` is a live `Arc<Marking>`'s pointer (every waker of
+    // MARKING holds a count, or borrows one its poll keeps).
+    #[cfg(feature = "console")]
+    views::waker_cloned(unsafe { (*marking).span });
+    // SAFETY: as above; the new waker owns the new count.
+    unsafe { Arc::increment_strong_count(marking) };
+    RawWaker::new(data, &MARKING)
+}
+
+/// Wakes by value: the waker's count is given back, with no drop event
+/// (the console counts a wake by value as a drop).
+unsafe fn wake_marking(data: *const ()) {
+    // SAFETY: this waker owns one count of the `Arc` (a borrowed one is
+    // never woken by value: `Waker::wake` takes an owned waker, and the
+    // borrowed one is only lent as `&Waker`).
+    let marking = unsafe { Arc::from_raw(data.cast::<Marking>()) };
+    marking.mark(false);
+    marking.inner.wake_by_ref();
+}
+
+unsafe fn wake_marking_by_ref(data: *const ()) {
+    // SAFETY: `data` is a live `Arc<Marking>`'s pointer, as in `clone_marking`.
+    let marking = unsafe { &*data.cast::<Marking>() };
+    marking.mark(true);
+    marking.inner.wake_by_ref();
+}
+
+/// Drops a waker: gives its count back.
+unsafe fn drop_marking(data: *const ()) {
+    let marking = data.cast::<Marking>();
+    // SAFETY: `data` is a live `Arc<Marking>`'s pointer, as in `clone_marking`.
+    #[cfg(feature = "console")]
+    views::waker_dropped(unsafe { (*marking).span });
+    // SAFETY: this waker owned one count (the borrowed one is never
+    // dropped).
+    drop(unsafe { Arc::from_raw(marking) });
 }

@@ -60,7 +60,8 @@ fn free_port() -> u16 {
 }
 
 /// Gdex tasks as tokio-console shows them: each named task with its name,
-/// kind, spawn site, poll count, busy time and wake-ups, and its end once
+/// kind, spawn site, poll count, busy time and wake-ups, the wakers it
+/// holds while it waits (none would be a "lost waker"), and its end once
 /// it is done (O1).
 #[test]
 fn the_console_lists_gdex_tasks_with_their_figures() {
@@ -126,6 +127,7 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
             .expect("the console's server answers")
             .into_inner();
         let mut seen = Seen::default();
+        let mut live_wakers_while_waiting = false;
         loop {
             let update = updates
                 .message()
@@ -139,10 +141,19 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
                 }
                 seen.stats.extend(tasks.stats_update);
             }
-            // Once the console knows the waiting task, resolve it from this
-            // thread: one wake-up from afar.
-            if seen.named("console-woken").is_some() {
+            // Once the console sees the waiting task polled and holding a
+            // waker (its promise keeps a clone: clones less drops is the
+            // console's count of live wakers, and none means "lost
+            // waker"), resolve it from this thread: one wake-up from afar.
+            let waiting = seen.named("console-woken").is_some_and(|(_, s)| {
+                s.is_some_and(|s| {
+                    s.poll_stats.as_ref().is_some_and(|p| p.polls == 1)
+                        && s.waker_clones == s.waker_drops + 1
+                })
+            });
+            if waiting {
                 if let Some(promise) = promise.take() {
+                    live_wakers_while_waiting = true;
                     promise.resolve(4);
                 }
             }
@@ -153,6 +164,7 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
                 .named("console-woken")
                 .is_some_and(|(_, s)| polls(s) == 2);
             if polled_done && woken_done {
+                assert!(live_wakers_while_waiting);
                 break seen;
             }
         }
@@ -193,6 +205,10 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
     assert_eq!(
         stats.wakes, 1,
         "one wake-up, from the test's thread: {stats:?}"
+    );
+    assert_eq!(
+        stats.waker_clones, stats.waker_drops,
+        "every waker clone went (the wake by value counts as a drop): {stats:?}"
     );
     assert_eq!(stats.self_wakes, 0, "{stats:?}");
 

@@ -53,6 +53,31 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     let _ = (entry, elsewhere, by_ref);
 }
 
+/// A tracked task's waker was cloned (feature `console`: the console
+/// counts a task's live wakers).
+#[cfg(feature = "console")]
+#[inline]
+pub(crate) fn waker_cloned(span: Option<u64>) {
+    spans::waker_op(span, "waker.clone");
+}
+
+/// A tracked task's waker was dropped (feature `console`). In a
+/// destructor: a subscriber's panic goes to the panic handler (X5).
+#[cfg(feature = "console")]
+#[inline]
+pub(crate) fn waker_dropped(span: Option<u64>) {
+    if span.is_none() {
+        return;
+    }
+    let told = std::panic::catch_unwind(|| spans::waker_op(span, "waker.drop"));
+    if let Err(payload) = told {
+        super::panic::report(
+            super::panic::PanicSource::Waker,
+            crate::error::panic_message(&*payload),
+        );
+    }
+}
+
 /// A slice of a context scheduler's jobs (X3: on the main context, one
 /// dispatch of the main scheduler's source) runs until this drops.
 pub(crate) struct Slice {
@@ -144,9 +169,20 @@ fn worker_event_cold(figures: WorkerFigures, event: WorkerEvent, traced: bool, c
     }
     #[cfg(feature = "sysprof")]
     if charted {
-        sysprof::counters(&figures);
+        sysprof::counters(&figures, false);
     }
     let _ = (figures, event, traced, charted);
+}
+
+/// A pool worker starts a slice of its jobs: a sample of its counters for
+/// the views that chart them.
+#[inline]
+pub(crate) fn worker_slice(figures: impl FnOnce() -> WorkerFigures) {
+    #[cfg(feature = "sysprof")]
+    if sysprof::active() {
+        sysprof::counters(&figures(), true);
+    }
+    let _ = figures;
 }
 
 /// A wait of the fiber running here (F2), from its suspension to its

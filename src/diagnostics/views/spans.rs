@@ -80,6 +80,14 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     let _ = by_ref;
 }
 
+/// tokio-console's waker event `op` for the task of span `span`.
+#[cfg(feature = "console")]
+pub(crate) fn waker_op(span: Option<u64>, op: &'static str) {
+    if let Some(id) = span {
+        tracing::trace!(target: "runtime::waker", op, task.id = id);
+    }
+}
+
 /// Does a subscriber take the pool workers' events?
 #[inline]
 pub(crate) fn worker_events() -> bool {

@@ -27,8 +27,9 @@
 //! - `stall`: each stall the watchdog reports (X4), from the moment the
 //!   poll began, with the report.
 //!
-//! Counters, per pool worker, set when it steals or parks: its queued
-//! jobs, its parks and its steals, in the category `gdex`.
+//! Counters, per pool worker (category `gdex-worker-N`): its queued jobs,
+//! its parks and its steals, set when it steals or parks and, at most once
+//! a millisecond, when it starts a slice of its jobs.
 
 use std::ffi::{c_char, c_int, c_uint, CString};
 use std::ptr::NonNull;
@@ -36,7 +37,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerFigures;
-use crate::diagnostics::record::Entry;
+use crate::diagnostics::record::{Entry, Kind};
 use crate::util::Unpoisoned;
 
 /// libsysprof-capture's `SysprofCaptureWriter` (opaque).
@@ -272,7 +273,7 @@ fn mark(time: i64, duration: Duration, name: &std::ffi::CStr, message: &str) {
     }
 }
 
-/// "#7 "fetch" (task) spawned at src/app.rs:12:5 on the main scheduler".
+/// "#7 "fetch" (task) spawned at src/app.rs:12:5 on Scheduler::Main".
 fn message(entry: &Entry) -> String {
     format!(
         "{} spawned at {} on {}",
@@ -298,9 +299,9 @@ pub(crate) fn task_ended(entry: &Entry) {
 /// The mark's name for a task's life: its kind.
 fn kind_name(entry: &Entry) -> &'static std::ffi::CStr {
     match entry.kind {
-        crate::diagnostics::record::Kind::Task => c"task",
-        crate::diagnostics::record::Kind::Fiber => c"fiber",
-        crate::diagnostics::record::Kind::Blocking => c"blocking",
+        Kind::Task => c"task",
+        Kind::Fiber => c"fiber",
+        Kind::Blocking => c"blocking",
     }
 }
 
@@ -319,9 +320,10 @@ pub(crate) fn long_poll() -> Duration {
     })
 }
 
-/// A poll of a tracked task ended.
+/// A poll of a tracked task ended. (A blocking job runs in one poll: its
+/// life's mark says it all.)
 pub(crate) fn poll_ended(entry: &Entry, started: Instant, took: Duration) {
-    if took < long_poll() || !active() {
+    if took < long_poll() || entry.kind == Kind::Blocking || !active() {
         return;
     }
     mark(time_of(started), took, c"poll", &message(entry));
@@ -345,19 +347,24 @@ pub(crate) fn stall(since: Instant, report: &str) {
     mark(time_of(since), since.elapsed(), c"stall", report);
 }
 
-/// The counters of one pool worker: their ids (a block of three).
-fn counter_ids(index: usize) -> Option<c_uint> {
-    static IDS: Mutex<Vec<c_uint>> = Mutex::new(Vec::new());
+/// The first of worker `index`'s three counter ids (defined on first
+/// use), if its counters are to be set now: always for a steal or a park,
+/// at most once a millisecond for a slice's sample (`throttled`).
+fn counter_ids(index: usize, now: i64, throttled: bool) -> Option<c_uint> {
+    /// Per worker: the first id (0: none) and when its counters were last
+    /// set.
+    static IDS: Mutex<Vec<(c_uint, i64)>> = Mutex::new(Vec::new());
     let mut ids = IDS.lock().unpoisoned();
-    if let Some(&first) = ids.get(index) {
-        return (first != 0).then_some(first);
-    }
     while ids.len() <= index {
         let worker = ids.len();
-        ids.push(define_counters(worker));
+        ids.push((define_counters(worker), i64::MIN));
     }
-    let first = ids[index];
-    (first != 0).then_some(first)
+    let (first, last) = &mut ids[index];
+    if *first == 0 || (throttled && now.saturating_sub(*last) < 1_000_000) {
+        return None;
+    }
+    *last = now;
+    Some(*first)
 }
 
 /// Defines worker `index`'s three counters; gives the first id (0 if
@@ -423,9 +430,12 @@ fn c_field<const N: usize>(text: &str) -> [c_char; N] {
     field
 }
 
-/// Sets a worker's counters.
-pub(crate) fn counters(figures: &WorkerFigures) {
-    let Some(first) = counter_ids(figures.index) else {
+/// Sets a worker's counters: at a steal or a park, or (`throttled`, at
+/// most once a millisecond) at the start of a slice of its jobs, when its
+/// queue is what it is busy with.
+pub(crate) fn counters(figures: &WorkerFigures, throttled: bool) {
+    let now = now_ns();
+    let Some(first) = counter_ids(figures.index, now, throttled) else {
         return;
     };
     let Some(sink) = sink() else { return };
@@ -449,7 +459,7 @@ pub(crate) fn counters(figures: &WorkerFigures) {
             unsafe {
                 sysprof_capture_writer_set_counters(
                     writer.0.as_ptr(),
-                    now_ns(),
+                    now,
                     -1,
                     libc::getpid(),
                     ids.as_ptr(),

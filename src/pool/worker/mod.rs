@@ -370,6 +370,7 @@ impl Core {
         if sleep.is_parked(self.index) {
             self.woke(sleep.wake_up(self.index));
         }
+        crate::diagnostics::views::worker_slice(|| self.figures());
         let mut ran = 0;
         // Spins since the last job: each time the worker runs dry it watches
         // for work once; a few fruitless spins in a row and it parks.
