@@ -911,3 +911,90 @@ fn child_panicking_subscriber() {
 fn a_panicking_subscriber_is_contained() {
     common::child_passes("child_panicking_subscriber", &[], 60);
 }
+
+/// The message of an event (its `message` field), for the subscribers of
+/// the panicking-view tests below.
+#[cfg(feature = "tracing")]
+fn event_message(event: &tracing::Event<'_>) -> String {
+    struct Message(String);
+    impl tracing::field::Visit for Message {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0 = format!("{value:?}");
+            }
+        }
+    }
+    let mut message = Message(String::new());
+    event.record(&mut message);
+    message.0
+}
+
+/// Child: a subscriber that panics on each event of a task's wake-up.
+#[cfg(feature = "tracing")]
+#[test]
+#[ignore = "run by a_subscriber_panicking_on_a_wake_up_loses_no_wake_up"]
+fn child_subscriber_panicking_on_wake_ups() {
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::prelude::*;
+
+    struct Panicking;
+    impl<S: tracing::Subscriber> Layer<S> for Panicking {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if event.metadata().target() == "gdex::task"
+                && event_message(event) == "woken from another thread"
+            {
+                panic!("subscriber panics on a wake-up");
+            }
+        }
+    }
+
+    let _lock = common::panic_handler_lock();
+    let reported = common::record_panics("subscriber panics");
+    tracing_subscriber::registry().with(Panicking).init();
+    watchdog("a panicking wake-up event", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        // A promise resolved from this thread: gdex's primitive contains a
+        // waker's panic, but the task must still be woken.
+        let (promise, waiting) = gdex::Promise::<u32>::new();
+        let polled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = pool
+            .scheduler()
+            .spawn_named("promised", common::after_first_poll(&polled, waiting));
+        common::wait_until(|| polled.load(std::sync::atomic::Ordering::SeqCst) == 1);
+        promise.resolve(3);
+        assert_eq!(gdex::block_on(task).unwrap().unwrap(), 3);
+        // A task of another pool's ending wakes the task awaiting it from
+        // that pool's worker, inside async-task, where an unwinding wake
+        // aborts the process.
+        let other = ThreadPool::builder().workers(1).build().unwrap();
+        let far = other.scheduler();
+        let awaiting = pool.scheduler().spawn_named("awaits-afar", async move {
+            far.spawn(async {
+                gdex::sleep(Duration::from_millis(20)).await;
+                7
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(gdex::block_on(awaiting).unwrap(), 7);
+        drop(other);
+        drop(pool);
+    });
+    let reported = reported.lock().unwrap().clone();
+    assert!(
+        reported.iter().any(|m| m.contains("panics on a wake-up")),
+        "the view's panic reaches the panic handler: {reported:?}"
+    );
+    println!("CHILD-OK");
+}
+
+/// A `tracing` subscriber that panics on the event of a task's wake-up
+/// (`woken from another thread`) neither unwinds into whoever woke the
+/// task (async-task aborts the process if a wake unwinds) nor costs the
+/// task its wake-up: the panic reaches the panic handler (X5) and the task
+/// runs on (O1).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_subscriber_panicking_on_a_wake_up_loses_no_wake_up() {
+    common::child_passes("child_subscriber_panicking_on_wake_ups", &[], 60);
+}

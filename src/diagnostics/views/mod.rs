@@ -46,11 +46,32 @@ pub(crate) fn poll_ended(entry: &Entry, started: Instant, took: Duration) {
 
 /// A tracked task was woken: `elsewhere` if not on the thread of its last
 /// poll, `by_ref` if its waker was kept.
+///
+/// This runs inside the task's waker, wherever it is woken: async-task
+/// aborts the process if a wake unwinds (it wakes the task awaiting a
+/// finished one), a GLib callback cannot unwind, and the task must still
+/// get its wake-up. So a view's panic (a `tracing` subscriber's) goes to
+/// the panic handler (X5) instead.
 #[inline]
 pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     #[cfg(feature = "tracing")]
-    spans::woken(entry, elsewhere, by_ref);
+    contained(super::panic::PanicSource::Waker, || {
+        spans::woken(entry, elsewhere, by_ref)
+    });
     let _ = (entry, elsewhere, by_ref);
+}
+
+/// Runs a view's `show`, called from gdex's own machinery (a waker, a
+/// worker's loop), where an unwinding panic would abort the process or
+/// leave that machinery half done: a panic there (a `tracing`
+/// subscriber's) goes to the panic handler as `source` (X5).
+#[cfg(feature = "tracing")]
+#[inline]
+fn contained(source: super::panic::PanicSource, show: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(show)) {
+        super::panic::report(source, crate::error::panic_message(&*payload));
+        super::panic::drop_payload(payload);
+    }
 }
 
 /// A slice of a context scheduler's jobs (X3: on the main context, one
