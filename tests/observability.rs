@@ -998,3 +998,91 @@ fn child_subscriber_panicking_on_wake_ups() {
 fn a_subscriber_panicking_on_a_wake_up_loses_no_wake_up() {
     common::child_passes("child_subscriber_panicking_on_wake_ups", &[], 60);
 }
+
+/// Child: a subscriber that panics on every event of a pool worker and of
+/// a fiber.
+#[cfg(feature = "tracing")]
+#[test]
+#[ignore = "run by a_subscriber_panicking_on_scheduler_events_loses_no_task"]
+fn child_subscriber_panicking_on_scheduler_events() {
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::prelude::*;
+
+    struct Panicking;
+    impl<S: tracing::Subscriber> Layer<S> for Panicking {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            match event.metadata().target() {
+                "gdex::worker" => panic!("subscriber panics on a worker's event"),
+                "gdex::fiber" => panic!("subscriber panics on a fiber's wait"),
+                _ => {}
+            }
+        }
+    }
+
+    let _lock = common::panic_handler_lock();
+    let reported = common::record_panics("subscriber panics");
+    tracing_subscriber::registry().with(Panicking).init();
+    watchdog("panicking scheduler events", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        // A fiber's wait is the fiber's own code: the panic is the
+        // fiber's, as any in its body (S6).
+        let fiber = pool.scheduler().spawn_fiber(|| {
+            gdex::fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+        });
+        match gdex::block_on(fiber) {
+            Err(gdex::Error::Panicked(message)) => {
+                assert!(message.contains("a fiber's wait"), "{message}")
+            }
+            other => panic!("the fiber's panic is its own: {other:?}"),
+        }
+        // Bursts of local spawns on one worker until the other steals
+        // (as in steals_parks_fiber_waits_and_stalls_are_events): every
+        // task runs to its end, the stolen ones too.
+        let steals = || pool.metrics().workers.iter().map(|w| w.steals).sum::<u64>();
+        let scheduler = pool.scheduler();
+        while steals() == 0 {
+            common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+            let inner = scheduler.clone();
+            let burst = scheduler.spawn(async move {
+                let tasks: Vec<_> = (0..1000)
+                    .map(|i| {
+                        inner.spawn(async move {
+                            common::spin(Duration::from_micros(20));
+                            i
+                        })
+                    })
+                    .collect();
+                let mut done = 0;
+                for task in tasks {
+                    task.await.expect("a stolen task runs");
+                    done += 1;
+                }
+                done
+            });
+            assert_eq!(gdex::block_on(burst).unwrap(), 1000);
+        }
+        assert_eq!(
+            gdex::block_on(pool.scheduler().spawn(async { 4 })).unwrap(),
+            4
+        );
+        drop(pool);
+    });
+    let reported = reported.lock().unwrap().clone();
+    assert!(
+        reported
+            .iter()
+            .any(|m| m.contains("panics on a worker's event")),
+        "the view's panic reaches the panic handler: {reported:?}"
+    );
+    println!("CHILD-OK");
+}
+
+/// A `tracing` subscriber that panics on a pool worker's events (a steal,
+/// a park) costs no task: the stolen task still runs, and the panic
+/// reaches the panic handler (X5); one that panics on a fiber's wait is
+/// that fiber's panic (S6). Nothing aborts, no worker dies (O1).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_subscriber_panicking_on_scheduler_events_loses_no_task() {
+    common::child_passes("child_subscriber_panicking_on_scheduler_events", &[], 90);
+}

@@ -159,9 +159,13 @@ fn worker_event(figures: impl FnOnce() -> WorkerFigures, event: WorkerEvent) {
 #[cold]
 #[inline(never)]
 fn worker_event_cold(figures: WorkerFigures, event: WorkerEvent, traced: bool, charted: bool) {
+    // In the worker's loop: a subscriber's panic must not unwind out of it
+    // (a steal's would drop the job just stolen: a task lost, cancelled).
     #[cfg(feature = "tracing")]
     if traced {
-        spans::worker_event(&figures, event);
+        contained(super::panic::PanicSource::Source, || {
+            spans::worker_event(&figures, event)
+        });
     }
     #[cfg(feature = "sysprof")]
     if charted {
