@@ -1086,3 +1086,113 @@ fn child_subscriber_panicking_on_scheduler_events() {
 fn a_subscriber_panicking_on_scheduler_events_loses_no_task() {
     common::child_passes("child_subscriber_panicking_on_scheduler_events", &[], 90);
 }
+
+/// Child: the last reader of a task's record is its waker, the span's
+/// `on_close` then panics on the waking thread.
+#[cfg(feature = "tracing")]
+#[test]
+#[ignore = "run by a_span_closed_by_a_late_reader_is_contained"]
+fn child_span_closed_by_a_late_reader() {
+    use std::sync::Mutex;
+    use tracing::span::{Attributes, Id};
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::prelude::*;
+
+    /// The task's handle, dropped by the subscriber as it sees the
+    /// wake-up.
+    static HANDLE: Mutex<Option<gdex::Task<u32>>> = Mutex::new(None);
+    struct Late {
+        span: Mutex<Option<u64>>,
+    }
+    impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S>
+        for Late
+    {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+            struct Name(bool);
+            impl tracing::field::Visit for Name {
+                fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+                fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                    self.0 |= field.name() == "task.name" && value == "closed-late";
+                }
+            }
+            let mut name = Name(false);
+            attrs.record(&mut name);
+            if name.0 {
+                *self.span.lock().unwrap() = Some(id.into_u64());
+            }
+        }
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if event_message(event) != "woken from another thread" {
+                return;
+            }
+            // The task is cancelled while its waker still reads its
+            // record: its future goes, and its record leaves the table,
+            // before the waker lets the record go.
+            drop(HANDLE.lock().unwrap().take());
+            let start = std::time::Instant::now();
+            while gdex::dump()
+                .tasks()
+                .iter()
+                .any(|t| t.name() == Some("closed-late"))
+            {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "the task never went"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        fn on_close(&self, id: Id, _: Context<'_, S>) {
+            if *self.span.lock().unwrap() == Some(id.into_u64()) {
+                panic!("subscriber panics on a late close");
+            }
+        }
+    }
+
+    let _lock = common::panic_handler_lock();
+    let reported = common::record_panics("subscriber panics");
+    tracing_subscriber::registry()
+        .with(Late {
+            span: Mutex::new(None),
+        })
+        .init();
+    watchdog("a span closed late", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        // A future that leaves its waker where this thread takes it, as a
+        // channel of another crate does (gdex's own primitives contain a
+        // waker's panic; others need not).
+        static WAKER: Mutex<Option<std::task::Waker>> = Mutex::new(None);
+        let task = pool.scheduler().spawn_named(
+            "closed-late",
+            std::future::poll_fn(|cx| {
+                *WAKER.lock().unwrap() = Some(cx.waker().clone());
+                std::task::Poll::<u32>::Pending
+            }),
+        );
+        *HANDLE.lock().unwrap() = Some(task);
+        common::wait_until(|| WAKER.lock().unwrap().is_some());
+        let waker = WAKER.lock().unwrap().take().unwrap();
+        // From this thread: the waker holds the record while the
+        // subscriber cancels the task; it lets the record go last.
+        waker.wake();
+        drop(pool);
+    });
+    let reported = reported.lock().unwrap().clone();
+    assert!(
+        reported
+            .iter()
+            .any(|m| m.contains("panics on a late close")),
+        "{reported:?}"
+    );
+    println!("CHILD-OK");
+}
+
+/// A task's span closes when the last reader of its record lets it go,
+/// which may be a waker on another thread that read it while the task
+/// ended: a subscriber's panic in that `on_close` reaches the panic
+/// handler (X5) there too, and does not unwind into the wake-up (O1).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_span_closed_by_a_late_reader_is_contained() {
+    common::child_passes("child_span_closed_by_a_late_reader", &[], 60);
+}

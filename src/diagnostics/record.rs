@@ -113,6 +113,27 @@ pub(crate) struct Entry {
     pub(crate) span: ::tracing::Span,
 }
 
+/// The span closes with the record's last reader, which is not always the
+/// task's end ([`forget`](super::tracking::forget)): a waker, the dump or
+/// the watchdog may hold the record a moment longer, on another thread. A
+/// subscriber's panic in `on_close` goes to the panic handler (X5) there
+/// too, instead of unwinding into that reader (a wake-up, async-task's
+/// abort).
+#[cfg(feature = "tracing")]
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let span = std::mem::replace(&mut self.span, ::tracing::Span::none());
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(span)));
+        if let Err(payload) = closed {
+            super::panic::report(
+                super::panic::PanicSource::Drop,
+                crate::error::panic_message(&*payload),
+            );
+            super::panic::drop_payload(payload);
+        }
+    }
+}
+
 impl Entry {
     /// "#7 "fetch" (fiber)": the task as every view names it.
     pub(crate) fn describe(&self) -> String {
