@@ -648,6 +648,47 @@ fn wake_ups_from_other_threads_are_events() {
     });
 }
 
+/// With `console`, tokio-console counts a task's wakers from its waker
+/// events: each clone of the waker the task's future got is `waker.clone`,
+/// each drop `waker.drop`, a wake by value counting as a drop. A task that
+/// waits holds a waker by that count, as it does (with none the console
+/// warns that it "has lost its waker"), and none once it is done (O1).
+#[cfg(feature = "console")]
+#[test]
+fn the_console_counts_the_wakers_a_waiting_task_holds() {
+    recorded::install();
+    watchdog("waker counts", 60, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let (promise, waiting) = gdex::Promise::<u32>::new();
+        let polled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let task = pool
+            .scheduler()
+            .spawn_named("console-waits", common::after_first_poll(&polled, waiting));
+        common::wait_until(|| polled.load(std::sync::atomic::Ordering::SeqCst) == 1);
+        let (span_id, _) = recorded::task_span("console-waits").unwrap();
+        let held = || {
+            let book = recorded::book().lock().unwrap();
+            let ops = book.events.iter().filter(|e| {
+                e.target == "runtime::waker" && e.fields["task.id"] == span_id.to_string()
+            });
+            let mut held = 0i64;
+            for e in ops {
+                match e.fields["op"].as_str() {
+                    "waker.clone" => held += 1,
+                    "waker.drop" | "waker.wake" => held -= 1,
+                    _ => {}
+                }
+            }
+            held
+        };
+        assert_eq!(held(), 1, "the promise holds the task's one waker");
+        promise.resolve(3);
+        assert_eq!(gdex::block_on(task).unwrap().unwrap(), 3);
+        drop(pool);
+        assert_eq!(held(), 0, "a finished task holds no waker");
+    });
+}
+
 /// A pool worker's steals and parks are `trace` events of `gdex::worker`;
 /// a fiber's waits are `trace` events of `gdex::fiber` inside its task's
 /// span; a stall is a `debug` event of `gdex::stall` naming the task (O1).

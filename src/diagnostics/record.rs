@@ -100,10 +100,10 @@ pub(crate) struct Entry {
     pub(crate) last_thread: AtomicU64,
     /// The thread of the last poll.
     pub(crate) thread: Mutex<Option<Arc<str>>>,
-    /// The waker handed to the task's future: marks the entry queued, then
-    /// wakes the task's own waker (kept with it, to be reused while the
-    /// task's waker does not change).
-    pub(crate) waker: Mutex<Option<(Waker, Waker)>>,
+    /// What the waker handed to the task's future wakes: marks the entry
+    /// queued, then wakes the task's own waker (kept with it, to be reused
+    /// while the task's waker does not change).
+    pub(crate) waker: Mutex<Option<(Waker, Arc<super::tracking::Marking>)>>,
     /// A word the task core keeps here for the task: its record in a
     /// registry of idle tasks (S9), for which its block has no room beside
     /// this entry's key.

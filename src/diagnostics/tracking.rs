@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
@@ -176,7 +176,8 @@ pub(crate) fn poll<T>(
     let Some(entry) = record::entry(track) else {
         return poll(waker);
     };
-    let ours = begin_poll(&entry, waker);
+    let marking = begin_poll(&entry, waker);
+    let ours = marking.lend();
     let started = Instant::now();
     let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _named = super::stall::polling_entry(&entry);
@@ -191,7 +192,7 @@ pub(crate) fn poll<T>(
 }
 
 /// A poll of a tracked task begins: gives the waker to poll it with.
-fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Waker {
+fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
     entry.state.store(RUNNING, Ordering::Release);
     entry.polls.fetch_add(1, Ordering::Relaxed);
     let since = entry.spawned.elapsed().as_nanos().max(1) as u64;
@@ -211,10 +212,10 @@ fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Waker {
             return ours.clone();
         }
     }
-    let ours = Waker::from(Arc::new(Marking {
+    let ours = Arc::new(Marking {
         entry: Arc::downgrade(entry),
         inner: waker.clone(),
-    }));
+    });
     let old = cached.replace((waker.clone(), ours.clone()));
     drop(cached);
     drop(old);
@@ -237,24 +238,32 @@ fn end_poll(entry: &Entry, pending: bool, started: Instant, took: Duration) {
 
 /// The waker a tracked task's future gets: marks its entry queued, and
 /// tells the views of the wake-up.
-struct Marking {
+///
+/// Its waker is made by hand ([`MARKING`]) so that the views can count the
+/// wakers the future holds (tokio-console's `waker.clone` and
+/// `waker.drop`, feature `console`): gdex itself keeps the `Marking` as an
+/// `Arc` (in the entry, for the next poll) and lends the future a waker
+/// that holds no count of its own ([`Marking::lend`]), so that only the
+/// future's clones and their drops are counted.
+pub(crate) struct Marking {
     entry: std::sync::Weak<Entry>,
     inner: Waker,
 }
 
-impl Wake for Marking {
-    fn wake(self: Arc<Self>) {
-        self.mark(false);
-        self.inner.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.mark(true);
-        self.inner.wake_by_ref();
-    }
-}
-
 impl Marking {
+    /// The waker to poll the task with: it borrows this `Arc`'s count (the
+    /// caller keeps the `Arc` for the whole poll) and is never dropped, so
+    /// lending it is not a clone the views count.
+    fn lend(self: &Arc<Self>) -> std::mem::ManuallyDrop<Waker> {
+        let data = Arc::as_ptr(self).cast::<()>();
+        // SAFETY: `data` is an `Arc<Marking>`'s, as MARKING's functions
+        // expect; the waker is never dropped (ManuallyDrop), so it gives
+        // back no count it did not take, and the caller's `Arc` keeps the
+        // `Marking` alive while it is used (a clone the future keeps takes
+        // a count of its own).
+        std::mem::ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(data, &MARKING)) })
+    }
+
     fn mark(&self, by_ref: bool) {
         if let Some(entry) = self.entry.upgrade() {
             // A wake during the poll leaves it running; the poll's end then
@@ -268,4 +277,66 @@ impl Marking {
             views::woken(&entry, elsewhere, by_ref);
         }
     }
+
+    /// The future cloned its waker (`cloned`) or dropped a clone.
+    #[inline]
+    fn counted(&self, cloned: bool) {
+        #[cfg(feature = "console")]
+        if views::spans::waker_ops() {
+            if let Some(entry) = self.entry.upgrade() {
+                views::waker_counted(&entry, cloned);
+            }
+        }
+        let _ = cloned;
+    }
+}
+
+/// The vtable of a [`Marking`]'s waker; its data is `Arc::into_raw` of
+/// the `Arc<Marking>` (or, for the lent waker, `Arc::as_ptr`). One
+/// `static`, so that `Waker::will_wake` knows two of its wakers apart only
+/// by their `Marking`.
+static MARKING: RawWakerVTable = RawWakerVTable::new(
+    clone_marking,
+    wake_marking,
+    wake_marking_by_ref,
+    drop_marking,
+);
+
+/// # Safety
+/// `data` points at a live `Marking` of an `Arc` (see [`MARKING`]).
+unsafe fn clone_marking(data: *const ()) -> RawWaker {
+    // SAFETY: `data` is a live `Arc<Marking>`'s (the waker being cloned
+    // holds it alive); the new waker owns the count taken here.
+    unsafe { Arc::increment_strong_count(data.cast::<Marking>()) };
+    // SAFETY: as above.
+    unsafe { &*data.cast::<Marking>() }.counted(true);
+    RawWaker::new(data, &MARKING)
+}
+
+/// # Safety
+/// `data` is a count of an `Arc<Marking>` this waker owns.
+unsafe fn wake_marking(data: *const ()) {
+    // SAFETY: a wake by value gives the waker's count up: taken back here
+    // and dropped at the end (the console counts the wake as the drop).
+    let marking = unsafe { Arc::from_raw(data.cast::<Marking>()) };
+    marking.mark(false);
+    marking.inner.wake_by_ref();
+}
+
+/// # Safety
+/// `data` points at a live `Marking` of an `Arc`.
+unsafe fn wake_marking_by_ref(data: *const ()) {
+    // SAFETY: the waker being woken keeps the `Arc` alive meanwhile.
+    let marking = unsafe { &*data.cast::<Marking>() };
+    marking.mark(true);
+    marking.inner.wake_by_ref();
+}
+
+/// # Safety
+/// `data` is a count of an `Arc<Marking>` this waker owns.
+unsafe fn drop_marking(data: *const ()) {
+    // SAFETY: the waker's own count, given up with it. (The lent waker is
+    // never dropped.)
+    let marking = unsafe { Arc::from_raw(data.cast::<Marking>()) };
+    marking.counted(false);
 }

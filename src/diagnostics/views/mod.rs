@@ -61,6 +61,16 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     let _ = (entry, elsewhere, by_ref);
 }
 
+/// The future of a tracked task cloned the waker it got (`cloned`), or
+/// dropped a clone: tokio-console counts the wakers a task holds (feature
+/// `console`). Inside the waker, like [`woken`].
+#[cfg(feature = "console")]
+pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
+    contained(super::panic::PanicSource::Waker, || {
+        spans::waker_counted(entry, cloned)
+    });
+}
+
 /// Runs a view's `show`, called from gdex's own machinery (a waker, a
 /// worker's loop), where an unwinding panic would abort the process or
 /// leave that machinery half done: a panic there (a `tracing`

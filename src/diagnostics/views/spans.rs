@@ -11,7 +11,8 @@
 //! - `gdex::stall`: a `debug` event for each stall the watchdog reports
 //!   (X4).
 //! - `runtime::waker` (feature `console`): tokio-console's waker events,
-//!   one per wake-up of a tracked task.
+//!   one per wake-up of a tracked task and per clone or drop of the waker
+//!   its future got (the console counts a task's wakers by them).
 //!
 //! A task's span has no parent: a task spawned inside another's poll is
 //! not part of that poll.
@@ -78,6 +79,25 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
         tracing::trace!(target: "runtime::waker", op, task.id = id);
     }
     let _ = by_ref;
+}
+
+/// Does a subscriber take tokio-console's waker events?
+#[cfg(feature = "console")]
+#[inline]
+pub(crate) fn waker_ops() -> bool {
+    tracing::enabled!(target: "runtime::waker", tracing::Level::TRACE)
+}
+
+/// tokio-console's event for a clone of a tracked task's waker, or the
+/// drop of one: with the wakes (a wake by value counts as a drop), what the
+/// console counts a task's wakers by.
+#[cfg(feature = "console")]
+pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
+    if let Some(span) = entry.span.id() {
+        let op = if cloned { "waker.clone" } else { "waker.drop" };
+        let id = span.into_u64();
+        tracing::trace!(target: "runtime::waker", op, task.id = id);
+    }
 }
 
 /// Does a subscriber take the pool workers' events?
