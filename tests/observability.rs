@@ -344,7 +344,8 @@ fn child_sysprof_stall() {
 }
 
 /// A stall the watchdog reports (X4) is a `stall` mark with the report,
-/// from the moment its poll began, inside that poll's mark; each worker's
+/// from the moment its poll began (the same as the poll's mark: both read
+/// the task's record), inside that poll's mark; each worker's
 /// counters (queued jobs, parks, steals) are defined and set (O1).
 #[cfg(feature = "sysprof")]
 #[test]
@@ -367,10 +368,11 @@ fn a_stall_is_a_sysprof_mark_inside_its_poll() {
             .find(|m| m.name == "poll" && m.message.contains("\"marked-stuck\""))
             .unwrap_or_else(|| panic!("no mark of the long poll: {marks:#?}"));
         assert!(poll.duration >= 250_000_000, "{poll:?}");
+        // The moment the record gives for the poll's start, not the one
+        // the watchdog first saw it at (up to a tick later, more on a busy
+        // machine).
         assert!(
-            stall.time >= poll.time
-                && stall.time - poll.time < 5_000_000
-                && stall.end() <= poll.end(),
+            stall.time == poll.time && stall.end() <= poll.end(),
             "the stall begins with its poll and lies within it: {stall:?} {poll:?}"
         );
         for worker in 0..2 {

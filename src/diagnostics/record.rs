@@ -143,6 +143,13 @@ impl Entry {
         };
         format!("#{}{} ({})", self.id, name, self.kind.as_str())
     }
+
+    /// When its last poll began, if it was ever polled: the start of the
+    /// poll a stall report is about, as the poll's own views tell it.
+    pub(crate) fn poll_began(&self) -> Option<Instant> {
+        let last = self.last_poll.load(Ordering::Relaxed);
+        (last > 0).then(|| self.spawned + std::time::Duration::from_nanos(last))
+    }
 }
 
 /// The live entries, for the dump.

@@ -176,9 +176,11 @@ pub(crate) fn poll<T>(
     let Some(entry) = record::entry(track) else {
         return poll(waker);
     };
-    let marking = begin_poll(&entry, waker);
-    let ours = marking.lend();
+    // The poll's start, as the record keeps it (`last_poll`) and every view
+    // tells it (a poll's mark, a stall's).
     let started = Instant::now();
+    let marking = begin_poll(&entry, waker, started);
+    let ours = marking.lend();
     let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _named = super::stall::polling_entry(&entry);
         #[cfg(feature = "tracing")]
@@ -191,11 +193,12 @@ pub(crate) fn poll<T>(
     polled
 }
 
-/// A poll of a tracked task begins: gives the waker to poll it with.
-fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
+/// A poll of a tracked task begins at `started`: gives the waker to poll
+/// it with.
+fn begin_poll(entry: &Arc<Entry>, waker: &Waker, started: Instant) -> Arc<Marking> {
     entry.state.store(RUNNING, Ordering::Release);
     entry.polls.fetch_add(1, Ordering::Relaxed);
-    let since = entry.spawned.elapsed().as_nanos().max(1) as u64;
+    let since = started.duration_since(entry.spawned).as_nanos().max(1) as u64;
     entry.last_poll.store(since, Ordering::Relaxed);
     let number = record::thread_number();
     if entry.last_thread.swap(number, Ordering::Relaxed) != number {
