@@ -59,7 +59,7 @@ pub enum TaskState {
 impl TaskState {
     fn from_u8(v: u8) -> TaskState {
         match v {
-            record::RUNNING => TaskState::Running,
+            record::RUNNING | record::RUNNING_WOKEN => TaskState::Running,
             record::WAITING => TaskState::Waiting,
             _ => TaskState::Queued,
         }

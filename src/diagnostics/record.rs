@@ -79,6 +79,8 @@ pub(crate) struct Spawn {
 pub(crate) const QUEUED: u8 = 0;
 pub(crate) const RUNNING: u8 = 1;
 pub(crate) const WAITING: u8 = 2;
+/// Running, and woken meanwhile: queued again once the poll returns.
+pub(crate) const RUNNING_WOKEN: u8 = 3;
 
 /// One tracked task's record: everything the views tell of it.
 pub(crate) struct Entry {

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
-use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
+use super::record::{
+    self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, RUNNING_WOKEN, TRACKING, UNDECIDED, WAITING,
+};
 use super::views;
 use crate::util::Unpoisoned;
 
@@ -230,12 +232,15 @@ fn begin_poll(entry: &Arc<Entry>, waker: &Waker, started: Instant) -> Arc<Markin
 fn end_poll(entry: &Entry, pending: bool, started: Instant, took: Duration) {
     let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
     entry.busy.fetch_add(nanos, Ordering::Relaxed);
-    let _ = entry.state.compare_exchange(
-        RUNNING,
-        if pending { WAITING } else { QUEUED },
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
+    // Pending: waiting for a wake-up, unless one came during the poll (a
+    // yield), which queued the task again.
+    let _ = entry
+        .state
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| match state {
+            RUNNING if pending => Some(WAITING),
+            RUNNING | RUNNING_WOKEN => Some(QUEUED),
+            _ => None,
+        });
     views::poll_ended(entry, started, took);
 }
 
@@ -269,12 +274,15 @@ impl Marking {
 
     fn mark(&self, by_ref: bool) {
         if let Some(entry) = self.entry.upgrade() {
-            // A wake during the poll leaves it running; the poll's end then
-            // makes it waiting, and the scheduler polls it again anyway.
-            let _ =
-                entry
-                    .state
-                    .compare_exchange(WAITING, QUEUED, Ordering::AcqRel, Ordering::Acquire);
+            // A wake during the poll leaves it running, and marks it woken:
+            // the poll's end then makes it queued, not waiting.
+            let _ = entry
+                .state
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| match state {
+                    WAITING => Some(QUEUED),
+                    RUNNING => Some(RUNNING_WOKEN),
+                    _ => None,
+                });
             let polled_on = entry.last_thread.load(Ordering::Relaxed);
             let elsewhere = polled_on != 0 && polled_on != record::thread_number();
             views::woken(&entry, elsewhere, by_ref);
