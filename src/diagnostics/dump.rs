@@ -135,7 +135,9 @@ impl TaskInfo {
 }
 
 impl TaskDump {
-    /// Whether tasks are tracked at all (see [`enable_task_dump`]).
+    /// Whether the dump tracks every task spawned since it was turned on
+    /// (see [`enable_task_dump`]). Off, it may still list the tasks another
+    /// view tracks (a Sysprof capture, a `tracing` subscriber; O1).
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -147,9 +149,11 @@ impl TaskDump {
 
 /// Every live tracked task (X8): its id, its name, where it was spawned, its
 /// scheduler, the thread of its last poll, whether it is queued, running or
-/// waiting, and how long since its last poll. Empty, and saying how to turn
-/// tracking on, unless `GDEX_TASK_DUMP=1` or [`enable_task_dump`] turned it
-/// on before the tasks were spawned.
+/// waiting, and how long since its last poll. Without `GDEX_TASK_DUMP=1`
+/// or [`enable_task_dump`] (which track the tasks spawned after it), only
+/// the tasks another view tracks (a Sysprof capture, a `tracing`
+/// subscriber that takes their spans; O1) are listed; with none, the dump
+/// is empty and says how to turn tracking on.
 pub fn dump() -> TaskDump {
     let enabled = record::dump_on();
     let entries = record::entries();
