@@ -2,7 +2,8 @@
 //! installed in this process with its gRPC server on a loopback port; gdex
 //! tasks run on a pool; the test reads the server's task updates with
 //! console-api's client, as `tokio-console` does, and checks each task's
-//! name, kind, spawn site, poll count, busy time, wake-ups and end.
+//! name, kind, spawn site, poll count, busy time, wake-ups, the wakers a
+//! waiting task holds, and its end.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -60,8 +61,8 @@ fn free_port() -> u16 {
 }
 
 /// Gdex tasks as tokio-console shows them: each named task with its name,
-/// kind, spawn site, poll count, busy time and wake-ups, and its end once
-/// it is done (O1).
+/// kind, spawn site, poll count, busy time and wake-ups, the wakers a
+/// waiting task holds, and its end once it is done (O1).
 #[test]
 fn the_console_lists_gdex_tasks_with_their_figures() {
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -102,6 +103,7 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
     });
     let (promise, waiting) = gdex::Promise::<u32>::new();
     let mut promise = Some(promise);
+    let mut held_while_waiting = None;
     let woken = pool.scheduler().spawn_named("console-woken", waiting);
     let fiber = pool
         .scheduler()
@@ -139,11 +141,16 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
                 }
                 seen.stats.extend(tasks.stats_update);
             }
-            // Once the console knows the waiting task, resolve it from this
-            // thread: one wake-up from afar.
-            if seen.named("console-woken").is_some() {
-                if let Some(promise) = promise.take() {
-                    promise.resolve(4);
+            // Once the console has seen the waiting task's first poll,
+            // note the wakers it counts for it (the promise holds one),
+            // then resolve it from this thread: one wake-up from afar.
+            if let Some((_, Some(stats))) = seen.named("console-woken") {
+                if stats.poll_stats.as_ref().is_some_and(|p| p.polls == 1) {
+                    if let Some(promise) = promise.take() {
+                        held_while_waiting =
+                            Some(stats.waker_clones as i64 - stats.waker_drops as i64);
+                        promise.resolve(4);
+                    }
                 }
             }
             let polled_done = seen
@@ -195,6 +202,13 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
         "one wake-up, from the test's thread: {stats:?}"
     );
     assert_eq!(stats.self_wakes, 0, "{stats:?}");
+    // Without the count, tokio-console warns that a waiting task "has lost
+    // its waker".
+    assert_eq!(
+        held_while_waiting,
+        Some(1),
+        "while it waited, the console counted the one waker the promise holds"
+    );
 
     assert!(
         seen.tasks

@@ -85,7 +85,13 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
 #[cfg(feature = "console")]
 #[inline]
 pub(crate) fn waker_ops() -> bool {
-    tracing::enabled!(target: "runtime::waker", tracing::Level::TRACE)
+    // As an event: a filter may take events of a target and not the
+    // `enabled!` hint's default kind (console-subscriber's does).
+    tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "runtime::waker",
+        tracing::Level::TRACE
+    )
 }
 
 /// tokio-console's event for a clone of a tracked task's waker, or the
