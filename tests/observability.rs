@@ -1239,3 +1239,63 @@ fn child_span_closed_by_a_late_reader() {
 fn a_span_closed_by_a_late_reader_is_contained() {
     common::child_passes("child_span_closed_by_a_late_reader", &[], 60);
 }
+
+/// Child: a subscriber whose filter takes the events of `gdex::worker`
+/// and `gdex::fiber`, and nothing else (no hint).
+#[cfg(feature = "tracing")]
+#[test]
+#[ignore = "run by a_filter_of_events_alone_gets_the_worker_and_fiber_events"]
+fn child_filter_of_events_alone() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracing_subscriber::filter::FilterFn;
+    use tracing_subscriber::layer::{Context, Layer};
+    use tracing_subscriber::prelude::*;
+
+    static WORKER: AtomicUsize = AtomicUsize::new(0);
+    static FIBER: AtomicUsize = AtomicUsize::new(0);
+    struct Counting;
+    impl<S: tracing::Subscriber> Layer<S> for Counting {
+        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            match event.metadata().target() {
+                "gdex::worker" => WORKER.fetch_add(1, Ordering::SeqCst),
+                "gdex::fiber" => FIBER.fetch_add(1, Ordering::SeqCst),
+                _ => 0,
+            };
+        }
+    }
+    // As console-subscriber's own filter is written: events by target.
+    let filter = FilterFn::new(|meta| {
+        meta.is_event() && (meta.target() == "gdex::worker" || meta.target() == "gdex::fiber")
+    });
+    tracing_subscriber::registry()
+        .with(Counting.with_filter(filter))
+        .init();
+    watchdog("a filter of events alone", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let fiber = pool.scheduler().spawn_fiber(|| {
+            gdex::fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+        });
+        gdex::block_on(fiber).unwrap();
+        common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+        drop(pool);
+    });
+    assert!(
+        WORKER.load(Ordering::SeqCst) > 0,
+        "the worker's parks reach a filter that takes their events"
+    );
+    assert!(
+        FIBER.load(Ordering::SeqCst) >= 2,
+        "the fiber's wait and resumption reach it"
+    );
+    println!("CHILD-OK");
+}
+
+/// A subscriber whose filter takes events by target, and not the
+/// `enabled!` hints a view may ask first (console-subscriber's own filter
+/// is such), gets gdex's worker and fiber events all the same: gdex asks
+/// whether they are wanted as the events they are (O1).
+#[cfg(feature = "tracing")]
+#[test]
+fn a_filter_of_events_alone_gets_the_worker_and_fiber_events() {
+    common::child_passes("child_filter_of_events_alone", &[], 60);
+}

@@ -14,6 +14,11 @@
 //!   one per wake-up of a tracked task and per clone or drop of the waker
 //!   its future got (the console counts a task's wakers by them).
 //!
+//! Whether an event is wanted is asked as an event (`enabled!` with kind
+//! `EVENT`): a filter may take the events of a target and not the hint
+//! that is `enabled!`'s default kind (console-subscriber's own filter
+//! does just that).
+//!
 //! A task's span has no parent: a task spawned inside another's poll is
 //! not part of that poll.
 
@@ -85,8 +90,6 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
 #[cfg(feature = "console")]
 #[inline]
 pub(crate) fn waker_ops() -> bool {
-    // As an event: a filter may take events of a target and not the
-    // `enabled!` hint's default kind (console-subscriber's does).
     tracing::enabled!(
         kind: tracing::metadata::Kind::EVENT,
         target: "runtime::waker",
@@ -109,7 +112,11 @@ pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
 /// Does a subscriber take the pool workers' events?
 #[inline]
 pub(crate) fn worker_events() -> bool {
-    tracing::enabled!(target: "gdex::worker", tracing::Level::TRACE)
+    tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "gdex::worker",
+        tracing::Level::TRACE
+    )
 }
 
 pub(crate) fn worker_event(figures: &super::WorkerFigures, event: WorkerEvent) {
@@ -145,7 +152,11 @@ pub(crate) fn stall(runner: &str, task: &str, stuck_for: Duration) {
 /// subscriber takes fibers' events.
 #[inline]
 pub(crate) fn fiber_waits() -> Option<std::time::Instant> {
-    if !tracing::enabled!(target: "gdex::fiber", tracing::Level::TRACE) {
+    if !tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "gdex::fiber",
+        tracing::Level::TRACE
+    ) {
         return None;
     }
     tracing::trace!(target: "gdex::fiber", "waits");
