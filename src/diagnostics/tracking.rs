@@ -302,6 +302,13 @@ impl Marking {
     }
 }
 
+// A waker is shared across threads (it is `Send + Sync`): so must its data
+// be, which the vtable below cannot check for itself (`Wake` did).
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Marking>()
+};
+
 /// The vtable of a [`Marking`]'s waker; its data is `Arc::into_raw` of
 /// the `Arc<Marking>` (or, for the lent waker, `Arc::as_ptr`). One
 /// `static`, so that `Waker::will_wake` knows two of its wakers apart only
