@@ -141,11 +141,15 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
                 }
                 seen.stats.extend(tasks.stats_update);
             }
-            // Once the console has seen the waiting task's first poll,
+            // Once the console has seen the waiting task's first poll end,
             // note the wakers it counts for it (the promise holds one),
             // then resolve it from this thread: one wake-up from afar.
             if let Some((_, Some(stats))) = seen.named("console-woken") {
-                if stats.poll_stats.as_ref().is_some_and(|p| p.polls == 1) {
+                if stats
+                    .poll_stats
+                    .as_ref()
+                    .is_some_and(|p| p.polls == 1 && p.last_poll_ended.is_some())
+                {
                     if let Some(promise) = promise.take() {
                         held_while_waiting =
                             Some(stats.waker_clones as i64 - stats.waker_drops as i64);
