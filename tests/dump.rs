@@ -230,6 +230,38 @@ fn running_queued_and_woken_tasks() {
     });
 }
 
+/// A task woken during its own poll (a yield, a wake-up from another
+/// thread meanwhile) is queued once the poll returns, and the dump says
+/// so: `waiting` is only for a task that waits for a wake-up (X8, O1).
+#[test]
+fn a_task_woken_during_its_poll_is_queued_after_it() {
+    gdex::enable_task_dump();
+    watchdog(
+        "a_task_woken_during_its_poll_is_queued_after_it",
+        30,
+        || {
+            let pool = ThreadPool::builder().workers(1).build().unwrap();
+            let scheduler = pool.scheduler();
+            let seen = Arc::new(std::sync::Mutex::new(None));
+            let task = {
+                let scheduler = scheduler.clone();
+                let seen = seen.clone();
+                scheduler.clone().spawn_named("dump-yields", async move {
+                    // Queued before the yield's wake-up: it runs next (P3),
+                    // while this task is queued behind it.
+                    let observer = scheduler.spawn(async move {
+                        *seen.lock().unwrap() = find("dump-yields").map(|t| t.state());
+                    });
+                    gdex::yield_now().await;
+                    observer.await.unwrap();
+                })
+            };
+            gdex::block_on(task).unwrap();
+            assert_eq!(*seen.lock().unwrap(), Some(TaskState::Queued));
+        },
+    );
+}
+
 /// Main-thread tasks, group members and fibers are tracked too, each with
 /// the line of its spawn (through `TaskGroup::spawn`, not inside gdex) and
 /// its kind of scheduler.

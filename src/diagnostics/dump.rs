@@ -59,7 +59,7 @@ pub enum TaskState {
 impl TaskState {
     fn from_u8(v: u8) -> TaskState {
         match v {
-            record::RUNNING => TaskState::Running,
+            record::RUNNING | record::RUNNING_WOKEN => TaskState::Running,
             record::WAITING => TaskState::Waiting,
             _ => TaskState::Queued,
         }
@@ -149,9 +149,11 @@ impl TaskDump {
 
 /// Every live tracked task (X8): its id, its name, where it was spawned, its
 /// scheduler, the thread of its last poll, whether it is queued, running or
-/// waiting, and how long since its last poll. Empty, and saying how to turn
-/// tracking on, unless `GDEX_TASK_DUMP=1` or [`enable_task_dump`] turned it
-/// on before the tasks were spawned.
+/// waiting, and how long since its last poll. Without `GDEX_TASK_DUMP=1`
+/// or [`enable_task_dump`] (which track the tasks spawned after it), only
+/// the tasks another view tracks (a Sysprof capture, a `tracing`
+/// subscriber that takes their spans; O1) are listed; with none, the dump
+/// is empty and says how to turn tracking on.
 pub fn dump() -> TaskDump {
     let enabled = record::dump_on() || super::views::want_every_task();
     let entries = record::entries();

@@ -79,6 +79,8 @@ pub(crate) struct Spawn {
 pub(crate) const QUEUED: u8 = 0;
 pub(crate) const RUNNING: u8 = 1;
 pub(crate) const WAITING: u8 = 2;
+/// Running, and woken meanwhile: queued again once the poll returns.
+pub(crate) const RUNNING_WOKEN: u8 = 3;
 
 /// One tracked task's record: everything the views tell of it.
 pub(crate) struct Entry {
@@ -100,9 +102,11 @@ pub(crate) struct Entry {
     pub(crate) last_thread: AtomicU64,
     /// The thread of the last poll.
     pub(crate) thread: Mutex<Option<Arc<str>>>,
-    /// The waker handed to the task's future: marks the entry queued, then
-    /// wakes the task's own waker (kept with it, to be reused while the
-    /// task's waker does not change).
+    /// What the waker handed to the task's future wakes (a
+    /// `tracking::Marking`, kept as `Any`: this module is below
+    /// `tracking`): marks the entry queued, then wakes the task's own
+    /// waker (kept with it, to be reused while the task's waker does not
+    /// change).
     pub(crate) waker: Mutex<Option<(Waker, Arc<dyn std::any::Any + Send + Sync>)>>,
     /// A word the task core keeps here for the task: its record in a
     /// registry of idle tasks (S9), for which its block has no room beside
@@ -113,6 +117,27 @@ pub(crate) struct Entry {
     pub(crate) span: ::tracing::Span,
 }
 
+/// The span closes with the record's last reader, which is not always the
+/// task's end ([`forget`](super::tracking::forget)): a waker, the dump or
+/// the watchdog may hold the record a moment longer, on another thread. A
+/// subscriber's panic in `on_close` goes to the panic handler (X5) there
+/// too, instead of unwinding into that reader (a wake-up, async-task's
+/// abort).
+#[cfg(feature = "tracing")]
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let span = std::mem::replace(&mut self.span, ::tracing::Span::none());
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(span)));
+        if let Err(payload) = closed {
+            super::panic::report(
+                super::panic::PanicSource::Drop,
+                crate::error::panic_message(&*payload),
+            );
+            super::panic::drop_payload(payload);
+        }
+    }
+}
+
 impl Entry {
     /// "#7 "fetch" (fiber)": the task as every view names it.
     pub(crate) fn describe(&self) -> String {
@@ -121,6 +146,13 @@ impl Entry {
             None => String::new(),
         };
         format!("#{}{} ({})", self.id, name, self.kind.as_str())
+    }
+
+    /// When its last poll began, if it was ever polled: the start of the
+    /// poll a stall report is about, as the poll's own views tell it.
+    pub(crate) fn poll_began(&self) -> Option<Instant> {
+        let last = self.last_poll.load(Ordering::Relaxed);
+        (last > 0).then(|| self.spawned + std::time::Duration::from_nanos(last))
     }
 }
 

@@ -544,6 +544,9 @@ impl Monitor {
             track.reported = true;
             let name = runner.name.lock().unpoisoned().clone();
             let entry = runner.entry.lock().unpoisoned().clone();
+            // A tracked task's record knows when the stuck poll began; the
+            // watchdog only when it first saw it (up to a tick later).
+            let began = entry.as_ref().and_then(|e| e.poll_began());
             let task = match (entry, name) {
                 // A tracked task (O1): as the dump names it.
                 (Some(entry), _) => {
@@ -577,7 +580,7 @@ impl Monitor {
             );
             // A view's panic (a `tracing` subscriber's) must not take the
             // watchdog down: the report still goes out below.
-            let since = track.since.unwrap_or(now);
+            let since = began.unwrap_or(track.since.unwrap_or(now));
             let viewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 super::views::stall(&runner.label, &task, since, &report)
             }));

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
-use super::record::{self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, TRACKING, UNDECIDED, WAITING};
+use super::record::{
+    self, Entry, Spawn, OFF, ON, QUEUED, RUNNING, RUNNING_WOKEN, TRACKING, UNDECIDED, WAITING,
+};
 use super::views;
 use crate::util::Unpoisoned;
 
@@ -176,9 +178,11 @@ pub(crate) fn poll<T>(
     let Some(entry) = record::entry(track) else {
         return poll(waker);
     };
-    let marking = begin_poll(&entry, waker);
-    let ours = borrowed(&marking);
+    // The poll's start, as the record keeps it (`last_poll`) and every view
+    // tells it (a poll's mark, a stall's).
     let started = Instant::now();
+    let marking = begin_poll(&entry, waker, started);
+    let ours = marking.lend();
     let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _named = super::stall::polling_entry(&entry);
         #[cfg(feature = "tracing")]
@@ -191,13 +195,12 @@ pub(crate) fn poll<T>(
     polled
 }
 
-/// A poll of a tracked task begins: gives the waker to poll it with (the
-/// task's own, which the entry keeps while the task's waker does not
-/// change).
-fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
+/// A poll of a tracked task begins at `started`: gives the waker to poll
+/// it with.
+fn begin_poll(entry: &Arc<Entry>, waker: &Waker, started: Instant) -> Arc<Marking> {
     entry.state.store(RUNNING, Ordering::Release);
     entry.polls.fetch_add(1, Ordering::Relaxed);
-    let since = entry.spawned.elapsed().as_nanos().max(1) as u64;
+    let since = started.duration_since(entry.spawned).as_nanos().max(1) as u64;
     entry.last_poll.store(since, Ordering::Relaxed);
     let number = record::thread_number();
     if entry.last_thread.swap(number, Ordering::Relaxed) != number {
@@ -219,8 +222,6 @@ fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
     let ours = Arc::new(Marking {
         entry: Arc::downgrade(entry),
         inner: waker.clone(),
-        #[cfg(feature = "console")]
-        span: entry.span.id().map(|id| id.into_u64()),
     });
     let old = cached.replace((waker.clone(), ours.clone()));
     drop(cached);
@@ -233,56 +234,87 @@ fn begin_poll(entry: &Arc<Entry>, waker: &Waker) -> Arc<Marking> {
 fn end_poll(entry: &Entry, pending: bool, started: Instant, took: Duration) {
     let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
     entry.busy.fetch_add(nanos, Ordering::Relaxed);
-    let _ = entry.state.compare_exchange(
-        RUNNING,
-        if pending { WAITING } else { QUEUED },
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
+    // Pending: waiting for a wake-up, unless one came during the poll (a
+    // yield), which queued the task again.
+    let _ = entry
+        .state
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| match state {
+            RUNNING if pending => Some(WAITING),
+            RUNNING | RUNNING_WOKEN => Some(QUEUED),
+            _ => None,
+        });
     views::poll_ended(entry, started, took);
 }
 
 /// The waker a tracked task's future gets: marks its entry queued, and
-/// tells the views of the wake-up. A waker of its own (not `std`'s `Wake`)
-/// so that its clones and drops can be told too: tokio-console counts a
-/// task's live wakers as clones less drops, and warns of a lost waker
-/// when none is left (feature `console`). The poll's own waker is
-/// borrowed ([`borrowed`]), as tokio's is, and counts for nothing.
-struct Marking {
+/// tells the views of the wake-up.
+///
+/// Its waker is made by hand ([`MARKING`]) so that the views can count the
+/// wakers the future holds (tokio-console's `waker.clone` and
+/// `waker.drop`, feature `console`): gdex itself keeps the `Marking` as an
+/// `Arc` (in the entry, for the next poll) and lends the future a waker
+/// that holds no count of its own ([`Marking::lend`]), so that only the
+/// future's clones and their drops are counted.
+pub(crate) struct Marking {
     entry: std::sync::Weak<Entry>,
     inner: Waker,
-    /// The id of the task's span, for the console's waker events.
-    #[cfg(feature = "console")]
-    span: Option<u64>,
 }
 
 impl Marking {
+    /// The waker to poll the task with: it borrows this `Arc`'s count (the
+    /// caller keeps the `Arc` for the whole poll) and is never dropped, so
+    /// lending it is not a clone the views count.
+    fn lend(self: &Arc<Self>) -> std::mem::ManuallyDrop<Waker> {
+        let data = Arc::as_ptr(self).cast::<()>();
+        // SAFETY: `data` is an `Arc<Marking>`'s, as MARKING's functions
+        // expect; the waker is never dropped (ManuallyDrop), so it gives
+        // back no count it did not take, and the caller's `Arc` keeps the
+        // `Marking` alive while it is used (a clone the future keeps takes
+        // a count of its own).
+        std::mem::ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(data, &MARKING)) })
+    }
+
     fn mark(&self, by_ref: bool) {
         if let Some(entry) = self.entry.upgrade() {
-            // A wake during the poll leaves it running; the poll's end then
-            // makes it waiting, and the scheduler polls it again anyway.
-            let _ =
-                entry
-                    .state
-                    .compare_exchange(WAITING, QUEUED, Ordering::AcqRel, Ordering::Acquire);
+            // A wake during the poll leaves it running, and marks it woken:
+            // the poll's end then makes it queued, not waiting.
+            let _ = entry
+                .state
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| match state {
+                    WAITING => Some(QUEUED),
+                    RUNNING => Some(RUNNING_WOKEN),
+                    _ => None,
+                });
             let polled_on = entry.last_thread.load(Ordering::Relaxed);
             let elsewhere = polled_on != 0 && polled_on != record::thread_number();
             views::woken(&entry, elsewhere, by_ref);
         }
     }
+
+    /// The future cloned its waker (`cloned`) or dropped a clone.
+    #[inline]
+    fn counted(&self, cloned: bool) {
+        #[cfg(feature = "console")]
+        if views::spans::waker_ops() {
+            if let Some(entry) = self.entry.upgrade() {
+                views::waker_counted(&entry, cloned);
+            }
+        }
+        let _ = cloned;
+    }
 }
 
-/// The poll's waker of `marking`: it owns no count of its own, and is
-/// never dropped (the caller keeps `marking` for the poll).
-fn borrowed(marking: &Arc<Marking>) -> std::mem::ManuallyDrop<Waker> {
-    let raw = RawWaker::new(Arc::as_ptr(marking).cast(), &MARKING);
-    // SAFETY: MARKING's functions take `data` as a `*const Marking` of an
-    // `Arc`, which `marking` is; this waker is never dropped, so it gives
-    // back no count it does not own, and its clones take counts of their
-    // own.
-    std::mem::ManuallyDrop::new(unsafe { Waker::from_raw(raw) })
-}
+// A waker is shared across threads (it is `Send + Sync`): so must its data
+// be, which the vtable below cannot check for itself (`Wake` did).
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Marking>()
+};
 
+/// The vtable of a [`Marking`]'s waker; its data is `Arc::into_raw` of
+/// the `Arc<Marking>` (or, for the lent waker, `Arc::as_ptr`). One
+/// `static`, so that `Waker::will_wake` knows two of its wakers apart only
+/// by their `Marking`.
 static MARKING: RawWakerVTable = RawWakerVTable::new(
     clone_marking,
     wake_marking,
@@ -290,43 +322,41 @@ static MARKING: RawWakerVTable = RawWakerVTable::new(
     drop_marking,
 );
 
-/// Clones a waker of a `Marking`: one more count on its `Arc`.
+/// # Safety
+/// `data` points at a live `Marking` of an `Arc` (see [`MARKING`]).
 unsafe fn clone_marking(data: *const ()) -> RawWaker {
-    let marking = data.cast::<Marking>();
-    // SAFETY: `data` is a live `Arc<Marking>`'s pointer (every waker of
-    // MARKING holds a count, or borrows one its poll keeps).
-    #[cfg(feature = "console")]
-    views::waker_cloned(unsafe { (*marking).span });
-    // SAFETY: as above; the new waker owns the new count.
-    unsafe { Arc::increment_strong_count(marking) };
+    // SAFETY: `data` is a live `Arc<Marking>`'s (the waker being cloned
+    // holds it alive); the new waker owns the count taken here.
+    unsafe { Arc::increment_strong_count(data.cast::<Marking>()) };
+    // SAFETY: as above.
+    unsafe { &*data.cast::<Marking>() }.counted(true);
     RawWaker::new(data, &MARKING)
 }
 
-/// Wakes by value: the waker's count is given back, with no drop event
-/// (the console counts a wake by value as a drop).
+/// # Safety
+/// `data` is a count of an `Arc<Marking>` this waker owns.
 unsafe fn wake_marking(data: *const ()) {
-    // SAFETY: this waker owns one count of the `Arc` (a borrowed one is
-    // never woken by value: `Waker::wake` takes an owned waker, and the
-    // borrowed one is only lent as `&Waker`).
+    // SAFETY: a wake by value gives the waker's count up: taken back here
+    // and dropped at the end (the console counts the wake as the drop).
     let marking = unsafe { Arc::from_raw(data.cast::<Marking>()) };
     marking.mark(false);
     marking.inner.wake_by_ref();
 }
 
+/// # Safety
+/// `data` points at a live `Marking` of an `Arc`.
 unsafe fn wake_marking_by_ref(data: *const ()) {
-    // SAFETY: `data` is a live `Arc<Marking>`'s pointer, as in `clone_marking`.
+    // SAFETY: the waker being woken keeps the `Arc` alive meanwhile.
     let marking = unsafe { &*data.cast::<Marking>() };
     marking.mark(true);
     marking.inner.wake_by_ref();
 }
 
-/// Drops a waker: gives its count back.
+/// # Safety
+/// `data` is a count of an `Arc<Marking>` this waker owns.
 unsafe fn drop_marking(data: *const ()) {
-    let marking = data.cast::<Marking>();
-    // SAFETY: `data` is a live `Arc<Marking>`'s pointer, as in `clone_marking`.
-    #[cfg(feature = "console")]
-    views::waker_dropped(unsafe { (*marking).span });
-    // SAFETY: this waker owned one count (the borrowed one is never
-    // dropped).
-    drop(unsafe { Arc::from_raw(marking) });
+    // SAFETY: the waker's own count, given up with it. (The lent waker is
+    // never dropped.)
+    let marking = unsafe { Arc::from_raw(data.cast::<Marking>()) };
+    marking.counted(false);
 }

@@ -187,6 +187,31 @@ pub fn run_child(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Drained while the child runs: a child that writes more than a pipe
+    // holds (panic backtraces, with RUST_BACKTRACE set) would otherwise
+    // block on its write, and look hung.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                use std::io::Read;
+                let _ = pipe.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -199,14 +224,10 @@ pub fn run_child(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let mut out = String::new();
-    use std::io::Read;
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
+    // The pipes close when the child (and anything it left running that
+    // holds them) is gone.
+    let mut out = stdout.join().unwrap_or_default();
+    out.push_str(&stderr.join().unwrap_or_default());
     (status, out)
 }
 

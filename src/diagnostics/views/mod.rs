@@ -46,35 +46,41 @@ pub(crate) fn poll_ended(entry: &Entry, started: Instant, took: Duration) {
 
 /// A tracked task was woken: `elsewhere` if not on the thread of its last
 /// poll, `by_ref` if its waker was kept.
+///
+/// This runs inside the task's waker, wherever it is woken: async-task
+/// aborts the process if a wake unwinds (it wakes the task awaiting a
+/// finished one), a GLib callback cannot unwind, and the task must still
+/// get its wake-up. So a view's panic (a `tracing` subscriber's) goes to
+/// the panic handler (X5) instead.
 #[inline]
 pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     #[cfg(feature = "tracing")]
-    spans::woken(entry, elsewhere, by_ref);
+    contained(super::panic::PanicSource::Waker, || {
+        spans::woken(entry, elsewhere, by_ref)
+    });
     let _ = (entry, elsewhere, by_ref);
 }
 
-/// A tracked task's waker was cloned (feature `console`: the console
-/// counts a task's live wakers).
+/// The future of a tracked task cloned the waker it got (`cloned`), or
+/// dropped a clone: tokio-console counts the wakers a task holds (feature
+/// `console`). Inside the waker, like [`woken`].
 #[cfg(feature = "console")]
-#[inline]
-pub(crate) fn waker_cloned(span: Option<u64>) {
-    spans::waker_op(span, "waker.clone");
+pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
+    contained(super::panic::PanicSource::Waker, || {
+        spans::waker_counted(entry, cloned)
+    });
 }
 
-/// A tracked task's waker was dropped (feature `console`). In a
-/// destructor: a subscriber's panic goes to the panic handler (X5).
-#[cfg(feature = "console")]
+/// Runs a view's `show`, called from gdex's own machinery (a waker, a
+/// worker's loop), where an unwinding panic would abort the process or
+/// leave that machinery half done: a panic there (a `tracing`
+/// subscriber's) goes to the panic handler as `source` (X5).
+#[cfg(feature = "tracing")]
 #[inline]
-pub(crate) fn waker_dropped(span: Option<u64>) {
-    if span.is_none() {
-        return;
-    }
-    let told = std::panic::catch_unwind(|| spans::waker_op(span, "waker.drop"));
-    if let Err(payload) = told {
-        super::panic::report(
-            super::panic::PanicSource::Waker,
-            crate::error::panic_message(&*payload),
-        );
+fn contained(source: super::panic::PanicSource, show: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(show)) {
+        super::panic::report(source, crate::error::panic_message(&*payload));
+        super::panic::drop_payload(payload);
     }
 }
 
@@ -163,9 +169,13 @@ fn worker_event(figures: impl FnOnce() -> WorkerFigures, event: WorkerEvent) {
 #[cold]
 #[inline(never)]
 fn worker_event_cold(figures: WorkerFigures, event: WorkerEvent, traced: bool, charted: bool) {
+    // In the worker's loop: a subscriber's panic must not unwind out of it
+    // (a steal's would drop the job just stolen: a task lost, cancelled).
     #[cfg(feature = "tracing")]
     if traced {
-        spans::worker_event(&figures, event);
+        contained(super::panic::PanicSource::Source, || {
+            spans::worker_event(&figures, event)
+        });
     }
     #[cfg(feature = "sysprof")]
     if charted {

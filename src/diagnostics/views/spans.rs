@@ -11,7 +11,13 @@
 //! - `gdex::stall`: a `debug` event for each stall the watchdog reports
 //!   (X4).
 //! - `runtime::waker` (feature `console`): tokio-console's waker events,
-//!   one per wake-up of a tracked task.
+//!   one per wake-up of a tracked task and per clone or drop of the waker
+//!   its future got (the console counts a task's wakers by them).
+//!
+//! Whether an event is wanted is asked as an event (`enabled!` with kind
+//! `EVENT`): a filter may take the events of a target and not the hint
+//! that is `enabled!`'s default kind (console-subscriber's own filter
+//! does just that).
 //!
 //! A task's span has no parent: a task spawned inside another's poll is
 //! not part of that poll.
@@ -80,10 +86,25 @@ pub(crate) fn woken(entry: &Entry, elsewhere: bool, by_ref: bool) {
     let _ = by_ref;
 }
 
-/// tokio-console's waker event `op` for the task of span `span`.
+/// Does a subscriber take tokio-console's waker events?
 #[cfg(feature = "console")]
-pub(crate) fn waker_op(span: Option<u64>, op: &'static str) {
-    if let Some(id) = span {
+#[inline]
+pub(crate) fn waker_ops() -> bool {
+    tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "runtime::waker",
+        tracing::Level::TRACE
+    )
+}
+
+/// tokio-console's event for a clone of a tracked task's waker, or the
+/// drop of one: with the wakes (a wake by value counts as a drop), what the
+/// console counts a task's wakers by.
+#[cfg(feature = "console")]
+pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
+    if let Some(span) = entry.span.id() {
+        let op = if cloned { "waker.clone" } else { "waker.drop" };
+        let id = span.into_u64();
         tracing::trace!(target: "runtime::waker", op, task.id = id);
     }
 }
@@ -91,7 +112,11 @@ pub(crate) fn waker_op(span: Option<u64>, op: &'static str) {
 /// Does a subscriber take the pool workers' events?
 #[inline]
 pub(crate) fn worker_events() -> bool {
-    tracing::enabled!(target: "gdex::worker", tracing::Level::TRACE)
+    tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "gdex::worker",
+        tracing::Level::TRACE
+    )
 }
 
 pub(crate) fn worker_event(figures: &super::WorkerFigures, event: WorkerEvent) {
@@ -127,7 +152,11 @@ pub(crate) fn stall(runner: &str, task: &str, stuck_for: Duration) {
 /// subscriber takes fibers' events.
 #[inline]
 pub(crate) fn fiber_waits() -> Option<std::time::Instant> {
-    if !tracing::enabled!(target: "gdex::fiber", tracing::Level::TRACE) {
+    if !tracing::enabled!(
+        kind: tracing::metadata::Kind::EVENT,
+        target: "gdex::fiber",
+        tracing::Level::TRACE
+    ) {
         return None;
     }
     tracing::trace!(target: "gdex::fiber", "waits");

@@ -222,9 +222,18 @@ fn now_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// Sysprof's time of `instant`.
+/// Sysprof's time of `instant`. Both read `CLOCK_MONOTONIC`, so one pair
+/// of readings, taken once, maps every instant: the same instant always
+/// gets the same time, so two marks of one moment (a poll's start, and its
+/// stall's) begin together, and their order is the instants' own.
 fn time_of(instant: Instant) -> i64 {
-    now_ns() - nanos(instant.elapsed())
+    static ANCHOR: OnceLock<(Instant, i64)> = OnceLock::new();
+    let &(at, ns) = ANCHOR.get_or_init(|| (Instant::now(), now_ns()));
+    if instant >= at {
+        ns.saturating_add(nanos(instant - at))
+    } else {
+        ns.saturating_sub(nanos(at - instant))
+    }
 }
 
 fn nanos(duration: Duration) -> i64 {
