@@ -472,6 +472,28 @@ fn without_sysprof_nothing_is_tracked() {
     common::child_passes("child_no_sysprof", &[], 60);
 }
 
+/// A `SYSPROF_TRACE_FD` that names no descriptor gdex may write a capture
+/// to (garbage, or stdin, stdout, stderr: libsysprof-capture would take 2
+/// and write the binary capture among the app's messages) is refused with
+/// a warning that names it, and nothing is tracked (O1).
+#[cfg(feature = "sysprof")]
+#[test]
+fn a_trace_fd_that_is_no_capture_is_refused() {
+    for named in ["2", "1", "abc", ""] {
+        let out = common::child_passes("child_no_sysprof", &[("SYSPROF_TRACE_FD", named)], 60);
+        assert!(
+            out.contains(&format!(
+                "SYSPROF_TRACE_FD=\"{named}\" is not a file descriptor above 2"
+            )),
+            "{named:?}: {out}"
+        );
+        assert!(
+            !out.contains('\u{fffd}'),
+            "{named:?}: no binary capture among the messages: {out}"
+        );
+    }
+}
+
 #[cfg(feature = "tracing")]
 mod recorded {
     //! A subscriber for the whole process that records gdex's spans and

@@ -147,7 +147,21 @@ fn sink() -> Option<&'static Sink> {
 
 #[cold]
 fn open() -> Option<Sink> {
-    if std::env::var_os("SYSPROF_TRACE_FD").is_some() {
+    if let Some(named) = std::env::var_os("SYSPROF_TRACE_FD") {
+        // libsysprof-capture takes 2 (stderr) as well, and would write the
+        // binary capture among the app's messages.
+        let fd = named
+            .to_str()
+            .and_then(|text| text.trim().parse::<i32>().ok());
+        if !fd.is_some_and(|fd| fd > 2) {
+            glib::g_warning!(
+                "gdex",
+                "SYSPROF_TRACE_FD={:?} is not a file descriptor above 2 (stdin, stdout and \
+                 stderr are no captures); gdex writes no Sysprof marks there",
+                named
+            );
+            return open_collector();
+        }
         // SAFETY: reads the environment variable and dups the descriptor it
         // names; 0 asks for the default buffer size. Null if it is not a
         // descriptor number.
@@ -170,6 +184,11 @@ fn open() -> Option<Sink> {
             ),
         }
     }
+    open_collector()
+}
+
+/// The collector, if Sysprof gave the process its control socket.
+fn open_collector() -> Option<Sink> {
     if std::env::var_os("SYSPROF_CONTROL_FD").is_some() {
         // SAFETY: initialises the collector once (it is idempotent), then
         // asks whether this thread got a ring buffer from Sysprof.
