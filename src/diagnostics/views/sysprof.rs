@@ -153,7 +153,7 @@ fn open() -> Option<Sink> {
         let fd = named
             .to_str()
             .and_then(|text| text.trim().parse::<i32>().ok());
-        if !fd.is_some_and(|fd| fd > 2) {
+        if fd.is_none_or(|fd| fd <= 2) {
             glib::g_warning!(
                 "gdex",
                 "SYSPROF_TRACE_FD={:?} is not a file descriptor above 2 (stdin, stdout and \
