@@ -206,6 +206,26 @@ impl From<glib::Error> for Error {
 
 const PANICKED: &str = "the task panicked: ";
 
+/// A glib-rs task's [`glib::JoinError`] (from awaiting the `JoinHandle` of
+/// `glib::spawn_future_local` or `MainContext::spawn`): a task glib-rs
+/// cancelled is [`Error::Cancelled`], one that panicked
+/// [`Error::Panicked`] with its message. So a glib-rs handle awaits in a
+/// fiber, or with `?`, as a gdex `Task` does.
+///
+/// ```
+/// let handle = glib::MainContext::default().spawn_local(async { panic!("on purpose") });
+/// let err: gdex::Error = gdex::block_on(handle).unwrap_err().into();
+/// assert!(matches!(err, gdex::Error::Panicked(message) if message == "on purpose"));
+/// ```
+impl From<glib::JoinError> for Error {
+    fn from(err: glib::JoinError) -> Self {
+        match err.try_into_panic() {
+            Ok(payload) => Error::Panicked(panic_message(&*payload)),
+            Err(_) => Error::Cancelled,
+        }
+    }
+}
+
 /// A `futures` oneshot whose sender was dropped: the other side of the
 /// channel is gone, which gdex calls [`Error::Closed`].
 impl From<futures::channel::oneshot::Canceled> for Error {

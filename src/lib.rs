@@ -135,6 +135,8 @@ mod future;
 mod interop;
 #[doc = include_str!("../docs/libdex.md")]
 pub mod libdex {}
+#[doc = include_str!("../docs/migrating.md")]
+pub mod migrating {}
 mod pool;
 mod scheduler;
 mod source;

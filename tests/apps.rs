@@ -1,8 +1,10 @@
 //! X9 in real windows: the GTK apps of `examples/`, each driven under a
-//! private Xvfb (feature `gtk`). One binary for both, since each runs its
-//! app as a child process.
+//! private Xvfb (feature `gtk`), and a window's frames beside glib-rs's
+//! executor (X3, S11). One binary for all, since each runs its app or
+//! window as a child process.
 
 mod common;
 
+mod frames;
 mod gtk_demo;
 mod search;

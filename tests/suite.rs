@@ -23,6 +23,7 @@ mod fibers;
 mod group;
 mod interop;
 mod limiter;
+mod mixed_executors;
 mod pool;
 mod random_programs;
 mod schedulers;
