@@ -1,4 +1,5 @@
-//! X9 in real windows: the GTK apps of `examples/`, each driven under a
+//! X9 in real windows: the GTK apps of `examples/` (the demo, the search
+//! app, the gtk-rs book's main-loop scenarios), each driven under a
 //! private Xvfb (feature `gtk`), and a window's frames beside glib-rs's
 //! executor (X3, S11). One binary for all, since each runs its app or
 //! window as a child process.
@@ -7,4 +8,5 @@ mod common;
 
 mod frames;
 mod gtk_demo;
+mod main_loop;
 mod search;

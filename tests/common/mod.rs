@@ -569,10 +569,22 @@ pub fn example_exe(name: &str) -> std::path::PathBuf {
         .unwrap()
         .join("examples")
         .join(name);
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{name}.rs"));
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    // One file, or a directory of them (`examples/<name>/main.rs` and its
+    // modules): the newest counts.
+    let sources: Vec<_> = match std::fs::read_dir(examples.join(name)) {
+        Ok(dir) => dir.flatten().map(|e| e.path()).collect(),
+        Err(_) => vec![examples.join(format!("{name}.rs"))],
+    };
+    let newest_source = sources.iter().filter_map(|s| modified(s)).max();
     assert!(
-        modified(&exe) >= modified(&source),
+        newest_source.is_some(),
+        "no source for the example {name} under {}",
+        examples.display()
+    );
+    assert!(
+        modified(&exe) >= newest_source,
         "{} is missing or older than its source: a plain `cargo test` builds the examples; \
          with a filter, build it first (`cargo build --example {name}`)",
         exe.display()
