@@ -368,6 +368,9 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
     })
     .await?;
     let spun = ui.spinner_frames.get() - frames_before;
+    check(spun >= 3, || {
+        format!("the window drew {spun} frames while the pool computed")
+    })?;
     let shown = ui.compute.label.text();
     check(shown.starts_with("78498 primes below 1000000"), || {
         format!("the compute row shows {shown:?}")
