@@ -207,10 +207,13 @@ impl From<glib::Error> for Error {
 const PANICKED: &str = "the task panicked: ";
 
 /// A glib-rs task's [`glib::JoinError`] (from awaiting the `JoinHandle` of
-/// `glib::spawn_future_local` or `MainContext::spawn`): a task glib-rs
-/// cancelled is [`Error::Cancelled`], one that panicked
-/// [`Error::Panicked`] with its message. So a glib-rs handle awaits in a
-/// fiber, or with `?`, as a gdex `Task` does.
+/// `glib::spawn_future_local` or `MainContext::spawn`): one that panicked
+/// is [`Error::Panicked`] with its message; any other is
+/// [`Error::Cancelled`]. So a glib-rs handle awaits in a fiber, or with
+/// `?`, as a gdex `Task` does.
+///
+/// An aborted glib-rs task (`JoinHandle::abort`) gives no `JoinError`:
+/// its handle never resolves (docs/migrating.md).
 ///
 /// ```
 /// let handle = glib::MainContext::default().spawn_local(async { panic!("on purpose") });

@@ -124,7 +124,12 @@ fn a_glib_rs_task_makes_progress_under_a_flood_of_gdex_main_tasks() {
                 }
             });
             let main = glib::MainContext::default();
-            pump_until(&main, || ticks.get() == 50);
+            assert!(
+                common::pump_for(&main, std::time::Duration::from_secs(20), || ticks.get()
+                    == 50),
+                "the glib-rs task ticked {} of 50 times under the gdex flood",
+                ticks.get()
+            );
             assert!(flood.turns.get() > 0, "the gdex flood never ran");
         })
     });
@@ -149,7 +154,13 @@ fn a_gdex_main_task_makes_progress_under_a_flood_of_glib_rs_tasks() {
             });
             let main = glib::MainContext::default();
             let before = flood.turns.get();
-            pump_until(&main, || done.get() == 20);
+            // Bounded: without S11 this would wait forever.
+            assert!(
+                common::pump_for(&main, std::time::Duration::from_secs(20), || done.get()
+                    == 20),
+                "the gdex task got {} of its 20 turns under the glib-rs flood",
+                done.get()
+            );
             assert!(
                 flood.turns.get() > before,
                 "the glib-rs flood stopped running"

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Serves the protocol (see the module docs) on `listener`, telling
 /// `event` what happens (`HELLO`, `SLOW`, `SLOW closed`, `SLOW answered`,
-/// `STATUS`).
+/// and `STATUS <state>`: what a `STATUS` answered).
 pub fn serve(listener: std::net::TcpListener, event: impl Fn(&str) + Send + Sync + 'static) {
     // The state of the last SLOW connection: open, closed by its client,
     // or answered.
@@ -56,12 +56,14 @@ pub fn serve(listener: std::net::TcpListener, event: impl Fn(&str) + Send + Sync
                     }
                 }
                 "STATUS" => {
-                    event("STATUS");
                     let (state, changed) = &*slow;
                     let guard = state.lock().unwrap();
                     let (guard, _) = changed
                         .wait_timeout_while(guard, Duration::from_secs(5), |s| *s == "open")
                         .unwrap();
+                    // What the answer says, while the client still waits
+                    // for it (so not closed by its exit).
+                    event(&format!("STATUS {}", *guard));
                     let _ = match *guard {
                         "closed" => {
                             writeln!(writer, "the request's connection was closed by the app")
