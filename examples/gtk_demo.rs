@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 use gtk::prelude::*;
 use gtk4 as gtk;
 
+#[path = "shared/selftest.rs"]
+mod selftest;
+use selftest::{check, save_screenshot, until};
+
 /// Tasks per run.
 const TOTAL: usize = 4000;
 
@@ -278,26 +282,6 @@ fn show_dialog(ui: &Rc<Ui>, message: &str) {
     ui.dialogs.set(ui.dialogs.get() + 1);
 }
 
-/// Waits (on the main loop) until `done()` holds, or fails after 30 s.
-async fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        gdex::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(())
-}
-
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-    if ok {
-        Ok(())
-    } else {
-        Err(what())
-    }
-}
-
 /// Clicks through the app and checks what it shows.
 async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, String> {
     until("the window to be drawn", || ui.spinner_frames.get() > 2).await?;
@@ -356,18 +340,4 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
         "cancelled_at={at_cancel} total={TOTAL} spinner_frames={spun} dialogs={}",
         ui.dialogs.get()
     ))
-}
-
-/// Renders the window with its own renderer and saves it as a PNG.
-fn save_screenshot(window: &gtk::ApplicationWindow, path: &std::path::Path) -> Result<(), String> {
-    let (width, height) = (window.width() as f64, window.height() as f64);
-    let paintable = gtk::WidgetPaintable::new(Some(window));
-    let snapshot = gtk::Snapshot::new();
-    paintable.snapshot(&snapshot, width, height);
-    let node = snapshot.to_node().ok_or("the window drew nothing")?;
-    let renderer = window.renderer().ok_or("the window has no renderer")?;
-    let texture = renderer.render_texture(&node, None);
-    texture
-        .save_to_png(path)
-        .map_err(|e| format!("saving {}: {e}", path.display()))
 }

@@ -40,6 +40,10 @@ use std::time::{Duration, Instant};
 use gtk::prelude::*;
 use gtk4 as gtk;
 
+#[path = "shared/selftest.rs"]
+mod selftest;
+use selftest::save_screenshot;
+
 fn num_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -768,17 +772,4 @@ async fn self_test(app: &Rc<App>, screenshot: &Path) -> Result<String, String> {
         (finished - started).as_secs_f64() * 1e3,
         idle_p99,
     ))
-}
-
-fn save_screenshot(window: &gtk::ApplicationWindow, path: &Path) -> Result<(), String> {
-    let (width, height) = (window.width() as f64, window.height() as f64);
-    let paintable = gtk::WidgetPaintable::new(Some(window));
-    let snapshot = gtk::Snapshot::new();
-    paintable.snapshot(&snapshot, width, height);
-    let node = snapshot.to_node().ok_or("the window drew nothing")?;
-    let renderer = window.renderer().ok_or("the window has no renderer")?;
-    renderer
-        .render_texture(&node, None)
-        .save_to_png(path)
-        .map_err(|e| format!("saving {}: {e}", path.display()))
 }

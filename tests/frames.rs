@@ -13,13 +13,10 @@
 use crate::common;
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::{is_child, run_child, watchdog, Xvfb};
+use common::{is_child, run_child, watchdog, yield_once, Xvfb};
 use gtk::prelude::*;
 use gtk4 as gtk;
 
@@ -30,20 +27,6 @@ struct Figures {
     worst_gap_ms: f64,
     /// Turns of the task of the other executor than the flood's.
     other_turns: u64,
-}
-
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
 }
 
 const PHASE: Duration = Duration::from_millis(1500);
@@ -135,7 +118,7 @@ fn child_frames_beside_both_executors() {
         glib::spawn_future_local(async move {
             while !stop.get() {
                 common::spin(Duration::from_micros(20));
-                YieldOnce(false).await;
+                yield_once().await;
             }
         });
     }
@@ -174,15 +157,7 @@ fn frames_come_first_beside_glib_rs_tasks() {
     }
     watchdog("frames beside glib-rs", 120, || {
         let xvfb = Xvfb::start();
-        let (status, out) = run_child(
-            "child_frames_beside_both_executors",
-            &[
-                ("DISPLAY", xvfb.display.as_str()),
-                ("GDK_BACKEND", "x11"),
-                ("GSK_RENDERER", "cairo"),
-            ],
-            90,
-        );
+        let (status, out) = run_child("child_frames_beside_both_executors", &xvfb.gtk_env(), 90);
         // (The first follows the harness's "test ... " on its line.)
         let figures: Vec<&str> = out
             .lines()

@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use common::{watchdog, Xvfb};
 
@@ -26,13 +25,9 @@ fn the_demo_app_works_in_a_real_window() {
         let _ = std::fs::remove_file(&screenshot);
 
         let xvfb = Xvfb::start();
-        let out = Command::new(&demo)
-            .env("DISPLAY", &xvfb.display)
-            .env("GDK_BACKEND", "x11")
-            // Xvfb has no GPU: GTK's cairo renderer draws in software.
-            .env("GSK_RENDERER", "cairo")
+        let out = xvfb
+            .gtk_command(&demo)
             .env("GDEX_DEMO_SELFTEST", &screenshot)
-            .env_remove("WAYLAND_DISPLAY")
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -9,7 +9,6 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use common::{example_exe, watchdog, Xvfb};
@@ -36,13 +35,10 @@ fn the_main_loop_scenarios_work_in_a_real_window() {
         });
 
         let xvfb = Xvfb::start();
-        let out = Command::new(&app)
-            .env("DISPLAY", &xvfb.display)
-            .env("GDK_BACKEND", "x11")
-            .env("GSK_RENDERER", "cairo")
+        let out = xvfb
+            .gtk_command(&app)
             .env("GDEX_MAIN_LOOP_SERVER", &address)
             .env("GDEX_MAIN_LOOP_SELFTEST", &screenshot)
-            .env_remove("WAYLAND_DISPLAY")
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

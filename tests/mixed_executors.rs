@@ -12,33 +12,10 @@
 use crate::common;
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 
-use common::{on_main, pump_until, watchdog, TempDir};
+use common::{on_main, pump_until, watchdog, yield_once, TempDir};
 use gio::prelude::*;
-
-/// Yields once to whichever executor polls it: the glib-rs counterpart of
-/// `gdex::yield_now` (glib-rs has none).
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if std::mem::replace(&mut self.0, true) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-fn yield_once() -> YieldOnce {
-    YieldOnce(false)
-}
 
 /// A flood that is always ready: tasks that yield in a loop until told to
 /// stop, counting their turns and how many of them are still running.

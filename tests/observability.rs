@@ -174,6 +174,22 @@ mod capture {
     }
 }
 
+/// From a task on `scheduler`, spawns `tasks` tasks that each spin for
+/// `spin`, and waits for them all: local spawns, which fill the spawning
+/// worker's deque and bring its peers to steal (P6).
+fn local_burst(scheduler: &gdex::Scheduler, tasks: usize, spin: Duration) {
+    let inner = scheduler.clone();
+    let burst = scheduler.spawn(async move {
+        let tasks: Vec<_> = (0..tasks)
+            .map(|_| inner.spawn(async move { common::spin(spin) }))
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    gdex::block_on(burst).unwrap();
+}
+
 /// Runs the child test `name` with `SYSPROF_TRACE_FD` on a fresh temp file
 /// (inherited by the child, as Sysprof's tracefd source hands it) and the
 /// extra environment `env`; checks that it passed and gives what its
@@ -364,17 +380,7 @@ fn child_sysprof_stall() {
     }
     // A burst of local spawns, each a job longer than a slice: the
     // workers start slices with jobs queued.
-    let scheduler = pool.scheduler();
-    let inner = scheduler.clone();
-    let burst = scheduler.spawn(async move {
-        let tasks: Vec<_> = (0..200)
-            .map(|_| inner.spawn(async { common::spin(Duration::from_micros(200)) }))
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
-    gdex::block_on(burst).unwrap();
+    local_burst(&pool.scheduler(), 200, Duration::from_micros(200));
     drop(pool);
     println!("CHILD-OK");
 }
@@ -783,16 +789,7 @@ fn steals_parks_fiber_waits_and_stalls_are_events() {
         let scheduler = pool.scheduler();
         while steals() == 0 {
             common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
-            let inner = scheduler.clone();
-            let burst = scheduler.spawn(async move {
-                let tasks: Vec<_> = (0..1000)
-                    .map(|_| inner.spawn(async { common::spin(Duration::from_micros(20)) }))
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-            });
-            gdex::block_on(burst).unwrap();
+            local_burst(&scheduler, 1000, Duration::from_micros(20));
         }
         let stole = steals();
         drop(pool);

@@ -15,7 +15,6 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{watchdog, Xvfb};
 
@@ -84,16 +83,12 @@ fn run(mode: &str, root: &Path, target: &Path, xvfb: &Xvfb) -> String {
     let screenshot = target.join(format!("search-{mode}.png"));
     let results = target.join(format!("search-{mode}.txt"));
     let _ = std::fs::remove_file(&screenshot);
-    let mut command = Command::new(&app);
+    let mut command = xvfb.gtk_command(&app);
     command
         .arg(root)
-        .env("DISPLAY", &xvfb.display)
-        .env("GDK_BACKEND", "x11")
-        .env("GSK_RENDERER", "cairo")
         .env("GDEX_SEARCH_SELFTEST", &screenshot)
         .env("GDEX_SEARCH_RESULTS", &results)
-        .env("GDEX_SEARCH_QUERIES", "alpha,needle")
-        .env_remove("WAYLAND_DISPLAY");
+        .env("GDEX_SEARCH_QUERIES", "alpha,needle");
     if mode == "glib" {
         command.arg("--glib");
     } else {

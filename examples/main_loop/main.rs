@@ -32,7 +32,10 @@ use std::time::{Duration, Instant};
 use gtk::prelude::*;
 use gtk4 as gtk;
 
+#[path = "../shared/selftest.rs"]
+mod selftest;
 mod server;
+use selftest::{check, save_screenshot, until};
 
 /// The computation: primes below this, counted in chunks on the pool.
 const PRIMES_BELOW: u64 = 1_000_000;
@@ -79,14 +82,7 @@ fn build_ui(app: &gtk::Application) {
         .default_width(560)
         .build();
     let column = gtk::Box::new(gtk::Orientation::Vertical, 10);
-    for margin in [
-        gtk::Box::set_margin_top,
-        gtk::Box::set_margin_bottom,
-        gtk::Box::set_margin_start,
-        gtk::Box::set_margin_end,
-    ] {
-        margin(&column, 14);
-    }
+    pad(&column, 14);
     let spinner = gtk::Spinner::new();
     spinner.start();
     column.append(&spinner);
@@ -154,6 +150,14 @@ fn build_ui(app: &gtk::Application) {
         })
         .detach();
     }
+}
+
+/// The same margin on every side of `widget`.
+fn pad(widget: &impl IsA<gtk::Widget>, margin: i32) {
+    widget.set_margin_top(margin);
+    widget.set_margin_bottom(margin);
+    widget.set_margin_start(margin);
+    widget.set_margin_end(margin);
 }
 
 /// *Compute*: the chunks run on the pool; this task, on the main thread,
@@ -250,14 +254,7 @@ fn open_request_window(ui: &Rc<Ui>) {
         .default_width(320)
         .build();
     let label = gtk::Label::new(Some("connecting…"));
-    for margin in [
-        gtk::Label::set_margin_top,
-        gtk::Label::set_margin_bottom,
-        gtk::Label::set_margin_start,
-        gtk::Label::set_margin_end,
-    ] {
-        margin(&label, 20);
-    }
+    pad(&label, 20);
     window.set_child(Some(&label));
     window.present();
     ui.request_window.set(Some(&window));
@@ -334,26 +331,6 @@ fn start_server() -> String {
     let address = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || server::serve(listener, |_| {}));
     address
-}
-
-/// Waits (on the main loop) until `done()` holds, or fails after 30 s.
-async fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        gdex::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(())
-}
-
-fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-    if ok {
-        Ok(())
-    } else {
-        Err(what())
-    }
 }
 
 /// Clicks through every row and checks what the window shows.
@@ -448,18 +425,4 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
         "spinner_frames_while_computing={spun} stream_updates={} cancelled_after_ms={cancelled_ms}",
         ui.stream_updates.get()
     ))
-}
-
-/// Renders the window with its own renderer and saves it as a PNG.
-fn save_screenshot(window: &gtk::ApplicationWindow, path: &std::path::Path) -> Result<(), String> {
-    let (width, height) = (window.width() as f64, window.height() as f64);
-    let paintable = gtk::WidgetPaintable::new(Some(window));
-    let snapshot = gtk::Snapshot::new();
-    paintable.snapshot(&snapshot, width, height);
-    let node = snapshot.to_node().ok_or("the window drew nothing")?;
-    let renderer = window.renderer().ok_or("the window has no renderer")?;
-    let texture = renderer.render_texture(&node, None);
-    texture
-        .save_to_png(path)
-        .map_err(|e| format!("saving {}: {e}", path.display()))
 }

@@ -145,6 +145,21 @@ pub fn on_main<R>(body: impl FnOnce() -> R) -> R {
         .expect("the default main context is free")
 }
 
+/// Yields once to whichever executor polls it (it wakes itself, then
+/// returns `Pending`): `gdex::yield_now` for any executor, glib-rs's
+/// included, which has none.
+pub fn yield_once() -> impl Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if std::mem::replace(&mut yielded, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+}
+
 /// Busy-waits for `d`: a task that occupies its worker.
 pub fn spin(d: Duration) {
     let t = Instant::now();
@@ -328,6 +343,27 @@ impl Xvfb {
             child,
             display: format!(":{number}"),
         }
+    }
+}
+
+impl Xvfb {
+    /// The environment a GTK app needs to draw here: this `DISPLAY`, GDK's
+    /// X11 backend, and GSK's cairo renderer (Xvfb has no GPU: it draws in
+    /// software).
+    pub fn gtk_env(&self) -> [(&'static str, &str); 3] {
+        [
+            ("DISPLAY", self.display.as_str()),
+            ("GDK_BACKEND", "x11"),
+            ("GSK_RENDERER", "cairo"),
+        ]
+    }
+
+    /// A command for the GTK app `program`, drawing here (never on a
+    /// Wayland display the test runs under).
+    pub fn gtk_command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
+        command.envs(self.gtk_env()).env_remove("WAYLAND_DISPLAY");
+        command
     }
 }
 
