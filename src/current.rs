@@ -133,6 +133,11 @@ pub(crate) trait WorkerHooks {
     /// The blocking call of [`enter_blocking`](Self::enter_blocking)
     /// returned.
     fn leave_blocking(&self);
+    /// For a fiber's resumption that just ran (`fiber::sched`): the word of
+    /// the next job of the worker's own pinned queue, taken out, if it is a
+    /// job of the same kind (its vtable at `kind`) and no other work waits
+    /// that the worker would take first or in turn; `None` otherwise.
+    fn next_resumption(&self, kind: *const ()) -> Option<usize>;
 }
 
 // SAFETY: `current` owns `Role::WorkerHooks`; this is its one slot.

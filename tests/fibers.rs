@@ -1130,3 +1130,267 @@ fn a_fiber_cancelled_while_yielded_gets_cancelled_from_its_yield() {
         });
     });
 }
+
+/// A flag a fiber waits on, set and woken from any thread; its future
+/// keeps the last waker it was polled with.
+struct Baton {
+    set: AtomicBool,
+    waker: futures::task::AtomicWaker,
+}
+
+impl Baton {
+    fn raise(&self) {
+        self.set.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    fn lowered(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.set.swap(false, Ordering::AcqRel) {
+                return std::task::Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            if self.set.swap(false, Ordering::AcqRel) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+}
+
+/// Tokens a fiber waits for, passed to it from any thread.
+struct Tokens {
+    count: AtomicUsize,
+    waker: futures::task::AtomicWaker,
+}
+
+impl Tokens {
+    fn give(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    fn take(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let took = || {
+            self.count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
+                .is_ok()
+        };
+        std::future::poll_fn(move |cx| {
+            if took() {
+                return std::task::Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            if took() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+}
+
+/// F3 on a pool worker's fiber scheduler: no wake-up is lost in the
+/// hand-off between threads. A ring of fibers on two workers passes
+/// tokens on, each to the next fiber (placed on the other worker), with
+/// half as many tokens as fibers, so that a token often reaches a fiber
+/// that is still running (the wake must survive its suspension) or that is
+/// suspending at that moment on the other thread. Nobody else wakes them:
+/// one lost wake-up stops a token for good, the ring soon after, and the
+/// watchdog fails the test. Rounds scale with `GDEX_STRESS`.
+#[test]
+fn a_ring_of_fibers_across_workers_loses_no_wake_up() {
+    watchdog("a_ring_of_fibers_across_workers", 120, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let n = 16;
+        let rounds = common::stress(2_000);
+        let ring: Arc<Vec<Tokens>> = Arc::new(
+            (0..n)
+                .map(|i| Tokens {
+                    count: AtomicUsize::new(usize::from(i % 2 == 0)),
+                    waker: futures::task::AtomicWaker::new(),
+                })
+                .collect(),
+        );
+        let fibers: Vec<_> = (0..n)
+            .map(|i| {
+                let ring = ring.clone();
+                pool.scheduler().spawn_fiber(move || {
+                    let home = std::thread::current().id();
+                    for r in 0..rounds {
+                        fiber::wait_output(ring[i].take()).unwrap();
+                        ring[(i + 1) % n].give();
+                        if r % 16 == 0 {
+                            fiber::yield_fiber().unwrap();
+                        }
+                    }
+                    assert_eq!(std::thread::current().id(), home, "F2");
+                    std::thread::current().name().unwrap().to_owned()
+                })
+            })
+            .collect();
+        let mut threads = std::collections::HashSet::new();
+        for f in fibers {
+            threads.insert(gdex::block_on(f).unwrap());
+        }
+        assert_eq!(threads.len(), 2, "the ring spans both workers");
+        pool.shutdown();
+    });
+}
+
+/// F2, F3 on a pool worker's fiber scheduler, under races: fibers on two
+/// workers are woken from plain threads and from each other's workers at
+/// any moment: while they run (the wake must survive their suspension),
+/// while they wait (their resumption queued from another thread), many
+/// times over, and by wakers kept after their fiber ended (whose cells now
+/// serve other fibers: spurious wakes). Every fiber finishes every round on
+/// its own thread. Rounds scale with `GDEX_STRESS`.
+#[test]
+fn fibers_woken_from_other_threads_at_any_moment_all_finish() {
+    watchdog("fibers_woken_from_other_threads", 120, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let n = 16;
+        let rounds = common::stress(400);
+        let batons: Arc<Vec<Baton>> = Arc::new(
+            (0..n)
+                .map(|_| Baton {
+                    set: AtomicBool::new(false),
+                    waker: futures::task::AtomicWaker::new(),
+                })
+                .collect(),
+        );
+        // Wakers of fibers that ended, woken again and again.
+        let stale: Arc<Mutex<Vec<std::task::Waker>>> = Arc::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut wakers = Vec::new();
+        for t in 0..3u64 {
+            let (batons, stale, stop) = (batons.clone(), stale.clone(), stop.clone());
+            wakers.push(std::thread::spawn(move || {
+                let mut rng = Rng(0x5eed + t);
+                while !stop.load(Ordering::Acquire) {
+                    let i = rng.below(n as u64) as usize;
+                    batons[i].raise();
+                    if rng.below(4) == 0 {
+                        batons[i].waker.wake();
+                    }
+                    if let Some(w) = stale.lock().unwrap().last() {
+                        w.wake_by_ref();
+                    }
+                    if rng.below(8) == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            }));
+        }
+        let generations = 3;
+        for _ in 0..generations {
+            let fibers: Vec<_> = (0..n)
+                .map(|i| {
+                    let (batons, stale, done) = (batons.clone(), stale.clone(), done.clone());
+                    pool.scheduler().spawn_fiber(move || {
+                        let home = std::thread::current().id();
+                        for r in 0..rounds {
+                            fiber::wait_output(batons[i].lowered()).unwrap();
+                            // Wake a neighbour from this worker too, while
+                            // it may be running on the other.
+                            batons[(i + 1) % n].raise();
+                            if r % 7 == 0 {
+                                fiber::yield_fiber().unwrap();
+                            }
+                            assert_eq!(std::thread::current().id(), home, "F2");
+                        }
+                        // Keep this fiber's waker past its end.
+                        let waker = fiber::wait_output(std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(cx.waker().clone())
+                        }))
+                        .unwrap();
+                        stale.lock().unwrap().push(waker);
+                        done.fetch_add(1, Ordering::SeqCst);
+                        rounds
+                    })
+                })
+                .collect();
+            for f in fibers {
+                assert_eq!(gdex::block_on(f).unwrap(), rounds);
+            }
+        }
+        stop.store(true, Ordering::Release);
+        for w in wakers {
+            w.join().unwrap();
+        }
+        assert_eq!(done.load(Ordering::SeqCst), generations * n);
+        pool.shutdown();
+    });
+}
+
+/// F4, S9 on a worker's fiber scheduler: handles dropped and a shutdown,
+/// while plain threads keep waking the fibers (live and ended ones): every
+/// fiber leaves through its own return, none is unwound, and the shutdown
+/// returns (a fiber's end waits for wakes from other threads under way,
+/// which still use its worker's queues).
+#[test]
+fn fibers_cancelled_and_shut_down_while_woken_from_other_threads_all_return() {
+    watchdog("fibers_cancelled_while_woken", 120, || {
+        for round in 0..common::stress(6) as u64 {
+            let pool = ThreadPool::builder().workers(2).build().unwrap();
+            let exits = Exits::default();
+            let n = 24;
+            let batons: Arc<Vec<Baton>> = Arc::new(
+                (0..n)
+                    .map(|_| Baton {
+                        set: AtomicBool::new(false),
+                        waker: futures::task::AtomicWaker::new(),
+                    })
+                    .collect(),
+            );
+            let stop = Arc::new(AtomicBool::new(false));
+            let waker_threads: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let (batons, stop) = (batons.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        let mut rng = Rng(0x9e37_79b9 + round * 7 + t);
+                        while !stop.load(Ordering::Acquire) {
+                            batons[rng.below(n as u64) as usize].raise();
+                        }
+                    })
+                })
+                .collect();
+            let mut kept = Vec::new();
+            let started = Arc::new(AtomicUsize::new(0));
+            for i in 0..n {
+                let (batons, exits) = (batons.clone(), exits.clone());
+                let started = started.clone();
+                let f = pool.scheduler().spawn_fiber(move || {
+                    let _exit = exits.guard();
+                    started.fetch_add(1, Ordering::SeqCst);
+                    while fiber::wait_output(batons[i].lowered()).is_ok() {
+                        if fiber::yield_fiber().is_err() {
+                            break;
+                        }
+                    }
+                });
+                match i % 3 {
+                    0 => drop(f),
+                    1 => f.detach(),
+                    _ => kept.push(f),
+                }
+            }
+            // Every fiber started (one never polled is dropped unrun by
+            // the shutdown: S9, not F4), and ran for a while.
+            wait_until(|| started.load(Ordering::SeqCst) == n);
+            std::thread::sleep(Duration::from_millis(2));
+            pool.shutdown();
+            stop.store(true, Ordering::Release);
+            for t in waker_threads {
+                t.join().unwrap();
+            }
+            assert_eq!(exits.unwound(), 0, "fibers unwound at shutdown");
+            assert_eq!(exits.returned(), n);
+            for f in kept {
+                assert!(gdex::block_on(f).is_ok());
+            }
+        }
+    });
+}

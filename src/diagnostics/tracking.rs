@@ -311,6 +311,13 @@ const _: () = {
     shared::<Marking>()
 };
 
+/// True if `waker` is a tracked task's (a [`Marking`]'s): a fiber whose
+/// task's poll gives it one keeps its waits in that task's polls, so that
+/// the views see each of them (`fiber::sched`).
+pub(crate) fn is_marking(waker: &Waker) -> bool {
+    std::ptr::eq(waker.vtable(), &MARKING)
+}
+
 /// The vtable of a [`Marking`]'s waker; its data is `Arc::into_raw` of
 /// the `Arc<Marking>` (or, for the lent waker, `Arc::as_ptr`). One
 /// `static`, so that `Waker::will_wake` knows two of its wakers apart only

@@ -53,6 +53,8 @@
 //! [`Scheduler::for_context`](crate::Scheduler::for_context) of that
 //! context).
 
+mod future;
+mod sched;
 pub(crate) mod stack;
 
 use std::cell::Cell;
@@ -60,11 +62,12 @@ use std::future::{Future, IntoFuture};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
-use corosensei::{Coroutine, CoroutineResult, Yielder};
+use corosensei::Yielder;
 
 use crate::current::{Role, Slot};
 use crate::error::{Error, IntoResult};
 use crate::task::Task;
+use future::{FiberFuture, State};
 
 pub use stack::stacks_mapped;
 
@@ -110,6 +113,12 @@ struct FiberCtx {
     /// [`ON_WORKER`] (null during the thread's teardown).
     meta: Cell<*const crate::task::TaskMeta>,
     shutting_down: Cell<*const Cell<bool>>,
+    /// The fiber's cell on its worker's fiber scheduler ([`sched`]), once
+    /// its first poll started using it: its waits get the fiber's own
+    /// waker, and a wake resumes it without its task. Null: its task's
+    /// polls run it (a fiber of a context scheduler, a local or tracked
+    /// one).
+    cell: Cell<Option<&'static sched::FiberCell>>,
 }
 
 const NOT_BOOKED: usize = usize::MAX;
@@ -174,6 +183,23 @@ fn book_first(ctx: &FiberCtx, waker: &std::task::Waker) {
     }
 }
 
+/// Wakes the task of the fiber `ctx` through the waker its worker's book
+/// keeps (a fiber on its worker's fiber scheduler is always booked: it
+/// suspended in its task's first poll, on a worker).
+fn wake_booked_task(ctx: &FiberCtx) {
+    let key = ctx.booked.get();
+    let waker = ON_WORKER
+        .try_with(|w| w.live.borrow().get(key).cloned())
+        .ok()
+        .flatten();
+    match waker {
+        Some(waker) => waker.wake(),
+        // During the thread's teardown: the task's drop, which comes, ends
+        // it.
+        None => debug_assert!(key == NOT_BOOKED || !crate::current::holds(Role::Worker)),
+    }
+}
+
 /// Takes the fiber `ctx` out of its worker's book, if it is in it.
 fn unbook(ctx: &FiberCtx) {
     let key = ctx.booked.replace(NOT_BOOKED);
@@ -213,11 +239,13 @@ pub(crate) fn cancel_those_on_this_worker() -> bool {
 /// Hides the running fiber (if any) until the returned guard drops: used
 /// where a nested main loop inside a fiber runs other tasks, so that their
 /// `wait` calls do not mistake themselves for the fiber.
+#[inline]
 pub(crate) fn outside_fiber() -> impl Drop {
     CURRENT.enter(std::ptr::null())
 }
 
 /// True when called from inside a fiber.
+#[inline]
 pub fn in_fiber() -> bool {
     crate::current::holds(Role::Fiber)
 }
@@ -308,9 +336,26 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
                 Poll::Pending => Err(Error::Cancelled),
             };
         }
-        // SAFETY: a non-null `cx` was set by the poll that resumed us and is
-        // reset to null before that poll returns, so it is live here.
-        let cx = unsafe { &mut *cx };
+        // SAFETY: a non-null `cx` was set by the poll (or the fiber
+        // scheduler's resumption) that resumed us and is reset to null
+        // before it returns, so it is live here.
+        // (The cast shortens the `Context`'s lifetime to this loop's.)
+        let resumer: &mut Context<'_> = unsafe { &mut *cx.cast::<Context<'_>>() };
+        let resumer_waker: *const std::task::Waker = resumer.waker();
+        // On its worker's fiber scheduler, the future gets the fiber's own
+        // waker, even inside the task's poll: its wake resumes the fiber
+        // directly.
+        let cell = ctx.cell.get();
+        let fiber_waker;
+        let mut fiber_cx;
+        let cx = match cell {
+            Some(cell) => {
+                fiber_waker = cell.waker();
+                fiber_cx = Context::from_waker(&fiber_waker);
+                &mut fiber_cx
+            }
+            None => &mut *resumer,
+        };
         // The future is polled as plain async code, the fiber hidden: a
         // `wait` inside it must not suspend the fiber in the middle of this
         // poll (the future would keep this poll's `Context`, which is gone
@@ -322,7 +367,13 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if let Poll::Ready(value) = polled {
             return Ok(value);
         }
-        book(ctx, cx.waker());
+        // The book keeps a waker of the task (the first suspension is in
+        // the task's first poll, whose waker `resumer` has): for a fiber on
+        // its worker's scheduler, the only reference to the task's block
+        // while it waits (its own waker holds none).
+        // SAFETY: the resumer's `Context`, and its waker, live until the
+        // resumer returns, after we suspend.
+        book(ctx, unsafe { &*resumer_waker });
         // Checked after the booking: a worker's shutdown before it found no
         // waker to wake (a handle's cancellation wakes the task with its own
         // waker, whenever it comes). A cancelled fiber still goes round its
@@ -331,6 +382,9 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         // its thread in a single poll.
         if cancelled(ctx) {
             cx.waker().wake_by_ref();
+        }
+        if let Some(cell) = cell {
+            cell.suspending();
         }
         let wait = crate::diagnostics::views::fiber_waits();
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
@@ -386,17 +440,26 @@ impl Builder {
     /// Until its first poll the future holds only `f` and plain integers: it
     /// may move to the thread that first polls it, and must stay there from
     /// then on.
+    ///
+    /// With `on_pool` (a fiber of a pool's scheduler, not a local one),
+    /// its first poll puts the fiber on its worker's fiber scheduler
+    /// ([`sched`]).
     pub(crate) fn prepare<F, T>(
         self,
         default_stack: usize,
         f: F,
+        on_pool: bool,
     ) -> impl Future<Output = Result<T, Error>>
     where
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
         FiberFuture {
-            state: State::Start(f),
+            state: State::Start {
+                f,
+                stack_size: self.stack_size.unwrap_or(default_stack),
+                on_pool,
+            },
             ctx: FiberCtx {
                 yielder: Cell::new(std::ptr::null()),
                 cx: Cell::new(std::ptr::null_mut()),
@@ -404,8 +467,8 @@ impl Builder {
                 booked: Cell::new(NOT_BOOKED),
                 meta: Cell::new(std::ptr::null()),
                 shutting_down: Cell::new(std::ptr::null()),
+                cell: Cell::new(None),
             },
-            stack_size: self.stack_size.unwrap_or(default_stack),
         }
     }
 }
@@ -486,123 +549,5 @@ impl<T> std::fmt::Debug for Fiber<T> {
         f.debug_struct("Fiber")
             .field("finished", &self.is_finished())
             .finish()
-    }
-}
-
-enum State<F, T> {
-    Start(F),
-    Running(Coroutine<(), (), T, stack::FiberStack>),
-    Done,
-}
-
-/// The future of a fiber's task: each poll switches into the coroutine.
-/// Its output is the closure's result, or the error that kept the fiber
-/// from starting (no stack).
-struct FiberFuture<F, T> {
-    state: State<F, T>,
-    ctx: FiberCtx,
-    stack_size: usize,
-}
-
-/// Nothing in a `FiberFuture` relies on its address between polls (`CURRENT`
-/// and the `cx` cell point into it only during a poll; the coroutine's state
-/// lives on its own stack), and no field is ever pinned: it is `Unpin`
-/// whatever `F` and `T` are.
-impl<F, T> Unpin for FiberFuture<F, T> {}
-
-impl<F, T> Future for FiberFuture<F, T>
-where
-    F: FnOnce() -> T + 'static,
-    T: 'static,
-{
-    type Output = Result<T, Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
-        let this = self.get_mut();
-        if let State::Start(_) = this.state {
-            let State::Start(f) = std::mem::replace(&mut this.state, State::Done) else {
-                unreachable!()
-            };
-            // A refused mapping is the OS saying no (address space or map
-            // count exhausted), not a bug in the fiber: its spawn fails with
-            // the OS's reason, and `f` is dropped unrun. (It used to panic
-            // here, which reached the waiter as `Panicked` after going
-            // through the process's panic hook.)
-            let stack = match stack::acquire(this.stack_size) {
-                Ok(stack) => stack,
-                Err(e) => {
-                    return Poll::Ready(Err(Error::Failed(glib::Error::new(
-                        glib::FileError::Failed,
-                        &format!("cannot map a {} byte fiber stack: {e}", this.stack_size),
-                    ))))
-                }
-            };
-            this.ctx.guard.set(stack.guard());
-            this.ctx.meta.set(crate::task::running_task_meta());
-            if let Ok(flag) = ON_WORKER.try_with(|w| &w.shutting_down as *const Cell<bool>) {
-                this.ctx.shutting_down.set(flag);
-            }
-            let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
-                // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
-                let ctx = unsafe { &*CURRENT.get() };
-                ctx.yielder.set(yielder);
-                f()
-            });
-            this.state = State::Running(coroutine);
-        }
-        let State::Running(coroutine) = &mut this.state else {
-            panic!("a gdex fiber was polled after it finished");
-        };
-        this.ctx
-            .cx
-            .set((cx as *mut Context<'_>).cast::<Context<'static>>());
-        let result = {
-            let _guard = stack::enter(this.ctx.guard.get());
-            let _current = CURRENT.enter(&this.ctx);
-            // `cx` lives only for this poll: null again once it returns
-            // (or unwinds), so that a wait outside a poll sees no context.
-            let _cx = ResetCx(&this.ctx.cx);
-            coroutine.resume(())
-        };
-        match result {
-            CoroutineResult::Yield(()) => Poll::Pending,
-            CoroutineResult::Return(value) => {
-                if let State::Running(coroutine) = std::mem::replace(&mut this.state, State::Done) {
-                    stack::release(coroutine.into_stack());
-                }
-                Poll::Ready(Ok(value))
-            }
-        }
-    }
-}
-
-/// Resets a fiber's saved `Context` pointer to null when the poll that set
-/// it ends.
-struct ResetCx<'a>(&'a Cell<*mut Context<'static>>);
-
-impl Drop for ResetCx<'_> {
-    fn drop(&mut self) {
-        self.0.set(std::ptr::null_mut());
-    }
-}
-
-impl<F, T> Drop for FiberFuture<F, T> {
-    fn drop(&mut self) {
-        unbook(&self.ctx);
-        if let State::Running(mut coroutine) = std::mem::replace(&mut self.state, State::Done) {
-            if !coroutine.done() {
-                // Dropped while suspended (its pool shut down): unwind the
-                // fiber's frames here, on its own thread, with the fiber
-                // visible so that overflow is still reported as such. A
-                // `wait` in a destructor meanwhile must neither suspend nor
-                // poll: it sees no live poll (`cx` is null outside one) and
-                // returns `Cancelled`.
-                self.ctx.cx.set(std::ptr::null_mut());
-                let _guard = stack::enter(self.ctx.guard.get());
-                let _current = CURRENT.enter(&self.ctx);
-                coroutine.force_unwind();
-            }
-            stack::release(coroutine.into_stack());
-        }
     }
 }

@@ -164,6 +164,7 @@ pub(crate) fn release(stack: FiberStack) {
 
 /// Marks `guard` as the running fiber's guard page until the returned value
 /// is dropped.
+#[inline]
 pub(crate) fn enter(guard: (usize, usize)) -> impl Drop {
     crate::util::scoped(&GUARD, guard)
 }

@@ -39,12 +39,14 @@ impl Home {
         schedule: Home::schedule_pinned,
         retain: Home::retain,
         release: Home::release,
+        push_pinned: Some(Home::push_fiber),
     };
 
     pub(super) const P9: crate::task::OwnerVtable = crate::task::OwnerVtable {
         schedule: Home::schedule_p9,
         retain: Home::retain,
         release: Home::release,
+        push_pinned: Some(Home::push_fiber),
     };
 
     pub(super) fn new(
@@ -132,6 +134,25 @@ impl Home {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
+    }
+
+    /// Queues the resumption of a fiber of this home (`fiber::sched`): on
+    /// the worker's thread-local pinned queue if we are that worker, else in
+    /// its inbox with a directed wake-up (P6, P10), as a pinned task's.
+    ///
+    /// # Safety
+    /// `header` is the owner header of a home whose pool is alive, and
+    /// stays so until this returns: the caller holds a reference to a task
+    /// block of that home other than the one `job` holds (a worker may run
+    /// and drop `job` as soon as it is queued).
+    unsafe fn push_fiber(header: NonNull<crate::task::OwnerHeader>, job: Job) {
+        // SAFETY: by the caller.
+        let home = unsafe { Self::from_header(header) };
+        // SAFETY: the pool is alive (caller).
+        let pool = unsafe { &*home.pool };
+        if let Err(job) = worker::push_pinned_local(pool, home.index, job) {
+            pool.push_inbox(home.index, job);
+        }
     }
 
     /// [`PoolShared::push_inbox`] for a task woken through its home: once

@@ -78,7 +78,9 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let future = self.prepare(scheduler.fiber_stack_size(), f);
+        // On a pool, the fiber's first poll puts it on its worker's fiber
+        // scheduler (`fiber::sched`).
+        let future = self.prepare(scheduler.fiber_stack_size(), f, scheduler.is_pool());
         // SAFETY: `prepare`'s future may move to the thread that first polls
         // it (it holds only `Send` data until then), and
         // `spawn_pinned_waking` keeps it on that thread from then on.
@@ -95,7 +97,7 @@ impl Builder {
         F: FnOnce() -> T + 'static,
         T: 'static,
     {
-        let future = self.prepare(scheduler.fiber_stack_size(), f);
+        let future = self.prepare(scheduler.fiber_stack_size(), f, false);
         let (task, waker) = scheduler.spawn_local_waking(
             "Scheduler::spawn_fiber_local",
             crate::task::CatchUnwind::of_kind(

@@ -9,7 +9,6 @@ pub(crate) mod bound;
 pub(crate) mod context;
 mod fiber;
 
-use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
@@ -664,27 +663,7 @@ struct ThreadBound<F> {
     inner: std::mem::ManuallyDrop<F>,
 }
 
-/// A cheap identity of the calling thread, never 0 and never reused by a
-/// later thread (a thread-local's address would be: a `!Send` future of an
-/// exited thread must not pass for another's). `thread::current().id()`
-/// clones an `Arc`. The thread-local has no destructor, so this works
-/// during thread exit too.
-#[inline]
-pub(crate) fn thread_token() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static TOKEN: Cell<u64> = const { Cell::new(0) };
-    }
-    TOKEN.with(|t| match t.get() {
-        0 => {
-            let token = NEXT.fetch_add(1, Ordering::Relaxed);
-            t.set(token);
-            token
-        }
-        token => token,
-    })
-}
+pub(crate) use crate::util::thread_token;
 
 impl<F> ThreadBound<F> {
     /// Bound to the first thread that polls it (whatever it holds until

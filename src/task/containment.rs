@@ -28,6 +28,15 @@ use crate::error::{panic_message, Error};
 // SAFETY: `task` owns `Role::Polling`; this is its one slot.
 const POLLING: Slot<Waker> = unsafe { Slot::new(Role::Polling) };
 
+/// Makes `waker` the waker of the gdex task being polled here until the
+/// guard drops: for a fiber resumed by its thread's fiber scheduler, whose
+/// waits poll with the fiber's own waker (it queues the fiber, and its
+/// wake cannot panic: [`contain_waker`] need not wrap it).
+#[inline]
+pub(crate) fn enter_polling(waker: &Waker) -> crate::current::Entered {
+    POLLING.enter(waker)
+}
+
 thread_local! {
     /// The last panic-containing wrapper made on this thread (see
     /// [`contain_waker`]).

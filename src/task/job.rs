@@ -39,10 +39,11 @@ static TASK: WorkVtable = WorkVtable {
     drop: |_| unreachable!("a task's job drops through Job's drop"),
 };
 
-/// How to run or drop the closure a work item's [`Job`] holds, by its type.
-struct WorkVtable {
-    run: unsafe fn(*mut std::mem::MaybeUninit<usize>),
-    drop: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+/// How to run or drop the closure a work item's [`Job`] holds, by its type
+/// (or, for [`Job::raw`], what its word is).
+pub(crate) struct WorkVtable {
+    pub(crate) run: unsafe fn(*mut std::mem::MaybeUninit<usize>),
+    pub(crate) drop: unsafe fn(*mut std::mem::MaybeUninit<usize>),
 }
 
 struct WorkOf<F>(std::marker::PhantomData<F>);
@@ -145,6 +146,45 @@ impl Job {
             data,
             vtable: &WorkOf::<F>::VTABLE,
         }
+    }
+
+    /// A job of one word whose meaning `vtable` knows: the resumption of
+    /// a fiber by its thread's fiber scheduler (`fiber::sched`). Its `run`
+    /// must not unwind (a panic there would be reported as a work item's),
+    /// and its `drop` gives back whatever the word holds.
+    ///
+    /// # Safety
+    /// `vtable`'s `run` and `drop` accept `word`, once, on the thread the
+    /// job is run or dropped on.
+    #[inline]
+    pub(crate) unsafe fn raw(word: usize, vtable: &'static WorkVtable) -> Job {
+        Job {
+            data: std::mem::MaybeUninit::new(word),
+            vtable,
+        }
+    }
+
+    /// The word of a job [`raw`](Self::raw) made, taken out of it (its
+    /// `drop` is not called: the caller now owns what the word holds); the
+    /// caller checked its kind ([`is_kind`](Self::is_kind)). `None` for a
+    /// task's or a closure's job (which is then dropped).
+    #[inline]
+    pub(crate) fn into_word(self) -> Option<usize> {
+        if self.is_task() {
+            return None;
+        }
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the data of a job that is not a task's is initialised (a
+        // closure's inline or boxed, or `raw`'s word); the caller took a
+        // `raw` job's, the only kind it asks for.
+        Some(unsafe { this.data.assume_init() })
+    }
+
+    /// True for a job whose vtable is at `kind` (a [`raw`](Self::raw)
+    /// job's, told apart by its vtable's address).
+    #[inline]
+    pub(crate) fn is_kind(&self, kind: *const ()) -> bool {
+        ptr::eq((self.vtable as *const WorkVtable).cast::<()>(), kind)
     }
 
     #[inline]

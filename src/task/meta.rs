@@ -76,7 +76,7 @@ impl TaskMeta {
     /// The header of the task's owner, if it has one; the block holds a
     /// strong reference to it.
     #[inline]
-    fn owner(&self) -> Option<NonNull<OwnerHeader>> {
+    pub(crate) fn owner(&self) -> Option<NonNull<OwnerHeader>> {
         // Relaxed: the owner was set before the block was shared and never
         // changes; only the tags do.
         NonNull::new(self.word.load(Ordering::Relaxed).map_addr(|a| a & !TAGS))
@@ -157,6 +157,14 @@ impl Drop for TaskMeta {
 /// The metadata of the task this thread is running, or null.
 // SAFETY: `task` owns `Role::Task`; this is its one slot.
 pub(super) const CURRENT: Slot<TaskMeta> = unsafe { Slot::new(Role::Task) };
+
+/// Makes `meta` the running task's metadata until the guard drops: for a
+/// fiber resumed by its thread's fiber scheduler, outside its task's poll
+/// (its `current_cancellable()` is its task's, as inside the poll).
+#[inline]
+pub(crate) fn enter_running(meta: *const TaskMeta) -> crate::current::Entered {
+    CURRENT.enter(meta)
+}
 
 /// Identifies the task this thread is running right now (null if none): a
 /// job run inside it (a nested loop's) has another.

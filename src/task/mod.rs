@@ -31,12 +31,12 @@ mod owner;
 pub(crate) mod registry;
 mod yield_now;
 
-pub(crate) use containment::{CatchUnwind, Failure, Outcome};
+pub(crate) use containment::{enter_polling, CatchUnwind, Failure, Outcome};
 pub use handle::Task;
-pub(crate) use job::Job;
+pub(crate) use job::{Job, WorkVtable};
 pub use meta::current_cancellable;
 pub(crate) use meta::{
-    builder, builder_for, cancel_current_cancellable, owned_builder, running_task,
+    builder, builder_for, cancel_current_cancellable, enter_running, owned_builder, running_task,
     running_task_meta, schedule_on_owner, TaskMeta,
 };
 pub(crate) use owner::{Owner, OwnerHeader, OwnerRef, OwnerVtable};

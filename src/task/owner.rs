@@ -56,6 +56,10 @@ pub(crate) struct OwnerVtable {
     pub(crate) retain: unsafe fn(NonNull<OwnerHeader>),
     /// Gives one back (may free the header).
     pub(crate) release: unsafe fn(NonNull<OwnerHeader>),
+    /// Queues a job that is not a task's on the thread the owner runs its
+    /// pinned work on: a fiber's resumption (`fiber::sched`), for a pool
+    /// worker's home; `None` for an owner that takes none.
+    pub(crate) push_pinned: Option<unsafe fn(NonNull<OwnerHeader>, super::Job)>,
 }
 
 /// The vtable of owners of type `T`.
@@ -66,6 +70,7 @@ impl<T: Owner> VtableOf<T> {
         schedule: Self::schedule,
         retain: Self::retain,
         release: Self::release,
+        push_pinned: None,
     };
 
     /// The owner whose header is at `header`.
@@ -109,6 +114,12 @@ impl<T: Owner> VtableOf<T> {
 }
 
 impl OwnerHeader {
+    /// How this owner queues a job that is not a task's (see
+    /// [`OwnerVtable::push_pinned`]).
+    pub(crate) fn push_pinned(&self) -> Option<unsafe fn(NonNull<OwnerHeader>, super::Job)> {
+        self.vtable.push_pinned
+    }
+
     /// The header for an owner of type `T`.
     pub(crate) const fn new<T: Owner>() -> Self {
         OwnerHeader {

@@ -11,6 +11,7 @@ use crossbeam_deque::Steal;
 /// Sets a thread-local `Cell` for a scope: the previous value comes back when
 /// the guard drops, also on unwind, so scopes nest (a nested main loop, a
 /// fiber resumed inside another's).
+#[inline]
 pub(crate) fn scoped<T: Copy + 'static>(key: &'static LocalKey<Cell<T>>, value: T) -> Scoped<T> {
     Scoped {
         key,
@@ -25,6 +26,7 @@ pub(crate) struct Scoped<T: Copy + 'static> {
 }
 
 impl<T: Copy + 'static> Drop for Scoped<T> {
+    #[inline]
     fn drop(&mut self) {
         self.key.with(|cell| cell.set(self.previous));
     }
@@ -110,4 +112,26 @@ extern "C" {
     /// SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH). In
     /// glib-unix.h, which glib-sys does not bind; libglib-2.0 exports it.
     pub(crate) fn g_unix_signal_source_new(signum: libc::c_int) -> *mut glib_sys::GSource;
+}
+
+/// A cheap identity of the calling thread, never 0 and never reused by a
+/// later thread (a thread-local's address would be: a `!Send` future of an
+/// exited thread must not pass for another's). `thread::current().id()`
+/// clones an `Arc`. The thread-local has no destructor, so this works
+/// during thread exit too.
+#[inline]
+pub(crate) fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    TOKEN.with(|t| match t.get() {
+        0 => {
+            let token = NEXT.fetch_add(1, Ordering::Relaxed);
+            t.set(token);
+            token
+        }
+        token => token,
+    })
 }

@@ -170,6 +170,33 @@ pub(crate) fn current_index(pool: &PoolShared) -> Option<usize> {
 }
 
 impl Core {
+    /// For a fiber's resumption that just ran on this worker
+    /// (`fiber::sched`, through `WorkerHooks`): the next job of the
+    /// worker's own pinned queue, if it is another resumption (its vtable
+    /// at `kind`) and nothing else waits that the worker's search would
+    /// take first or in turn (a task a timer woke, a request for help,
+    /// stealable work in its deque or the injector: P3, P10, F6), taken
+    /// out; `None` otherwise, or off a slice. So fibers that hand control
+    /// to each other on one worker switch from one to the next without a
+    /// trip through the slice loop, while any other work still gets its
+    /// turn after at most one such run of them (bounded by the caller).
+    #[inline]
+    fn next_resumption(&self, kind: *const ()) -> Option<usize> {
+        if !self.in_slice.get()
+            || self.searching.get()
+            || !self.local.is_empty()
+            || !self.shared.injector.is_empty()
+            || self.woken.borrow().is_some()
+        {
+            return None;
+        }
+        let mut pinned = self.pinned.borrow_mut();
+        if !pinned.front()?.is_kind(kind) {
+            return None;
+        }
+        pinned.pop_front()?.into_word()
+    }
+
     fn counters(&self) -> &crate::diagnostics::metrics::WorkerCounters {
         &self.shared.remotes[self.index].counters
     }

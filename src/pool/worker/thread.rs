@@ -216,4 +216,9 @@ impl crate::current::WorkerHooks for Core {
             .in_blocking
             .fetch_sub(1, Ordering::AcqRel);
     }
+
+    #[inline]
+    fn next_resumption(&self, kind: *const ()) -> Option<usize> {
+        self.next_resumption(kind)
+    }
 }

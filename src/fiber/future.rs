@@ -1,0 +1,265 @@
+//! The future of a fiber's task ([`FiberFuture`]): it starts the fiber,
+//! resumes it in its task's polls or, on a pool worker, puts it on the
+//! worker's fiber scheduler ([`sched`](super::sched)) and takes its result;
+//! and it unwinds a fiber dropped while suspended.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use corosensei::{Coroutine, CoroutineResult, Yielder};
+
+use super::{sched, stack, unbook, wake_booked_task, FiberCtx, CURRENT, ON_WORKER};
+use crate::error::Error;
+
+pub(super) enum State<F, T> {
+    Start {
+        f: F,
+        stack_size: usize,
+        on_pool: bool,
+    },
+    Running(Coroutine<(), (), T, stack::FiberStack>),
+    /// The fiber returned, or panicked, while its worker's fiber scheduler
+    /// ran it: its task's next poll gives the result.
+    Returned(T),
+    Panicked(Box<dyn std::any::Any + Send>),
+    Done,
+}
+
+/// The future of a fiber's task: each poll switches into the coroutine, or,
+/// once the fiber is on its worker's fiber scheduler ([`sched`]), only
+/// starts it, resumes it if it waits (its cancellation), and takes its
+/// result. Its output is the closure's result, or the error that kept the
+/// fiber from starting (no stack).
+pub(super) struct FiberFuture<F, T> {
+    pub(super) state: State<F, T>,
+    pub(super) ctx: FiberCtx,
+}
+
+/// Nothing in a `FiberFuture` relies on its address between polls (`CURRENT`
+/// and the `cx` cell point into it only during a poll; the coroutine's state
+/// lives on its own stack), and no field is ever pinned: it is `Unpin`
+/// whatever `F` and `T` are. (A fiber on its worker's fiber scheduler is
+/// resumed through its address, but it is in its task's block, which
+/// async-task never moves.)
+impl<F, T> Unpin for FiberFuture<F, T> {}
+
+impl<F, T> Future for FiberFuture<F, T>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
+        let this = self.get_mut();
+        if let Some(cell) = this.ctx.cell.get() {
+            // Only the cell is read before the fiber is claimed: while the
+            // fiber runs (a nested loop inside it polling its own task),
+            // its coroutine is borrowed by whoever resumed it.
+            match cell.state() {
+                sched::DONE => return this.take_result(),
+                sched::WAITING if cell.claim_waiting() => {}
+                // Queued (its resumption will run it), or running (it sees
+                // its cancellation at its next wait).
+                _ => return Poll::Pending,
+            }
+        }
+        if let State::Start { .. } = this.state {
+            if let Err(e) = this.start(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        let State::Running(coroutine) = &mut this.state else {
+            panic!("a gdex fiber was polled after it finished");
+        };
+        this.ctx
+            .cx
+            .set((cx as *mut Context<'_>).cast::<Context<'static>>());
+        let result = {
+            // On the fiber scheduler the fiber's waits use the fiber's
+            // waker: that is the one a task handle polled in them must
+            // recognise as this task's (`contain_waker`).
+            let fiber_waker = this.ctx.cell.get().map(sched::FiberCell::waker);
+            let _polling = fiber_waker.as_ref().map(crate::task::enter_polling);
+            let _guard = stack::enter(this.ctx.guard.get());
+            let _current = CURRENT.enter(&this.ctx);
+            // `cx` lives only for this poll: null again once it returns
+            // (or unwinds), so that a wait outside a poll sees no context.
+            let _cx = ResetCx(&this.ctx.cx);
+            coroutine.resume(())
+        };
+        match result {
+            CoroutineResult::Yield(()) => Poll::Pending,
+            CoroutineResult::Return(value) => {
+                this.end(State::Done);
+                Poll::Ready(Ok(value))
+            }
+        }
+    }
+}
+
+impl<F, T> FiberFuture<F, T>
+where
+    F: FnOnce() -> T + 'static,
+    T: 'static,
+{
+    /// The first poll: maps the stack, makes the coroutine, and puts the
+    /// fiber on its worker's fiber scheduler if its task has a cell.
+    fn start(&mut self, cx: &Context<'_>) -> Result<(), Error> {
+        let State::Start {
+            f,
+            stack_size,
+            on_pool,
+        } = std::mem::replace(&mut self.state, State::Done)
+        else {
+            unreachable!()
+        };
+        // A refused mapping is the OS saying no (address space or map
+        // count exhausted), not a bug in the fiber: its spawn fails with
+        // the OS's reason, and `f` is dropped unrun. (It used to panic
+        // here, which reached the waiter as `Panicked` after going
+        // through the process's panic hook.)
+        let stack = stack::acquire(stack_size).map_err(|e| {
+            Error::Failed(glib::Error::new(
+                glib::FileError::Failed,
+                &format!("cannot map a {stack_size} byte fiber stack: {e}"),
+            ))
+        })?;
+        self.ctx.guard.set(stack.guard());
+        let meta = crate::task::running_task_meta();
+        self.ctx.meta.set(meta);
+        if let Ok(flag) = ON_WORKER.try_with(|w| &w.shutting_down as *const Cell<bool>) {
+            self.ctx.shutting_down.set(flag);
+        }
+        let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
+            // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
+            let ctx = unsafe { &*CURRENT.get() };
+            ctx.yielder.set(yielder);
+            f()
+        });
+        self.state = State::Running(coroutine);
+        // SAFETY: a non-null `meta` is the running task's, this one's.
+        let home = unsafe { meta.as_ref() }.and_then(crate::task::TaskMeta::owner);
+        if let (true, Some(home)) = (on_pool, home) {
+            // SAFETY: a fiber's task on a pool names its worker's home as
+            // its owner, alive while the task is; this future is pinned in
+            // the task's block from now on and gives the cell back when it
+            // drops, on this thread (F2).
+            let cell = unsafe {
+                sched::FiberCell::start(
+                    cx.waker(),
+                    home,
+                    Self::resume_on_scheduler,
+                    (self as *const Self).cast(),
+                )
+            };
+            self.ctx.cell.set(cell);
+        }
+        Ok(())
+    }
+
+    /// Ends the coroutine's run: `state` takes its place, and its stack
+    /// goes back to the thread's pool.
+    fn end(&mut self, state: State<F, T>) {
+        if let State::Running(coroutine) = std::mem::replace(&mut self.state, state) {
+            stack::release(coroutine.into_stack());
+        }
+        if let Some(cell) = self.ctx.cell.get() {
+            cell.finish();
+        }
+    }
+
+    /// The task's poll after the fiber ended on its worker's fiber
+    /// scheduler: its result, or its panic, which the task's poll contains
+    /// (S6) as if it had happened there.
+    fn take_result(&mut self) -> Poll<Result<T, Error>> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Returned(value) => Poll::Ready(Ok(value)),
+            State::Panicked(payload) => std::panic::resume_unwind(payload),
+            _ => panic!("a gdex fiber was polled after it finished"),
+        }
+    }
+
+    /// Resumes the fiber on its worker's fiber scheduler (a resumption job
+    /// of [`sched`]), outside its task's poll, with the thread state that
+    /// poll would give it: its task running (its `current_cancellable()`),
+    /// its waker the one being polled with, itself the current fiber. When
+    /// it returns or panics, its result is kept and its task woken to take
+    /// it.
+    ///
+    /// # Safety
+    /// `target` is a `FiberFuture<F, T>` whose cell `start` started, whose
+    /// fiber was just claimed (`RUNNING`) on its own worker by the caller,
+    /// which holds a reference to its block.
+    unsafe fn resume_on_scheduler(target: *const ()) {
+        // SAFETY: by the caller: a live future in its block, not borrowed
+        // elsewhere (its task's poll does not touch a running fiber's
+        // future beyond its cell, which is not in it).
+        let this = unsafe { &mut *target.cast_mut().cast::<Self>() };
+        let Some(cell) = this.ctx.cell.get() else {
+            unreachable!("a fiber resumed by its scheduler has a cell")
+        };
+        let waker = cell.waker();
+        let mut cx = Context::from_waker(&waker);
+        let State::Running(coroutine) = &mut this.state else {
+            unreachable!("a fiber claimed to run is running")
+        };
+        this.ctx
+            .cx
+            .set((&mut cx as *mut Context<'_>).cast::<Context<'static>>());
+        let result = {
+            let _task = crate::task::enter_running(this.ctx.meta.get());
+            let _polling = crate::task::enter_polling(&waker);
+            let _guard = stack::enter(this.ctx.guard.get());
+            let _current = CURRENT.enter(&this.ctx);
+            let _cx = ResetCx(&this.ctx.cx);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coroutine.resume(())))
+        };
+        let state = match result {
+            Ok(CoroutineResult::Yield(())) => return,
+            Ok(CoroutineResult::Return(value)) => State::Returned(value),
+            Err(payload) => State::Panicked(payload),
+        };
+        this.end(state);
+        // The task takes the result.
+        wake_booked_task(&this.ctx);
+    }
+}
+
+/// Resets a fiber's saved `Context` pointer to null when the poll that set
+/// it ends.
+struct ResetCx<'a>(&'a Cell<*mut Context<'static>>);
+
+impl Drop for ResetCx<'_> {
+    fn drop(&mut self) {
+        self.0.set(std::ptr::null_mut());
+    }
+}
+
+impl<F, T> Drop for FiberFuture<F, T> {
+    fn drop(&mut self) {
+        unbook(&self.ctx);
+        // Wakes of the fiber's waker do nothing from now on, and its cell
+        // goes back to serve another fiber.
+        if let Some(cell) = self.ctx.cell.take() {
+            cell.give_back();
+        }
+        if let State::Running(mut coroutine) = std::mem::replace(&mut self.state, State::Done) {
+            if !coroutine.done() {
+                // Dropped while suspended (its pool shut down): unwind the
+                // fiber's frames here, on its own thread, with the fiber
+                // visible so that overflow is still reported as such. A
+                // `wait` in a destructor meanwhile must neither suspend nor
+                // poll: it sees no live poll (`cx` is null outside one) and
+                // returns `Cancelled`.
+                self.ctx.cx.set(std::ptr::null_mut());
+                let _guard = stack::enter(self.ctx.guard.get());
+                let _current = CURRENT.enter(&self.ctx);
+                coroutine.force_unwind();
+            }
+            stack::release(coroutine.into_stack());
+        }
+    }
+}

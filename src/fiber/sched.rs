@@ -1,0 +1,394 @@
+//! The fibers' own scheduler on a pool worker: a fiber that waits is
+//! resumed by its thread directly, not through its task (issue 38).
+//!
+//! A fiber spawned on a pool is a task (its handle, its cancellation, its
+//! record, its place in the shutdown: F1-F4, S9) whose first poll starts
+//! it. From then on its waits do not go through the task: the future a
+//! [`wait`](super::wait) polls gets the fiber's own waker, whose wake queues
+//! a *resumption* of the fiber (a [`Job`] of one word) on the fiber's
+//! worker, and the worker's run of that job switches straight into the
+//! fiber. A switch from one fiber to another on a worker is then a queue
+//! push, a pop and two stack switches, without the task core's two runs
+//! (with their reference counts and state changes, their panic guard,
+//! thread check and registry bookkeeping) that a task's wake and poll cost.
+//!
+//! # The cell
+//!
+//! A fiber's waker points at a [`FiberCell`]: its state, and how to resume
+//! it. Cells are never freed: each worker thread takes them from a pool of
+//! its own (filled 64 at a time, and handed to the next thread that needs
+//! cells when the thread exits), and gives a fiber's back when the fiber's
+//! future drops. So a fiber's waker is a plain pointer, with no reference
+//! count to take at each clone and give back at each drop (on this
+//! machine an uncontended atomic read-modify-write costs 8 ns, and a
+//! fiber's switch had ten of them). A waker kept after its fiber ended
+//! finds the cell [`DONE`] and does nothing, or, once the cell serves
+//! another fiber, wakes that one: a spurious wake, which a fiber's wait
+//! survives as any future's poll does (it polls its future again, and
+//! suspends again if it is not ready).
+//!
+//! What keeps the fiber's task alive while only such wakers know of it is
+//! its worker's book of live fibers (F4), which holds a waker of the task
+//! from the fiber's first suspension until its future drops.
+//!
+//! # States
+//!
+//! - [`DONE`] (also a cell that serves no fiber): wakes do nothing.
+//! - [`RUNNING`]: the fiber runs, on its worker, inside its task's poll or
+//!   a resumption; a wake then adds [`NOTIFIED`], and the wait that
+//!   suspends it queues its resumption at once (a `yield_fiber`).
+//! - [`WAITING`]: suspended in a wait; its first wake moves it to
+//!   [`QUEUED`] and queues its resumption (on the worker's own queue from
+//!   its own thread, else in its inbox with a directed wake-up, P6).
+//! - [`QUEUED`]: a resumption is queued; further wakes only publish what
+//!   they woke it for.
+//!
+//! A fiber that returns, panics or is dropped leaves its cell `DONE`.
+//!
+//! Every change of state is an atomic read-modify-write, a wake's that
+//! changes nothing too: a resumption that takes the fiber from `QUEUED`
+//! then sees what every wake before it published, so the fiber's next
+//! poll of its future does.
+//!
+//! A task's poll of a fiber that waits on this scheduler (its handle was
+//! dropped, its worker shuts down) resumes it if it is [`WAITING`], and
+//! does nothing otherwise (a queued resumption will run it, or it is
+//! running and sees its cancellation at its next wait).
+
+use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::task::{RawWaker, RawWakerVTable, Waker};
+
+use crate::task::{Job, OwnerHeader, WorkVtable};
+use crate::util::thread_token;
+use crate::util::Unpoisoned;
+
+pub(crate) const RUNNING: u8 = 1;
+pub(crate) const WAITING: u8 = 2;
+pub(crate) const QUEUED: u8 = 3;
+pub(crate) const DONE: u8 = 4;
+/// With [`RUNNING`]: woken while it ran.
+pub(crate) const NOTIFIED: u8 = 8;
+
+/// A fiber's place on its worker's fiber scheduler (see the module docs).
+pub(crate) struct FiberCell {
+    state: AtomicU8,
+    /// The home (`pool::Home`) of the worker the fiber lives on, where a
+    /// wake queues its resumption. Read by a waker only after it moved the
+    /// fiber from `WAITING`, so always the fiber's, whose task keeps the
+    /// home alive.
+    home: AtomicPtr<OwnerHeader>,
+    /// How to resume the fiber outside its task's poll, and the future that
+    /// it resumes. Used only on the fiber's worker.
+    resume: Cell<Option<unsafe fn(*const ())>>,
+    target: Cell<*const ()>,
+    /// The [`thread_token`] of the fiber's thread: a wake from it needs no
+    /// [`inflight`](Self::inflight) count.
+    thread: AtomicU64,
+    /// Wakes from other threads under way: the fiber's future, when it
+    /// drops, waits for them to finish, so that none still uses its
+    /// worker's home (its pool) once the fiber's task, which keeps that
+    /// alive, may be freed.
+    inflight: AtomicU32,
+}
+
+// SAFETY: `state` and `home` are atomic; `resume` and `target` are written
+// and read only on the thread of the fiber the cell serves, by `start` and
+// a resumption (a waker on another thread never touches them), and a cell
+// changes threads only through `SPARE`'s lock, between two fibers.
+unsafe impl Sync for FiberCell {}
+
+impl FiberCell {
+    const fn new() -> Self {
+        FiberCell {
+            state: AtomicU8::new(DONE),
+            home: AtomicPtr::new(std::ptr::null_mut()),
+            resume: Cell::new(None),
+            target: Cell::new(std::ptr::null()),
+            thread: AtomicU64::new(0),
+            inflight: AtomicU32::new(0),
+        }
+    }
+}
+
+/// Cells are taken and given back this many at a time.
+const CHUNK: usize = 64;
+
+/// The cells of threads that exited, for the next thread that needs some.
+static SPARE: Mutex<Vec<&'static FiberCell>> = Mutex::new(Vec::new());
+
+/// A thread's own free cells; given to [`SPARE`] when the thread exits.
+struct Free(RefCell<Vec<&'static FiberCell>>);
+
+impl Drop for Free {
+    fn drop(&mut self) {
+        let cells = std::mem::take(self.0.get_mut());
+        if !cells.is_empty() {
+            SPARE.lock().unpoisoned().extend(cells);
+        }
+    }
+}
+
+thread_local! {
+    static FREE: Free = const { Free(RefCell::new(Vec::new())) };
+}
+
+/// A cell for a fiber starting on this thread: this thread's, a spare one,
+/// or one of a new chunk (never freed). `None` during the thread's
+/// teardown.
+fn take() -> Option<&'static FiberCell> {
+    FREE.try_with(|free| {
+        let mut free = free.0.borrow_mut();
+        if free.is_empty() {
+            let mut spare = SPARE.lock().unpoisoned();
+            let from = spare.len().saturating_sub(CHUNK);
+            free.extend(spare.drain(from..));
+        }
+        if free.is_empty() {
+            let chunk: &'static [FiberCell; CHUNK] =
+                Box::leak(Box::new([const { FiberCell::new() }; CHUNK]));
+            free.extend(chunk.iter());
+        }
+        free.pop()
+    })
+    .ok()
+    .flatten()
+}
+
+impl FiberCell {
+    /// A cell for the fiber whose task's first poll runs now, with
+    /// `task_waker`, on a worker whose home is `home`: the fiber's waits
+    /// from now on get the fiber's waker, and a wake queues
+    /// `resume(target)`. `None` if the task's waker is a tracked task's
+    /// (O1: its fiber keeps its waits in its task's polls, so that the views
+    /// see each of them) or the thread is being torn down.
+    ///
+    /// # Safety
+    /// `target` stays valid for `resume` on this thread until the cell is
+    /// given back ([`FiberCell::give_back`]), which the fiber's future does
+    /// when it drops, and which must happen on this thread; `home` is the
+    /// owner header of the home of this thread's worker, alive while the
+    /// fiber is.
+    pub(crate) unsafe fn start(
+        task_waker: &Waker,
+        home: NonNull<OwnerHeader>,
+        resume: unsafe fn(*const ()),
+        target: *const (),
+    ) -> Option<&'static FiberCell> {
+        if crate::diagnostics::tracking::is_marking(task_waker) {
+            return None;
+        }
+        let cell = take()?;
+        cell.home.store(home.as_ptr(), Ordering::Relaxed);
+        cell.thread.store(thread_token(), Ordering::Relaxed);
+        cell.resume.set(Some(resume));
+        cell.target.set(target);
+        // Release: a waker that finds the fiber waiting later (through
+        // `suspending`'s release) finds this fiber's home.
+        cell.state.store(RUNNING, Ordering::Release);
+        Some(cell)
+    }
+
+    /// The fiber's future drops: wakes do nothing from now on, and the cell
+    /// goes back to this thread's pool for another fiber.
+    pub(crate) fn give_back(&'static self) {
+        // SeqCst, with the wakes' count and their load of the state: a wake
+        // from another thread either counted itself before this (and is
+        // waited for below) or finds the fiber done.
+        self.state.swap(DONE, Ordering::SeqCst);
+        while self.inflight.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        self.resume.set(None);
+        self.target.set(std::ptr::null());
+        // During the thread's teardown the pool is gone: the cell is lost,
+        // as are the other cells still out (it stays `DONE`).
+        let _ = FREE.try_with(|free| free.0.borrow_mut().push(self));
+    }
+
+    pub(crate) fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// From the fiber's task's poll: takes the fiber to run if it waits
+    /// (true), or leaves it where it is (queued, running, done).
+    pub(crate) fn claim_waiting(&self) -> bool {
+        self.state
+            .compare_exchange(WAITING, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The fiber returned or panicked: wakes do nothing from now on (its
+    /// future, which gives the cell back, drops later).
+    pub(crate) fn finish(&self) {
+        self.state.swap(DONE, Ordering::AcqRel);
+    }
+
+    /// The fiber, running, suspends in a wait: waiting from now on, or, if
+    /// it was woken while it ran, its resumption is queued at once.
+    pub(crate) fn suspending(&'static self) {
+        if let Err(state) =
+            self.state
+                .compare_exchange(RUNNING, WAITING, Ordering::AcqRel, Ordering::Acquire)
+        {
+            debug_assert_eq!(state, RUNNING | NOTIFIED);
+            // Wakes leave a notified fiber as it is (publishing what they
+            // woke it for), so this cannot fail.
+            let _ = self.state.compare_exchange(
+                RUNNING | NOTIFIED,
+                QUEUED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            self.queue();
+        }
+    }
+
+    /// The fiber's waker: a pointer to the cell, copied by a clone.
+    pub(crate) fn waker(&'static self) -> Waker {
+        // SAFETY: the vtable's functions take a pointer to a cell, which is
+        // never freed, and hold nothing.
+        unsafe { Waker::from_raw(RawWaker::new((self as *const Self).cast(), &FIBER_WAKER)) }
+    }
+
+    /// Queues the fiber's resumption on its worker.
+    fn queue(&'static self) {
+        // SAFETY: the job's word is this cell (never freed); `RESUME`
+        // resumes the fiber it serves if it is still queued.
+        let job = unsafe { Job::raw((self as *const Self).expose_provenance(), &RESUME) };
+        let home = self.home.load(Ordering::Relaxed);
+        // SAFETY: we just moved the fiber to `QUEUED` (from `WAITING`, or
+        // it is suspending), so `home` is its worker's home (`start`), which
+        // takes such jobs, and which the fiber's task keeps alive: the
+        // fiber's future, which holds the task, drops only on that worker
+        // and waits for wakes from other threads under way (`give_back`).
+        unsafe {
+            let home = NonNull::new_unchecked(home);
+            let Some(push) = home.as_ref().push_pinned() else {
+                unreachable!("a fiber's home takes its resumptions")
+            };
+            push(home, job);
+        }
+    }
+
+    /// A wake of the fiber's waker.
+    fn wake(&'static self) {
+        // A wake from the fiber's own thread cannot overlap its future's
+        // drop. (A token read stale is another thread's, or 0: such a wake
+        // counts itself, which is only slower.)
+        if self.thread.load(Ordering::Relaxed) == thread_token() {
+            return self.wake_counted();
+        }
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        self.wake_counted();
+        self.inflight.fetch_sub(1, Ordering::Release);
+    }
+
+    fn wake_counted(&'static self) {
+        let mut state = self.state.load(Ordering::SeqCst);
+        loop {
+            let next = match state {
+                WAITING => QUEUED,
+                RUNNING => RUNNING | NOTIFIED,
+                // Queued or notified already: the change that changes
+                // nothing publishes what we woke it for to the resumption.
+                QUEUED | NOTIFIED.. => state,
+                // Done (or serving no fiber).
+                _ => return,
+            };
+            match self
+                .state
+                .compare_exchange_weak(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(WAITING) => return self.queue(),
+                Ok(_) => return,
+                Err(now) => state = now,
+            }
+        }
+    }
+}
+
+/// The vtable of a fiber's waker; its data is the fiber's [`FiberCell`].
+static FIBER_WAKER: RawWakerVTable =
+    RawWakerVTable::new(waker_clone, waker_wake, waker_wake, waker_drop);
+
+/// # Safety (all three)
+/// `data` is a fiber cell (never freed).
+unsafe fn waker_clone(data: *const ()) -> RawWaker {
+    RawWaker::new(data, &FIBER_WAKER)
+}
+
+unsafe fn waker_wake(data: *const ()) {
+    // SAFETY: by the caller.
+    unsafe { &*data.cast::<FiberCell>() }.wake()
+}
+
+unsafe fn waker_drop(_: *const ()) {}
+
+/// The job of a fiber's resumption: its word is the fiber's cell.
+static RESUME: WorkVtable = WorkVtable {
+    run: resume_job,
+    drop: drop_job,
+};
+
+/// How many resumptions one job runs at most, one after the other (see
+/// [`resume_job`]).
+const RUN: usize = 16;
+
+/// # Safety
+/// `data` holds a [`RESUME`] job's word, run on the worker it was queued
+/// for.
+///
+/// When the fiber suspends, and the worker's next pinned job is another
+/// fiber's resumption with nothing else waiting, it runs that one too, up
+/// to [`RUN`] in all: two fibers that hand control to each other then
+/// switch from one to the other without a trip through the worker's slice
+/// loop each time.
+unsafe fn resume_job(data: *mut std::mem::MaybeUninit<usize>) {
+    // SAFETY: by the caller.
+    let mut word = unsafe { (*data).assume_init() };
+    for ran in 1.. {
+        // SAFETY: a resumption's word, for this worker (the first by the
+        // caller, the next ones from its own pinned queue).
+        unsafe { resume_one(word) };
+        if ran == RUN {
+            return;
+        }
+        let kind = (&RESUME as *const WorkVtable).cast::<()>();
+        match crate::current::with_worker_hooks(|w| w.next_resumption(kind)).flatten() {
+            Some(next) => word = next,
+            None => return,
+        }
+    }
+}
+
+/// # Safety
+/// `word` is a [`RESUME`] job's, run on the worker it was queued for.
+unsafe fn resume_one(word: usize) {
+    // SAFETY: by the caller: a fiber cell, never freed.
+    let cell = unsafe { &*std::ptr::with_exposed_provenance::<FiberCell>(word) };
+    if cell
+        .state
+        .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        // The fiber was dropped meanwhile (its cell is `DONE`, or serves a
+        // fiber that is not queued).
+        return;
+    }
+    let Some(resume) = cell.resume.get() else {
+        unreachable!("a queued fiber's cell says how to resume it")
+    };
+    // SAFETY: the cell serves a fiber of this thread (only its worker runs
+    // its resumptions) whose future has not dropped (that would have made
+    // the cell `DONE`, and given it back, before it served another); we
+    // just claimed the fiber, which its resumption expects.
+    unsafe { resume(cell.target.get()) }
+}
+
+/// # Safety
+/// As for [`resume_job`], for a job dropped unrun: the fiber stays
+/// `QUEUED`; its task's drop on its worker (S9) ends it.
+unsafe fn drop_job(_: *mut std::mem::MaybeUninit<usize>) {}
