@@ -3,14 +3,13 @@
 //! worker's fiber scheduler ([`sched`](super::sched)) and takes its result;
 //! and it unwinds a fiber dropped while suspended.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
-use super::{sched, stack, unbook, wake_booked_task, FiberCtx, CURRENT, ON_WORKER};
+use super::{sched, stack, unbook, wake_booked_task, FiberCtx, CURRENT, RESUMER};
 use crate::error::Error;
 
 pub(super) enum State<F, T> {
@@ -74,20 +73,20 @@ where
         let State::Running(coroutine) = &mut this.state else {
             panic!("a gdex fiber was polled after it finished");
         };
-        this.ctx
-            .cx
-            .set((cx as *mut Context<'_>).cast::<Context<'static>>());
         let result = {
+            // `cx` lives only for this poll: the fiber's waits see it until
+            // the poll returns (or unwinds).
+            let _cx = crate::util::scoped(
+                &RESUMER,
+                (cx as *mut Context<'_>).cast::<Context<'static>>(),
+            );
             // On the fiber scheduler the fiber's waits use the fiber's
             // waker: that is the one a task handle polled in them must
             // recognise as this task's (`contain_waker`).
             let fiber_waker = this.ctx.cell.get().map(sched::FiberCell::waker);
             let _polling = fiber_waker.as_ref().map(crate::task::enter_polling);
-            let _guard = stack::enter(this.ctx.guard.get());
+            let _guard = stack::enter(this.ctx.stack_map.get());
             let _current = CURRENT.enter(&this.ctx);
-            // `cx` lives only for this poll: null again once it returns
-            // (or unwinds), so that a wait outside a poll sees no context.
-            let _cx = ResetCx(&this.ctx.cx);
             coroutine.resume(())
         };
         match result {
@@ -127,12 +126,9 @@ where
                 &format!("cannot map a {stack_size} byte fiber stack: {e}"),
             ))
         })?;
-        self.ctx.guard.set(stack.guard());
+        self.ctx.stack_map.set(stack.map());
         let meta = crate::task::running_task_meta();
         self.ctx.meta.set(meta);
-        if let Ok(flag) = ON_WORKER.try_with(|w| &w.shutting_down as *const Cell<bool>) {
-            self.ctx.shutting_down.set(flag);
-        }
         let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
             // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
             let ctx = unsafe { &*CURRENT.get() };
@@ -206,15 +202,15 @@ where
         let State::Running(coroutine) = &mut this.state else {
             unreachable!("a fiber claimed to run is running")
         };
-        this.ctx
-            .cx
-            .set((&mut cx as *mut Context<'_>).cast::<Context<'static>>());
         let result = {
+            let _cx = crate::util::scoped(
+                &RESUMER,
+                (&mut cx as *mut Context<'_>).cast::<Context<'static>>(),
+            );
             let _task = crate::task::enter_running(this.ctx.meta.get());
             let _polling = crate::task::enter_polling(&waker);
-            let _guard = stack::enter(this.ctx.guard.get());
+            let _guard = stack::enter(this.ctx.stack_map.get());
             let _current = CURRENT.enter(&this.ctx);
-            let _cx = ResetCx(&this.ctx.cx);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coroutine.resume(())))
         };
         let state = match result {
@@ -225,16 +221,6 @@ where
         this.end(state);
         // The task takes the result.
         wake_booked_task(&this.ctx);
-    }
-}
-
-/// Resets a fiber's saved `Context` pointer to null when the poll that set
-/// it ends.
-struct ResetCx<'a>(&'a Cell<*mut Context<'static>>);
-
-impl Drop for ResetCx<'_> {
-    fn drop(&mut self) {
-        self.0.set(std::ptr::null_mut());
     }
 }
 
@@ -252,10 +238,10 @@ impl<F, T> Drop for FiberFuture<F, T> {
                 // fiber's frames here, on its own thread, with the fiber
                 // visible so that overflow is still reported as such. A
                 // `wait` in a destructor meanwhile must neither suspend nor
-                // poll: it sees no live poll (`cx` is null outside one) and
+                // poll: it sees no live poll (no resumer's `Context`) and
                 // returns `Cancelled`.
-                self.ctx.cx.set(std::ptr::null_mut());
-                let _guard = stack::enter(self.ctx.guard.get());
+                let _cx = crate::util::scoped(&RESUMER, std::ptr::null_mut());
+                let _guard = stack::enter(self.ctx.stack_map.get());
                 let _current = CURRENT.enter(&self.ctx);
                 coroutine.force_unwind();
             }

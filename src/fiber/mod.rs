@@ -99,20 +99,17 @@ pub(crate) fn check_stack_size(bytes: usize) {
 struct FiberCtx {
     /// The coroutine's yielder; set by the fiber's first instructions.
     yielder: Cell<*const Yielder<(), ()>>,
-    /// The `Context` of the poll that resumed the fiber; valid only while
-    /// that poll runs.
-    cx: Cell<*mut Context<'static>>,
-    guard: Cell<(usize, usize)>,
+    /// Where the fiber's stack's mapping starts: its guard page (F5).
+    stack_map: Cell<usize>,
     /// The fiber's entry in its worker's book of live fibers
     /// ([`ON_WORKER`]), made by its first suspension; [`NOT_BOOKED`] before
     /// (or on a thread that is no pool worker).
     booked: Cell<usize>,
-    /// Where [`cancelled`] looks, found once by the first poll (a fiber
-    /// never leaves its thread, nor its task's block): its task's metadata
-    /// (null if it ran outside a task) and its thread's shutdown flag in
-    /// [`ON_WORKER`] (null during the thread's teardown).
+    /// Where [`cancelled`] looks first, found once by the first poll (a
+    /// fiber never leaves its task's block): its task's metadata (null if
+    /// it ran outside a task). Then it looks at its thread's
+    /// [`SHUTTING_DOWN`].
     meta: Cell<*const crate::task::TaskMeta>,
-    shutting_down: Cell<*const Cell<bool>>,
     /// The fiber's cell on its worker's fiber scheduler ([`sched`]), once
     /// its first poll started using it: its waits get the fiber's own
     /// waker, and a wake resumes it without its task. Null: its task's
@@ -130,21 +127,34 @@ const CURRENT: Slot<FiberCtx> = unsafe { Slot::new(Role::Fiber) };
 
 /// A pool worker's fibers (F4, shutdown step 3).
 struct OnWorker {
-    /// Set when the worker shuts down: every fiber on it is cancelled.
-    shutting_down: Cell<bool>,
     /// The waker of each live fiber that has suspended on this worker, to
     /// wake it when the worker shuts down; a fiber's future takes its entry
     /// out when it drops.
     live: std::cell::RefCell<slab::Slab<std::task::Waker>>,
 }
 
+impl Drop for OnWorker {
+    fn drop(&mut self) {
+        // The thread is being torn down: a fiber that waits from now on (in
+        // a destructor) is cancelled.
+        let _ = SHUTTING_DOWN.try_with(|flag| flag.set(true));
+    }
+}
+
 thread_local! {
     static ON_WORKER: OnWorker = const {
         OnWorker {
-            shutting_down: Cell::new(false),
             live: std::cell::RefCell::new(slab::Slab::new()),
         }
     };
+    /// Set when this thread's worker shuts down, or when its book of live
+    /// fibers goes with the thread: every fiber on it is cancelled from
+    /// then on (F4). (No destructor: readable to the thread's end.)
+    static SHUTTING_DOWN: Cell<bool> = const { Cell::new(false) };
+    /// The `Context` of the poll (or the fiber scheduler's resumption)
+    /// that resumed the fiber running on this thread, for the fiber's
+    /// waits; null outside one (a fiber unwound by its drop).
+    static RESUMER: Cell<*mut Context<'static>> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// Is the fiber `ctx` cancelled (F4)? Its task was (its handle dropped),
@@ -157,10 +167,7 @@ fn cancelled(ctx: &FiberCtx) -> bool {
     if !meta.is_null() && unsafe { &*meta }.is_cancelled() {
         return true;
     }
-    let shutting_down = ctx.shutting_down.get();
-    // SAFETY: set by the first poll to this thread's flag, which lives as
-    // long as the thread, the only one that runs the fiber.
-    shutting_down.is_null() || unsafe { &*shutting_down }.get()
+    SHUTTING_DOWN.with(Cell::get)
 }
 
 /// Books the fiber `ctx`, suspending for the first time with the waker
@@ -221,8 +228,8 @@ fn unbook(ctx: &FiberCtx) {
 /// and says whether there was one. Their waits return at once; the worker
 /// then runs them to their return.
 pub(crate) fn cancel_those_on_this_worker() -> bool {
+    SHUTTING_DOWN.with(|flag| flag.set(true));
     let wakers: Vec<std::task::Waker> = ON_WORKER.with(|w| {
-        w.shutting_down.set(true);
         w.live
             .borrow()
             .iter()
@@ -321,7 +328,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if resumed && cancelled(ctx) {
             return Err(Error::Cancelled);
         }
-        let cx = ctx.cx.get();
+        let cx = RESUMER.with(Cell::get);
         if cx.is_null() {
             // No poll is resuming us: the fiber is being unwound by its
             // drop (its pool shut down), and a destructor waits. There is
@@ -462,11 +469,9 @@ impl Builder {
             },
             ctx: FiberCtx {
                 yielder: Cell::new(std::ptr::null()),
-                cx: Cell::new(std::ptr::null_mut()),
-                guard: Cell::new((0, 0)),
+                stack_map: Cell::new(0),
                 booked: Cell::new(NOT_BOOKED),
                 meta: Cell::new(std::ptr::null()),
-                shutting_down: Cell::new(std::ptr::null()),
                 cell: Cell::new(None),
             },
         }

@@ -15,17 +15,18 @@
 //! # The cell
 //!
 //! A fiber's waker points at a [`FiberCell`]: its state, and how to resume
-//! it. Cells are never freed: each worker thread takes them from a pool of
-//! its own (filled 64 at a time, and handed to the next thread that needs
-//! cells when the thread exits), and gives a fiber's back when the fiber's
-//! future drops. So a fiber's waker is a plain pointer, with no reference
-//! count to take at each clone and give back at each drop (on this
-//! machine an uncontended atomic read-modify-write costs 8 ns, and a
-//! fiber's switch had ten of them). A waker kept after its fiber ended
-//! finds the cell [`DONE`] and does nothing, or, once the cell serves
-//! another fiber, wakes that one: a spurious wake, which a fiber's wait
-//! survives as any future's poll does (it polls its future again, and
-//! suspends again if it is not ready).
+//! it. Cells are never freed: each worker thread takes them from chunks of
+//! its own (4 KiB, 170 cells, which also say once for all of them which
+//! thread and which worker's home they serve; a chunk whose thread exited
+//! with all its cells free goes to the next thread that needs one), and
+//! gives a fiber's back when the fiber's future drops. So a fiber's waker
+//! is a plain pointer, with no reference count to take at each clone and
+//! give back at each drop (on this machine an uncontended atomic
+//! read-modify-write costs 8 ns, and a fiber's switch had ten of them). A
+//! waker kept after its fiber ended finds the cell [`DONE`] and does
+//! nothing, or, once the cell serves another fiber, wakes that one: a
+//! spurious wake, which a fiber's wait survives as any future's poll does
+//! (it polls its future again, and suspends again if it is not ready).
 //!
 //! What keeps the fiber's task alive while only such wakers know of it is
 //! its worker's book of live fibers (F4), which holds a waker of the task
@@ -72,86 +73,133 @@ pub(crate) const DONE: u8 = 4;
 /// With [`RUNNING`]: woken while it ran.
 pub(crate) const NOTIFIED: u8 = 8;
 
-/// A fiber's place on its worker's fiber scheduler (see the module docs).
+/// A fiber's place on its worker's fiber scheduler (see the module docs):
+/// 24 bytes, in a [`Chunk`] of one thread's cells.
 pub(crate) struct FiberCell {
     state: AtomicU8,
-    /// The home (`pool::Home`) of the worker the fiber lives on, where a
-    /// wake queues its resumption. Read by a waker only after it moved the
-    /// fiber from `WAITING`, so always the fiber's, whose task keeps the
-    /// home alive.
-    home: AtomicPtr<OwnerHeader>,
-    /// How to resume the fiber outside its task's poll, and the future that
-    /// it resumes. Used only on the fiber's worker.
-    resume: Cell<Option<unsafe fn(*const ())>>,
-    target: Cell<*const ()>,
-    /// The [`thread_token`] of the fiber's thread: a wake from it needs no
-    /// [`inflight`](Self::inflight) count.
-    thread: AtomicU64,
     /// Wakes from other threads under way: the fiber's future, when it
     /// drops, waits for them to finish, so that none still uses its
     /// worker's home (its pool) once the fiber's task, which keeps that
     /// alive, may be freed.
     inflight: AtomicU32,
+    /// How to resume the fiber outside its task's poll, and the future that
+    /// it resumes. Used only on the fiber's worker.
+    resume: Cell<Option<unsafe fn(*const ())>>,
+    target: Cell<*const ()>,
 }
 
-// SAFETY: `state` and `home` are atomic; `resume` and `target` are written
-// and read only on the thread of the fiber the cell serves, by `start` and
-// a resumption (a waker on another thread never touches them), and a cell
-// changes threads only through `SPARE`'s lock, between two fibers.
+// SAFETY: `state` and `inflight` are atomic; `resume` and `target` are
+// written and read only on the thread of the fiber the cell serves, by
+// `start` and a resumption (a waker on another thread never touches them),
+// and a cell changes threads only with its chunk, through `SPARE`'s lock,
+// when none of its cells serves a fiber.
 unsafe impl Sync for FiberCell {}
 
 impl FiberCell {
     const fn new() -> Self {
         FiberCell {
             state: AtomicU8::new(DONE),
-            home: AtomicPtr::new(std::ptr::null_mut()),
+            inflight: AtomicU32::new(0),
             resume: Cell::new(None),
             target: Cell::new(std::ptr::null()),
-            thread: AtomicU64::new(0),
-            inflight: AtomicU32::new(0),
         }
+    }
+
+    /// The chunk this cell is in (chunks are aligned to their size).
+    fn chunk(&self) -> &'static Chunk {
+        let addr = (self as *const Self).addr() & !(CHUNK_BYTES - 1);
+        // SAFETY: every cell is in a leaked (never freed) `Chunk`, aligned
+        // to `CHUNK_BYTES`, which is its size: rounding a cell's address
+        // down gives the chunk's.
+        unsafe { &*(self as *const Self).with_addr(addr).cast::<Chunk>() }
     }
 }
 
-/// Cells are taken and given back this many at a time.
-const CHUNK: usize = 64;
+const CHUNK_BYTES: usize = 4096;
+const CELLS: usize = (CHUNK_BYTES - 16) / std::mem::size_of::<FiberCell>();
 
-/// The cells of threads that exited, for the next thread that needs some.
-static SPARE: Mutex<Vec<&'static FiberCell>> = Mutex::new(Vec::new());
+/// One thread's cells, and what they share: the thread, and its worker's
+/// home. Never freed; handed to another thread when its thread exits with
+/// all its cells free.
+#[repr(C, align(4096))]
+struct Chunk {
+    /// The home (`pool::Home`) of the worker whose fibers the cells serve,
+    /// where a wake queues a resumption. Read by a waker only after it
+    /// moved a fiber from `WAITING`, so while that fiber, whose task keeps
+    /// the home alive, lives.
+    home: AtomicPtr<OwnerHeader>,
+    /// The [`thread_token`] of that worker's thread: a wake from it needs
+    /// no [`inflight`](FiberCell::inflight) count.
+    thread: AtomicU64,
+    cells: [FiberCell; CELLS],
+}
 
-/// A thread's own free cells; given to [`SPARE`] when the thread exits.
-struct Free(RefCell<Vec<&'static FiberCell>>);
+const _: () = assert!(std::mem::size_of::<Chunk>() == CHUNK_BYTES);
+
+/// The chunks of threads that exited, for the next thread that needs one.
+static SPARE: Mutex<Vec<&'static Chunk>> = Mutex::new(Vec::new());
+
+/// A thread's chunks and its free cells. When the thread exits, a chunk all
+/// of whose cells are free goes to [`SPARE`]; one with a cell still out (a
+/// fiber dropped after this, during the thread's teardown) is left as it is.
+struct Free {
+    chunks: RefCell<Vec<&'static Chunk>>,
+    cells: RefCell<Vec<&'static FiberCell>>,
+}
 
 impl Drop for Free {
     fn drop(&mut self) {
-        let cells = std::mem::take(self.0.get_mut());
-        if !cells.is_empty() {
-            SPARE.lock().unpoisoned().extend(cells);
+        let cells = std::mem::take(self.cells.get_mut());
+        let mut free = std::collections::HashMap::<usize, usize>::new();
+        for cell in cells {
+            *free
+                .entry((cell.chunk() as *const Chunk).addr())
+                .or_default() += 1;
+        }
+        let whole: Vec<&'static Chunk> = self
+            .chunks
+            .get_mut()
+            .drain(..)
+            .filter(|chunk| free.get(&(*chunk as *const Chunk).addr()) == Some(&CELLS))
+            .collect();
+        if !whole.is_empty() {
+            SPARE.lock().unpoisoned().extend(whole);
         }
     }
 }
 
 thread_local! {
-    static FREE: Free = const { Free(RefCell::new(Vec::new())) };
+    static FREE: Free = const {
+        Free {
+            chunks: RefCell::new(Vec::new()),
+            cells: RefCell::new(Vec::new()),
+        }
+    };
 }
 
-/// A cell for a fiber starting on this thread: this thread's, a spare one,
-/// or one of a new chunk (never freed). `None` during the thread's
-/// teardown.
-fn take() -> Option<&'static FiberCell> {
+/// A cell for a fiber starting on this thread, a worker whose home is
+/// `home`: one of its free cells, or of a spare chunk, or of a new one
+/// (never freed). `None` during the thread's teardown.
+fn take(home: NonNull<OwnerHeader>) -> Option<&'static FiberCell> {
     FREE.try_with(|free| {
-        let mut free = free.0.borrow_mut();
-        if free.is_empty() {
-            let mut spare = SPARE.lock().unpoisoned();
-            let from = spare.len().saturating_sub(CHUNK);
-            free.extend(spare.drain(from..));
+        let mut cells = free.cells.borrow_mut();
+        if cells.is_empty() {
+            let spare = SPARE.lock().unpoisoned().pop();
+            let chunk = spare.unwrap_or_else(|| {
+                Box::leak(Box::new(Chunk {
+                    home: AtomicPtr::new(std::ptr::null_mut()),
+                    thread: AtomicU64::new(0),
+                    cells: [const { FiberCell::new() }; CELLS],
+                }))
+            });
+            // Every cell of the chunk is `DONE` (a new one's, or a spare
+            // one's, whose thread gave them all back): no wake reads these.
+            chunk.home.store(home.as_ptr(), Ordering::Relaxed);
+            chunk.thread.store(thread_token(), Ordering::Relaxed);
+            free.chunks.borrow_mut().push(chunk);
+            cells.extend(chunk.cells.iter().rev());
         }
-        if free.is_empty() {
-            let chunk: &'static [FiberCell; CHUNK] =
-                Box::leak(Box::new([const { FiberCell::new() }; CHUNK]));
-            free.extend(chunk.iter());
-        }
-        free.pop()
+        cells.pop()
     })
     .ok()
     .flatten()
@@ -180,9 +228,7 @@ impl FiberCell {
         if crate::diagnostics::tracking::is_marking(task_waker) {
             return None;
         }
-        let cell = take()?;
-        cell.home.store(home.as_ptr(), Ordering::Relaxed);
-        cell.thread.store(thread_token(), Ordering::Relaxed);
+        let cell = take(home)?;
         cell.resume.set(Some(resume));
         cell.target.set(target);
         // Release: a waker that finds the fiber waiting later (through
@@ -205,7 +251,7 @@ impl FiberCell {
         self.target.set(std::ptr::null());
         // During the thread's teardown the pool is gone: the cell is lost,
         // as are the other cells still out (it stays `DONE`).
-        let _ = FREE.try_with(|free| free.0.borrow_mut().push(self));
+        let _ = FREE.try_with(|free| free.cells.borrow_mut().push(self));
     }
 
     pub(crate) fn state(&self) -> u8 {
@@ -258,7 +304,7 @@ impl FiberCell {
         // SAFETY: the job's word is this cell (never freed); `RESUME`
         // resumes the fiber it serves if it is still queued.
         let job = unsafe { Job::raw((self as *const Self).expose_provenance(), &RESUME) };
-        let home = self.home.load(Ordering::Relaxed);
+        let home = self.chunk().home.load(Ordering::Relaxed);
         // SAFETY: we just moved the fiber to `QUEUED` (from `WAITING`, or
         // it is suspending), so `home` is its worker's home (`start`), which
         // takes such jobs, and which the fiber's task keeps alive: the
@@ -278,7 +324,7 @@ impl FiberCell {
         // A wake from the fiber's own thread cannot overlap its future's
         // drop. (A token read stale is another thread's, or 0: such a wake
         // counts itself, which is only slower.)
-        if self.thread.load(Ordering::Relaxed) == thread_token() {
+        if self.chunk().thread.load(Ordering::Relaxed) == thread_token() {
             return self.wake_counted();
         }
         self.inflight.fetch_add(1, Ordering::SeqCst);

@@ -43,10 +43,19 @@ pub fn stacks_mapped() -> usize {
     MAPPED.load(Ordering::Relaxed)
 }
 
+#[inline]
 fn page_size() -> usize {
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    *PAGE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize)
+    // A plain load once known (every fiber switch asks): 0 until then.
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    match PAGE.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+            PAGE.store(page, Ordering::Relaxed);
+            page
+        }
+        page => page,
+    }
 }
 
 /// One fiber stack: `[guard page][size bytes]`, growing down from `base`.
@@ -100,8 +109,9 @@ impl FiberStack {
     }
 
     /// The guard page's address range.
-    pub(crate) fn guard(&self) -> (usize, usize) {
-        (self.map, self.map + page_size())
+    /// Where the mapping starts: its guard page.
+    pub(crate) fn map(&self) -> usize {
+        self.map
     }
 }
 
@@ -162,10 +172,15 @@ pub(crate) fn release(stack: FiberStack) {
     });
 }
 
-/// Marks `guard` as the running fiber's guard page until the returned value
-/// is dropped.
+/// Marks the guard page of the stack mapped at `map` as the running
+/// fiber's until the returned value is dropped.
 #[inline]
-pub(crate) fn enter(guard: (usize, usize)) -> impl Drop {
+pub(crate) fn enter(map: usize) -> impl Drop {
+    let guard = if map == 0 {
+        (0, 0)
+    } else {
+        (map, map + page_size())
+    };
     crate::util::scoped(&GUARD, guard)
 }
 

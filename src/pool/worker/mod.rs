@@ -180,7 +180,7 @@ impl Core {
     /// to each other on one worker switch from one to the next without a
     /// trip through the slice loop, while any other work still gets its
     /// turn after at most one such run of them (bounded by the caller).
-    #[inline]
+    #[inline(always)]
     fn next_resumption(&self, kind: *const ()) -> Option<usize> {
         if !self.in_slice.get()
             || self.searching.get()
