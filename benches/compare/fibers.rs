@@ -95,6 +95,57 @@ fn player(baton: Arc<Baton>, me: usize, rounds: usize) {
     }
 }
 
+thread_local! {
+    /// Which coroutine of [`baton_floor`] was woken (1 or 2; 0: none).
+    static NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A waker that only marks its coroutine (its data, 1 or 2) as the next.
+static MARK: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    |data| std::task::RawWaker::new(data, &MARK),
+    |data| NEXT.with(|next| next.set(data as usize)),
+    |data| NEXT.with(|next| next.set(data as usize)),
+    |_| {},
+);
+
+/// Two coroutines passing a baton `rounds` times each, on this thread.
+fn baton_floor(rounds: usize) {
+    let baton = Arc::new(Baton {
+        turn: AtomicUsize::new(0),
+        wakers: [AtomicWaker::new(), AtomicWaker::new()],
+    });
+    let player = |me: usize| {
+        let baton = baton.clone();
+        move |y: &corosensei::Yielder<(), ()>, ()| {
+            let baton = &*baton;
+            // SAFETY: MARK's functions only copy the pointer-sized number
+            // and write the thread-local.
+            let waker = unsafe {
+                std::task::Waker::from_raw(std::task::RawWaker::new((me + 1) as *const (), &MARK))
+            };
+            let mut cx = Context::from_waker(&waker);
+            for _ in 0..rounds {
+                let mut turn = std::pin::pin!(MyTurn { baton, me });
+                while turn.as_mut().poll(&mut cx).is_pending() {
+                    y.suspend(());
+                }
+                baton.turn.store(1 - me, Ordering::Release);
+                baton.wakers[1 - me].wake();
+            }
+        }
+    };
+    let mut players: [Coroutine<(), (), (), DefaultStack>; 2] =
+        [Coroutine::new(player(0)), Coroutine::new(player(1))];
+    let _ = players[1].resume(());
+    let _ = players[0].resume(());
+    while let Some(i) = NEXT.with(|next| next.replace(0)).checked_sub(1) {
+        if !players[i].done() {
+            let _ = players[i].resume(());
+        }
+    }
+    assert!(players.iter().all(Coroutine::done));
+}
+
 /// One side of the hand-off floor: waits for its turn spinning, passes it.
 fn spin_player(turn: &AtomicUsize, me: usize, rounds: usize) {
     for _ in 0..rounds {
@@ -142,6 +193,14 @@ fn fiber_switch(c: &mut Criterion) {
             spin_player(&turn, 0, SWITCHES / 2);
             other.join().unwrap();
         })
+    });
+    // The floor of the workload itself on one thread: two coroutines pass
+    // the same baton, each woken through a waker that only says which one
+    // to resume next, and a loop resumes it. Left: the baton's own cost
+    // (its `AtomicWaker`'s register and wake, four atomic read-modify-writes
+    // a hand-off) and two switches, with no executor at all.
+    g.bench_function(BenchmarkId::new("baton-floor", 1), |b| {
+        b.iter(|| baton_floor(SWITCHES / 2))
     });
     g.bench_function(BenchmarkId::new("corosensei-floor", 1), |b| {
         b.iter(|| {

@@ -8,19 +8,24 @@
 //!
 //! # How a fiber runs
 //!
-//! A fiber *is* a gdex task whose future resumes a
-//! [`corosensei`] coroutine on each poll: the coroutine runs until the fiber
+//! A fiber is a gdex task whose future runs a [`corosensei`] coroutine: it
+//! shares the task core's single allocation, panic capture, record and
+//! `Task` handle, and the task is *pinned* (F2): on a pool it goes to one
+//! worker's inbox, which no other worker reads; on a context scheduler it
+//! runs on the context's thread. Its stack comes from a per-thread pool of
+//! guard-paged stacks (module `stack`). The coroutine runs until the fiber
 //! returns or calls [`wait`] on a future that is not ready, which registers
-//! the task's waker with that future and switches back to the poller. When
-//! the future wakes the task, the next poll switches into the fiber again,
-//! which polls the future once more. So a fiber needs no machinery of its
-//! own: it shares the task core's single allocation, waker, panic capture
-//! and `Task` handle.
+//! a waker with that future and switches back to whoever resumed the fiber.
 //!
-//! The task is *pinned* (F2): on a pool it goes to one worker's inbox, which
-//! no other worker reads; on a context scheduler it runs on the context's
-//! thread. Its stack comes from a per-thread pool of guard-paged stacks
-//! (module `stack`).
+//! On a pool, that waker is the fiber's own (module `sched`, the worker's
+//! fiber scheduler): its wake queues a one-word resumption of the fiber on
+//! its worker, which switches straight into the fiber, and, if the next job
+//! of its worker is another fiber's resumption with nothing else waiting,
+//! into that one after it. The task's poll only starts the fiber, resumes
+//! it when it is cancelled while it waits, and takes its result. Elsewhere
+//! (a context scheduler's fiber, a local one, or a tracked one, O1, whose
+//! waits the views must see as polls) the waker is the task's, and each
+//! poll of the task switches into the fiber, which polls its future again.
 //!
 //! # Cancellation (F4)
 //!
