@@ -248,6 +248,14 @@ pub(crate) fn cancel_those_on_this_worker() -> bool {
     any
 }
 
+/// True while a fiber on this worker's fiber scheduler has not ended (its
+/// future has not dropped): for the worker's shutdown, which runs them to
+/// their return (F4), and waits for the resumption of one woken from
+/// another thread to reach its queue.
+pub(crate) fn live_on_this_worker() -> bool {
+    sched::cells_out() > 0
+}
+
 /// Hides the running fiber (if any) until the returned guard drops: used
 /// where a nested main loop inside a fiber runs other tasks, so that their
 /// `wait` calls do not mistake themselves for the fiber.

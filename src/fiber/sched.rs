@@ -177,6 +177,12 @@ thread_local! {
     };
 }
 
+/// How many of this thread's cells serve a fiber (taken, not given back).
+pub(crate) fn cells_out() -> usize {
+    FREE.try_with(|free| free.chunks.borrow().len() * CELLS - free.cells.borrow().len())
+        .unwrap_or(0)
+}
+
 /// A cell for a fiber starting on this thread, a worker whose home is
 /// `home`: one of its free cells, or of a spare chunk, or of a new one
 /// (never freed). `None` during the thread's teardown.

@@ -264,6 +264,10 @@ impl Core {
             // are all cancelled from now on.
             match self.find_pinned() {
                 Some(job) => job.run(),
+                // A fiber woken from another thread is queued, but the job
+                // that resumes it is not in the inbox yet (its waker is
+                // between the two, `fiber::sched`): it comes in a moment.
+                None if crate::fiber::live_on_this_worker() => std::thread::yield_now(),
                 None => break,
             }
         }
