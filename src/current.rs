@@ -135,8 +135,11 @@ pub(crate) trait WorkerHooks {
     fn leave_blocking(&self);
     /// For a fiber's resumption that just ran (`fiber::sched`): the word of
     /// the next job of the worker's own pinned queue, taken out, if it is a
-    /// job of the same kind (its vtable at `kind`) and no other work waits
-    /// that the worker would take first or in turn; `None` otherwise.
+    /// job of the same kind (its vtable at `kind`), no other work waits that
+    /// the worker would take first or in turn, and its slice has room for
+    /// one more job (by count and by time, P8); it then counts as a job of
+    /// the slice, for the slice and for the stall watchdog (B5). `None`
+    /// otherwise.
     fn next_resumption(&self, kind: *const ()) -> Option<usize>;
 }
 

@@ -1394,3 +1394,319 @@ fn fibers_cancelled_and_shut_down_while_woken_from_other_threads_all_return() {
         }
     });
 }
+
+/// F6 with a fiber woken from another thread: a fiber that yields forever
+/// on a 1-worker pool must not starve a second fiber on the same worker
+/// whose wake comes from a plain thread (its resumption lands in the
+/// worker's inbox).
+#[test]
+fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
+    watchdog("inbox_starvation", 15, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let yields = Arc::new(AtomicUsize::new(0));
+        let (stop2, yields2) = (stop.clone(), yields.clone());
+        let yielder = s.spawn_fiber(move || {
+            while !stop2.load(Ordering::Acquire) {
+                fiber::yield_fiber().unwrap();
+                yields2.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let (tx, rx) = oneshot::channel::<u32>();
+        let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
+        let waiter = s.spawn_fiber(move || {
+            waiting_tx.send(()).unwrap();
+            fiber::wait_output(rx).unwrap().unwrap()
+        });
+        waiting_rx.recv().unwrap();
+        wait_until(|| yields.load(Ordering::Relaxed) > 10);
+        std::thread::sleep(Duration::from_millis(5));
+        tx.send(7).unwrap();
+        let start = Instant::now();
+        let got = gdex::block_on(async {
+            let timeout = gdex::sleep(Duration::from_secs(3));
+            futures::pin_mut!(timeout);
+            match futures::future::select(waiter, timeout).await {
+                futures::future::Either::Left((v, _)) => Some(v),
+                futures::future::Either::Right(_) => None,
+            }
+        });
+        let took = start.elapsed();
+        stop.store(true, Ordering::Release);
+        match got {
+            Some(v) => assert_eq!(v.unwrap(), 7),
+            None => {
+                panic!(
+                    "the fiber woken from another thread never ran ({took:?}, {} yields)",
+                    yields.load(Ordering::Relaxed)
+                )
+            }
+        }
+        gdex::block_on(yielder).unwrap();
+    });
+}
+
+/// P8 with fibers that hand control to each other: a raw GLib timeout on
+/// the worker fires about on time while two fibers yield to each other,
+/// each resumption a short poll (~200 us). Everything is spawned from the
+/// worker itself (its local pinned queue), so that nothing waits in its
+/// inbox.
+#[test]
+fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
+    watchdog("timers_yielding_fibers", 60, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let worst = gdex::block_on(s.spawn_pinned(move || async move {
+            let yielders: Vec<_> = (0..2)
+                .map(|_| {
+                    let stop = stop2.clone();
+                    s2.spawn_fiber(move || {
+                        while !stop.load(Ordering::Acquire) {
+                            spin(Duration::from_millis(1));
+                            fiber::yield_fiber().unwrap();
+                        }
+                    })
+                })
+                .collect();
+            let measure = s2.spawn_fiber(move || {
+                let mut lates = Vec::new();
+                for _ in 0..15 {
+                    let start = Instant::now();
+                    fiber::wait_output(glib::timeout_future(Duration::from_millis(10))).unwrap();
+                    lates.push(start.elapsed().saturating_sub(Duration::from_millis(10)));
+                }
+                stop2.store(true, Ordering::Release);
+                lates.sort();
+                lates[lates.len() / 2]
+            });
+            let worst = measure.await.unwrap();
+            for y in yielders {
+                y.await.unwrap();
+            }
+            worst
+        }))
+        .unwrap();
+        stop.store(true, Ordering::Release);
+        eprintln!("median lateness {worst:?}");
+        assert!(
+            worst < Duration::from_millis(4),
+            "a 10 ms timeout was {worst:?} late (median)"
+        );
+    });
+}
+
+/// S6 on the fiber scheduler: a fiber that panics after a wait (resumed by
+/// its scheduler, not its task) gives its waiter `Panicked` with the
+/// message, and its worker goes on.
+#[test]
+fn a_fiber_panicking_after_a_wait_gives_panicked() {
+    watchdog("panic_after_wait", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let f = s.spawn_fiber(|| -> u32 {
+            fiber::wait(gdex::sleep(Duration::from_millis(2))).unwrap();
+            fiber::yield_fiber().unwrap();
+            panic!("boom after a wait");
+        });
+        match gdex::block_on(f) {
+            Err(Error::Panicked(msg)) => assert!(msg.contains("boom"), "{msg}"),
+            other => panic!("expected Panicked, got {other:?}"),
+        }
+        // The worker goes on with fibers.
+        let g = s.spawn_fiber(|| {
+            fiber::yield_fiber().unwrap();
+            5
+        });
+        assert_eq!(gdex::block_on(g).unwrap(), 5);
+        pool.shutdown();
+    });
+}
+
+/// F4 with a nested loop: a fiber running on its scheduler iterates its
+/// worker's context, which dispatches its own task (woken by its handle's
+/// drop); the fiber then sees its cancellation at its next wait and returns.
+#[test]
+fn a_fiber_in_a_nested_loop_dispatching_its_own_task_is_cancelled() {
+    watchdog("nested_own_task", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let exits = Exits::default();
+        let e2 = exits.clone();
+        let (in_loop_tx, in_loop_rx) = mpsc::channel::<()>();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let d2 = dropped.clone();
+        let f = pool.scheduler().spawn_fiber(move || {
+            let _exit = e2.guard();
+            fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+            fiber::yield_fiber().unwrap();
+            in_loop_tx.send(()).unwrap();
+            let ctx = glib::MainContext::ref_thread_default();
+            while !d2.load(Ordering::Acquire) {
+                ctx.iteration(false);
+            }
+            let until = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < until {
+                ctx.iteration(false);
+            }
+            assert!(matches!(fiber::yield_fiber(), Err(Error::Cancelled)));
+        });
+        in_loop_rx.recv().unwrap();
+        drop(f);
+        dropped.store(true, Ordering::Release);
+        wait_until(|| exits.returned() == 1);
+        pool.shutdown();
+        assert_eq!(exits.unwound(), 0);
+    });
+}
+
+/// S9 with a fiber inside a nested main loop when the pool shuts down.
+#[test]
+fn shutdown_while_a_fiber_runs_a_nested_loop_returns_it() {
+    watchdog("shutdown_nested", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let exits = Exits::default();
+        let e2 = exits.clone();
+        let (in_loop_tx, in_loop_rx) = mpsc::channel::<()>();
+        let f = pool.scheduler().spawn_fiber(move || {
+            let _exit = e2.guard();
+            fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+            fiber::yield_fiber().unwrap();
+            in_loop_tx.send(()).unwrap();
+            let ctx = glib::MainContext::ref_thread_default();
+            let until = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < until {
+                ctx.iteration(false);
+            }
+            let r = fiber::wait(gdex::sleep(Duration::from_secs(30)));
+            assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+            11
+        });
+        in_loop_rx.recv().unwrap();
+        pool.shutdown();
+        assert_eq!(exits.unwound(), 0);
+        assert_eq!(exits.returned(), 1);
+        assert_eq!(gdex::block_on(f).unwrap(), 11);
+    });
+}
+
+/// P8, measured by the loop's turns: a 1 ms GLib timer on the worker's
+/// context ticks about once a millisecond while two fibers yield to each
+/// other, each resumption a 1 ms poll.
+#[test]
+fn the_loop_turns_while_fibers_yield_to_each_other() {
+    watchdog("loop_turns", 60, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let s2 = s.clone();
+        let (ticks, resumptions) = gdex::block_on(s.spawn_pinned(move || async move {
+            let (ticks, timer) = common::tick_counter(&glib::MainContext::ref_thread_default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let resumptions = Arc::new(AtomicUsize::new(0));
+            let yielders: Vec<_> = (0..2)
+                .map(|_| {
+                    let (stop, resumptions) = (stop.clone(), resumptions.clone());
+                    s2.spawn_fiber(move || {
+                        while !stop.load(Ordering::Acquire) {
+                            spin(Duration::from_millis(1));
+                            resumptions.fetch_add(1, Ordering::Relaxed);
+                            fiber::yield_fiber().unwrap();
+                        }
+                    })
+                })
+                .collect();
+            let stop2 = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                stop2.store(true, Ordering::Release);
+            });
+            for y in yielders {
+                y.await.unwrap();
+            }
+            timer.destroy();
+            (
+                ticks.load(Ordering::Relaxed),
+                resumptions.load(Ordering::Relaxed),
+            )
+        }))
+        .unwrap();
+        eprintln!("{ticks} ticks of a 1 ms timer over {resumptions} 1 ms resumptions");
+        assert!(
+            ticks * 3 >= resumptions,
+            "the worker's loop turned {ticks} times in {resumptions} ms of fibers' polls"
+        );
+    });
+}
+
+/// P8 with gdex's own timers: fibers sleeping with `gdex::sleep` on the
+/// workers of a 2-worker pool wake up while other fibers on the same
+/// workers yield to each other, each resumption a short (200 us) poll.
+#[test]
+fn sleeping_fibers_wake_beside_fibers_that_yield() {
+    watchdog("sleepers_beside_yielders", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let yields = Arc::new(AtomicUsize::new(0));
+        // Each fiber first sleeps, so that all are past their first poll
+        // (which came through the inbox) before any yields.
+        let yielders: Vec<_> = (0..4)
+            .map(|_| {
+                let (stop, yields) = (stop.clone(), yields.clone());
+                s.spawn_fiber(move || {
+                    fiber::wait(gdex::sleep(Duration::from_millis(30))).unwrap();
+                    while !stop.load(Ordering::Acquire) {
+                        spin(Duration::from_micros(200));
+                        yields.fetch_add(1, Ordering::Relaxed);
+                        fiber::yield_fiber().unwrap();
+                    }
+                    std::thread::current().name().unwrap().to_owned()
+                })
+            })
+            .collect();
+        let sleepers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn_fiber(move || {
+                    fiber::wait(gdex::sleep(Duration::from_millis(30))).unwrap();
+                    let start = Instant::now();
+                    for _ in 0..10 {
+                        fiber::wait(gdex::sleep(Duration::from_millis(5))).unwrap();
+                    }
+                    (
+                        std::thread::current().name().unwrap().to_owned(),
+                        start.elapsed(),
+                    )
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut took = Vec::new();
+        for f in sleepers {
+            let r = gdex::block_on(async {
+                let t = gdex::sleep(deadline.saturating_duration_since(Instant::now()));
+                futures::pin_mut!(t);
+                match futures::future::select(f, t).await {
+                    futures::future::Either::Left((v, _)) => Some(v.unwrap()),
+                    futures::future::Either::Right(_) => None,
+                }
+            });
+            took.push(r);
+        }
+        let y = yields.load(Ordering::Relaxed);
+        stop.store(true, Ordering::Release);
+        let mut threads = std::collections::HashSet::new();
+        for f in yielders {
+            threads.insert(gdex::block_on(f).unwrap());
+        }
+        eprintln!("sleepers: {took:?}; yielders on {threads:?}, {y} yields");
+        for t in &took {
+            let (_, d) = t
+                .as_ref()
+                .expect("a sleeping fiber never woke while others yielded");
+            assert!(*d < Duration::from_secs(1), "10 sleeps of 5 ms took {d:?}");
+        }
+        pool.shutdown();
+    });
+}

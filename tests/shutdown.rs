@@ -845,3 +845,110 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
         }
     });
 }
+
+/// F4, S9 on the worker's fiber scheduler: stubborn fibers (they ignore their cancellation and
+/// wait again) woken all the time from plain threads, whose destructors
+/// wake each other's wakers while the shutdown force-unwinds them: the
+/// shutdown returns and every fiber is unwound once, on its thread.
+#[test]
+fn stubborn_fibers_woken_from_other_threads_are_unwound_at_shutdown() {
+    let _one = common::serial();
+    use std::sync::atomic::AtomicBool;
+    struct Baton {
+        set: AtomicBool,
+        waker: futures::task::AtomicWaker,
+    }
+    impl Baton {
+        fn raise(&self) {
+            self.set.store(true, Ordering::Release);
+            self.waker.wake();
+        }
+    }
+    fn lowered(b: &Baton) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            b.waker.register(cx.waker());
+            if b.set.swap(false, Ordering::AcqRel) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+    /// Wakes two other fibers when it drops (in the unwind), then counts
+    /// the exit (its `Exit`, dropped after).
+    struct WakeOnDrop {
+        batons: Arc<Vec<Baton>>,
+        i: usize,
+        _exit: common::Exit,
+    }
+    impl Drop for WakeOnDrop {
+        fn drop(&mut self) {
+            let n = self.batons.len();
+            self.batons[(self.i + 1) % n].raise();
+            self.batons[(self.i + 3) % n].waker.wake();
+        }
+    }
+    common::watchdog("stubborn_fibers", 120, || {
+        for round in 0..5 {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let n = 12;
+            let batons: Arc<Vec<Baton>> = Arc::new(
+                (0..n)
+                    .map(|_| Baton {
+                        set: AtomicBool::new(false),
+                        waker: futures::task::AtomicWaker::new(),
+                    })
+                    .collect(),
+            );
+            let exits = common::Exits::default();
+            let started = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let hammers: Vec<_> = (0..2)
+                .map(|t| {
+                    let (batons, stop) = (batons.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        let mut i = t;
+                        while !stop.load(Ordering::Acquire) {
+                            batons[i % n].raise();
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            for i in 0..n {
+                let (batons, exits, started) = (batons.clone(), exits.clone(), started.clone());
+                pool.scheduler()
+                    .spawn_fiber(move || {
+                        let _guard = WakeOnDrop {
+                            batons: batons.clone(),
+                            i,
+                            _exit: exits.guard(),
+                        };
+                        started.fetch_add(1, Ordering::SeqCst);
+                        loop {
+                            let _ = gdex::fiber::wait_output(lowered(&batons[i]));
+                            if i % 2 == 0 {
+                                let _ = gdex::fiber::yield_fiber();
+                            }
+                        }
+                    })
+                    .detach();
+            }
+            common::wait_until(|| started.load(Ordering::SeqCst) == n);
+            std::thread::sleep(Duration::from_millis(5));
+            let t = std::time::Instant::now();
+            pool.shutdown();
+            let took = t.elapsed();
+            stop.store(true, Ordering::Release);
+            for h in hammers {
+                h.join().unwrap();
+            }
+            assert_eq!(exits.unwound(), n, "round {round}: unwound");
+            assert_eq!(exits.returned(), 0, "round {round}");
+            assert!(
+                took < Duration::from_secs(5),
+                "round {round}: shutdown took {took:?}"
+            );
+        }
+    });
+}

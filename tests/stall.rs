@@ -260,3 +260,42 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
         assert_eq!(reports.len(), 1, "{reports:?}");
     });
 }
+
+/// B5 with fibers on their worker's fiber scheduler: fibers that yield to
+/// each other every 10 ms never sit in one poll for 50 ms, so no stall is
+/// reported (each resumption that a resumption job runs after its own is a
+/// job of its own for the watchdog).
+#[test]
+fn fibers_that_yield_every_10ms_are_no_stall() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("fibers_yielding_no_stall", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let fibers: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                pool.scheduler().spawn_fiber(move || {
+                    gdex::fiber::wait(gdex::sleep(Duration::from_millis(10))).unwrap();
+                    while !stop.load(Ordering::Acquire) {
+                        spin(Duration::from_millis(10));
+                        gdex::fiber::yield_fiber().unwrap();
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Release);
+        for f in fibers {
+            gdex::block_on(f).unwrap();
+        }
+        // (Other tests' named tasks and main scheduler are reported late
+        // into the same log; the fibers here are unnamed.)
+        let reported = warnings_naming("stuck in one poll of an unnamed");
+        assert!(reported.is_empty(), "{reported:#?}");
+    });
+}

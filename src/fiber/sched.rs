@@ -385,29 +385,23 @@ static RESUME: WorkVtable = WorkVtable {
     drop: drop_job,
 };
 
-/// How many resumptions one job runs at most, one after the other (see
-/// [`resume_job`]).
-const RUN: usize = 16;
-
 /// # Safety
 /// `data` holds a [`RESUME`] job's word, run on the worker it was queued
 /// for.
 ///
 /// When the fiber suspends, and the worker's next pinned job is another
-/// fiber's resumption with nothing else waiting, it runs that one too, up
-/// to [`RUN`] in all: two fibers that hand control to each other then
-/// switch from one to the other without a trip through the worker's slice
-/// loop each time.
+/// fiber's resumption with nothing else waiting, it runs that one too, and
+/// so on, each counting as a job of the worker's slice (the worker says
+/// when to stop: `WorkerHooks::next_resumption`): two fibers that hand
+/// control to each other then switch from one to the other without a trip
+/// through the worker's slice loop each time.
 unsafe fn resume_job(data: *mut std::mem::MaybeUninit<usize>) {
     // SAFETY: by the caller.
     let mut word = unsafe { (*data).assume_init() };
-    for ran in 1.. {
+    loop {
         // SAFETY: a resumption's word, for this worker (the first by the
         // caller, the next ones from its own pinned queue).
         unsafe { resume_one(word) };
-        if ran == RUN {
-            return;
-        }
         let kind = (&RESUME as *const WorkVtable).cast::<()>();
         match crate::current::with_worker_hooks(|w| w.next_resumption(kind)).flatten() {
             Some(next) => word = next,

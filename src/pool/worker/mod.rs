@@ -54,6 +54,24 @@ pub(crate) struct Core {
     /// Whether pinned work went first on the last search (the next one
     /// takes the other turn).
     pinned_turn: Cell<bool>,
+    /// Whether the inbox went first on the last look at pinned work (the
+    /// next look takes the other turn): resumptions of fibers that yield on
+    /// this thread refill the thread-local queue at once, and must not keep
+    /// a fiber woken from another thread, whose resumption waits in the
+    /// inbox, from its turn (F6).
+    inbox_turn: Cell<bool>,
+    /// The job running now may run this many more fibers' resumptions after
+    /// its own, each counting as a job of the slice (P8, and B5: the stall
+    /// watchdog sees each as one), until the slice's deadline
+    /// ([`next_resumption`](Self::next_resumption)); `chained` counts
+    /// those it ran. Both 0 outside a slice's job.
+    chain_left: Cell<usize>,
+    chained: Cell<usize>,
+    /// The running slice's deadline, in clock ticks, and how often it reads
+    /// the clock (`clock_mask`: after each job whose count has these bits
+    /// set, so every job after a slice that ran out of time).
+    slice_deadline: Cell<u64>,
+    slice_mask: Cell<usize>,
     /// This worker consumed a wake request (P6): it was asked to help with
     /// work any worker may run, so its next search looks at the shared
     /// queues before its own pinned work (P10).
@@ -182,19 +200,37 @@ impl Core {
     /// turn after at most one such run of them (bounded by the caller).
     #[inline(always)]
     fn next_resumption(&self, kind: *const ()) -> Option<usize> {
-        if !self.in_slice.get()
+        let left = self.chain_left.get();
+        if left == 0
             || self.searching.get()
             || !self.local.is_empty()
             || !self.shared.injector.is_empty()
             || self.woken.borrow().is_some()
+            || !self.shared.remotes[self.index].inbox.is_empty()
+            || self.shared.closed.load(Ordering::Relaxed)
         {
             return None;
         }
-        let mut pinned = self.pinned.borrow_mut();
-        if !pinned.front()?.is_kind(kind) {
+        let chained = self.chained.get();
+        // P8 by time too, reading the clock as often as the slice does.
+        let mask = self.slice_mask.get();
+        if chained & mask == mask && crate::util::clock::now() >= self.slice_deadline.get() {
             return None;
         }
-        pinned.pop_front()?.into_word()
+        let word = {
+            let mut pinned = self.pinned.borrow_mut();
+            if !pinned.front()?.is_kind(kind) {
+                return None;
+            }
+            pinned.pop_front()?.into_word()?
+        };
+        self.chain_left.set(left - 1);
+        self.chained.set(chained + 1);
+        self.counters().tasks_run.bump();
+        // B5: one job ended, another starts.
+        self.runner.leave_job();
+        self.runner.enter_job();
+        Some(word)
     }
 
     fn counters(&self) -> &crate::diagnostics::metrics::WorkerCounters {
@@ -388,10 +424,30 @@ impl Core {
             }
         }
         let _out = OutOfSlice(&self.in_slice);
+        // A slice dispatched by a nested loop inside one of our jobs (a
+        // fiber's resumption among them) leaves that job's chain as it was.
+        struct Chain<'a>(&'a Core, usize, usize, u64, usize);
+        impl Drop for Chain<'_> {
+            fn drop(&mut self) {
+                self.0.chain_left.set(self.1);
+                self.0.chained.set(self.2);
+                self.0.slice_deadline.set(self.3);
+                self.0.slice_mask.set(self.4);
+            }
+        }
+        let _chain = Chain(
+            self,
+            self.chain_left.replace(0),
+            self.chained.replace(0),
+            self.slice_deadline.get(),
+            self.slice_mask.get(),
+        );
         let deadline = crate::util::clock::now().wrapping_add(self.slice_ticks);
         // Read the clock after every job if the last slice ran out of time
         // (long jobs), every 8th otherwise; this slice decides the next.
         let clock_mask = self.clock_mask.replace(7);
+        self.slice_deadline.set(deadline);
+        self.slice_mask.set(clock_mask);
         let sleep = &self.shared.parking;
         let counters = self.counters();
         // Leave the parked state if we were asleep. A busy worker keeps a
@@ -417,13 +473,16 @@ impl Core {
                 #[cfg(feature = "tokio")]
                 self.tokio.ensure();
                 self.runner.enter_job();
+                self.chain_left.set(SLICE - ran - 1);
                 job.run();
+                self.chain_left.set(0);
+                let chained = self.chained.replace(0);
                 self.runner.leave_job();
-                ran += 1;
+                ran += 1 + chained;
                 spins = 0;
                 // P8 by time as well as by count (the clock read is cheap,
                 // not free).
-                if ran & clock_mask == 0 && crate::util::clock::now() >= deadline {
+                if (chained > 0 || ran & clock_mask == 0) && crate::util::clock::now() >= deadline {
                     self.clock_mask.set(0);
                     break;
                 }
@@ -492,12 +551,20 @@ impl Core {
         self.find_queued(slice_start).or_else(|| self.steal())
     }
 
+    /// This thread's own pinned queue and the inbox take turns (F6).
     fn find_pinned(&self) -> Option<Job> {
+        let inbox = &self.shared.remotes[self.index].inbox;
+        let inbox_first = self.inbox_turn.get();
+        self.inbox_turn.set(!inbox_first);
+        if inbox_first && !inbox.is_empty() {
+            if let Some(job) = steal_one(|| inbox.steal()) {
+                return Some(job);
+            }
+        }
         let pinned = self.pinned.borrow_mut().pop_front();
         if pinned.is_some() {
             return pinned;
         }
-        let inbox = &self.shared.remotes[self.index].inbox;
         if inbox.is_empty() {
             return None;
         }
