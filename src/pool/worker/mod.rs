@@ -201,11 +201,15 @@ impl Core {
     #[inline(always)]
     fn next_resumption(&self, kind: *const ()) -> Option<usize> {
         let left = self.chain_left.get();
+        // This thread's own state first: the shared queues' lines, which
+        // other threads write (a peer pushing the next resumption into our
+        // inbox), only when there is a resumption to run.
         if left == 0
             || self.searching.get()
+            || self.woken.borrow().is_some()
+            || !self.pinned.borrow().front()?.is_kind(kind)
             || !self.local.is_empty()
             || !self.shared.injector.is_empty()
-            || self.woken.borrow().is_some()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || self.shared.closed.load(Ordering::Relaxed)
         {
@@ -217,13 +221,7 @@ impl Core {
         if chained & mask == mask && crate::util::clock::now() >= self.slice_deadline.get() {
             return None;
         }
-        let word = {
-            let mut pinned = self.pinned.borrow_mut();
-            if !pinned.front()?.is_kind(kind) {
-                return None;
-            }
-            pinned.pop_front()?.into_word()?
-        };
+        let word = self.pinned.borrow_mut().pop_front()?.into_word()?;
         self.chain_left.set(left - 1);
         self.chained.set(chained + 1);
         self.counters().tasks_run.bump();
