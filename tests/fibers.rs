@@ -1492,8 +1492,11 @@ fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
         .unwrap();
         stop.store(true, Ordering::Release);
         eprintln!("median lateness {worst:?}");
+        // About one resumption (1 ms) late when each resumption is a job of
+        // the slice (3 ms measured); 21 ms when a chain of them was one. A
+        // loose bound: the suite runs beside other tests.
         assert!(
-            worst < Duration::from_millis(4),
+            worst < Duration::from_millis(10),
             "a 10 ms timeout was {worst:?} late (median)"
         );
     });

@@ -129,6 +129,7 @@ where
         self.ctx.stack_map.set(stack.map());
         let meta = crate::task::running_task_meta();
         self.ctx.meta.set(meta);
+        super::note_fiber_start();
         let coroutine = Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
             // SAFETY: the poll resuming us set CURRENT to our FiberCtx.
             let ctx = unsafe { &*CURRENT.get() };

@@ -195,6 +195,16 @@ fn book_first(ctx: &FiberCtx, waker: &std::task::Waker) {
     }
 }
 
+/// A fiber starts on this thread: its book of live fibers is set up (so
+/// that its teardown cancels the fibers still waiting then), or, if it is
+/// gone already (the thread is being torn down), every fiber here is
+/// cancelled from now on (F4).
+fn note_fiber_start() {
+    if ON_WORKER.try_with(|_| ()).is_err() {
+        SHUTTING_DOWN.with(|flag| flag.set(true));
+    }
+}
+
 /// Wakes the task of the fiber `ctx` through the waker its worker's book
 /// keeps (a fiber on its worker's fiber scheduler is always booked: it
 /// suspended in its task's first poll, on a worker).
