@@ -36,12 +36,12 @@ pub(super) struct FiberFuture<F, T> {
     pub(super) ctx: FiberCtx,
 }
 
-/// Nothing in a `FiberFuture` relies on its address between polls (`CURRENT`
-/// and the `cx` cell point into it only during a poll; the coroutine's state
-/// lives on its own stack), and no field is ever pinned: it is `Unpin`
-/// whatever `F` and `T` are. (A fiber on its worker's fiber scheduler is
-/// resumed through its address, but it is in its task's block, which
-/// async-task never moves.)
+/// Nothing in a `FiberFuture` relies on its address between polls
+/// (`CURRENT` points into it only while the fiber runs; the coroutine's
+/// state lives on its own stack), and no field is ever pinned: it is
+/// `Unpin` whatever `F` and `T` are. (A fiber on its worker's fiber
+/// scheduler is resumed through its address, but it is in its task's
+/// block, which async-task never moves.)
 impl<F, T> Unpin for FiberFuture<F, T> {}
 
 impl<F, T> Future for FiberFuture<F, T>
@@ -54,9 +54,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
         let this = self.get_mut();
         if let Some(cell) = this.ctx.cell.get() {
-            // Only the cell is read before the fiber is claimed: while the
-            // fiber runs (a nested loop inside it polling its own task),
-            // its coroutine is borrowed by whoever resumed it.
+            // Only the cell's address and state are read before the fiber
+            // is claimed: while the fiber runs (a nested loop inside it
+            // polling its own task), its coroutine is borrowed by whoever
+            // resumed it, and is not touched here.
             match cell.state() {
                 sched::DONE => return this.take_result(),
                 sched::WAITING if cell.claim_waiting() => {}
@@ -104,8 +105,8 @@ where
     F: FnOnce() -> T + 'static,
     T: 'static,
 {
-    /// The first poll: maps the stack, makes the coroutine, and puts the
-    /// fiber on its worker's fiber scheduler if its task has a cell.
+    /// The first poll: maps the stack, makes the coroutine, and puts a
+    /// pool's fiber on its worker's fiber scheduler.
     fn start(&mut self, cx: &Context<'_>) -> Result<(), Error> {
         let State::Start {
             f,
@@ -188,12 +189,13 @@ where
     ///
     /// # Safety
     /// `target` is a `FiberFuture<F, T>` whose cell `start` started, whose
-    /// fiber was just claimed (`RUNNING`) on its own worker by the caller,
-    /// which holds a reference to its block.
+    /// fiber was just claimed (`RUNNING`) on its own worker by the caller;
+    /// its block is kept by the waker of its task in the worker's book.
     unsafe fn resume_on_scheduler(target: *const ()) {
-        // SAFETY: by the caller: a live future in its block, not borrowed
-        // elsewhere (its task's poll does not touch a running fiber's
-        // future beyond its cell, which is not in it).
+        // SAFETY: by the caller: a live future in its block (not dropped:
+        // its cell would be `DONE`), polled by nobody else meanwhile but
+        // for a nested loop inside the fiber polling its own task, which
+        // reads only the cell's address and state and returns (see `poll`).
         let this = unsafe { &mut *target.cast_mut().cast::<Self>() };
         let Some(cell) = this.ctx.cell.get() else {
             unreachable!("a fiber resumed by its scheduler has a cell")

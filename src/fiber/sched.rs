@@ -235,6 +235,9 @@ impl FiberCell {
             return None;
         }
         let cell = take(home)?;
+        // A thread's chunks serve one worker: a thread is one pool's worker
+        // for its whole life.
+        debug_assert_eq!(cell.chunk().home.load(Ordering::Relaxed), home.as_ptr());
         cell.resume.set(Some(resume));
         cell.target.set(target);
         // Release: a waker that finds the fiber waiting later (through
