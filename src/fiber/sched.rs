@@ -46,10 +46,11 @@
 //!
 //! A fiber that returns, panics or is dropped leaves its cell `DONE`.
 //!
-//! Every change of state is an atomic read-modify-write, a wake's that
-//! changes nothing too: a resumption that takes the fiber from `QUEUED`
-//! then sees what every wake before it published, so the fiber's next
-//! poll of its future does.
+//! Every change of state that a wake may race is an atomic
+//! read-modify-write, a wake's that changes nothing too: a resumption that
+//! takes the fiber from `QUEUED` then sees what every wake before it
+//! published, so the fiber's next poll of its future does. (Only a cell's
+//! start, from `DONE`, which wakes leave alone, is a plain store.)
 //!
 //! A task's poll of a fiber that waits on this scheduler (its handle was
 //! dropped, its worker shuts down) resumes it if it is [`WAITING`], and
