@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures::channel::oneshot;
 use gdex::{fiber, Error, ThreadPool};
 
-use common::{spin, wait_until, watchdog, Exit, Exits, Rng};
+use common::{spin, wait_until, watchdog, Baton, Exit, Exits, Rng};
 
 /// Keeps every worker of `pool` busy with stealable tasks until `stop`.
 fn load(pool: &gdex::ThreadPool, stop: &Arc<AtomicBool>) {
@@ -383,12 +383,7 @@ fn a_yielding_fiber_does_not_starve_tasks() {
         let stop = Arc::new(AtomicBool::new(false));
         let yields = Arc::new(AtomicUsize::new(0));
         let (stop2, yields2) = (stop.clone(), yields.clone());
-        let yielder = s.spawn_fiber(move || {
-            while !stop2.load(Ordering::Acquire) {
-                fiber::yield_fiber().unwrap();
-                yields2.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let yielder = s.spawn_fiber(move || yield_until(&stop2, Duration::ZERO, &yields2));
         common::wait_until(|| yields.load(Ordering::Relaxed) > 10);
         // Spawned from inside the worker: they sit on its own deque, which
         // would never be looked at if pinned work always went first.
@@ -1131,34 +1126,6 @@ fn a_fiber_cancelled_while_yielded_gets_cancelled_from_its_yield() {
     });
 }
 
-/// A flag a fiber waits on, set and woken from any thread; its future
-/// keeps the last waker it was polled with.
-struct Baton {
-    set: AtomicBool,
-    waker: futures::task::AtomicWaker,
-}
-
-impl Baton {
-    fn raise(&self) {
-        self.set.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-
-    fn lowered(&self) -> impl std::future::Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            if self.set.swap(false, Ordering::AcqRel) {
-                return std::task::Poll::Ready(());
-            }
-            self.waker.register(cx.waker());
-            if self.set.swap(false, Ordering::AcqRel) {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
-    }
-}
-
 /// Tokens a fiber waits for, passed to it from any thread.
 struct Tokens {
     count: AtomicUsize,
@@ -1252,14 +1219,7 @@ fn fibers_woken_from_other_threads_at_any_moment_all_finish() {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
         let n = 16;
         let rounds = common::stress(400);
-        let batons: Arc<Vec<Baton>> = Arc::new(
-            (0..n)
-                .map(|_| Baton {
-                    set: AtomicBool::new(false),
-                    waker: futures::task::AtomicWaker::new(),
-                })
-                .collect(),
-        );
+        let batons: Arc<Vec<Baton>> = Baton::many(n);
         // Wakers of fibers that ended, woken again and again.
         let stale: Arc<Mutex<Vec<std::task::Waker>>> = Arc::default();
         let done = Arc::new(AtomicUsize::new(0));
@@ -1337,14 +1297,7 @@ fn fibers_cancelled_and_shut_down_while_woken_from_other_threads_all_return() {
             let pool = ThreadPool::builder().workers(2).build().unwrap();
             let exits = Exits::default();
             let n = 24;
-            let batons: Arc<Vec<Baton>> = Arc::new(
-                (0..n)
-                    .map(|_| Baton {
-                        set: AtomicBool::new(false),
-                        waker: futures::task::AtomicWaker::new(),
-                    })
-                    .collect(),
-            );
+            let batons: Arc<Vec<Baton>> = Baton::many(n);
             let stop = Arc::new(AtomicBool::new(false));
             let waker_threads: Vec<_> = (0..2u64)
                 .map(|t| {
@@ -1395,6 +1348,16 @@ fn fibers_cancelled_and_shut_down_while_woken_from_other_threads_all_return() {
     });
 }
 
+/// The body of a fiber that yields until `stop`, each of its polls `work`
+/// long (spinning), counting its yields in `yields`.
+fn yield_until(stop: &AtomicBool, work: Duration, yields: &AtomicUsize) {
+    while !stop.load(Ordering::Acquire) {
+        spin(work);
+        yields.fetch_add(1, Ordering::Relaxed);
+        fiber::yield_fiber().unwrap();
+    }
+}
+
 /// F6 with a fiber woken from another thread: a fiber that yields forever
 /// on a 1-worker pool must not starve a second fiber on the same worker
 /// whose wake comes from a plain thread (its resumption lands in the
@@ -1407,12 +1370,7 @@ fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
         let stop = Arc::new(AtomicBool::new(false));
         let yields = Arc::new(AtomicUsize::new(0));
         let (stop2, yields2) = (stop.clone(), yields.clone());
-        let yielder = s.spawn_fiber(move || {
-            while !stop2.load(Ordering::Acquire) {
-                fiber::yield_fiber().unwrap();
-                yields2.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let yielder = s.spawn_fiber(move || yield_until(&stop2, Duration::ZERO, &yields2));
         let (tx, rx) = oneshot::channel::<u32>();
         let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
         let waiter = s.spawn_fiber(move || {
@@ -1447,9 +1405,9 @@ fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
     });
 }
 
-/// P8 with fibers that hand control to each other: a raw GLib timeout on
-/// the worker fires about on time while two fibers yield to each other,
-/// each resumption a short poll (~200 us). Everything is spawned from the
+/// P8 with fibers that hand control to each other: a GLib timeout on the
+/// worker fires about on time while two fibers yield to each other, each
+/// resumption a 1 ms poll. Everything is spawned from the
 /// worker itself (its local pinned queue), so that nothing waits in its
 /// inbox.
 #[test]
@@ -1465,10 +1423,7 @@ fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
                 .map(|_| {
                     let stop = stop2.clone();
                     s2.spawn_fiber(move || {
-                        while !stop.load(Ordering::Acquire) {
-                            spin(Duration::from_millis(1));
-                            fiber::yield_fiber().unwrap();
-                        }
+                        yield_until(&stop, Duration::from_millis(1), &AtomicUsize::new(0))
                     })
                 })
                 .collect();
@@ -1612,11 +1567,7 @@ fn the_loop_turns_while_fibers_yield_to_each_other() {
                 .map(|_| {
                     let (stop, resumptions) = (stop.clone(), resumptions.clone());
                     s2.spawn_fiber(move || {
-                        while !stop.load(Ordering::Acquire) {
-                            spin(Duration::from_millis(1));
-                            resumptions.fetch_add(1, Ordering::Relaxed);
-                            fiber::yield_fiber().unwrap();
-                        }
+                        yield_until(&stop, Duration::from_millis(1), &resumptions)
                     })
                 })
                 .collect();
@@ -1660,11 +1611,7 @@ fn sleeping_fibers_wake_beside_fibers_that_yield() {
                 let (stop, yields) = (stop.clone(), yields.clone());
                 s.spawn_fiber(move || {
                     fiber::wait(gdex::sleep(Duration::from_millis(30))).unwrap();
-                    while !stop.load(Ordering::Acquire) {
-                        spin(Duration::from_micros(200));
-                        yields.fetch_add(1, Ordering::Relaxed);
-                        fiber::yield_fiber().unwrap();
-                    }
+                    yield_until(&stop, Duration::from_micros(200), &yields);
                     std::thread::current().name().unwrap().to_owned()
                 })
             })

@@ -853,27 +853,7 @@ fn every_spawn_onto_a_shut_down_pool_gives_shut_down() {
 #[test]
 fn stubborn_fibers_woken_from_other_threads_are_unwound_at_shutdown() {
     let _one = common::serial();
-    use std::sync::atomic::AtomicBool;
-    struct Baton {
-        set: AtomicBool,
-        waker: futures::task::AtomicWaker,
-    }
-    impl Baton {
-        fn raise(&self) {
-            self.set.store(true, Ordering::Release);
-            self.waker.wake();
-        }
-    }
-    fn lowered(b: &Baton) -> impl std::future::Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            b.waker.register(cx.waker());
-            if b.set.swap(false, Ordering::AcqRel) {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
-    }
+    use common::Baton;
     /// Wakes two other fibers when it drops (in the unwind), then counts
     /// the exit (its `Exit`, dropped after).
     struct WakeOnDrop {
@@ -892,14 +872,7 @@ fn stubborn_fibers_woken_from_other_threads_are_unwound_at_shutdown() {
         for round in 0..5 {
             let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
             let n = 12;
-            let batons: Arc<Vec<Baton>> = Arc::new(
-                (0..n)
-                    .map(|_| Baton {
-                        set: AtomicBool::new(false),
-                        waker: futures::task::AtomicWaker::new(),
-                    })
-                    .collect(),
-            );
+            let batons: Arc<Vec<Baton>> = Baton::many(n);
             let exits = common::Exits::default();
             let started = Arc::new(AtomicUsize::new(0));
             let stop = Arc::new(AtomicBool::new(false));
@@ -926,7 +899,7 @@ fn stubborn_fibers_woken_from_other_threads_are_unwound_at_shutdown() {
                         };
                         started.fetch_add(1, Ordering::SeqCst);
                         loop {
-                            let _ = gdex::fiber::wait_output(lowered(&batons[i]));
+                            let _ = gdex::fiber::wait_output(batons[i].lowered());
                             if i % 2 == 0 {
                                 let _ = gdex::fiber::yield_fiber();
                             }

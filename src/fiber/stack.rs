@@ -176,12 +176,7 @@ pub(crate) fn release(stack: FiberStack) {
 /// fiber's until the returned value is dropped.
 #[inline]
 pub(crate) fn enter(map: usize) -> impl Drop {
-    let guard = if map == 0 {
-        (0, 0)
-    } else {
-        (map, map + page_size())
-    };
-    crate::util::scoped(&GUARD, guard)
+    crate::util::scoped(&GUARD, (map, map + page_size()))
 }
 
 /// Overflow is reported on the alternate signal stack, since the fiber's

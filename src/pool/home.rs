@@ -142,9 +142,8 @@ impl Home {
     ///
     /// # Safety
     /// `header` is the owner header of a home whose pool is alive, and
-    /// stays so until this returns: the caller holds a reference to a task
-    /// block of that home other than the one `job` holds (a worker may run
-    /// and drop `job` as soon as it is queued).
+    /// stays so until this returns, whatever becomes of `job` once queued
+    /// (the fiber it resumes keeps it: see `FiberCell::queue`).
     unsafe fn push_fiber(header: NonNull<crate::task::OwnerHeader>, job: Job) {
         // SAFETY: by the caller.
         let home = unsafe { Self::from_header(header) };

@@ -1,5 +1,5 @@
 //! X2: tasks bound to a GObject, cancelled when it is disposed; and the
-//! thread identity behind tasks bound to a thread ([`thread_token`](crate::scheduler::thread_token)).
+//! thread identity behind tasks bound to a thread ([`thread_token`](crate::util::thread_token)).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -223,7 +223,7 @@ mod tests {
     }
 
     fn thread_tokens_are_never_reused_body() {
-        use crate::scheduler::thread_token;
+        use crate::util::thread_token;
         let mut seen = std::collections::HashSet::new();
         assert!(seen.insert(thread_token()));
         for _ in 0..100 {

@@ -16,6 +16,7 @@ use crate::current::{Entered, Role, Slot};
 use crate::error::Error;
 use crate::pool::PoolShared;
 use crate::task::{self, CatchUnwind, Job, Outcome, Task};
+use crate::util::thread_token;
 use context::ContextShared;
 
 /// Where tasks and work items run: a `GMainContext` or a [`ThreadPool`](crate::ThreadPool).
@@ -662,8 +663,6 @@ struct ThreadBound<F> {
     owner: u64,
     inner: std::mem::ManuallyDrop<F>,
 }
-
-pub(crate) use crate::util::thread_token;
 
 impl<F> ThreadBound<F> {
     /// Bound to the first thread that polls it (whatever it holds until

@@ -164,20 +164,18 @@ impl Job {
         }
     }
 
-    /// The word of a job [`raw`](Self::raw) made, taken out of it (its
-    /// `drop` is not called: the caller now owns what the word holds); the
-    /// caller checked its kind ([`is_kind`](Self::is_kind)). `None` for a
-    /// task's or a closure's job (which is then dropped).
+    /// The word of a job [`raw`](Self::raw) made with the vtable at
+    /// `kind`, taken out of it (its `drop` is not called: the caller now
+    /// owns what the word holds); any other job is given back.
     #[inline]
-    pub(crate) fn into_word(self) -> Option<usize> {
-        if self.is_task() {
-            return None;
+    pub(crate) fn into_word(self, kind: *const ()) -> Result<usize, Job> {
+        if !self.is_kind(kind) {
+            return Err(self);
         }
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: the data of a job that is not a task's is initialised (a
-        // closure's inline or boxed, or `raw`'s word); the caller took a
-        // `raw` job's, the only kind it asks for.
-        Some(unsafe { this.data.assume_init() })
+        // SAFETY: a `raw` job's data is its word (only `raw` makes jobs of
+        // such a vtable: a task's is `TASK`, a closure's its `WorkOf`'s).
+        Ok(unsafe { this.data.assume_init() })
     }
 
     /// True for a job whose vtable is at `kind` (a [`raw`](Self::raw)

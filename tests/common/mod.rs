@@ -691,3 +691,44 @@ impl Drop for PrivateBus {
         let _ = self.daemon.wait();
     }
 }
+
+/// A flag a fiber or task waits on ([`lowered`](Baton::lowered)), raised and
+/// woken from any thread; its future keeps the last waker it was polled with.
+pub struct Baton {
+    pub set: AtomicBool,
+    pub waker: futures::task::AtomicWaker,
+}
+
+impl Baton {
+    /// `n` batons, none raised.
+    pub fn many(n: usize) -> Arc<Vec<Baton>> {
+        Arc::new(
+            (0..n)
+                .map(|_| Baton {
+                    set: AtomicBool::new(false),
+                    waker: futures::task::AtomicWaker::new(),
+                })
+                .collect(),
+        )
+    }
+
+    pub fn raise(&self) {
+        self.set.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Ready once the baton is raised; lowers it again.
+    pub fn lowered(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.set.swap(false, Ordering::AcqRel) {
+                return std::task::Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            if self.set.swap(false, Ordering::AcqRel) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+    }
+}

@@ -221,7 +221,7 @@ impl Core {
         if chained & mask == mask && crate::util::clock::now() >= self.slice_deadline.get() {
             return None;
         }
-        let word = self.pinned.borrow_mut().pop_front()?.into_word()?;
+        let word = self.pinned.borrow_mut().pop_front()?.into_word(kind).ok()?;
         self.chain_left.set(left - 1);
         self.chained.set(chained + 1);
         self.counters().tasks_run.bump();

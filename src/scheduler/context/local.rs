@@ -24,8 +24,8 @@ use std::thread;
 use crossbeam_deque::{Injector, Steal};
 
 use super::{drop_orphan, ContextShared, RETIRED};
-use crate::scheduler::thread_token;
 use crate::task::Job;
+use crate::util::thread_token;
 use crate::util::{drain, Unpoisoned};
 
 /// The `!Send` jobs of one thread on one context scheduler: run only by that
