@@ -1361,7 +1361,7 @@ fn yield_until(stop: &AtomicBool, work: Duration, yields: &AtomicUsize) {
 /// F6 with a fiber woken from another thread: a fiber that yields forever
 /// on a 1-worker pool must not starve a second fiber on the same worker
 /// whose wake comes from a plain thread (its resumption lands in the
-/// worker's inbox).
+/// worker's mailbox or inbox, not its own queue).
 #[test]
 fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
     watchdog("inbox_starvation", 15, || {
@@ -1402,6 +1402,66 @@ fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
             }
         }
         gdex::block_on(yielder).unwrap();
+    });
+}
+
+/// F6 between the two ways in from other threads: a fiber that a plain
+/// thread wakes over and over (each of its resumptions lands in the
+/// worker's one-word mailbox, refilled as soon as the fiber waits again)
+/// does not keep a pinned task sent to the same worker (which waits in its
+/// inbox) from its turn: while the inbox holds a job, resumptions queue
+/// behind it there.
+#[test]
+fn a_fiber_woken_over_and_over_from_outside_does_not_starve_the_inbox() {
+    watchdog("mailbox_starvation", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(Mutex::new(None::<std::task::Waker>));
+        let resumed = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let (stop2, slot2, resumed2, done2) =
+            (stop.clone(), slot.clone(), resumed.clone(), done.clone());
+        let woken = s.spawn_fiber(move || {
+            while !stop2.load(Ordering::Acquire) {
+                // Pending once, its waker left for the waking thread.
+                let mut parked = false;
+                fiber::wait_output(futures::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut parked, true) {
+                        return std::task::Poll::Ready(());
+                    }
+                    *slot2.lock().unwrap() = Some(cx.waker().clone());
+                    std::task::Poll::Pending
+                }))
+                .unwrap();
+                resumed2.fetch_add(1, Ordering::Relaxed);
+            }
+            done2.store(true, Ordering::Release);
+        });
+        let (done3, slot3) = (done.clone(), slot.clone());
+        // Wakes the fiber each time it waits, until it has returned.
+        let waking = std::thread::spawn(move || {
+            while !done3.load(Ordering::Acquire) {
+                if let Some(waker) = slot3.lock().unwrap().take() {
+                    waker.wake();
+                }
+                std::hint::spin_loop();
+            }
+        });
+        wait_until(|| resumed.load(Ordering::Relaxed) > 1_000);
+        let (ran_tx, ran_rx) = mpsc::channel::<()>();
+        pool.spawn_pinned(move || async move { ran_tx.send(()).unwrap() })
+            .detach();
+        let ran = ran_rx.recv_timeout(Duration::from_secs(5));
+        let resumptions = resumed.load(Ordering::Relaxed);
+        stop.store(true, Ordering::Release);
+        gdex::block_on(woken).unwrap();
+        waking.join().unwrap();
+        assert!(
+            ran.is_ok(),
+            "a pinned task sent from outside waited 5 s behind {resumptions} resumptions \
+             of a fiber woken from outside"
+        );
     });
 }
 

@@ -1217,6 +1217,7 @@ impl LoomScratch {
             "src/pool/mod.rs",
             "src/pool/parking.rs",
             "src/pool/loom_pool.rs",
+            "src/pool/loom_pool/models.rs",
         ] {
             std::fs::create_dir_all(dir.0.join(file).parent().unwrap()).unwrap();
             std::fs::copy(root.join(file), dir.0.join(file)).unwrap();

@@ -60,6 +60,7 @@
 
 mod future;
 mod sched;
+pub(crate) use sched::{resumption, resumption_kind};
 pub(crate) mod stack;
 
 use std::cell::Cell;

@@ -389,6 +389,24 @@ static RESUME: WorkVtable = WorkVtable {
     drop: drop_job,
 };
 
+/// The kind of a resumption job (its vtable's address, for
+/// [`Job::into_word`]): a worker's mailbox keeps only its word.
+#[inline]
+pub(crate) fn resumption_kind() -> *const () {
+    (&RESUME as *const WorkVtable).cast()
+}
+
+/// The resumption job whose word is `word`.
+///
+/// # Safety
+/// `word` is a resumption's, taken out of its job by `into_word` with
+/// [`resumption_kind`], and its job is not run or dropped otherwise.
+#[inline]
+pub(crate) unsafe fn resumption(word: usize) -> Job {
+    // SAFETY: by the caller, the word of a `RESUME` job made by `queue`.
+    unsafe { Job::raw(word, &RESUME) }
+}
+
 /// # Safety
 /// `data` holds a [`RESUME`] job's word, run on the worker it was queued
 /// for.
@@ -406,7 +424,7 @@ unsafe fn resume_job(data: *mut std::mem::MaybeUninit<usize>) {
         // SAFETY: a resumption's word, for this worker (the first by the
         // caller, the next ones from its own pinned queue).
         unsafe { resume_one(word) };
-        let kind = (&RESUME as *const WorkVtable).cast::<()>();
+        let kind = resumption_kind();
         match crate::current::with_worker_hooks(|w| w.next_resumption(kind)).flatten() {
             Some(next) => word = next,
             None => return,

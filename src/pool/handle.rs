@@ -283,6 +283,7 @@ impl ThreadPoolBuilder {
                         context: glib::MainContext::new(),
                         counters: WorkerCounters::default(),
                         inbox: Injector::new(),
+                        mail: Default::default(),
                         in_blocking: AtomicUsize::new(0),
                         registry: crate::task::registry::Registry::new(),
                         exited: AtomicBool::new(false),

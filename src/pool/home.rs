@@ -138,7 +138,8 @@ impl Home {
 
     /// Queues the resumption of a fiber of this home (`fiber::sched`): on
     /// the worker's thread-local pinned queue if we are that worker, else in
-    /// its inbox with a directed wake-up (P6, P10), as a pinned task's.
+    /// its mailbox or inbox with a directed wake-up (P6, P10), as a pinned
+    /// task's ([`PoolShared::push_fiber`]).
     ///
     /// # Safety
     /// `header` is the owner header of a home whose pool is alive, and
@@ -150,7 +151,7 @@ impl Home {
         // SAFETY: the pool is alive (caller).
         let pool = unsafe { &*home.pool };
         if let Err(job) = worker::push_pinned_local(pool, home.index, job) {
-            pool.push_inbox(home.index, job);
+            pool.push_fiber(home.index, job);
         }
     }
 

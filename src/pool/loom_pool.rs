@@ -28,14 +28,16 @@
 //!
 //! | model | threads | bound | time |
 //! |-------|---------|-------|------|
-//! | [`loom_two_injectors_one_worker`] | 2 injectors, 1 worker re-checking before it sleeps | 4 | 5 s |
-//! | [`loom_one_injector_two_workers`] | 1 injector, 2 parked workers | 4 | 24 s |
-//! | [`loom_self_unparking_worker`] | 2 injectors, 1 parked worker whose timer fires | 4 | 8 s |
-//! | [`loom_shutdown_racing_a_push`] | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 4 | 56 s |
-//! | [`loom_shutdown_racing_an_inject`] | as above, the pusher injects | 4 | 100 s |
-//! | [`loom_directed_notify_racing_a_park`] | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 4 | 3 s |
-//! | [`loom_directed_push_racing_an_inject`] | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 3 | 4 s |
-//! | [`loom_directed_push_and_inject_run_side_by_side`] | as above, the two jobs must run at once | 3 | 9 s |
+//! | [`loom_two_injectors_one_worker`](models::loom_two_injectors_one_worker) | 2 injectors, 1 worker re-checking before it sleeps | 4 | 5 s |
+//! | [`loom_one_injector_two_workers`](models::loom_one_injector_two_workers) | 1 injector, 2 parked workers | 4 | 24 s |
+//! | [`loom_self_unparking_worker`](models::loom_self_unparking_worker) | 2 injectors, 1 parked worker whose timer fires | 4 | 8 s |
+//! | [`loom_shutdown_racing_a_push`](models::loom_shutdown_racing_a_push) | 1 caller that awaits its job then shuts down, 1 pinned pusher, 1 worker | 4 | 56 s |
+//! | [`loom_shutdown_racing_an_inject`](models::loom_shutdown_racing_an_inject) | as above, the pusher injects | 4 | 100 s |
+//! | [`loom_directed_notify_racing_a_park`](models::loom_directed_notify_racing_a_park) | 1 pinned pusher, 1 injector, 1 worker re-checking before it sleeps | 4 | 3 s |
+//! | [`loom_directed_push_racing_an_inject`](models::loom_directed_push_racing_an_inject) | 1 pinned pusher whose job waits for the injected one, 1 injector, 2 parked workers | 3 | 4 s |
+//! | [`loom_directed_push_and_inject_run_side_by_side`](models::loom_directed_push_and_inject_run_side_by_side) | as above, the two jobs must run at once | 3 | 9 s |
+//! | [`loom_shutdown_racing_a_mailed_push`](models::loom_shutdown_racing_a_mailed_push) | as `loom_shutdown_racing_a_push`, the push a fiber's resumption (mailbox or inbox) | 4 | 89 s |
+//! | [`loom_two_resumptions_racing_a_park`](models::loom_two_resumptions_racing_a_park) | 2 threads sending a fiber's resumption each, 1 worker re-checking before it sleeps | 4 | 9 s |
 //!
 //! Bound 3 is not enough to show the lost wake-up in most of them: the
 //! requester's notify, the worker's un-park, the requester's failed CAS and
@@ -44,40 +46,16 @@
 //!
 //! # What they catch
 //!
-//! `.ci/loom-mutations` applies each mutation of `sleep.rs` below to a
-//! scratch copy and runs every model in a process of its own (a deadlock
-//! aborts its process); each mutation must fail at least one model:
-//!
-//! 1. `lost-wake-up`: a requester's wake-up lost to a worker that un-parks
-//!    itself (`waking` raised before the `PARKED → PARKED|NOTIFIED` CAS and
-//!    lowered after a failed one). Fails five models. Not [`loom_one_injector_two_workers`], which
-//!    cannot show it: the job stranded by the bug belongs to a second
-//!    requester outside the pool (a worker that requests is awake, and
-//!    re-checks the queues before it parks), and that model has one.
-//! 2. `coalesce-at-zero`: `request` coalesces when `waking >= 0` (always):
-//!    no sleeper is ever woken. Fails all six.
-//! 3. `wake-up-keeps-waking`: `wake_up` from `PARKED|NOTIFIED` does not
-//!    lower `waking`: every later request coalesces with a worker that is
-//!    no longer on its way. Fails all six.
-//! 4. `notify-skips-parked`: `notify_parked` takes a plainly parked worker
-//!    for one already notified (`Coalesced`) instead of waking it. Fails
-//!    all six.
-//! 5. `one-sleeper-unseen`: `request` scans for a sleeper only when two or
-//!    more sleep. Fails all but [`loom_one_injector_two_workers`] (where
-//!    two sleep).
-//! 6. `notified-not-ready`: a notified parked worker's source is not
-//!    ready, so it stays in its poll. Fails all six.
-//! 7. `directed-is-a-request`: P10 reverted, a directed wake-up is
-//!    `PARKED|NOTIFIED` and raises `waking`, so a request right behind it
-//!    coalesces. Fails [`loom_directed_push_and_inject_run_side_by_side`].
-//!
-//! (The counts "five" and "all six" above were taken before the two P10
-//! models were added.) [`loom_directed_push_racing_an_inject`] checks the
-//! worker's side of P10 instead (`Core::searching`, mirrored in this
-//! file's `Core`): with it removed, the model deadlocks.
-//!
-//! One run of `.ci/loom-mutations` takes about 11 minutes on the project's
-//! machine.
+//! `.ci/loom-mutations` applies each mutation of `parking.rs` it lists (a
+//! lost wake-up brought back, requests that coalesce with nobody on the
+//! way, a woken worker that keeps `waking` raised, a parked worker taken
+//! for a notified one, a lone sleeper unseen, a notified worker whose
+//! source is not ready, P10 reverted) to a scratch copy and runs every
+//! model in a process of its own; each mutation must fail at least one
+//! model. [`loom_directed_push_racing_an_inject`](models::loom_directed_push_racing_an_inject) checks the worker's side
+//! of P10 instead (`Core::searching`, mirrored in this file's `Core`):
+//! with it removed, the model deadlocks. One run takes about 11 minutes on
+//! the project's machine.
 //!
 //! The counter models this file replaced reduced the queues to one count
 //! and never had two injectors race a worker that un-parks itself; they
@@ -93,6 +71,8 @@ use loom::thread;
 use super::parking::{wants_help, Parking, Request, Woke};
 
 type Item = usize;
+
+mod models;
 
 /// Runs `f` for every interleaving with at most `bound` preemptions
 /// (`GDEX_LOOM_BOUND` overrides it, to explore further by hand).
@@ -219,6 +199,8 @@ struct World {
     injector: Queue,
     locals: Vec<Queue>,
     inboxes: Vec<Queue>,
+    /// Each worker's mailbox (`Remote::mail`): an item + 1, or 0.
+    mails: Vec<AtomicUsize>,
     exited: Vec<AtomicBool>,
     contexts: Vec<Context>,
     closed: AtomicBool,
@@ -249,6 +231,7 @@ impl World {
             injector: Queue::default(),
             locals: (0..n).map(|_| Queue::default()).collect(),
             inboxes: (0..n).map(|_| Queue::default()).collect(),
+            mails: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             exited: (0..n).map(|_| AtomicBool::new(false)).collect(),
             contexts: (0..n).map(|_| Context::default()).collect(),
             closed: AtomicBool::new(false),
@@ -308,6 +291,35 @@ impl World {
         if self.parking.notify(i) {
             self.contexts[i].wakeup();
         }
+    }
+
+    /// `PoolShared::push_fiber`: a fiber's resumption for worker `i`, in its
+    /// mailbox if that and the inbox are empty, else its inbox; a directed wake-up either
+    /// way, or taken back if `i` has exited.
+    fn push_fiber(&self, i: usize, item: Item) {
+        let mail = &self.mails[i];
+        if mail.load(SeqCst) != 0
+            || !self.inboxes[i].is_empty()
+            || mail.compare_exchange(0, item + 1, SeqCst, SeqCst).is_err()
+        {
+            return self.push_inbox(i, item);
+        }
+        fence(SeqCst);
+        if self.exited[i].load(SeqCst) {
+            if let Some(item) = self.take_mail(i) {
+                self.dropped(item);
+            }
+        } else if self.parking.notify(i) {
+            self.contexts[i].wakeup();
+        }
+    }
+
+    /// `Remote::take_mail`.
+    fn take_mail(&self, i: usize) -> Option<Item> {
+        if self.mails[i].load(SeqCst) == 0 {
+            return None;
+        }
+        self.mails[i].swap(0, SeqCst).checked_sub(1)
     }
 
     /// `PoolShared::shutdown` (steps 1 and 4; the caller joins the workers
@@ -423,6 +435,7 @@ impl World {
         assert!(self.injector.is_empty());
         for i in 0..self.workers() {
             assert!(self.locals[i].is_empty() && self.inboxes[i].is_empty());
+            assert_eq!(self.mails[i].load(SeqCst), 0);
         }
     }
 }
@@ -533,6 +546,9 @@ impl Core<'_> {
                 return Some(item);
             }
         }
+        if let Some(item) = self.world.take_mail(self.i) {
+            return Some(item);
+        }
         if let Some(item) = self.world.inboxes[self.i].pop() {
             return Some(item);
         }
@@ -568,6 +584,7 @@ impl Core<'_> {
         let w = self.world;
         self.woken.get().is_some()
             || !w.inboxes[self.i].is_empty()
+            || w.mails[self.i].load(SeqCst) != 0
             || !w.injector.is_empty()
             || w.locals.iter().any(|q| !q.is_empty())
     }
@@ -579,213 +596,13 @@ impl Core<'_> {
         let mut left: Vec<Item> = self.local().take_all();
         left.extend(self.woken.take());
         left.extend(w.inboxes[self.i].take_all());
+        left.extend(w.take_mail(self.i));
         w.exited[self.i].store(true, SeqCst);
         fence(SeqCst);
         left.extend(w.inboxes[self.i].take_all());
+        left.extend(w.take_mail(self.i));
         for item in left {
             w.dropped(item);
         }
     }
-}
-
-/// Two threads inject while the only worker, just run dry, re-checks the
-/// queues before it sleeps: that re-check and the injectors' requests are
-/// all that stand between a job and a lost wake-up.
-#[test]
-fn loom_two_injectors_one_worker() {
-    model(4, || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 2,
-            start: vec![Start::Parking],
-            timers: vec![None],
-            watched: None,
-            blocker: None,
-            meet: None,
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let other = thread::spawn(move || w.inject(1, 0));
-        world.inject(0, 0);
-        other.join().unwrap();
-        worker.join().unwrap();
-        world.check_all_ran(2);
-    });
-}
-
-/// One thread injects two jobs into an idle pool of two: one request wakes
-/// one worker, whose batch leaves backlog, so it wakes the other (P6: help
-/// grows one worker at a time); whoever is left parks only with no job
-/// queued.
-#[test]
-fn loom_one_injector_two_workers() {
-    model(4, || {
-        let world = World::new(Setup {
-            workers: 2,
-            total: 2,
-            start: vec![Start::Parked, Start::Parked],
-            timers: vec![None, None],
-            watched: None,
-            blocker: None,
-            meet: None,
-        });
-        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
-        world.inject(0, 0);
-        world.inject(1, 1);
-        for t in workers {
-            t.join().unwrap();
-        }
-        world.check_all_ran(2);
-    });
-}
-
-/// The lost wake-up (P6): two injectors race a parked worker that un-parks
-/// itself (a timer fired on its context and woke a task there) and parks
-/// again. A requester whose notify lost its race with the self-un-park
-/// must not look like "a sleeper on its way" to the other requester.
-#[test]
-fn loom_self_unparking_worker() {
-    model(4, || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 3,
-            start: vec![Start::Parked],
-            timers: vec![Some(2)],
-            watched: None,
-            blocker: None,
-            meet: None,
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let other = thread::spawn(move || w.inject(1, 0));
-        world.inject(0, 0);
-        other.join().unwrap();
-        worker.join().unwrap();
-        world.check_all_ran(3);
-    });
-}
-
-/// A caller awaits its job and then shuts the pool down while another
-/// thread runs `push` (item 1) against the worker, which is re-checking the
-/// queues before it sleeps: the awaited job runs (no wake-up is lost before
-/// the shutdown), and the pushed job is run, or dropped by the exiting
-/// worker, its pusher or the shutdown's final drain (steps 4 and 5),
-/// exactly once; nothing is left queued (S9).
-fn shutdown_racing(bound: usize, push: fn(&World)) {
-    model(bound, move || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 0,
-            start: vec![Start::Parking],
-            timers: vec![None],
-            watched: Some(0),
-            blocker: None,
-            meet: None,
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let pusher = thread::spawn(move || push(&w));
-        world.inject(0, 0);
-        world.wait_ran();
-        world.close();
-        worker.join().unwrap();
-        pusher.join().unwrap();
-        world.drain_injector();
-        assert_eq!(world.runs[0].load(SeqCst), 1);
-        world.check_resolved(2);
-    });
-}
-
-/// [`shutdown_racing`] a pinned push to the worker's inbox.
-#[test]
-fn loom_shutdown_racing_a_push() {
-    shutdown_racing(4, |w| w.push_inbox(0, 1));
-}
-
-/// [`shutdown_racing`] an injected job: the pusher takes it back from the
-/// injector if it sees the pool closed.
-#[test]
-fn loom_shutdown_racing_an_inject() {
-    // Bound 4 (100 s): at 3 it misses the lost wake-up, which
-    // needs one preemption more here than in the model above.
-    shutdown_racing(4, |w| w.inject(1, 0));
-}
-
-/// Pinned work is pushed to a worker's inbox while it re-checks the queues
-/// before sleeping, and an injector asks for help meanwhile: the directed
-/// notify finds it parked and wakes it, or its re-check finds the inbox
-/// non-empty, and the injected job is not left behind either.
-#[test]
-fn loom_directed_notify_racing_a_park() {
-    model(4, || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 2,
-            start: vec![Start::Parking],
-            timers: vec![None],
-            watched: None,
-            blocker: None,
-            meet: None,
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let injector = thread::spawn(move || w.inject(1, 0));
-        world.push_inbox(0, 0);
-        injector.join().unwrap();
-        worker.join().unwrap();
-        world.check_all_ran(2);
-    });
-}
-
-/// Two parked workers; one thread pushes pinned item 0 to worker 0 while
-/// another injects item 1, its request scanning from worker `start`. Every
-/// item must run (`blocker` and `meet` say how the two items wait for each
-/// other).
-fn directed_push_and_inject(start: usize, blocker: Option<Item>, meet: Option<(Item, Item)>) {
-    let world = World::new(Setup {
-        workers: 2,
-        total: 2,
-        start: vec![Start::Parked, Start::Parked],
-        timers: vec![None, None],
-        watched: blocker.map(|_| 1),
-        blocker,
-        meet,
-    });
-    let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
-    let w = world.clone();
-    let pusher = thread::spawn(move || w.push_inbox(0, 0));
-    world.inject(1, start);
-    pusher.join().unwrap();
-    for t in workers {
-        t.join().unwrap();
-    }
-    world.check_all_ran(2);
-}
-
-/// P10: pinned work is pushed to one of two parked workers, and an outside
-/// thread injects a job that the pinned job waits for (a long poll blocked
-/// on another task). Whatever the order, the injected job must reach a
-/// worker that runs it before that worker's pinned job: a worker woken by
-/// the inject's request, or whose directed wake-up the request coalesced
-/// with (a request scanning from the pinned job's worker), looks at the
-/// shared queues first. Otherwise the pinned job's worker would wait for
-/// ever while its peer slept, and loom would report the deadlock. (Fails
-/// with `Core::searching` removed, as at 938d2d9.)
-#[test]
-fn loom_directed_push_racing_an_inject() {
-    // Bound 3 (4 s) shows the defect; 4 takes 2 minutes and more.
-    model(3, || directed_push_and_inject(0, Some(0), None));
-}
-
-/// P10: as above, but the pinned job and the injected one must run at the
-/// same time (each waits until the other has started), and the inject's
-/// request scans from the other worker. Only two workers at once can run
-/// them: the directed wake-up of the pinned job's worker must not absorb
-/// the inject's request, which wakes the other sleeper. (Fails with the
-/// directed wake-up counted as a request, `PARKED|NOTIFIED`, as at
-/// 938d2d9: the request coalesced and the other worker slept on.)
-#[test]
-fn loom_directed_push_and_inject_run_side_by_side() {
-    // Bound 3 (9 s) shows the defect; 4 takes 3 minutes and more.
-    model(3, || directed_push_and_inject(1, None, Some((0, 1))));
 }

@@ -96,6 +96,9 @@ pub(crate) struct Remote {
     /// Jobs that only this worker may run: fibers and pinned `!Send` tasks.
     /// Any thread pushes; only the worker pops. Never stolen.
     inbox: Injector<Job>,
+    /// One fiber's resumption for this worker, beside the inbox: the word
+    /// of its job, 0 if none (see [`PoolShared::push_fiber`]).
+    mail: CachePadded<AtomicUsize>,
     /// Inside `gdex::blocking::blocking`: the stall watchdog leaves it be.
     in_blocking: AtomicUsize,
     /// The tasks that went idle on this worker (S9, see [`crate::task::registry`]).
@@ -111,6 +114,29 @@ pub(crate) struct Remote {
     p9_home: Home,
     /// What ends with this worker ([`at_worker_exit`]).
     retiring: Arc<Retiring>,
+}
+
+impl Remote {
+    /// Whether the mailbox holds a resumption.
+    #[inline]
+    fn has_mail(&self) -> bool {
+        self.mail.load(Ordering::Relaxed) != 0
+    }
+
+    /// The resumption in the mailbox, taken out (see
+    /// [`PoolShared::push_fiber`]).
+    #[inline]
+    fn take_mail(&self) -> Option<Job> {
+        if !self.has_mail() {
+            return None;
+        }
+        match self.mail.swap(0, Ordering::Acquire) {
+            0 => None,
+            // SAFETY: only `push_fiber` fills the mailbox, with the word of
+            // a resumption, which it takes out of its job.
+            word => Some(unsafe { crate::fiber::resumption(word) }),
+        }
+    }
 }
 
 /// The counters of [`PoolShared::inject`].
@@ -340,6 +366,51 @@ impl PoolShared {
         if self.parking.notify(i) {
             self.unpark(i);
         }
+    }
+
+    /// Queues the resumption of a fiber of worker `i` from another thread
+    /// (`Home::push_fiber`): in the worker's mailbox if it and the inbox
+    /// are empty, else in its inbox, with a directed wake-up (P6, P10)
+    /// either way.
+    ///
+    /// The mailbox is one word, the cell of the fiber to resume: a
+    /// hand-off between two fibers on two workers then moves the line of
+    /// that word, where the inbox (a crossbeam `Injector`) moves its tail's
+    /// and its slot's, and allocates a block of slots every 63 pushes (the
+    /// profile in `benches/RESULTS.md`). The worker looks at the mailbox
+    /// first, and the mailbox is filled only while the inbox is empty: what
+    /// it holds came before what waits in the inbox (but for a push that
+    /// raced this one), and a stream of resumptions through it cannot keep
+    /// the inbox's jobs from their turn.
+    fn push_fiber(&self, i: usize, job: Job) {
+        let remote = &self.remotes[i];
+        let job = match job.into_word(crate::fiber::resumption_kind()) {
+            Ok(word) => {
+                if remote.mail.load(Ordering::Relaxed) == 0
+                    && remote.inbox.is_empty()
+                    && remote
+                        .mail
+                        .compare_exchange(0, word, Ordering::Release, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    // As in `push_inbox`: either the worker's last drain
+                    // (after it sets `exited`) takes the word, or we see the
+                    // flag and take it back (dropping a resumption does
+                    // nothing: its fiber ends with its task).
+                    fence(Ordering::SeqCst);
+                    if remote.exited.load(Ordering::SeqCst) {
+                        drop(remote.take_mail());
+                    } else if self.parking.notify(i) {
+                        self.unpark(i);
+                    }
+                    return;
+                }
+                // SAFETY: the word `into_word` just took out of a resumption.
+                unsafe { crate::fiber::resumption(word) }
+            }
+            Err(job) => job,
+        };
+        self.push_inbox(i, job);
     }
 
     /// Wakes worker `i`'s context (one syscall).

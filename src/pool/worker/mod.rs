@@ -201,6 +201,7 @@ impl Core {
     #[inline(always)]
     fn next_resumption(&self, kind: *const ()) -> Option<usize> {
         let left = self.chain_left.get();
+        let remote = &self.shared.remotes[self.index];
         // This thread's own state first: the shared queues' lines, which
         // other threads write (a peer pushing the next resumption into our
         // inbox), only when there is a resumption to run.
@@ -210,7 +211,8 @@ impl Core {
             || !self.pinned.borrow().front()?.is_kind(kind)
             || !self.local.is_empty()
             || !self.shared.injector.is_empty()
-            || !self.shared.remotes[self.index].inbox.is_empty()
+            || remote.has_mail()
+            || !remote.inbox.is_empty()
             || self.shared.closed.load(Ordering::Relaxed)
         {
             return None;
@@ -313,8 +315,13 @@ impl Core {
     /// deque. A future's destructor may schedule more (a dropped Task
     /// cancels its task): that lands here too and is dropped in turn.
     fn drop_queued(&self) {
-        let inbox = &self.shared.remotes[self.index].inbox;
+        let remote = &self.shared.remotes[self.index];
+        let inbox = &remote.inbox;
         loop {
+            if let Some(job) = remote.take_mail() {
+                drop(job);
+                continue;
+            }
             if let Some(job) = self.local.pop() {
                 drop(job);
                 continue;
@@ -549,24 +556,38 @@ impl Core {
         self.find_queued(slice_start).or_else(|| self.steal())
     }
 
-    /// This thread's own pinned queue and the inbox take turns (F6).
+    /// This thread's own pinned queue and what other threads queued for
+    /// this worker take turns (F6).
     fn find_pinned(&self) -> Option<Job> {
-        let inbox = &self.shared.remotes[self.index].inbox;
         let inbox_first = self.inbox_turn.get();
         self.inbox_turn.set(!inbox_first);
-        if inbox_first && !inbox.is_empty() {
-            if let Some(job) = steal_one(|| inbox.steal()) {
+        if inbox_first {
+            if let Some(job) = self.find_sent() {
                 return Some(job);
             }
         }
         let pinned = self.pinned.borrow_mut().pop_front();
-        if pinned.is_some() {
+        if pinned.is_some() || inbox_first {
             return pinned;
         }
-        if inbox.is_empty() {
+        self.find_sent()
+    }
+
+    /// What other threads queued for this worker only: the mailbox (a
+    /// fiber's resumption), then the inbox. The mailbox is filled only
+    /// while the inbox is empty (`PoolShared::push_fiber`), so what it
+    /// holds came before what waits in the inbox, but for a push that
+    /// raced: neither keeps the other from its turn.
+    #[inline]
+    fn find_sent(&self) -> Option<Job> {
+        let remote = &self.shared.remotes[self.index];
+        if let Some(job) = remote.take_mail() {
+            return Some(job);
+        }
+        if remote.inbox.is_empty() {
             return None;
         }
-        steal_one(|| inbox.steal())
+        steal_one(|| remote.inbox.steal())
     }
 
     /// Own deque and the injector.
@@ -666,6 +687,7 @@ impl Core {
         !self.local.is_empty()
             || !self.pinned.borrow().is_empty()
             || self.woken.borrow().is_some()
+            || self.shared.remotes[self.index].has_mail()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
             // P9: in thread-per-core mode a peer's deque is not ours to

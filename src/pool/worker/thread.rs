@@ -127,6 +127,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         remote.exited.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         PoolShared::drain(inbox);
+        drop(remote.take_mail());
     });
     if let Err(e) = result {
         glib::g_critical!(
