@@ -254,8 +254,12 @@ impl FiberCell {
         // from another thread either counted itself before this (and is
         // waited for below) or finds the fiber done.
         self.state.swap(DONE, Ordering::SeqCst);
+        // A wake under way is a few atomic operations and a push, but its
+        // thread may be preempted in the middle: spin a little, then give
+        // the core away rather than spin for the rest of our time slice.
+        let backoff = crossbeam_utils::Backoff::new();
         while self.inflight.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
+            backoff.snooze();
         }
         self.resume.set(None);
         self.target.set(std::ptr::null());
