@@ -202,6 +202,15 @@ fn fiber_switch(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("baton-floor", 1), |b| {
         b.iter(|| baton_floor(SWITCHES / 2))
     });
+    // The floor of the workload across two threads for any executor whose
+    // wakes go through a per-fiber state and a per-thread queue: each
+    // thread runs one player, whose waker moves its cell's state and puts
+    // the cell in the other thread's one-word mailbox; the thread spins on
+    // its mailbox. No stacks are switched (two switches cost 6 ns), nothing
+    // else is scheduled.
+    g.bench_function(BenchmarkId::new("queue-floor", 2), |b| {
+        b.iter(|| queue_floor::run(SWITCHES / 2))
+    });
     g.bench_function(BenchmarkId::new("corosensei-floor", 1), |b| {
         b.iter(|| {
             let mut co: Coroutine<(), (), ()> = Coroutine::new(|y, ()| loop {
@@ -213,4 +222,113 @@ fn fiber_switch(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// [`fiber_switch`]'s `queue-floor` row: the baton passed between two
+/// threads, each player woken the way a fiber on a gdex worker is from
+/// another thread, with nothing else: a cell whose state a wake moves
+/// (`WAITING` to `QUEUED` and a push, or `RUNNING` to notified), and a
+/// one-word mailbox per thread that its thread spins on.
+mod queue_floor {
+    use std::sync::atomic::AtomicPtr;
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+
+    use super::*;
+
+    const RUNNING: usize = 1;
+    const WAITING: usize = 2;
+    const QUEUED: usize = 3;
+    const NOTIFIED: usize = 4;
+
+    /// On a line of its own, as a gdex worker's.
+    #[repr(align(128))]
+    struct Mailbox(AtomicPtr<Cell>);
+
+    struct Cell {
+        state: AtomicUsize,
+        home: *const Mailbox,
+    }
+
+    // SAFETY: `state` is atomic, and `home` is only read, pointing to a
+    // mailbox (atomic too) that outlives the cell (`run`).
+    unsafe impl Sync for Cell {}
+
+    static VTABLE: RawWakerVTable =
+        RawWakerVTable::new(|data| RawWaker::new(data, &VTABLE), wake, wake, |_| {});
+
+    fn wake(data: *const ()) {
+        // SAFETY: the data is a `Cell` of `run`'s, which outlives both
+        // players and so every wake.
+        let cell = unsafe { &*data.cast::<Cell>() };
+        let mut state = cell.state.load(Ordering::Acquire);
+        loop {
+            let next = match state {
+                RUNNING => NOTIFIED,
+                WAITING => QUEUED,
+                _ => return,
+            };
+            match cell
+                .state
+                .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        if state == WAITING {
+            // SAFETY: as above, for the mailbox.
+            let home = unsafe { &*cell.home };
+            home.0.store(data.cast_mut().cast(), Ordering::Release);
+        }
+    }
+
+    fn player(baton: &Baton, cell: &Cell, me: usize, rounds: usize) {
+        // SAFETY: `home` is the mailbox beside the cell in `run`.
+        let mailbox = unsafe { &*cell.home };
+        // SAFETY: the vtable's functions read the cell, which outlives every
+        // wake: the other player's last pass may wake this one after it
+        // returned (its waker still registered), so the cells are `run`'s.
+        let waker =
+            unsafe { Waker::from_raw(RawWaker::new((cell as *const Cell).cast(), &VTABLE)) };
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..rounds {
+            let mut turn = std::pin::pin!(MyTurn { baton, me });
+            while turn.as_mut().poll(&mut cx).is_pending() {
+                // Suspend, unless woken meanwhile; then wait for the cell.
+                if cell
+                    .state
+                    .compare_exchange(RUNNING, WAITING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    cell.state.store(RUNNING, Ordering::Relaxed);
+                    continue;
+                }
+                while mailbox.0.load(Ordering::Relaxed).is_null() {
+                    std::hint::spin_loop();
+                }
+                mailbox.0.swap(std::ptr::null_mut(), Ordering::Acquire);
+                cell.state
+                    .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Relaxed)
+                    .expect("a resumed player was queued");
+            }
+            baton.turn.store(1 - me, Ordering::Release);
+            baton.wakers[1 - me].wake();
+        }
+    }
+
+    pub fn run(rounds: usize) {
+        let baton = Baton {
+            turn: AtomicUsize::new(0),
+            wakers: [AtomicWaker::new(), AtomicWaker::new()],
+        };
+        let mailboxes = [0, 1].map(|_| Mailbox(AtomicPtr::new(std::ptr::null_mut())));
+        let cells = [0, 1].map(|i| Cell {
+            state: AtomicUsize::new(RUNNING),
+            home: &mailboxes[i],
+        });
+        std::thread::scope(|s| {
+            s.spawn(|| player(&baton, &cells[1], 1, rounds));
+            player(&baton, &cells[0], 0, rounds);
+        });
+    }
 }
