@@ -141,6 +141,12 @@ pub(crate) trait WorkerHooks {
     /// the slice, for the slice and for the stall watchdog (B5). `None`
     /// otherwise.
     fn next_resumption(&self, kind: *const ()) -> Option<usize>;
+    /// For a fiber about to suspend on this worker's fiber scheduler: spins
+    /// while the worker has nothing else to run and its slice has room,
+    /// until `done` says yes (true: that counts as a job of the slice, P8
+    /// and B5), or work arrives, the pool closes or a short window ends
+    /// (false).
+    fn spin_while_idle(&self, done: &mut dyn FnMut() -> bool) -> bool;
 }
 
 // SAFETY: `current` owns `Role::WorkerHooks`; this is its one slot.

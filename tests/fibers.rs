@@ -1517,6 +1517,103 @@ fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
     });
 }
 
+/// P8 with fibers that hand control to each other across workers: a fiber
+/// about to suspend on an idle worker watches for its wake from the other
+/// worker instead, and goes on in the same job when it comes; each such
+/// wake counts as a job of the slice, so the worker still turns its
+/// context every 32 of them (or 100 µs), and a 10 ms GLib timeout on
+/// either worker fires about on time while the two fibers hand a baton
+/// back and forth as fast as they can.
+#[test]
+fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
+    watchdog("timers_handing_off_fibers", 60, || {
+        let pool = ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        let batons = Baton::many(2);
+        let stop = Arc::new(AtomicBool::new(false));
+        // Round-robin puts these on workers 0, 1, 0, 1.
+        let pingers: Vec<_> = (0..2)
+            .map(|i| {
+                let (batons, stop) = (batons.clone(), stop.clone());
+                s.spawn_fiber(move || {
+                    let mut passes = 0u64;
+                    loop {
+                        fiber::wait_output(batons[i].lowered()).unwrap();
+                        batons[1 - i].raise();
+                        if stop.load(Ordering::Acquire) {
+                            break;
+                        }
+                        passes += 1;
+                    }
+                    (std::thread::current().name().map(str::to_owned), passes)
+                })
+            })
+            .collect();
+        let measures: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn_fiber(move || {
+                    let mut lates = Vec::new();
+                    for _ in 0..15 {
+                        let start = Instant::now();
+                        fiber::wait_output(glib::timeout_future(Duration::from_millis(10)))
+                            .unwrap();
+                        lates.push(start.elapsed().saturating_sub(Duration::from_millis(10)));
+                    }
+                    lates.sort();
+                    (
+                        std::thread::current().name().map(str::to_owned),
+                        lates[lates.len() / 2],
+                    )
+                })
+            })
+            .collect();
+        let before = pool.metrics();
+        batons[0].raise();
+        let measured: Vec<_> = measures
+            .into_iter()
+            .map(|m| gdex::block_on(m).unwrap())
+            .collect();
+        let after = pool.metrics();
+        stop.store(true, Ordering::Release);
+        let pinged: Vec<_> = pingers
+            .into_iter()
+            .map(|p| gdex::block_on(p).unwrap())
+            .collect();
+        eprintln!("median lateness per worker {measured:?}, hand-offs {pinged:?}");
+        assert_ne!(pinged[0].0, pinged[1].0, "the two fibers shared a worker");
+        assert_ne!(
+            measured[0].0, measured[1].0,
+            "the two timers shared a worker"
+        );
+        assert!(
+            pinged.iter().all(|(_, passes)| *passes > 100),
+            "the fibers hardly handed off: {pinged:?}"
+        );
+        // A loose bound: the suite runs beside other tests; a fiber that
+        // went on in one job for as long as its wakes came would hold a
+        // worker's timers until the hand-offs stopped.
+        for (worker, late) in &measured {
+            assert!(
+                *late < Duration::from_millis(10),
+                "a 10 ms timeout on {worker:?} was {late:?} late (median)"
+            );
+        }
+        // By count, whatever the timing: a turn of each worker's context
+        // for every 32 jobs at most, a wake that the spin saw being one.
+        for (b, a) in before.workers.iter().zip(&after.workers) {
+            let (jobs, turns) = (
+                a.tasks_run - b.tasks_run,
+                a.context_iterations - b.context_iterations,
+            );
+            assert!(
+                jobs <= (turns + 2) * 33,
+                "worker {} ran {jobs} jobs in {turns} turns of its context",
+                a.index
+            );
+        }
+    });
+}
+
 /// S6 on the fiber scheduler: a fiber that panics after a wait (resumed by
 /// its scheduler, not its task) gives its waiter `Panicked` with the
 /// message, and its worker goes on.

@@ -415,6 +415,21 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
             cx.waker().wake_by_ref();
         }
         if let Some(cell) = cell {
+            // A wake expected from another thread, on a worker with nothing
+            // else to run: watch for it rather than suspend (not when the
+            // fiber woke itself, a `yield_fiber`, which must let others
+            // run: F6).
+            // (A fiber of this thread woken from here, the common case on
+            // one worker, means work here: no need to ask.)
+            if !sched::woken_here()
+                && !cell.notified()
+                && crate::current::with_worker_hooks(|w| w.spin_while_idle(&mut || cell.notified()))
+                    .unwrap_or(false)
+                && cell.take_notified()
+            {
+                resumed = true;
+                continue;
+            }
             cell.suspending();
         }
         let wait = crate::diagnostics::views::fiber_waits();

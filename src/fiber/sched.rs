@@ -170,12 +170,24 @@ impl Drop for Free {
 }
 
 thread_local! {
+    /// A fiber of this thread was woken from this thread since the last
+    /// [`woken_here`]: its resumption is queued here (or it is the fiber
+    /// running, which then does not wait), so a fiber about to suspend has
+    /// no reason to watch for a wake from elsewhere (the worker has work).
+    static WOKEN_HERE: Cell<bool> = const { Cell::new(false) };
     static FREE: Free = const {
         Free {
             chunks: RefCell::new(Vec::new()),
             cells: RefCell::new(Vec::new()),
         }
     };
+}
+
+/// Whether a fiber of this thread was woken from this thread since the
+/// last call (see [`WOKEN_HERE`]); resets it.
+#[inline]
+pub(crate) fn woken_here() -> bool {
+    WOKEN_HERE.replace(false)
 }
 
 /// How many of this thread's cells serve a fiber (taken, not given back).
@@ -306,6 +318,26 @@ impl FiberCell {
         }
     }
 
+    /// Whether the fiber, running, was woken since it last polled.
+    #[inline]
+    pub(crate) fn notified(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING | NOTIFIED
+    }
+
+    /// Takes the fiber's notification (it goes on running, and polls its
+    /// future again): true if it was notified.
+    #[inline]
+    pub(crate) fn take_notified(&self) -> bool {
+        self.state
+            .compare_exchange(
+                RUNNING | NOTIFIED,
+                RUNNING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
     /// The fiber's waker: a pointer to the cell, copied by a clone.
     pub(crate) fn waker(&'static self) -> Waker {
         // SAFETY: the vtable's functions take a pointer to a cell, which is
@@ -339,6 +371,7 @@ impl FiberCell {
         // drop. (A token read stale is another thread's, or 0: such a wake
         // counts itself, which is only slower.)
         if self.chunk().thread.load(Ordering::Relaxed) == thread_token() {
+            WOKEN_HERE.set(true);
             return self.wake_counted();
         }
         self.inflight.fetch_add(1, Ordering::SeqCst);

@@ -8,9 +8,11 @@
 //! The parts: `thread.rs`, the thread's body (its start, its loop, its
 //! exit) and the hooks through which its source, the stall watchdog and
 //! `blocking()` reach it; `fd_poll.rs`, the poll function of its context
-//! (P8).
+//! (P8); `spin.rs`, its watch for work before it parks (P7), and for a
+//! fiber's wake from another thread before the fiber suspends (F3).
 
 mod fd_poll;
+mod spin;
 mod thread;
 
 use std::cell::Cell;
@@ -42,6 +44,13 @@ const FIBER_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long a worker that ran out of work watches for more before it parks.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// How long a fiber about to suspend on an idle worker watches for its
+/// wake from another thread ([`Core::spin_while_idle`]): a round trip to
+/// a fiber on another worker and back takes well under a microsecond here;
+/// a wait for this worker's own context (a timer, a GIO call), whose
+/// sources do not run meanwhile, is late by this much at most.
+const FIBER_SPIN: std::time::Duration = std::time::Duration::from_micros(4);
 
 /// The state only the worker's thread touches.
 pub(crate) struct Core {
@@ -87,6 +96,8 @@ pub(crate) struct Core {
     woken: std::cell::RefCell<Option<Job>>,
     /// `SLICE_TIME` in clock ticks.
     slice_ticks: u64,
+    /// [`FIBER_SPIN`] in clock ticks.
+    fiber_spin_ticks: u64,
     /// The slice's clock is read when `ran & clock_mask == 0`.
     clock_mask: Cell<usize>,
     /// What the stall watchdog watches of this worker.
@@ -654,52 +665,6 @@ impl Core {
                 return None;
             }
         }
-    }
-
-    /// Before parking, watch the queues for a few microseconds: work that
-    /// arrives meanwhile (the other half of a ping-pong, the next item of a
-    /// stream) is taken without a wake-up syscall on either side, and
-    /// without the latency of waking a sleeping thread. Yields the CPU while
-    /// it watches, so it never delays the thread that would produce the work.
-    fn spin_for_work(&self) -> bool {
-        let start = std::time::Instant::now();
-        let mut round = 0u32;
-        loop {
-            if self.sees_work() {
-                return true;
-            }
-            if start.elapsed() >= SPIN {
-                return false;
-            }
-            round += 1;
-            if round.is_multiple_of(16) {
-                std::thread::yield_now();
-            } else {
-                for _ in 0..8 {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-    }
-
-    /// The re-check after announcing a park: is any job visible anywhere?
-    fn sees_work(&self) -> bool {
-        !self.local.is_empty()
-            || !self.pinned.borrow().is_empty()
-            || self.woken.borrow().is_some()
-            || self.shared.remotes[self.index].has_mail()
-            || !self.shared.remotes[self.index].inbox.is_empty()
-            || !self.shared.injector.is_empty()
-            // P9: in thread-per-core mode a peer's deque is not ours to
-            // take (`steal` never does); counting it would keep this worker
-            // searching, never parking, while the peer has backlog.
-            || !self.shared.thread_per_core
-                && self
-                    .shared
-                    .stealers
-                    .iter()
-                    .enumerate()
-                    .any(|(i, s)| i != self.index && !s.is_empty())
     }
 }
 

@@ -38,6 +38,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             in_slice: Cell::new(false),
             woken: Default::default(),
             slice_ticks: crate::util::clock::ticks(SLICE_TIME),
+            fiber_spin_ticks: crate::util::clock::ticks(super::FIBER_SPIN),
             clock_mask: Cell::new(7),
             runner: crate::diagnostics::stall::Runner::new(
                 format!("gdex-worker-{index}"),
@@ -226,5 +227,9 @@ impl crate::current::WorkerHooks for Core {
     #[inline]
     fn next_resumption(&self, kind: *const ()) -> Option<usize> {
         self.next_resumption(kind)
+    }
+
+    fn spin_while_idle(&self, done: &mut dyn FnMut() -> bool) -> bool {
+        self.spin_while_idle(done)
     }
 }
