@@ -118,6 +118,14 @@ pub(crate) fn note_loop_work() {
     LOOP_WORK.with(|w| w.set(true));
 }
 
+/// Whether [`note_loop_work`] was noted and not taken yet (a fiber about to
+/// suspend then does not watch for its wake: what it waits for is not
+/// even submitted before the context's next turn).
+#[inline]
+pub(crate) fn has_loop_work() -> bool {
+    LOOP_WORK.with(Cell::get)
+}
+
 /// Takes the note of [`note_loop_work`].
 #[inline]
 pub(crate) fn take_loop_work() -> bool {

@@ -1405,12 +1405,13 @@ fn a_yielding_fiber_does_not_starve_a_fiber_woken_from_another_thread() {
     });
 }
 
-/// F6 between the two ways in from other threads: a fiber that a plain
-/// thread wakes over and over (each of its resumptions lands in the
-/// worker's one-word mailbox, refilled as soon as the fiber waits again)
-/// does not keep a pinned task sent to the same worker (which waits in its
-/// inbox) from its turn: while the inbox holds a job, resumptions queue
-/// behind it there.
+/// F6 between the ways in from other threads: a fiber that a plain thread
+/// wakes over and over (each wake caught by its watch before it suspends,
+/// or its resumption sent to the worker's mailbox) does not keep a pinned
+/// task sent to the same worker (which waits in its inbox) from its turn.
+/// A liveness check: it passes too with the mailbox filled whatever the
+/// inbox holds, as starving the inbox takes a mailbox refilled faster than
+/// the worker looks.
 #[test]
 fn a_fiber_woken_over_and_over_from_outside_does_not_starve_the_inbox() {
     watchdog("mailbox_starvation", 30, || {

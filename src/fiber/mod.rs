@@ -414,6 +414,7 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
         if cancelled(ctx) {
             cx.waker().wake_by_ref();
         }
+        let wait = crate::diagnostics::views::fiber_waits();
         if let Some(cell) = cell {
             // A wake expected from another thread, on a worker with nothing
             // else to run: watch for it rather than suspend (not when the
@@ -427,12 +428,12 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
                     .unwrap_or(false)
                 && cell.take_notified()
             {
+                wait.resumed();
                 resumed = true;
                 continue;
             }
             cell.suspending();
         }
-        let wait = crate::diagnostics::views::fiber_waits();
         // SAFETY: the yielder lives on this fiber's stack for the fiber's
         // whole run, and we are running on that fiber.
         unsafe { &*ctx.yielder.get() }.suspend(());

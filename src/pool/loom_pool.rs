@@ -64,7 +64,10 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 
-use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+use loom::sync::atomic::{
+    fence, AtomicBool, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
@@ -298,9 +301,12 @@ impl World {
     /// way, or taken back if `i` has exited.
     fn push_fiber(&self, i: usize, item: Item) {
         let mail = &self.mails[i];
-        if mail.load(SeqCst) != 0
+        // The orderings are `push_fiber`'s and `take_mail`'s own.
+        if mail.load(Relaxed) != 0
             || !self.inboxes[i].is_empty()
-            || mail.compare_exchange(0, item + 1, SeqCst, SeqCst).is_err()
+            || mail
+                .compare_exchange(0, item + 1, Release, Relaxed)
+                .is_err()
         {
             return self.push_inbox(i, item);
         }
@@ -316,10 +322,10 @@ impl World {
 
     /// `Remote::take_mail`.
     fn take_mail(&self, i: usize) -> Option<Item> {
-        if self.mails[i].load(SeqCst) == 0 {
+        if self.mails[i].load(Relaxed) == 0 {
             return None;
         }
-        self.mails[i].swap(0, SeqCst).checked_sub(1)
+        self.mails[i].swap(0, Acquire).checked_sub(1)
     }
 
     /// `PoolShared::shutdown` (steps 1 and 4; the caller joins the workers
@@ -584,7 +590,7 @@ impl Core<'_> {
         let w = self.world;
         self.woken.get().is_some()
             || !w.inboxes[self.i].is_empty()
-            || w.mails[self.i].load(SeqCst) != 0
+            || w.mails[self.i].load(Relaxed) != 0
             || !w.injector.is_empty()
             || w.locals.iter().any(|q| !q.is_empty())
     }

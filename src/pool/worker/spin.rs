@@ -42,7 +42,8 @@ impl Core {
     /// workers then go on without either suspending). A wake that `done`
     /// sees counts as a job of the slice, as a chained resumption does
     /// ([`next_resumption`](Self::next_resumption)): P8's count and time,
-    /// B5's watchdog.
+    /// B5's watchdog. Not while the context holds AIO requests that only
+    /// its next turn submits: what the fiber waits for cannot come before.
     pub(super) fn spin_while_idle(&self, done: &mut dyn FnMut() -> bool) -> bool {
         let left = self.chain_left.get();
         // The common case first, at no cost: the fiber that woke ours runs
@@ -60,7 +61,10 @@ impl Core {
             if done() {
                 break;
             }
-            if self.shared.closed.load(Ordering::Relaxed) || self.sees_work() {
+            if self.shared.closed.load(Ordering::Relaxed)
+                || self.sees_work()
+                || crate::current::has_loop_work()
+            {
                 return false;
             }
             for _ in 0..2 {
