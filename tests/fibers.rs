@@ -1489,15 +1489,9 @@ fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
                 })
                 .collect();
             let measure = s2.spawn_fiber(move || {
-                let mut lates = Vec::new();
-                for _ in 0..15 {
-                    let start = Instant::now();
-                    fiber::wait_output(glib::timeout_future(Duration::from_millis(10))).unwrap();
-                    lates.push(start.elapsed().saturating_sub(Duration::from_millis(10)));
-                }
+                let late = median_timeout_lateness();
                 stop2.store(true, Ordering::Release);
-                lates.sort();
-                lates[lates.len() / 2]
+                late
             });
             let worst = measure.await.unwrap();
             for y in yielders {
@@ -1516,6 +1510,20 @@ fn timers_fire_on_time_beside_fibers_yielding_to_each_other() {
             "a 10 ms timeout was {worst:?} late (median)"
         );
     });
+}
+
+/// Inside a fiber: how late fifteen 10 ms GLib timeouts on its worker's
+/// context fire, the median.
+fn median_timeout_lateness() -> Duration {
+    let mut lates: Vec<Duration> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            fiber::wait_output(glib::timeout_future(Duration::from_millis(10))).unwrap();
+            start.elapsed().saturating_sub(Duration::from_millis(10))
+        })
+        .collect();
+    lates.sort();
+    lates[lates.len() / 2]
 }
 
 /// P8 with fibers that hand control to each other across workers: a fiber
@@ -1553,18 +1561,8 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
         let measures: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn_fiber(move || {
-                    let mut lates = Vec::new();
-                    for _ in 0..15 {
-                        let start = Instant::now();
-                        fiber::wait_output(glib::timeout_future(Duration::from_millis(10)))
-                            .unwrap();
-                        lates.push(start.elapsed().saturating_sub(Duration::from_millis(10)));
-                    }
-                    lates.sort();
-                    (
-                        std::thread::current().name().map(str::to_owned),
-                        lates[lates.len() / 2],
-                    )
+                    let late = median_timeout_lateness();
+                    (std::thread::current().name().map(str::to_owned), late)
                 })
             })
             .collect();

@@ -350,8 +350,7 @@ impl PoolShared {
     fn push_inbox(&self, i: usize, job: Job) {
         let remote = &self.remotes[i];
         remote.inbox.push(job);
-        fence(Ordering::SeqCst);
-        if remote.exited.load(Ordering::SeqCst) {
+        if !self.pushed_to(i) {
             // Shutdown: worker `i` has drained its inbox for the last time
             // (it sets `exited` and then drains once more, so either it sees
             // our job or we see the flag). Every task that had run on it
@@ -361,11 +360,23 @@ impl PoolShared {
             // never polled, so dropping it on this thread is sound (the
             // contract of `spawn_pinned_unchecked`; ThreadBound checks it).
             reaper::reap(Self::take_all(&remote.inbox));
-            return;
+        }
+    }
+
+    /// After a push to worker `i`'s inbox or mailbox: `false` if the worker
+    /// has exited (it sets `exited`, fences, then drains both once more:
+    /// either it sees what we pushed or we see the flag, and the caller
+    /// takes it back), else `true`, with a directed wake-up if it is parked
+    /// (P10; the fence pairs with `Parking::try_park`'s).
+    fn pushed_to(&self, i: usize) -> bool {
+        fence(Ordering::SeqCst);
+        if self.remotes[i].exited.load(Ordering::SeqCst) {
+            return false;
         }
         if self.parking.notify(i) {
             self.unpark(i);
         }
+        true
     }
 
     /// Queues the resumption of a fiber of worker `i` from another thread
@@ -393,15 +404,10 @@ impl PoolShared {
                         .compare_exchange(0, word, Ordering::Release, Ordering::Relaxed)
                         .is_ok()
                 {
-                    // As in `push_inbox`: either the worker's last drain
-                    // (after it sets `exited`) takes the word, or we see the
-                    // flag and take it back (dropping a resumption does
-                    // nothing: its fiber ends with its task).
-                    fence(Ordering::SeqCst);
-                    if remote.exited.load(Ordering::SeqCst) {
+                    if !self.pushed_to(i) {
+                        // Dropping a resumption does nothing: its fiber
+                        // ends with its task.
                         drop(remote.take_mail());
-                    } else if self.parking.notify(i) {
-                        self.unpark(i);
                     }
                     return;
                 }

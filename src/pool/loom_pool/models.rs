@@ -139,7 +139,14 @@ fn loom_shutdown_racing_an_inject() {
 /// non-empty, and the injected job is not left behind either.
 #[test]
 fn loom_directed_notify_racing_a_park() {
-    model(4, || {
+    two_pushes_racing_a_park(|w| w.inject(1, 0), |w| w.push_inbox(0, 0));
+}
+
+/// The one worker, just run dry, re-checks the queues before it sleeps,
+/// while another thread pushes item 1 (`other`) and this one item 0
+/// (`here`): both run, exactly once.
+fn two_pushes_racing_a_park(other: fn(&World), here: fn(&World)) {
+    model(4, move || {
         let world = World::new(Setup {
             workers: 1,
             total: 2,
@@ -151,9 +158,9 @@ fn loom_directed_notify_racing_a_park() {
         });
         let worker = spawn_worker(&world, 0);
         let w = world.clone();
-        let injector = thread::spawn(move || w.inject(1, 0));
-        world.push_inbox(0, 0);
-        injector.join().unwrap();
+        let pusher = thread::spawn(move || other(&w));
+        here(&world);
+        pusher.join().unwrap();
         worker.join().unwrap();
         world.check_all_ran(2);
     });
@@ -218,22 +225,5 @@ fn loom_directed_push_and_inject_run_side_by_side() {
 /// the directed wake-up or the re-check finds each.
 #[test]
 fn loom_two_resumptions_racing_a_park() {
-    model(4, || {
-        let world = World::new(Setup {
-            workers: 1,
-            total: 2,
-            start: vec![Start::Parking],
-            timers: vec![None],
-            watched: None,
-            blocker: None,
-            meet: None,
-        });
-        let worker = spawn_worker(&world, 0);
-        let w = world.clone();
-        let other = thread::spawn(move || w.push_fiber(0, 1));
-        world.push_fiber(0, 0);
-        other.join().unwrap();
-        worker.join().unwrap();
-        world.check_all_ran(2);
-    });
+    two_pushes_racing_a_park(|w| w.push_fiber(0, 1), |w| w.push_fiber(0, 0));
 }

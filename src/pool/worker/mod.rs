@@ -235,13 +235,21 @@ impl Core {
             return None;
         }
         let word = self.pinned.borrow_mut().pop_front()?.into_word(kind).ok()?;
+        self.chain_one(left);
+        Some(word)
+    }
+
+    /// One more job in the running job's chain (a fiber's resumption run
+    /// after it, or a wake its fiber's spin saw), with `left` the room that
+    /// was left: counted for the slice (P8) and for the stall watchdog
+    /// (B5: one job ended, another starts).
+    #[inline(always)]
+    fn chain_one(&self, left: usize) {
         self.chain_left.set(left - 1);
-        self.chained.set(chained + 1);
+        self.chained.set(self.chained.get() + 1);
         self.counters().tasks_run.bump();
-        // B5: one job ended, another starts.
         self.runner.leave_job();
         self.runner.enter_job();
-        Some(word)
     }
 
     fn counters(&self) -> &crate::diagnostics::metrics::WorkerCounters {

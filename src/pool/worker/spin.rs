@@ -77,12 +77,7 @@ impl Core {
                 return false;
             }
         }
-        self.chain_left.set(left - 1);
-        self.chained.set(self.chained.get() + 1);
-        self.counters().tasks_run.bump();
-        // B5: one job ended, another starts.
-        self.runner.leave_job();
-        self.runner.enter_job();
+        self.chain_one(left);
         true
     }
 
