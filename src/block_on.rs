@@ -86,6 +86,11 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 ///
 /// - its thread-default context, if one is pushed
 ///   (`MainContext::with_thread_default`);
+/// - inside a dispatch of a context (a task of [`Scheduler::for_context`],
+///   a main-scheduler task, a GLib callback, a `glib::MainLoop::run` of a
+///   context that is not thread-default), that context (S13): a nested loop
+///   iterates the dispatch it is in, so the scheduler's other tasks, and the
+///   sources attached there, keep running;
 /// - on the process's main thread, or on a thread that owns the default main
 ///   context (it acquired it, or runs the main loop), the default main
 ///   context: main-scheduler tasks keep running;
@@ -94,8 +99,15 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 ///   the main scheduler).
 ///
 /// If another thread is running that context, a private context is
-/// iterated instead. Called inside a task on a context scheduler, it runs a
-/// nested main loop: the scheduler's other tasks keep running.
+/// iterated instead.
+///
+/// With the `tokio` feature, called inside a task on a tokio worker thread
+/// (the `gdex-tokio` thread that drives gdex's tokio I/O and timers, or a
+/// worker of an app's multi-thread runtime), it first hands that worker's
+/// core to another thread, as `tokio::task::block_in_place` does, so tokio's
+/// timers and I/O go on while it waits (S13).
+///
+/// [`Scheduler::for_context`]: crate::Scheduler::for_context
 ///
 /// # Panics
 /// On a pool worker: blocking a worker would stall every task queued behind
@@ -118,15 +130,15 @@ pub fn block_on<F: IntoFuture>(future: F) -> F::Output {
             std::thread::current().name().unwrap_or("<unnamed>")
         );
     }
-    // (GLib reports the default context pushed as thread-default as no
-    // thread-default at all: ownership tells that case apart.)
-    let context = match glib::MainContext::thread_default() {
-        Some(context) => context,
-        None if crate::util::is_main_thread() || glib::MainContext::default().is_owner() => {
-            glib::MainContext::default()
-        }
-        None => glib::MainContext::new(),
-    };
+    #[cfg(feature = "tokio")]
+    return crate::tokio_rt::off_worker(|| wait_iterating(future));
+    #[cfg(not(feature = "tokio"))]
+    wait_iterating(future)
+}
+
+/// `block_on` once it may block this thread.
+fn wait_iterating<F: Future>(future: F) -> F::Output {
+    let context = waiting_context();
     let acquired = context.acquire();
     match acquired {
         Ok(_guard) => drive(&context, future),
@@ -139,6 +151,48 @@ pub fn block_on<F: IntoFuture>(future: F) -> F::Output {
             drive(&private, future)
         }
     }
+}
+
+/// The context `block_on` iterates on this thread (see its docs).
+fn waiting_context() -> glib::MainContext {
+    // (GLib reports the default context pushed as thread-default as no
+    // thread-default at all: ownership tells that case apart.)
+    if let Some(context) = glib::MainContext::thread_default() {
+        return context;
+    }
+    // S13: inside a dispatch of a context that is not thread-default (a
+    // `MainLoop::run` of it, a task of its scheduler, a GLib callback
+    // attached there), that context: the work the future awaits (another
+    // task of the same scheduler) may be dispatched nowhere else.
+    if let Some(context) = dispatching_context() {
+        return context;
+    }
+    if crate::util::is_main_thread() || glib::MainContext::default().is_owner() {
+        glib::MainContext::default()
+    } else {
+        glib::MainContext::new()
+    }
+}
+
+/// The context of the innermost source this thread is dispatching, if any.
+pub(crate) fn dispatching_context() -> Option<glib::MainContext> {
+    // SAFETY: `g_main_current_source` has no precondition; it gives the
+    // source being dispatched on this thread (borrowed, alive for as long as
+    // its dispatch, which encloses this call), or null.
+    let source = unsafe { glib::ffi::g_main_current_source() };
+    if source.is_null() {
+        return None;
+    }
+    // SAFETY: `source` is that live source; GLib allows
+    // `g_source_get_context` on the source `g_main_current_source` gives
+    // (even a destroyed one, whose context lives while it dispatches).
+    let context = unsafe { glib::ffi::g_source_get_context(source) };
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the context of a source being dispatched, alive meanwhile
+    // (borrowed: `from_glib_none` takes a reference of our own).
+    Some(unsafe { glib::translate::from_glib_none(context) })
 }
 
 fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
@@ -232,8 +286,14 @@ pub fn wait_for<F: IntoFuture>(future: F) -> F::Output {
              while iterating the thread's context (or await the future inside a task)."
         );
     }
+    let wait = move || {
+        #[cfg(feature = "tokio")]
+        let _tokio = crate::tokio_rt::enter();
+        let _parked = PARKED_WAIT.enter(std::ptr::NonNull::<()>::dangling().as_ptr());
+        run_until_ready(Sleeper::Thread(here), future)
+    };
     #[cfg(feature = "tokio")]
-    let _tokio = crate::tokio_rt::enter();
-    let _parked = PARKED_WAIT.enter(std::ptr::NonNull::<()>::dangling().as_ptr());
-    run_until_ready(Sleeper::Thread(here), future)
+    return crate::tokio_rt::off_worker(wait);
+    #[cfg(not(feature = "tokio"))]
+    wait()
 }

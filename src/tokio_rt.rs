@@ -113,3 +113,42 @@ impl LazyEnter {
         self.0.get_or_init(enter);
     }
 }
+
+std::thread_local! {
+    /// Set while a gdex wait (`block_on`, `wait_for`) blocks this thread.
+    static WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `wait`, a gdex wait that blocks this thread until its future
+/// completes, so that no tokio worker's own work stops meanwhile (S13).
+///
+/// Inside a task on a worker thread of a multi-thread tokio runtime (the
+/// `gdex-tokio` thread, which drives the I/O and timers of every gdex task,
+/// or an app's own runtime), the worker's core is handed to another thread
+/// first, as `tokio::task::block_in_place` does; the thread then blocks as
+/// any other. Elsewhere, and in a wait nested inside another (whose thread
+/// is no worker's by then), `wait` just runs.
+pub(crate) fn off_worker<R>(wait: impl FnOnce() -> R) -> R {
+    if WAITING.with(std::cell::Cell::get) {
+        return wait();
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            WAITING.with(|w| w.set(false));
+        }
+    }
+    WAITING.with(|w| w.set(true));
+    let _reset = Reset;
+    // A task of a multi-thread runtime: a worker's (or one of its blocking
+    // threads', where block_in_place just runs `wait`). On a current-thread
+    // runtime blocking is the app's to decide (block_in_place refuses it).
+    let on_worker = tokio::task::try_id().is_some()
+        && Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
+    }
+}

@@ -24,6 +24,7 @@ mod group;
 mod interop;
 mod limiter;
 mod mixed_executors;
+mod nested_loops;
 mod pool;
 mod random_programs;
 mod schedulers;
