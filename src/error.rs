@@ -223,7 +223,7 @@ const PANICKED: &str = "the task panicked: ";
 impl From<glib::JoinError> for Error {
     fn from(err: glib::JoinError) -> Self {
         match err.try_into_panic() {
-            Ok(payload) => Error::Panicked(panic_message(&*payload)),
+            Ok(payload) => Error::Panicked(crate::diagnostics::panic::take_message(payload)),
             Err(_) => Error::Cancelled,
         }
     }

@@ -26,8 +26,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use glib::translate::ToGlibPtr;
 use glib_sys as ffi;
 
-use crate::error::panic_message;
-
 /// What a source asks of its owner. `Send + Sync`: see the module comment;
 /// this is what makes [`SourceRef`] sound to share.
 pub(crate) trait Hooks: Send + Sync + 'static {
@@ -231,10 +229,7 @@ fn with_hooks(source: *mut ffi::GSource, f: impl FnOnce(Option<&dyn Hooks>) -> b
         f(unsafe { hooks(source) })
     }))
     .unwrap_or_else(|payload| {
-        crate::diagnostics::panic::report(
-            crate::diagnostics::panic::PanicSource::Source,
-            panic_message(&*payload),
-        );
+        crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Source, payload);
         true
     })
 }
@@ -267,9 +262,6 @@ unsafe extern "C" fn finalize(source: *mut ffi::GSource) {
     // reference is gone; nothing reads `hooks` afterwards.
     let hooks = unsafe { (*(source as *mut HookSource)).hooks.take() };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(hooks))) {
-        crate::diagnostics::panic::report(
-            crate::diagnostics::panic::PanicSource::Source,
-            panic_message(&*payload),
-        );
+        crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Source, payload);
     }
 }

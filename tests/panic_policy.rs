@@ -203,3 +203,31 @@ fn held_output_drop_panics_are_contained_and_panic_reports_name_the_worker() {
         );
     });
 }
+
+/// X5: a caught panic whose payload's own destructor panics is contained
+/// where it was caught, never unwound into async-task's or GLib's frames:
+/// the panic handler's own panic (with such a payload), a work item's and
+/// a detached task's are reported, and the process and the pool run on.
+#[test]
+fn panic_payloads_whose_drop_panics_are_contained() {
+    let _one = common::serial();
+    watchdog("panic_payloads_whose_drop_panics_are_contained", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let s = pool.scheduler();
+        let messages = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = messages.clone();
+        gdex::set_panic_handler(move |event| {
+            sink.lock().unwrap().push(event.message.clone());
+            if event.message == "the handler panics with a bomb" {
+                std::panic::panic_any(PanicsOnDrop);
+            }
+        });
+        s.push(|| panic!("the handler panics with a bomb"));
+        s.push(|| std::panic::panic_any(PanicsOnDrop));
+        s.spawn(async { std::panic::panic_any(PanicsOnDrop) })
+            .detach();
+        wait_until(|| messages.lock().unwrap().len() == 3);
+        assert_eq!(gdex::block_on(s.spawn(async { 7 })).unwrap(), 7);
+        gdex::reset_panic_handler();
+    });
+}

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
 
-use crate::error::{panic_message, Error};
+use crate::error::Error;
 
 /// Runs `f` on a new OS thread named `name` and returns a handle to its
 /// result (B1).
@@ -43,8 +43,9 @@ where
             // X6: tokio I/O and timers work on this thread too.
             #[cfg(feature = "tokio")]
             let _tokio = crate::tokio_rt::enter();
-            let result = catch_unwind(AssertUnwindSafe(f))
-                .map_err(|payload| Error::Panicked(panic_message(&*payload)));
+            let result = catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+                Error::Panicked(crate::diagnostics::panic::take_message(payload))
+            });
             // The handle may be gone (detached): then nobody wants the result.
             let _ = tx.send(result);
         })

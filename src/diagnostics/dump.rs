@@ -264,6 +264,10 @@ unsafe extern "C" fn print_dump(_data: glib::ffi::gpointer) -> glib::ffi::gboole
         use std::io::Write;
         let _ = write!(std::io::stderr(), "{}", dump());
     });
-    drop(printed); // a panic while printing must not unwind into GLib
+    // A panic while printing (or in its payload's drop) must not unwind
+    // into GLib.
+    if let Err(payload) = printed {
+        super::panic::drop_payload(payload);
+    }
     glib::ffi::GTRUE
 }

@@ -127,8 +127,7 @@ pub fn reset_panic_handler() {
 pub(crate) fn wake(waker: std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
     if let Err(payload) = outcome {
-        report(PanicSource::Waker, crate::error::panic_message(&*payload));
-        drop_payload(payload);
+        contain(PanicSource::Waker, payload);
     }
 }
 
@@ -136,8 +135,7 @@ pub(crate) fn wake(waker: std::task::Waker) {
 pub(crate) fn wake_by_ref(waker: &std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake_by_ref()));
     if let Err(payload) = outcome {
-        report(PanicSource::Waker, crate::error::panic_message(&*payload));
-        drop_payload(payload);
+        contain(PanicSource::Waker, payload);
     }
 }
 
@@ -149,6 +147,21 @@ pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
     if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
         std::mem::forget(again);
     }
+}
+
+/// The message of a caught panic; its payload is dropped without unwinding
+/// ([`drop_payload`]).
+pub(crate) fn take_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let message = crate::error::panic_message(&*payload);
+    drop_payload(payload);
+    message
+}
+
+/// Reports a panic caught on this thread ([`report`]) and drops its payload
+/// without unwinding ([`drop_payload`]): a payload whose `Drop` panics
+/// must not escape where the first panic was contained (X5).
+pub(crate) fn contain(source: PanicSource, payload: Box<dyn std::any::Any + Send>) {
+    report(source, take_message(payload));
 }
 
 /// Hands an unobserved panic, caught on this thread, to the handler.
@@ -179,7 +192,7 @@ pub(crate) fn report_from(source: PanicSource, message: String, thread: Option<S
                 glib::g_critical!(
                     "gdex",
                     "the gdex panic handler panicked ({}) while handling: {}",
-                    crate::error::panic_message(&*payload),
+                    take_message(payload),
                     event
                 );
             }

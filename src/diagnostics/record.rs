@@ -129,11 +129,7 @@ impl Drop for Entry {
         let span = std::mem::replace(&mut self.span, ::tracing::Span::none());
         let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(span)));
         if let Err(payload) = closed {
-            super::panic::report(
-                super::panic::PanicSource::Drop,
-                crate::error::panic_message(&*payload),
-            );
-            super::panic::drop_payload(payload);
+            super::panic::contain(super::panic::PanicSource::Drop, payload);
         }
     }
 }

@@ -585,10 +585,7 @@ impl Monitor {
                 super::views::stall(&runner.label, &task, since, &report)
             }));
             if let Err(payload) = viewed {
-                super::panic::report(
-                    super::panic::PanicSource::Source,
-                    crate::error::panic_message(&*payload),
-                );
+                super::panic::contain(super::panic::PanicSource::Source, payload);
             }
             glib::g_warning!("gdex", "{}{}", report, tasks);
         }

@@ -157,10 +157,7 @@ pub(crate) fn forget(track: u32) {
         drop(entry);
     }));
     if let Err(payload) = ended {
-        super::panic::report(
-            super::panic::PanicSource::Drop,
-            crate::error::panic_message(&*payload),
-        );
+        super::panic::contain(super::panic::PanicSource::Drop, payload);
     }
 }
 

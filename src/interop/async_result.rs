@@ -40,7 +40,7 @@ use glib::translate::{
     from_glib_borrow, Borrowed, FromGlibPtrBorrow, IntoGlib, IntoGlibPtr, ToGlibPtr,
 };
 
-use crate::diagnostics::panic::{drop_payload, report, PanicSource};
+use crate::diagnostics::panic::{contain, drop_payload, PanicSource};
 use crate::error::{panic_message, IntoResult};
 use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, Task};
@@ -606,8 +606,7 @@ unsafe extern "C" fn call_rust<C>(
         callback(source.as_ref().as_ref(), &result);
     }));
     if let Err(payload) = outcome {
-        report(PanicSource::Callback, panic_message(&*payload));
-        drop_payload(payload);
+        contain(PanicSource::Callback, payload);
     }
 }
 
@@ -657,8 +656,7 @@ pin_project_lite::pin_project! {
                 // next operation from its callback); a panic in its
                 // destructor must not keep the caller from hearing.
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(|| this.future.set(None))) {
-                    report(PanicSource::Drop, panic_message(&*payload));
-                    drop_payload(payload);
+                    contain(PanicSource::Drop, payload);
                 }
                 let error = if this.slot.lock().unpoisoned().cancelled {
                     glib::Error::new(gio::IOErrorEnum::Cancelled, "the operation was cancelled")
@@ -702,8 +700,7 @@ where
         // The future (perhaps a panicked one) goes before the caller hears;
         // a panic in its destructor must not stop the caller hearing.
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| this.future.set(None))) {
-            report(PanicSource::Drop, panic_message(&*payload));
-            drop_payload(payload);
+            contain(PanicSource::Drop, payload);
         }
         complete(this.task, this.hook, outcome);
         Poll::Ready(())
@@ -789,7 +786,6 @@ unsafe extern "C" fn drop_box<T>(value: glib::ffi::gpointer) {
     // abort: a panicking destructor goes to the panic handler.
     let value = unsafe { Box::from_raw(value as *mut T) };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        report(PanicSource::Drop, panic_message(&*payload));
-        drop_payload(payload);
+        contain(PanicSource::Drop, payload);
     }
 }

@@ -284,11 +284,10 @@ where
             dispatch(&handler, &spawner, args);
         }));
         if let Err(payload) = outcome {
-            crate::diagnostics::panic::report(
+            crate::diagnostics::panic::contain(
                 crate::diagnostics::panic::PanicSource::Source,
-                panic_message(&*payload),
+                payload,
             );
-            crate::diagnostics::panic::drop_payload(payload);
         }
         None
     });
@@ -393,7 +392,9 @@ where
         let outcome = AssertUnwindSafe(future).catch_unwind().await;
         let outcome = match outcome {
             Ok(result) => result,
-            Err(payload) => Err(Error::Panicked(panic_message(&*payload)).into()),
+            Err(payload) => {
+                Err(Error::Panicked(crate::diagnostics::panic::take_message(payload)).into())
+            }
         };
         reply.send(outcome);
     };

@@ -418,11 +418,7 @@ impl Drop for Handler {
 /// Hands a panic caught in the model's feed or producer, whose tasks nobody
 /// awaits, to the panic handler (X5) at once.
 fn report_panic(payload: Box<dyn std::any::Any + Send>) {
-    crate::diagnostics::panic::report(
-        crate::diagnostics::panic::PanicSource::Task,
-        crate::error::panic_message(&*payload),
-    );
-    crate::diagnostics::panic::drop_payload(payload);
+    crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Task, payload);
 }
 
 /// The owner thread's task: takes the stream's items as they come and

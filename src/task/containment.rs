@@ -20,7 +20,7 @@ use crate::current::{Role, Slot};
 use crate::diagnostics::panic::PanicSource;
 use crate::diagnostics::record::{self, Kind};
 use crate::diagnostics::tracking;
-use crate::error::{panic_message, Error};
+use crate::error::Error;
 
 /// The waker of the gdex task whose future is being polled on this thread
 /// (entered by `CatchUnwind::poll` for the poll), or null: see
@@ -99,7 +99,7 @@ impl<T> Drop for Output<T> {
         // SAFETY: dropped exactly once, here; `into_inner` forgets `self`.
         let drop_value = || unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_value)) {
-            crate::diagnostics::panic::report(PanicSource::Output, panic_message(&*payload));
+            crate::diagnostics::panic::contain(PanicSource::Output, payload);
         }
     }
 }
@@ -288,7 +288,7 @@ impl<F> Drop for CatchUnwind<F> {
         // dropping in place), and never used afterwards.
         let drop_inner = || unsafe { std::mem::ManuallyDrop::drop(&mut self.future) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_inner)) {
-            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::contain(PanicSource::Drop, payload);
         }
         self.idle.done();
         let track = self.idle.track();
@@ -358,9 +358,9 @@ impl<F: Future> CatchUnwind<F> {
             }
             Err(payload) => {
                 this.idle.done();
-                Poll::Ready(Err(Failure::panicked(PanicReport::caught(panic_message(
-                    &*payload,
-                )))))
+                Poll::Ready(Err(Failure::panicked(PanicReport::caught(
+                    crate::diagnostics::panic::take_message(payload),
+                ))))
             }
         }
     }

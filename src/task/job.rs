@@ -8,7 +8,6 @@ use super::meta::{owner_of, CURRENT};
 use super::owner::OwnerRef;
 use super::Runnable;
 use crate::diagnostics::panic::PanicSource;
-use crate::error::panic_message;
 
 /// A unit of work in a run queue: a task's `Runnable`, or a plain work item
 /// pushed with [`Scheduler::push`](crate::Scheduler::push) (S3).
@@ -230,7 +229,7 @@ impl Job {
             let result = catch_unwind(AssertUnwindSafe(|| runnable.run()));
             drop(running);
             if let Err(payload) = result {
-                crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+                crate::diagnostics::panic::contain(PanicSource::Drop, payload);
             }
         } else {
             let vtable = this.vtable;
@@ -238,7 +237,7 @@ impl Job {
             // holds, and `this` is never used again (ManuallyDrop: no drop).
             let run = || unsafe { (vtable.run)(&mut this.data) };
             if let Err(payload) = catch_unwind(AssertUnwindSafe(run)) {
-                crate::diagnostics::panic::report(PanicSource::WorkItem, panic_message(&*payload));
+                crate::diagnostics::panic::contain(PanicSource::WorkItem, payload);
             }
         }
     }
@@ -256,7 +255,7 @@ impl Drop for Job {
         // SAFETY: dropped exactly once, here; `run` forgets `self`.
         let drop_closure = || unsafe { (self.vtable.drop)(&mut self.data) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
-            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::contain(PanicSource::Drop, payload);
         }
     }
 }

@@ -79,8 +79,7 @@ pub(crate) fn waker_counted(entry: &Entry, cloned: bool) {
 #[inline]
 fn contained(source: super::panic::PanicSource, show: impl FnOnce()) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(show)) {
-        super::panic::report(source, crate::error::panic_message(&*payload));
-        super::panic::drop_payload(payload);
+        super::panic::contain(source, payload);
     }
 }
 

@@ -484,10 +484,7 @@ impl crate::pool::Retire for ContextShared {
 fn drop_orphan(job: Job) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(job)))
     {
-        crate::diagnostics::panic::report(
-            crate::diagnostics::panic::PanicSource::Source,
-            crate::error::panic_message(&*payload),
-        );
+        crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Source, payload);
     }
 }
 

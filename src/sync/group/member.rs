@@ -14,7 +14,6 @@ use std::task::{Context, Poll, Waker};
 use super::output::GroupOutput;
 use super::{lock, First, Outcome, Shared, Slot};
 use crate::diagnostics::panic::PanicSource;
-use crate::error::panic_message;
 use crate::{Error, Scheduler, Task};
 
 thread_local! {
@@ -29,7 +28,7 @@ thread_local! {
 /// Drops `value`, sending a panic of its destructor to the panic handler.
 pub(super) fn drop_contained<V>(value: V, source: PanicSource) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        crate::diagnostics::panic::report(source, panic_message(&*payload));
+        crate::diagnostics::panic::contain(source, payload);
     }
 }
 
@@ -167,13 +166,15 @@ where
         let outcome = match polled {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(output)) => Ok(output),
-            Err(payload) => Err(Error::Panicked(panic_message(&*payload))),
+            Err(payload) => Err(Error::Panicked(crate::diagnostics::panic::take_message(
+                payload,
+            ))),
         };
         // Stopped means stopped: the future's own state goes before the
         // group (and a close waiting for it) hears that the member ended.
         let mut future = this.future;
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| future.set(None))) {
-            crate::diagnostics::panic::report(PanicSource::Drop, panic_message(&*payload));
+            crate::diagnostics::panic::contain(PanicSource::Drop, payload);
         }
         this.guard.finish(outcome, false);
         Poll::Ready(())
