@@ -460,3 +460,99 @@ fn a_cancelled_future_dropped_inside_its_cancellation_does_not_wait_for_itself()
         },
     );
 }
+
+/// S14: a `!Send` task's cancellation handlers run on its own thread. A
+/// task of this thread's context connects a `connect_cancelled_local`
+/// handler (a `!Send` reaction: glib-rs's thread guard aborts the process
+/// if GLib emits it on another thread); its handle is dropped on another
+/// thread, and another such task is cancelled (`cancel().await`) from
+/// another thread: each handler runs here, on the owner thread, once.
+#[test]
+fn a_local_tasks_cancelled_handlers_run_on_its_own_thread() {
+    watchdog(
+        "a_local_tasks_cancelled_handlers_run_on_its_own_thread",
+        30,
+        || {
+            common::on_own_context(|context| {
+                let here = gdex::Scheduler::thread_default().unwrap();
+                let me = std::thread::current().id();
+                let ran = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+                let (armed_tx, armed) = mpsc::channel::<()>();
+                let spawn = |tag: &'static str| {
+                    let (ran, armed_tx) = (ran.clone(), armed_tx.clone());
+                    here.spawn_local(async move {
+                        let cancellable = gdex::current_cancellable().unwrap();
+                        cancellable.connect_cancelled_local(move |_| {
+                            ran.borrow_mut().push((tag, std::thread::current().id()));
+                        });
+                        armed_tx.send(()).unwrap();
+                        std::future::pending::<()>().await
+                    })
+                };
+                let dropped = spawn("dropped");
+                let cancelled = spawn("cancelled");
+                // Both tasks have connected their handler.
+                let mut armed_count = 0;
+                common::pump_polling(context, || {
+                    armed_count += armed.try_iter().count();
+                    armed_count == 2
+                });
+                std::thread::spawn(move || drop(dropped)).join().unwrap();
+                let canceller = std::thread::spawn(move || gdex::wait_for(cancelled.cancel()));
+                common::pump_polling(context, || {
+                    ran.borrow().len() == 2 && canceller.is_finished()
+                });
+                assert_eq!(canceller.join().unwrap(), None);
+                let mut seen = ran.borrow().clone();
+                seen.sort_by_key(|(tag, _)| *tag);
+                assert_eq!(seen, vec![("cancelled", me), ("dropped", me)]);
+            });
+        },
+    );
+}
+
+/// S14 on a pool: a pinned task's `!Send` cancellation handler runs on its
+/// worker when its handle is dropped on the test thread; a `Send` task's
+/// cancellable is still cancelled at once by the drop (X1), on the dropping
+/// thread.
+#[test]
+fn a_pinned_tasks_cancelled_handler_runs_on_its_worker() {
+    watchdog(
+        "a_pinned_tasks_cancelled_handler_runs_on_its_worker",
+        30,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+            let (tx, rx) = mpsc::channel::<(String, std::thread::ThreadId)>();
+            let (armed_tx, armed) = mpsc::channel::<std::thread::ThreadId>();
+            let task = pool.scheduler().spawn_pinned(move || async move {
+                let cancellable = gdex::current_cancellable().unwrap();
+                let only_here = std::rc::Rc::new(tx);
+                cancellable.connect_cancelled_local(move |_| {
+                    let name = std::thread::current().name().unwrap_or("").to_owned();
+                    only_here.send((name, std::thread::current().id())).unwrap();
+                });
+                armed_tx.send(std::thread::current().id()).unwrap();
+                std::future::pending::<()>().await
+            });
+            let worker = armed.recv().unwrap();
+            drop(task);
+            let (name, ran_on) = rx.recv().unwrap();
+            assert_eq!(
+                ran_on, worker,
+                "the handler ran on {name:?}, not the task's worker"
+            );
+
+            let (tx, rx) = mpsc::channel();
+            let task = pool.scheduler().spawn(async move {
+                tx.send(gdex::current_cancellable().unwrap()).unwrap();
+                std::future::pending::<()>().await
+            });
+            let cancellable = rx.recv().unwrap();
+            drop(task);
+            assert!(
+                cancellable.is_cancelled(),
+                "a Send task's drop cancels at once"
+            );
+        },
+    );
+}

@@ -171,6 +171,10 @@ fn cancelled(ctx: &FiberCtx) -> bool {
     // SAFETY: set by the fiber's first poll to the metadata of the task
     // running it, its own, in the block that holds this `FiberCtx`.
     if !meta.is_null() && unsafe { &*meta }.is_cancelled() {
+        // S14: its cancellable is cancelled here, on the fiber's thread,
+        // before the wait reports it (X1: a GIO call made next refuses).
+        // SAFETY: as above.
+        unsafe { &*meta }.cancel_here();
         return true;
     }
     SHUTTING_DOWN.with(Cell::get)

@@ -658,9 +658,19 @@ where
 /// Pins a future to the first thread that polls it: a poll on another
 /// thread panics, and a drop on another thread leaks the future instead of
 /// running `!Send` destructors there.
+///
+/// Its task's cancellation reaches it on its thread too (S14): its task is
+/// bound there from the first poll, so a canceller on another thread leaves
+/// the task's cancellable alone, and the owner cancels it, running its
+/// `cancelled` handlers, before dropping the future (a fiber's waits do it
+/// too: it runs on after its cancellation, F4).
 struct ThreadBound<F> {
     /// The owning thread's [`thread_token`]; 0 until the first poll.
     owner: u64,
+    /// The metadata of the task whose future this is, taken at the first
+    /// poll (null until then): in the same block as this future, so it
+    /// outlives it.
+    meta: *const crate::task::TaskMeta,
     inner: std::mem::ManuallyDrop<F>,
 }
 
@@ -670,6 +680,7 @@ impl<F> ThreadBound<F> {
     fn new(inner: F) -> Self {
         ThreadBound {
             owner: 0,
+            meta: std::ptr::null(),
             inner: std::mem::ManuallyDrop::new(inner),
         }
     }
@@ -680,8 +691,17 @@ impl<F> ThreadBound<F> {
     fn here(inner: F) -> Self {
         ThreadBound {
             owner: thread_token(),
+            meta: std::ptr::null(),
             inner: std::mem::ManuallyDrop::new(inner),
         }
+    }
+
+    /// The task's metadata, once polled.
+    fn meta(&self) -> Option<&crate::task::TaskMeta> {
+        // SAFETY: `meta` is null or the metadata of the task whose block
+        // holds this future (taken in its poll), which the block keeps
+        // until after the future is dropped.
+        unsafe { self.meta.as_ref() }
     }
 }
 
@@ -705,15 +725,38 @@ impl<F: Future> Future for ThreadBound<F> {
                 std::thread::current().name().unwrap_or("<unnamed>")
             ),
         }
+        if this.meta.is_null() {
+            this.bind();
+        }
         // SAFETY: see above.
         unsafe { std::pin::Pin::new_unchecked(&mut *this.inner) }.poll(cx)
+    }
+}
+
+impl<F> ThreadBound<F> {
+    /// The first poll: binds the running task to this thread (S14).
+    #[cold]
+    fn bind(&mut self) {
+        self.meta = crate::task::running_task_meta();
+        if let Some(meta) = self.meta() {
+            meta.bind();
+        }
     }
 }
 
 impl<F> Drop for ThreadBound<F> {
     fn drop(&mut self) {
         match self.owner {
-            owner if owner != 0 && owner != thread_token() => {
+            owner if owner == thread_token() => {
+                // S14: the task's cancellation, signalled on its thread
+                // before its future goes (X1: its GIO calls stop).
+                if let Some(meta) = self.meta() {
+                    meta.cancel_here();
+                }
+                // SAFETY: dropped once, here, on its own thread.
+                unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) }
+            }
+            owner if owner != 0 => {
                 glib::g_critical!(
                     "gdex",
                     "a pinned task or fiber was dropped on another thread than its own; it is \

@@ -74,6 +74,7 @@ impl<T> Task<T> {
 
     /// Cancels the task's `gio::Cancellable` without closing the task: for
     /// a fiber cancelled the libdex way (F4), which runs on to its return.
+    /// (A thread-bound task's is only marked: its thread cancels it, S14.)
     pub(crate) fn cancel_cancellable(&self) {
         if let Some(cancellable) = self.meta().to_cancel() {
             cancellable.cancel();

@@ -38,7 +38,12 @@ pub(crate) struct TaskMeta {
 const CANCELLED: usize = 1;
 /// The tag for "the task's cancellable is in [`CANCELLABLES`]".
 const MADE: usize = 2;
-const TAGS: usize = CANCELLED | MADE;
+/// The tag for "the task is bound to one thread" (S14): its cancellable is
+/// cancelled there, never by a canceller on another thread, so that its
+/// `cancelled` handlers (which may be `!Send`: `connect_cancelled_local`)
+/// run on the task's own thread.
+const BOUND: usize = 4;
+const TAGS: usize = CANCELLED | MADE | BOUND;
 
 const _: () = assert!(std::mem::align_of::<OwnerHeader>() > TAGS);
 const _: () = assert!(std::mem::size_of::<TaskMeta>() == std::mem::size_of::<usize>());
@@ -127,14 +132,51 @@ impl TaskMeta {
     /// future is never polled with its cancellable cancelled: S5 drops it at
     /// its suspension point instead). Either way the task is marked
     /// cancelled ([`is_cancelled`](Self::is_cancelled)).
+    ///
+    /// A thread-bound task's (S14) is not given: its own thread cancels it
+    /// ([`cancel_here`](Self::cancel_here)) when it next runs the task (a
+    /// fiber's next wait, the drop of the task's future).
     pub(crate) fn to_cancel(&self) -> Option<gio::Cancellable> {
-        if self.tag(CANCELLED) & MADE == 0 {
+        let tags = self.tag(CANCELLED);
+        if tags & MADE == 0 || tags & BOUND != 0 {
             return None;
         }
+        self.made()
+    }
+
+    /// The made cancellable, from the table.
+    fn made(&self) -> Option<gio::Cancellable> {
         let key = self.key();
         let made = cancellables(key).get(&key).cloned();
         debug_assert!(made.is_some(), "a made cancellable is in the table");
         made
+    }
+
+    /// Binds the task to the calling thread (S14): from now on only this
+    /// thread cancels its cancellable. Called by the task's first poll,
+    /// before the task can make its cancellable.
+    #[inline]
+    pub(crate) fn bind(&self) {
+        self.tag(BOUND);
+    }
+
+    /// On the task's own thread: cancels its cancellable if the task has
+    /// been cancelled and has one (its `cancelled` handlers run here, on
+    /// the calling thread, outside any gdex lock). Cancelling again does
+    /// nothing (GLib emits `cancelled` once).
+    #[inline]
+    pub(crate) fn cancel_here(&self) {
+        let word = self.word.load(Ordering::Acquire).addr();
+        if word & (CANCELLED | MADE) == CANCELLED | MADE {
+            self.cancel_made();
+        }
+    }
+
+    #[cold]
+    fn cancel_made(&self) {
+        if let Some(cancellable) = self.made() {
+            cancellable.cancel();
+        }
     }
 }
 
@@ -209,8 +251,10 @@ pub(crate) fn running_task_meta() -> *const TaskMeta {
 pub(crate) fn cancel_current_cancellable() {
     let meta = CURRENT.get();
     // SAFETY: as in `current_cancellable`.
-    if let Some(cancellable) = unsafe { meta.as_ref() }.and_then(TaskMeta::to_cancel) {
-        cancellable.cancel();
+    if let Some(meta) = unsafe { meta.as_ref() } {
+        // On the task's own thread: its cancellable, bound or not.
+        meta.tag(CANCELLED);
+        meta.cancel_here();
     }
 }
 
