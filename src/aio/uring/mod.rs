@@ -33,8 +33,14 @@
 //! 2. The source's `prepare` ([`Hooks::ready`]) moves the backlog into the
 //!    submission queue, as long as fewer requests are in flight than the
 //!    completion queue holds, and submits them all in one `io_uring_enter`:
-//!    this is the batching per loop iteration. The ring's fd polls readable
-//!    while completions wait.
+//!    this is the batching per loop iteration. What the kernel does not
+//!    take (`EAGAIN`, `EBUSY`: a passing refusal) is taken back out of the
+//!    submission queue, to the front of the backlog, and tried again a
+//!    millisecond later: the queue is empty between submissions, so an
+//!    operation the kernel refused is in the backlog, where it follows its
+//!    poller (below), not stranded in a queue that only a loop which may
+//!    have stopped would submit. The ring's fd polls readable while
+//!    completions wait.
 //! 3. The source's `dispatch` reaps every completion: it stores the result
 //!    in the slot and wakes the slot's waker; then it refills the
 //!    submission queue from the backlog.

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use io_uring::{types, IoUring};
 use slab::Slab;
 
-use super::state::{this_thread, Phase, State};
+use super::state::{this_thread, Phase, SqEnds, State};
 use crate::source::{Hooks, SourceRef};
 use crate::util::Unpoisoned;
 
@@ -271,9 +271,10 @@ impl Ring {
         self.owner.load(Ordering::Relaxed) == this_thread()
     }
 
-    /// Submits what is queued (the owner only), and if the kernel took
-    /// none of it for a passing reason (`EAGAIN`, `EBUSY`), comes back to
-    /// it in a millisecond rather than when something else wakes the loop.
+    /// Submits what is queued (the owner only), and if the kernel did not
+    /// take all of it (`EAGAIN`, `EBUSY`: what it did not take is back in
+    /// the backlog), comes back to it in a millisecond rather than when
+    /// something else wakes the loop.
     pub(super) fn submit(&self, state: &mut State) {
         if state.submit() {
             self.wake_loop_at(state, glib::monotonic_time() + 1000);
@@ -301,6 +302,7 @@ impl Ring {
     fn new(context: usize) -> std::io::Result<Ring> {
         let ring = IoUring::builder().setup_clamp().build(ENTRIES)?;
         let cap = ring.params().cq_entries() as usize;
+        let ends = SqEnds::of(&ring)?;
         Ok(Ring {
             state: Mutex::new(State {
                 ring,
@@ -310,6 +312,8 @@ impl Ring {
                 in_flight: 0,
                 ops_in_flight: 0,
                 cap,
+                queued: Vec::new(),
+                ends,
             }),
             context,
             alive: AtomicBool::new(true),
@@ -457,7 +461,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::task::{Context, Poll, Waker};
 
-    use super::super::state::FAIL_SUBMITS;
+    use super::super::state::{FAIL_SUBMITS, TAKE_ONE};
 
     /// The slots a context's ring holds (operations not yet taken).
     fn held(context: &glib::MainContext) -> usize {
@@ -527,13 +531,53 @@ mod tests {
             .unwrap();
     }
 
+    /// A waker that notes it was woken.
+    #[derive(Default)]
+    struct Woken(AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Polls `read` once on this thread's ring (`home`, owned here), then
+    /// runs the loop's last turn, in which every submission is refused
+    /// (`EAGAIN`, made up): the read is left as such a turn leaves it.
+    fn refused_in_the_last_turn<F: std::future::Future + Unpin>(
+        home: &glib::MainContext,
+        read: &mut F,
+        waker: &Waker,
+    ) {
+        let mut cx = Context::from_waker(waker);
+        assert!(std::pin::Pin::new(&mut *read).poll(&mut cx).is_pending());
+        FAIL_SUBMITS.with(|fail| fail.set(100));
+        home.iteration(false);
+        let left = FAIL_SUBMITS.with(|fail| fail.replace(0));
+        assert!(left < 100, "no submission was made");
+    }
+
+    /// Awaits `read` under `block_on` on a fresh context (up to 2 s).
+    fn awaited_elsewhere<F>(read: &mut F) -> Vec<u8>
+    where
+        F: std::future::Future<Output = Result<Vec<u8>, crate::Error>> + Unpin,
+    {
+        let elsewhere = glib::MainContext::new();
+        let got = elsewhere
+            .with_thread_default(|| {
+                crate::block_on(crate::timeout(std::time::Duration::from_secs(2), read))
+            })
+            .unwrap();
+        got.unwrap_or_else(|err| panic!("the refused operation never completed: {err}"))
+    }
+
     /// (A2) An operation whose submission the kernel refused for a
-    /// passing reason (`EAGAIN`, made up here), left in the submission
-    /// queue, completes when it is awaited elsewhere after its context's
-    /// loop stopped (a `block_on` that returned, a thread that exited):
-    /// nobody else submits that queue.
+    /// passing reason (`EAGAIN`, made up here) completes when it is awaited
+    /// elsewhere after its context's loop stopped (a `block_on` that
+    /// returned): nobody else would submit it, so the refused entry does
+    /// not stay in the submission queue; it is back in the backlog, and
+    /// moves with its poller.
     #[test]
-    #[ignore = "open: an entry left in the submission queue is InKernel for the ring, but only the owner's loop (which no longer runs) would submit it; the poller elsewhere watches a ring that never completes it"]
     fn an_operation_left_in_the_submission_queue_completes_awaited_elsewhere() {
         if crate::aio::backend() != crate::aio::Backend::IoUring {
             return;
@@ -544,30 +588,199 @@ mod tests {
         let mut read = home
             .with_thread_default(|| {
                 let _owner = home.acquire().unwrap();
-                let mut cx = Context::from_waker(Waker::noop());
                 let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
-                assert!(read.as_mut().poll(&mut cx).is_pending());
-                // The loop's last turn: each submission in it is refused.
-                FAIL_SUBMITS.with(|fail| fail.set(100));
-                home.iteration(false);
-                let left = FAIL_SUBMITS.with(|fail| fail.replace(0));
-                assert!(left < 100, "no submission was made");
+                refused_in_the_last_turn(&home, &mut read, Waker::noop());
                 read
             })
             .unwrap();
         use std::io::Write;
         writer.write_all(b"queued").unwrap();
-        let elsewhere = glib::MainContext::new();
-        let got = elsewhere
+        assert_eq!(awaited_elsewhere(&mut read), b"queued");
+        drop(home);
+    }
+
+    /// (A2) The same when the loop stopped because its thread exited: the
+    /// exit hands the refused operation back to its task (its waker is
+    /// woken, as for the backlog), whose next poll, elsewhere, starts it
+    /// there.
+    #[test]
+    fn an_operation_refused_before_its_thread_exits_completes_awaited_elsewhere() {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
+            return;
+        }
+        crate::scheduler::context::tests::watchdog(
+            "an_operation_refused_before_its_thread_exits_completes_awaited_elsewhere",
+            30,
+            || {
+                let (reader, mut writer) = std::io::pipe().unwrap();
+                let file = crate::aio::File::from(std::os::fd::OwnedFd::from(reader));
+                let woken = Arc::new(Woken::default());
+                let mut read = std::thread::spawn({
+                    let woken = woken.clone();
+                    move || {
+                        let home = glib::MainContext::new();
+                        home.with_thread_default(|| {
+                            let _owner = home.acquire().unwrap();
+                            let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
+                            refused_in_the_last_turn(&home, &mut read, &Waker::from(woken));
+                            read
+                        })
+                        .unwrap()
+                    }
+                })
+                .join()
+                .unwrap();
+                assert!(
+                    woken.0.load(Ordering::SeqCst),
+                    "the thread's exit did not hand the refused operation back to its task"
+                );
+                use std::io::Write;
+                writer.write_all(b"exited").unwrap();
+                assert_eq!(awaited_elsewhere(&mut read), b"exited");
+            },
+        );
+    }
+
+    /// (A2) The pool's monitor, serving a context whose thread sits in one
+    /// long poll ([`service`]), hands an operation the kernel refused back
+    /// to its task as it does the backlog: the task, run elsewhere (a
+    /// peer), starts it there, while the owner is still busy.
+    #[test]
+    fn the_monitor_hands_a_refused_operation_of_a_busy_owner_back_to_its_task() {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
+            return;
+        }
+        crate::scheduler::context::tests::watchdog(
+            "the_monitor_hands_a_refused_operation_of_a_busy_owner_back_to_its_task",
+            30,
+            || {
+                let (reader, mut writer) = std::io::pipe().unwrap();
+                let file = crate::aio::File::from(std::os::fd::OwnedFd::from(reader));
+                let woken = Arc::new(Woken::default());
+                let (refused, refused_here) = std::sync::mpsc::channel();
+                let (release, released) = std::sync::mpsc::channel::<()>();
+                let owner = std::thread::spawn({
+                    let woken = woken.clone();
+                    move || {
+                        let home = glib::MainContext::new();
+                        home.with_thread_default(|| {
+                            let _owner = home.acquire().unwrap();
+                            let mut read = Box::pin(file.read_at(Vec::with_capacity(16), 0));
+                            refused_in_the_last_turn(&home, &mut read, &Waker::from(woken));
+                            refused.send((read, home.clone())).unwrap();
+                            // One long poll: the loop does not turn again
+                            // until the test is over.
+                            released.recv().unwrap();
+                        })
+                        .unwrap();
+                    }
+                });
+                let (mut read, home) = refused_here.recv().unwrap();
+                service(&home);
+                assert!(
+                    woken.0.load(Ordering::SeqCst),
+                    "the monitor did not hand the refused operation back to its task"
+                );
+                use std::io::Write;
+                writer.write_all(b"served").unwrap();
+                assert_eq!(awaited_elsewhere(&mut read), b"served");
+                release.send(()).unwrap();
+                owner.join().unwrap();
+            },
+        );
+    }
+
+    /// (A2) A submission the kernel took in part (offered only its first
+    /// entry here, as a kernel short of memory after the first would take
+    /// it): what it took is in the kernel and completes; what it did not
+    /// is back at the front of the backlog, not in the submission queue,
+    /// and moves with its poller. Nothing is submitted twice.
+    #[test]
+    fn a_submission_the_kernel_took_in_part_gives_back_only_the_rest() {
+        if crate::aio::backend() != crate::aio::Backend::IoUring {
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("gdex-uring-part-{}", std::process::id()));
+        std::fs::write(&path, b"first second").unwrap();
+        let file = crate::aio::File::from(std::fs::File::open(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let home = glib::MainContext::new();
+        let _owner = home.acquire().unwrap();
+        let (mut first, mut second) = home
             .with_thread_default(|| {
-                crate::block_on(crate::timeout(std::time::Duration::from_secs(2), &mut read))
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut first = Box::pin(file.read_at(Vec::with_capacity(5), 0));
+                let mut second = Box::pin(file.read_at(Vec::with_capacity(6), 6));
+                assert!(first.as_mut().poll(&mut cx).is_pending());
+                assert!(second.as_mut().poll(&mut cx).is_pending());
+                // The owner's submission, as its source's `prepare` makes it
+                // (a whole turn would submit the rest again in its `check`).
+                let ring = Ring::of(&home).unwrap();
+                assert!(ring.owned_here());
+                let mut state = ring.state.lock().unpoisoned();
+                TAKE_ONE.with(|take| take.set(1));
+                ring.submit(&mut state);
+                assert_eq!(TAKE_ONE.with(Cell::get), 0, "no submission was made");
+                let offset = |key: usize| {
+                    state.slots[key]
+                        .operation
+                        .as_ref()
+                        .and_then(crate::aio::operation::Operation::offset)
+                };
+                assert_eq!(
+                    state.backlog.len(),
+                    1,
+                    "the entry not taken is in the backlog"
+                );
+                let left = state.backlog[0];
+                assert_eq!(
+                    offset(left),
+                    Some(6),
+                    "the entry not taken is the last one queued"
+                );
+                assert_eq!(state.slots[left].phase, Phase::Backlog);
+                let taken: Vec<usize> = state
+                    .slots
+                    .iter()
+                    .map(|(key, _)| key)
+                    .filter(|key| *key != left)
+                    .collect();
+                assert_eq!(taken.len(), 1);
+                assert_eq!(
+                    offset(taken[0]),
+                    Some(0),
+                    "the entry taken is the first one queued"
+                );
+                assert_eq!(state.slots[taken[0]].phase, Phase::InKernel);
+                assert_eq!((state.in_flight, state.ops_in_flight), (1, 1));
+                assert!(
+                    state.ring.submission().is_empty(),
+                    "nothing is left in the submission queue"
+                );
+                drop(state);
+                (first, second)
             })
             .unwrap();
-        let got = got.unwrap_or_else(|err| {
-            panic!("the operation left in the submission queue never completed: {err}")
-        });
-        assert_eq!(got, b"queued");
-        drop(home);
+        assert_eq!(awaited_elsewhere(&mut second), b"second");
+        let got = home
+            .with_thread_default(|| {
+                let mut cx = Context::from_waker(Waker::noop());
+                loop {
+                    if let Poll::Ready(got) = first.as_mut().poll(&mut cx) {
+                        break got.unwrap();
+                    }
+                    home.iteration(true);
+                }
+            })
+            .unwrap();
+        assert_eq!(got, b"first");
+        let ring = Ring::of(&home).unwrap();
+        let state = ring.state.lock().unpoisoned();
+        assert_eq!(
+            (state.in_flight, state.slots.len()),
+            (0, 0),
+            "nothing ran twice"
+        );
     }
 
     /// (A2) A context is not freed while a thread that read its ring
