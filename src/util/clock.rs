@@ -26,6 +26,15 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
+/// Ticks since `earlier`, a reading of [`now`] that may come from another
+/// thread (or core): 0 if it is later than this thread's reading, never a
+/// wrapped difference. Read `earlier` before calling, so that it is older
+/// than the clock reading made here whenever its writer's clock agrees.
+#[inline]
+pub(crate) fn elapsed(earlier: u64) -> u64 {
+    now().saturating_sub(earlier)
+}
+
 /// How many ticks `d` lasts.
 pub(crate) fn ticks(d: Duration) -> u64 {
     static PER_MICRO: OnceLock<f64> = OnceLock::new();
@@ -36,7 +45,7 @@ pub(crate) fn ticks(d: Duration) -> u64 {
             while t0.elapsed() < Duration::from_millis(2) {
                 std::hint::spin_loop();
             }
-            let (elapsed, counted) = (t0.elapsed(), now().wrapping_sub(c0));
+            let (elapsed, counted) = (t0.elapsed(), now().saturating_sub(c0));
             (counted as f64 / (elapsed.as_nanos() as f64 / 1e3)).max(1.0)
         } else {
             1e3

@@ -93,7 +93,9 @@ pub(super) unsafe extern "C" fn poll_fds(
     let now = crate::util::clock::now();
     if timeout == 0
         && state.every != 0
-        && now.wrapping_sub(state.last) < state.every
+        && now
+            .checked_sub(state.last)
+            .is_some_and(|since| since < state.every)
         && entries.iter().all(|fd| state.covers(fd))
     {
         // GLib zeroes `revents` before each poll (`g_main_context_query`);

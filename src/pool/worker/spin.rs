@@ -72,7 +72,9 @@ impl Core {
             }
             round += 1;
             if round.is_multiple_of(8)
-                && crate::util::clock::now().wrapping_sub(start) >= self.fiber_spin_ticks
+                && crate::util::clock::now()
+                    .checked_sub(start)
+                    .is_none_or(|spun| spun >= self.fiber_spin_ticks)
             {
                 return false;
             }

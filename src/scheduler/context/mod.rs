@@ -197,9 +197,7 @@ struct ProgressHooks {
 
 impl Hooks for ProgressHooks {
     fn ready(&self) -> bool {
-        self.pending.notified.load(Ordering::Acquire)
-            && crate::util::clock::now().wrapping_sub(self.pending.since.load(Ordering::Relaxed))
-                >= self.bound
+        self.pending.notified.load(Ordering::Acquire) && self.pending.waited() >= self.bound
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
@@ -534,6 +532,33 @@ pub(crate) mod tests {
         drop(done);
         dog.join().expect("watchdog thread");
         out
+    }
+
+    /// S11, X4: a wait marked by another thread whose clock reads later
+    /// than this thread's (a newer mark, stored after this thread read its
+    /// clock; or another core's counter) is a wait of 0, never a wrapped
+    /// difference of about 2^64 ticks: the progress source does not run
+    /// the catch-up slice ahead of GTK's frames, and the idle watch has
+    /// nothing to report.
+    #[test]
+    fn a_wait_marked_later_than_this_threads_clock_is_no_wait() {
+        let pending = Arc::new(Pending::default());
+        pending.notified.store(true, Ordering::Release);
+        let later = crate::util::clock::now() + crate::util::clock::ticks(Duration::from_secs(1));
+        pending.since.store(later, Ordering::Relaxed);
+        let progress = ProgressHooks {
+            shared: Weak::new(),
+            pending: pending.clone(),
+            bound: crate::util::clock::ticks(PROGRESS_BOUND),
+        };
+        assert!(!progress.ready(), "a wait from the future is overdue");
+        assert_eq!(pending.waited(), 0);
+        // An older mark is measured.
+        let earlier = crate::util::clock::now()
+            .saturating_sub(crate::util::clock::ticks(Duration::from_secs(1)));
+        pending.since.store(earlier, Ordering::Relaxed);
+        assert!(progress.ready());
+        assert!(pending.waited() >= crate::util::clock::ticks(Duration::from_millis(999)));
     }
 
     /// S1: pushes from other threads wake the context once until the source

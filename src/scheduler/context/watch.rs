@@ -32,6 +32,16 @@ pub(crate) fn idle_warn_delay() -> Option<Duration> {
     })
 }
 
+impl super::Pending {
+    /// How long the main source has been waiting, in clock ticks: 0 while
+    /// another thread's newer mark is later than this thread's clock
+    /// (`since` is loaded before the clock is read, and the difference
+    /// saturates: it never wraps to about 2^64).
+    pub(super) fn waited(&self) -> u64 {
+        crate::util::clock::elapsed(self.since.load(Ordering::Relaxed))
+    }
+}
+
 impl ContextShared {
     /// Wakes the idle watch thread if it sleeps for good, starting it on
     /// the first call.
@@ -81,7 +91,7 @@ fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
             continue;
         }
         let episode = pending.dispatches.load(Ordering::Acquire);
-        let waited = crate::util::clock::now().wrapping_sub(pending.since.load(Ordering::Relaxed));
+        let waited = pending.waited();
         if waited < delay_ticks {
             let left = delay.mul_f64((delay_ticks - waited) as f64 / delay_ticks as f64);
             drop(main);
@@ -89,6 +99,11 @@ fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
             continue;
         }
         reported = Some(episode);
+        // What was measured, not the delay: a wait is reported once it
+        // reached the delay, but the watch may have slept past it.
+        let waited_ms = delay
+            .mul_f64(waited as f64 / delay_ticks as f64)
+            .as_millis();
         glib::g_warning!(
             "gdex",
             "main-scheduler work has been waiting for {} ms and no thread has run it: nobody \
@@ -96,7 +111,7 @@ fn watch_main(shared: Weak<ContextShared>, delay: Duration) {
              (a GMainLoop, or a GTK application) on the main thread, or wait with \
              gdex::block_on, which iterates the default main context there. (Reported once \
              per wait; GDEX_MAIN_IDLE_WARN_MS sets the delay, 0 turns this off.)",
-            delay.as_millis()
+            waited_ms
         );
     }
 }
