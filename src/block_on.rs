@@ -196,6 +196,15 @@ pub(crate) fn dispatching_context() -> Option<glib::MainContext> {
 }
 
 fn drive<F: Future>(context: &glib::MainContext, future: F) -> F::Output {
+    // B6: a nested loop of the context this thread is dispatching (S13)
+    // suspends the job that called it: waiting here, while the loop runs
+    // the context's other sources, is not that job being stuck. (A nested
+    // loop of another context blocks the dispatching one: that still
+    // counts.)
+    let _outer = dispatching_context()
+        .is_some_and(|dispatching| dispatching == *context)
+        .then(crate::diagnostics::stall::suspend_current)
+        .flatten();
     // Called inside a fiber, this is a nested loop: what it polls is not the
     // fiber.
     let _outside = crate::fiber::outside_fiber();

@@ -299,3 +299,65 @@ fn fibers_that_yield_every_10ms_are_no_stall() {
         assert!(reported.is_empty(), "{reported:#?}");
     });
 }
+
+/// B6: a nested loop suspends the outer job. A main task that runs a
+/// nested loop (a `block_on` of another main task, dispatched by it) and
+/// then spins is reported once, by its name: the nested dispatch neither
+/// ends the outer job for the monitor nor clears its name. And the outer
+/// job keeps its stall clock: 70 ms before the nested loop and 70 ms after
+/// are one 140 ms poll, over the 100 ms threshold.
+#[test]
+fn a_task_that_spins_after_a_nested_loop_is_reported_by_name() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("a_task_that_spins_after_a_nested_loop", 60, || {
+        common::on_main(|| {
+            let main = gdex::Scheduler::main();
+            let after = main.spawn_named("spins-after-nesting", async {
+                let inner = gdex::Scheduler::main().spawn(async { 1 });
+                assert_eq!(gdex::block_on(inner).unwrap(), 1);
+                // Deliberate: the stall under test.
+                spin(Duration::from_millis(300));
+            });
+            gdex::block_on(after).unwrap();
+            let around = main.spawn_named("spins-around-nesting", async {
+                // Deliberate: 70 + 70 ms in one poll.
+                spin(Duration::from_millis(70));
+                let inner = gdex::Scheduler::main().spawn(async { 2 });
+                assert_eq!(gdex::block_on(inner).unwrap(), 2);
+                spin(Duration::from_millis(70));
+            });
+            gdex::block_on(around).unwrap();
+        });
+        let reports = warnings_naming("spins-after-nesting");
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        let reports = warnings_naming("spins-around-nesting");
+        assert_eq!(reports.len(), 1, "{reports:?}");
+    });
+}
+
+/// B6: time spent waiting in a nested loop is not the outer task's poll.
+/// A main task whose `block_on` waits 600 ms for a GLib timeout, while a
+/// 1 ms GLib timer ticks in the nested loop (the main loop keeps turning),
+/// is no stall.
+#[test]
+fn a_nested_loop_waiting_idly_is_no_stall() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("a_nested_loop_waiting_idly_is_no_stall", 60, || {
+        common::on_main(|| {
+            let (ticks, timer) = common::tick_counter(&glib::MainContext::default());
+            let waiting = gdex::Scheduler::main().spawn_named("waits-in-nested-loop", async {
+                gdex::block_on(glib::timeout_future(Duration::from_millis(600)));
+            });
+            gdex::block_on(waiting).unwrap();
+            timer.destroy();
+            assert!(ticks.load(Ordering::Relaxed) > 10, "the nested loop turned");
+        });
+        let reports = warnings_naming("stuck in one poll");
+        assert!(
+            reports.iter().all(|r| !r.contains("main scheduler")),
+            "{reports:?}"
+        );
+    });
+}
