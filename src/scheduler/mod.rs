@@ -664,13 +664,14 @@ where
 /// the task's cancellable alone, and the owner cancels it, running its
 /// `cancelled` handlers, before dropping the future (a fiber's waits do it
 /// too: it runs on after its cancellation, F4).
+///
+/// The task's metadata is not kept here (a waiting fiber's memory, F1):
+/// it is the running task's (`running_task_meta`) in each poll, and in the
+/// drop that follows a cancellation (the run of the closed task, on its
+/// thread).
 struct ThreadBound<F> {
     /// The owning thread's [`thread_token`]; 0 until the first poll.
     owner: u64,
-    /// The metadata of the task whose future this is, taken at the first
-    /// poll (null until then): in the same block as this future, so it
-    /// outlives it.
-    meta: *const crate::task::TaskMeta,
     inner: std::mem::ManuallyDrop<F>,
 }
 
@@ -680,7 +681,6 @@ impl<F> ThreadBound<F> {
     fn new(inner: F) -> Self {
         ThreadBound {
             owner: 0,
-            meta: std::ptr::null(),
             inner: std::mem::ManuallyDrop::new(inner),
         }
     }
@@ -691,18 +691,17 @@ impl<F> ThreadBound<F> {
     fn here(inner: F) -> Self {
         ThreadBound {
             owner: thread_token(),
-            meta: std::ptr::null(),
             inner: std::mem::ManuallyDrop::new(inner),
         }
     }
+}
 
-    /// The task's metadata, once polled.
-    fn meta(&self) -> Option<&crate::task::TaskMeta> {
-        // SAFETY: `meta` is null or the metadata of the task whose block
-        // holds this future (taken in its poll), which the block keeps
-        // until after the future is dropped.
-        unsafe { self.meta.as_ref() }
-    }
+/// The metadata of the task running on this thread, if any.
+fn running_meta<'a>() -> Option<&'a crate::task::TaskMeta> {
+    // SAFETY: null, or the metadata of the task this thread runs now
+    // (set by its `Job::run`, or a fiber's resumption), in that task's
+    // block, which outlives the run; the borrow is used within it.
+    unsafe { crate::task::running_task_meta().as_ref() }
 }
 
 impl<F: Future> Future for ThreadBound<F> {
@@ -725,22 +724,13 @@ impl<F: Future> Future for ThreadBound<F> {
                 std::thread::current().name().unwrap_or("<unnamed>")
             ),
         }
-        if this.meta.is_null() {
-            this.bind();
+        // S14: the task is bound to this thread from its first poll (a
+        // load once bound).
+        if let Some(meta) = running_meta() {
+            meta.bind();
         }
         // SAFETY: see above.
         unsafe { std::pin::Pin::new_unchecked(&mut *this.inner) }.poll(cx)
-    }
-}
-
-impl<F> ThreadBound<F> {
-    /// The first poll: binds the running task to this thread (S14).
-    #[cold]
-    fn bind(&mut self) {
-        self.meta = crate::task::running_task_meta();
-        if let Some(meta) = self.meta() {
-            meta.bind();
-        }
     }
 }
 
@@ -749,8 +739,12 @@ impl<F> Drop for ThreadBound<F> {
         match self.owner {
             owner if owner == thread_token() => {
                 // S14: the task's cancellation, signalled on its thread
-                // before its future goes (X1: its GIO calls stop).
-                if let Some(meta) = self.meta() {
+                // before its future goes (X1: its GIO calls stop). The
+                // drop that follows a cancellation is the closed task's
+                // run, whose metadata is the running task's. (Anywhere
+                // else, the running task's own cancellable is cancelled only
+                // if that task was cancelled too: nothing it would not get.)
+                if let Some(meta) = running_meta() {
                     meta.cancel_here();
                 }
                 // SAFETY: dropped once, here, on its own thread.

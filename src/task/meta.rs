@@ -153,11 +153,13 @@ impl TaskMeta {
     }
 
     /// Binds the task to the calling thread (S14): from now on only this
-    /// thread cancels its cancellable. Called by the task's first poll,
-    /// before the task can make its cancellable.
+    /// thread cancels its cancellable. Called by each poll of a thread-bound
+    /// task (a load once bound), first before it can make its cancellable.
     #[inline]
     pub(crate) fn bind(&self) {
-        self.tag(BOUND);
+        if self.word.load(Ordering::Relaxed).addr() & BOUND == 0 {
+            self.tag(BOUND);
+        }
     }
 
     /// On the task's own thread: cancels its cancellable if the task has
