@@ -223,7 +223,7 @@ const PANICKED: &str = "the task panicked: ";
 impl From<glib::JoinError> for Error {
     fn from(err: glib::JoinError) -> Self {
         match err.try_into_panic() {
-            Ok(payload) => Error::Panicked(crate::diagnostics::panic::take_message(payload)),
+            Ok(payload) => Error::Panicked(take_message(payload)),
             Err(_) => Error::Cancelled,
         }
     }
@@ -306,6 +306,24 @@ impl glib::error::ErrorDomain for ErrorCode {
             _ => return None,
         })
     }
+}
+
+/// Drops a caught panic's payload without unwinding: a payload's own
+/// destructor may panic (`std::panic::catch_unwind`'s docs), and that
+/// panic must not escape where the first one was contained. Its payload is
+/// leaked.
+pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
+        std::mem::forget(again);
+    }
+}
+
+/// The message of a caught panic; its payload is dropped without unwinding
+/// ([`drop_payload`]).
+pub(crate) fn take_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let message = panic_message(&*payload);
+    drop_payload(payload);
+    message
 }
 
 /// The message of a panic payload, as `panic!` formatted it.

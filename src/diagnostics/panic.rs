@@ -139,23 +139,7 @@ pub(crate) fn wake_by_ref(waker: &std::task::Waker) {
     }
 }
 
-/// Drops a caught panic's payload without unwinding: a payload's own
-/// destructor may panic (`std::panic::catch_unwind`'s docs), and that
-/// panic must not escape where the first one was contained. Its payload is
-/// leaked.
-pub(crate) fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
-    if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
-        std::mem::forget(again);
-    }
-}
-
-/// The message of a caught panic; its payload is dropped without unwinding
-/// ([`drop_payload`]).
-pub(crate) fn take_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    let message = crate::error::panic_message(&*payload);
-    drop_payload(payload);
-    message
-}
+pub(crate) use crate::error::{drop_payload, take_message};
 
 /// Reports a panic caught on this thread ([`report`]) and drops its payload
 /// without unwinding ([`drop_payload`]): a payload whose `Drop` panics
