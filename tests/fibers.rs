@@ -1285,6 +1285,84 @@ fn fibers_woken_from_other_threads_at_any_moment_all_finish() {
     });
 }
 
+/// F3: a fiber's end waits only for the wakes from other threads already
+/// under way, not for those that start after it. Plain threads wake a kept
+/// clone of a fiber's waker in a tight loop (a notifier that never
+/// deregisters, which is legal) before, while and after the fiber returns:
+/// its handle resolves, and a task spawned on its worker afterwards runs,
+/// while they are still waking it. (The fiber's end used to wait for the
+/// count of wakes under way to read zero, which these threads, each wake
+/// counting itself before it looked at the fiber, kept from happening: the
+/// worker stalled until they stopped.)
+#[test]
+fn a_fiber_ends_while_other_threads_keep_waking_it() {
+    watchdog("fiber_end_while_woken", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        // Beside those the cores run, about thirty waking threads are
+        // preempted at any moment, anywhere in their loop.
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) + 32;
+        let stop = Arc::new(AtomicBool::new(false));
+        let waking = Arc::new(AtomicUsize::new(0));
+        let (waker_tx, waker_rx) = mpsc::channel::<std::task::Waker>();
+        let waking2 = waking.clone();
+        let f = pool.scheduler().spawn_fiber(move || {
+            // Hands its waker out, and returns once every thread is waking
+            // it over and over.
+            let mut sent = false;
+            fiber::wait_output(std::future::poll_fn(|cx| {
+                if !std::mem::replace(&mut sent, true) {
+                    waker_tx.send(cx.waker().clone()).unwrap();
+                }
+                if waking2.load(Ordering::SeqCst) == threads {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            }))
+            .unwrap();
+            std::thread::current().id()
+        });
+        let waker = waker_rx.recv().unwrap();
+        let wakers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (waker, stop, waking) = (waker.clone(), stop.clone(), waking.clone());
+                std::thread::spawn(move || {
+                    // At the lowest priority: the threads that run the
+                    // fiber and the test (and the suite's other tests) get
+                    // the cores when they want them, and a waking thread is
+                    // preempted often, anywhere in its wake.
+                    // SAFETY: a plain system call about this thread; it
+                    // touches no memory of ours.
+                    let tid = unsafe { libc::gettid() };
+                    // SAFETY: as above (on Linux, `PRIO_PROCESS` with a
+                    // thread's id sets that thread's nice value alone).
+                    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+                    let mut wakes = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        waker.wake_by_ref();
+                        wakes += 1;
+                        if wakes == 1_000 {
+                            waking.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    wakes
+                })
+            })
+            .collect();
+        drop(waker);
+        let worker = gdex::block_on(f).unwrap();
+        let after =
+            gdex::block_on(pool.spawn_pinned(|| async { std::thread::current().id() })).unwrap();
+        assert_eq!(after, worker, "one worker");
+        // Only now do the wakers stop.
+        stop.store(true, Ordering::Relaxed);
+        for w in wakers {
+            assert!(w.join().unwrap() >= 1_000);
+        }
+        pool.shutdown();
+    });
+}
+
 /// F4, S9 on a worker's fiber scheduler: handles dropped and a shutdown,
 /// while plain threads keep waking the fibers (live and ended ones): every
 /// fiber leaves through its own return, none is unwound, and the shutdown

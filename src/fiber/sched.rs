@@ -81,7 +81,9 @@ pub(crate) struct FiberCell {
     /// Wakes from other threads under way: the fiber's future, when it
     /// drops, waits for them to finish, so that none still uses its
     /// worker's home (its pool) once the fiber's task, which keeps that
-    /// alive, may be freed.
+    /// alive, may be freed. A wake counts itself only if the cell was not
+    /// [`DONE`] when it began, so the wait is bounded by the wakes that
+    /// began before the fiber's end, whatever wakes come after it.
     inflight: AtomicU32,
     /// How to resume the fiber outside its task's poll, and the future that
     /// it resumes. Used only on the fiber's worker.
@@ -262,9 +264,12 @@ impl FiberCell {
     /// The fiber's future drops: wakes do nothing from now on, and the cell
     /// goes back to this thread's pool for another fiber.
     pub(crate) fn give_back(&'static self) {
-        // SeqCst, with the wakes' count and their load of the state: a wake
-        // from another thread either counted itself before this (and is
-        // waited for below) or finds the fiber done.
+        // SeqCst, with the wakes' count and their loads of the state: a
+        // wake from another thread either counted itself before this (and
+        // is waited for below) or finds the fiber done. A wake that begins
+        // after this finds it done before it counts itself (`wake`), so the
+        // loop below waits only for the wakes that had begun: one a waking
+        // thread at most, however often those threads wake the fiber again.
         self.state.swap(DONE, Ordering::SeqCst);
         // A wake under way is a few atomic operations and a push, but its
         // thread may be preempted in the middle: spin a little, then give
@@ -373,6 +378,17 @@ impl FiberCell {
         if self.chunk().thread.load(Ordering::Relaxed) == thread_token() {
             WOKEN_HERE.set(true);
             return self.wake_counted();
+        }
+        // A fiber that ended takes no wakes, and a wake of it must not
+        // count itself: the fiber's end (`give_back`) waits for the wakes
+        // counted, and threads that keep waking a kept clone of its waker
+        // (a notifier that never deregisters) would keep that count above
+        // zero, and the worker waiting, for as long as they go on. SeqCst,
+        // with `give_back`'s swap: a wake that loads the state after that
+        // swap finds it done, so the only wakes `give_back` can wait for are
+        // those that loaded it before (one a thread at most).
+        if self.state.load(Ordering::SeqCst) == DONE {
+            return;
         }
         self.inflight.fetch_add(1, Ordering::SeqCst);
         self.wake_counted();
