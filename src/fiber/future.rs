@@ -19,6 +19,10 @@ pub(super) enum State<F, T> {
         on_pool: bool,
     },
     Running(Coroutine<(), (), T, stack::FiberStack>),
+    /// The fiber's scheduler resumed it, and holds its coroutine for the
+    /// length of the resumption (see
+    /// [`FiberFuture::resume_on_scheduler`]).
+    Resumed,
     /// The fiber returned, or panicked, while its worker's fiber scheduler
     /// ran it: its task's next poll gives the result.
     Returned(T),
@@ -34,15 +38,14 @@ pub(super) enum State<F, T> {
 pub(super) struct FiberFuture<F, T> {
     pub(super) state: State<F, T>,
     pub(super) ctx: FiberCtx,
+    /// A `FiberFuture` is `!Unpin`: its address is kept between polls (a
+    /// fiber on its worker's fiber scheduler is resumed through it, and a
+    /// nested main loop inside that resumption can poll the fiber's own
+    /// task), so a `&mut` to it is not a promise that nothing else points
+    /// into it, the rule that every self-referential future relies on. No
+    /// field is pinned: the state moves in and out freely.
+    pub(super) _pinned: std::marker::PhantomPinned,
 }
-
-/// Nothing in a `FiberFuture` relies on its address between polls
-/// (`CURRENT` points into it only while the fiber runs; the coroutine's
-/// state lives on its own stack), and no field is ever pinned: it is
-/// `Unpin` whatever `F` and `T` are. (A fiber on its worker's fiber
-/// scheduler is resumed through its address, but it is in its task's
-/// block, which async-task never moves.)
-impl<F, T> Unpin for FiberFuture<F, T> {}
 
 impl<F, T> Future for FiberFuture<F, T>
 where
@@ -52,12 +55,15 @@ where
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
-        let this = self.get_mut();
+        // SAFETY: the future itself is never moved out of its pin; no field
+        // is pinned (see `_pinned`).
+        let this = unsafe { self.get_unchecked_mut() };
         if let Some(cell) = this.ctx.cell.get() {
             // Only the cell's address and state are read before the fiber
             // is claimed: while the fiber runs (a nested loop inside it
-            // polling its own task), its coroutine is borrowed by whoever
-            // resumed it, and is not touched here.
+            // polling its own task), its coroutine is out of the future,
+            // held by the resumption that runs it, and `state` is not
+            // touched here.
             match cell.state() {
                 sched::DONE => return this.take_result(),
                 sched::WAITING if cell.claim_waiting() => {}
@@ -71,8 +77,10 @@ where
                 return Poll::Ready(Err(e));
             }
         }
-        let State::Running(coroutine) = &mut this.state else {
-            panic!("a gdex fiber was polled after it finished");
+        let coroutine = match &mut this.state {
+            State::Running(coroutine) => coroutine,
+            State::Resumed => unreachable!("a gdex fiber's task was polled inside its resumption"),
+            _ => panic!("a gdex fiber was polled after it finished"),
         };
         let result = {
             // `cx` lives only for this poll: the fiber's waits see it until
@@ -192,35 +200,55 @@ where
     /// fiber was just claimed (`RUNNING`) on its own worker by the caller;
     /// its block is kept by the waker of its task in the worker's book.
     unsafe fn resume_on_scheduler(target: *const ()) {
+        let this = target.cast_mut().cast::<Self>();
+        // The coroutine is moved out of the future for the length of the
+        // resumption, and no `&mut` to the future is held across it: a
+        // nested main loop inside the fiber may poll the fiber's own task
+        // (its handle dropped: F4), whose poll takes a `&mut` of the whole
+        // future, and must not find a borrow of its coroutine live (it
+        // reads the cell and returns: see `poll`).
         // SAFETY: by the caller: a live future in its block (not dropped:
-        // its cell would be `DONE`), polled by nobody else meanwhile but
-        // for a nested loop inside the fiber polling its own task, which
-        // reads only the cell's address and state and returns (see `poll`).
-        let this = unsafe { &mut *target.cast_mut().cast::<Self>() };
-        let Some(cell) = this.ctx.cell.get() else {
+        // its cell would be `DONE`), claimed for this resumption, on its
+        // own thread; nothing else runs meanwhile but that nested poll,
+        // which does not touch `state`.
+        let state = unsafe { std::ptr::replace(&raw mut (*this).state, State::Resumed) };
+        let State::Running(mut coroutine) = state else {
+            unreachable!("a fiber claimed to run is running")
+        };
+        // SAFETY: as above; `FiberCtx` is read only through shared
+        // references (its fields are `Cell`s), the nested poll's too.
+        let ctx = unsafe { &(*this).ctx };
+        let Some(cell) = ctx.cell.get() else {
             unreachable!("a fiber resumed by its scheduler has a cell")
         };
         let waker = cell.waker();
         let mut cx = Context::from_waker(&waker);
-        let State::Running(coroutine) = &mut this.state else {
-            unreachable!("a fiber claimed to run is running")
-        };
         let result = {
             let _cx = crate::util::scoped(
                 &RESUMER,
                 (&mut cx as *mut Context<'_>).cast::<Context<'static>>(),
             );
-            let _task = crate::task::enter_running(this.ctx.meta.get());
+            let _task = crate::task::enter_running(ctx.meta.get());
             let _polling = crate::task::enter_polling(&waker);
-            let _guard = stack::enter(this.ctx.stack_map.get());
-            let _current = CURRENT.enter(&this.ctx);
+            let _guard = stack::enter(ctx.stack_map.get());
+            let _current = CURRENT.enter(ctx);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coroutine.resume(())))
         };
         let state = match result {
-            Ok(CoroutineResult::Yield(())) => return,
+            Ok(CoroutineResult::Yield(())) => {
+                // SAFETY: the fiber is suspended (or queued again): the
+                // coroutine goes back where its next poll or resumption
+                // looks for it; `Resumed` needs no drop.
+                unsafe { std::ptr::write(&raw mut (*this).state, State::Running(coroutine)) };
+                return;
+            }
             Ok(CoroutineResult::Return(value)) => State::Returned(value),
             Err(payload) => State::Panicked(payload),
         };
+        stack::release(coroutine.into_stack());
+        // SAFETY: the fiber has ended: nothing points into the future but
+        // its cell (which `finish` makes `DONE`) and its task.
+        let this = unsafe { &mut *this };
         this.end(state);
         // The task takes the result.
         wake_booked_task(&this.ctx);
@@ -250,5 +278,51 @@ impl<F, T> Drop for FiberFuture<F, T> {
             }
             stack::release(coroutine.into_stack());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FiberFuture;
+
+    /// Whether `T` is `Unpin`, asked at run time (autoref picks the first
+    /// impl whose bound holds).
+    struct Probe<T>(std::marker::PhantomData<T>);
+    trait IsUnpin {
+        fn unpin(&self) -> bool {
+            true
+        }
+    }
+    impl<T: Unpin> IsUnpin for Probe<T> {}
+    trait NotUnpin {
+        fn unpin(&self) -> bool {
+            false
+        }
+    }
+    impl<T> NotUnpin for &Probe<T> {}
+
+    /// F3's soundness with a nested loop inside a fiber: its scheduler
+    /// resumes it through a pointer into its task's block, kept across
+    /// polls, and a nested main loop inside that resumption may poll the
+    /// fiber's own task, which takes a `&mut` of the future meanwhile. So
+    /// the future must be `!Unpin`: a `&mut` of an `Unpin` value promises
+    /// that nothing else points into it (which the optimiser and Miri's
+    /// aliasing models rely on), one of a `!Unpin` value does not. (Miri
+    /// cannot run a fiber itself: corosensei switches stacks in assembly,
+    /// and the pool runs on GLib.) The resumption also moves the coroutine
+    /// out of the future while it runs, so that nested poll finds no
+    /// borrow of it live: `tests/fibers.rs::a_fiber_in_a_nested_loop_dispatching_its_own_task_is_cancelled`
+    /// runs that path.
+    #[test]
+    #[allow(clippy::needless_borrow)] // the borrow picks the impl
+    fn a_fiber_future_is_not_unpin() {
+        let unpin = (&Probe::<FiberFuture<fn() -> u8, u8>>(std::marker::PhantomData)).unpin();
+        assert!(
+            !unpin,
+            "a fiber's future must be !Unpin: its address is kept between polls"
+        );
+        // The probe itself.
+        assert!((&Probe::<u8>(std::marker::PhantomData)).unpin());
+        assert!(!(&Probe::<std::marker::PhantomPinned>(std::marker::PhantomData)).unpin());
     }
 }

@@ -518,6 +518,7 @@ impl Builder {
                 meta: Cell::new(std::ptr::null()),
                 cell: Cell::new(None),
             },
+            _pinned: std::marker::PhantomPinned,
         }
     }
 }
