@@ -181,6 +181,12 @@ where
     /// scheduler: its result, or its panic, which the task's poll contains
     /// (S6) as if it had happened there.
     fn take_result(&mut self) -> Poll<Result<T, Error>> {
+        if let State::Running(_) = self.state {
+            // Its cell was retired under it: its worker exited (see
+            // `sched::retire_cells_out`). It is cancelled; its drop, here on
+            // its own thread, unwinds it.
+            return Poll::Ready(Err(Error::Cancelled));
+        }
         match std::mem::replace(&mut self.state, State::Done) {
             State::Returned(value) => Poll::Ready(Ok(value)),
             State::Panicked(payload) => std::panic::resume_unwind(payload),

@@ -60,7 +60,7 @@
 
 mod future;
 mod sched;
-pub(crate) use sched::{resumption, resumption_kind};
+pub(crate) use sched::{resumption, resumption_kind, retire_cells_out};
 pub(crate) mod stack;
 
 use std::cell::Cell;

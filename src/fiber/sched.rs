@@ -44,7 +44,10 @@
 //! - [`QUEUED`]: a resumption is queued; further wakes only publish what
 //!   they woke it for.
 //!
-//! A fiber that returns, panics or is dropped leaves its cell `DONE`.
+//! A fiber that returns, panics or is dropped leaves its cell `DONE`; so
+//! does its worker's exit, for a fiber whose future was never dropped on
+//! its thread (leaked: [`retire_cells_out`]), so that a stale waker of it
+//! never reads a freed pool.
 //!
 //! Every change of state that a wake may race is an atomic
 //! read-modify-write, a wake's that changes nothing too: a resumption that
@@ -150,25 +153,62 @@ struct Free {
     cells: RefCell<Vec<&'static FiberCell>>,
 }
 
+impl Free {
+    /// Retires every cell of this thread still out (see
+    /// [`retire_cells_out`]); gives the chunks none of whose cells is out.
+    fn retire_out(&self) -> Vec<&'static Chunk> {
+        let free: std::collections::HashSet<usize> = self
+            .cells
+            .borrow()
+            .iter()
+            .map(|cell| (*cell as *const FiberCell).addr())
+            .collect();
+        let mut whole = Vec::new();
+        for chunk in self.chunks.borrow().iter() {
+            let mut out = 0;
+            for cell in &chunk.cells {
+                if !free.contains(&(cell as *const FiberCell).addr()) {
+                    cell.retire();
+                    out += 1;
+                }
+            }
+            if out == 0 {
+                whole.push(*chunk);
+            }
+        }
+        whole
+    }
+}
+
 impl Drop for Free {
     fn drop(&mut self) {
-        let cells = std::mem::take(self.cells.get_mut());
-        let mut free = std::collections::HashMap::<usize, usize>::new();
-        for cell in cells {
-            *free
-                .entry((cell.chunk() as *const Chunk).addr())
-                .or_default() += 1;
-        }
-        let whole: Vec<&'static Chunk> = self
-            .chunks
-            .get_mut()
-            .drain(..)
-            .filter(|chunk| free.get(&(*chunk as *const Chunk).addr()) == Some(&CELLS))
-            .collect();
+        // Usually done already by the worker's exit (`retire_cells_out`),
+        // while its pool was sure to be alive; this is for a cell still
+        // out whatever ended the thread.
+        let whole = self.retire_out();
+        self.chunks.get_mut().clear();
+        self.cells.get_mut().clear();
         if !whole.is_empty() {
             SPARE.lock().unpoisoned().extend(whole);
         }
     }
+}
+
+/// This thread's worker exits, and runs no job from now on: a fiber whose
+/// future has not been dropped here yet never will be (its task was woken
+/// by a wake that straddled the exit past `LATE_WAKE`, and the reaper drops
+/// its job on its own thread, where `ThreadBound` leaks the future; or its
+/// task's block was leaked). Such a fiber's cell would stay `WAITING` or
+/// `QUEUED` for good, with its `target` (in a block that may be freed) and
+/// its chunk's `home` (in a pool that may be freed) still read by a wake:
+/// each is retired instead, `DONE` once the wakes from other threads under
+/// way have finished, so that a wake of a stale waker does nothing from
+/// then on and no resumption reads the fiber again. Called while the pool
+/// is alive (its worker thread holds it), before the wakes under way could
+/// find it freed. The cells stay out (their chunk never serves another
+/// thread), as a leaked future's memory does.
+pub(crate) fn retire_cells_out() {
+    let _ = FREE.try_with(|free| free.retire_out());
 }
 
 thread_local! {
@@ -264,6 +304,18 @@ impl FiberCell {
     /// The fiber's future drops: wakes do nothing from now on, and the cell
     /// goes back to this thread's pool for another fiber.
     pub(crate) fn give_back(&'static self) {
+        self.retire();
+        self.resume.set(None);
+        self.target.set(std::ptr::null());
+        // During the thread's teardown the pool is gone: the cell is lost,
+        // as are the other cells still out (it stays `DONE`).
+        let _ = FREE.try_with(|free| free.cells.borrow_mut().push(self));
+    }
+
+    /// Makes the cell `DONE` and waits for the wakes from other threads
+    /// under way (see `give_back`): none reads the fiber's worker or its
+    /// resumption from then on.
+    fn retire(&self) {
         // SeqCst, with the wakes' count and their loads of the state: a
         // wake from another thread either counted itself before this (and
         // is waited for below) or finds the fiber done. A wake that begins
@@ -278,11 +330,6 @@ impl FiberCell {
         while self.inflight.load(Ordering::SeqCst) != 0 {
             backoff.snooze();
         }
-        self.resume.set(None);
-        self.target.set(std::ptr::null());
-        // During the thread's teardown the pool is gone: the cell is lost,
-        // as are the other cells still out (it stays `DONE`).
-        let _ = FREE.try_with(|free| free.cells.borrow_mut().push(self));
     }
 
     pub(crate) fn state(&self) -> u8 {
@@ -513,3 +560,124 @@ unsafe fn resume_one(word: usize) {
 /// As for [`resume_job`], for a job dropped unrun: the fiber stays
 /// `QUEUED`; its task's drop on its worker (S9) ends it.
 unsafe fn drop_job(_: *mut std::mem::MaybeUninit<usize>) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{OwnerVtable, Runnable};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A worker's home as far as a fiber's cell sees it: where a wake
+    /// pushes the fiber's resumption. `gone` stands for its pool being
+    /// freed: a push after it is a read of freed memory in a real pool.
+    #[repr(C)]
+    struct Home {
+        header: OwnerHeader,
+        gone: std::sync::atomic::AtomicBool,
+        pushes: AtomicUsize,
+        pushes_when_gone: AtomicUsize,
+    }
+
+    static VTABLE: OwnerVtable = OwnerVtable {
+        schedule: no_task,
+        retain: no_count,
+        release: no_count,
+        push_pinned: Some(push),
+    };
+
+    unsafe fn no_task(_: NonNull<OwnerHeader>, _: Runnable) {
+        unreachable!("no task is spawned on this home")
+    }
+
+    unsafe fn no_count(_: NonNull<OwnerHeader>) {}
+
+    unsafe fn push(header: NonNull<OwnerHeader>, job: Job) {
+        // SAFETY: the header is the first field of a leaked `Home`.
+        let home = unsafe { header.cast::<Home>().as_ref() };
+        if home.gone.load(Ordering::SeqCst) {
+            home.pushes_when_gone.fetch_add(1, Ordering::SeqCst);
+        } else {
+            home.pushes.fetch_add(1, Ordering::SeqCst);
+        }
+        // A resumption's drop unrun does nothing.
+        drop(job);
+    }
+
+    unsafe fn never_resumed(_: *const ()) {
+        unreachable!("a leaked fiber was resumed")
+    }
+
+    /// F3 at a worker's exit (issue 47, point 10): a fiber whose future is
+    /// never dropped on its thread (leaked: its task woken past
+    /// `LATE_WAKE` and dropped by the reaper, where `ThreadBound` leaks it)
+    /// leaves its cell waiting. Once its worker has exited, and its pool is
+    /// freed, a stale waker of that fiber must not touch the pool: the exit
+    /// retires the cell, and the wake does nothing. Without that, the wake
+    /// moved the cell to `QUEUED` and pushed the fiber's resumption into
+    /// the freed pool. Checked both ways a cell is retired: by the
+    /// worker's exit (`retire_cells_out`, the pool still alive) and by the
+    /// thread's end.
+    #[test]
+    fn a_stale_waker_of_a_leaked_fiber_does_not_reach_its_exited_worker() {
+        crate::scheduler::context::tests::watchdog("stale_waker_of_leaked_fiber", 30, || {
+            for explicit in [true, false] {
+                let home: &'static Home = Box::leak(Box::new(Home {
+                    header: OwnerHeader::with_vtable(&VTABLE),
+                    gone: false.into(),
+                    pushes: AtomicUsize::new(0),
+                    pushes_when_gone: AtomicUsize::new(0),
+                }));
+                let header = NonNull::from(&home.header);
+                // SAFETY: the pointer crosses to the worker thread only to
+                // be used there as the home it stands for.
+                let header_addr = header.as_ptr().expose_provenance();
+                let (waker_tx, waker_rx) = std::sync::mpsc::channel::<Waker>();
+                let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();
+                let mut worker = Some(std::thread::spawn(move || {
+                    let header = NonNull::new(
+                        std::ptr::with_exposed_provenance_mut::<OwnerHeader>(header_addr),
+                    )
+                    .unwrap();
+                    // SAFETY: the target is never resumed (`never_resumed`
+                    // says so if it is); `header` is a home that stays.
+                    let cell = unsafe {
+                        FiberCell::start(Waker::noop(), header, never_resumed, std::ptr::null())
+                    }
+                    .expect("a cell");
+                    // Its first wait: it suspends, its waker kept elsewhere.
+                    let waker = cell.waker();
+                    cell.suspending();
+                    assert_eq!(cell.state(), WAITING);
+                    // Its future is leaked: `give_back` never comes.
+                    if explicit {
+                        // The worker's exit, with the pool alive.
+                        retire_cells_out();
+                    }
+                    waker_tx.send(waker).unwrap();
+                    if explicit {
+                        exit_rx.recv().unwrap();
+                    }
+                }));
+                let waker = waker_rx.recv().unwrap();
+                if !explicit {
+                    // The thread's end.
+                    worker.take().unwrap().join().unwrap();
+                }
+                home.gone.store(true, Ordering::SeqCst);
+                waker.wake_by_ref();
+                waker.wake();
+                assert_eq!(
+                    home.pushes_when_gone.load(Ordering::SeqCst),
+                    0,
+                    "a stale waker of a leaked fiber pushed its resumption to its exited \
+                     worker's home (retired at the worker's exit: {explicit})"
+                );
+                assert_eq!(home.pushes.load(Ordering::SeqCst), 0);
+                if let Some(worker) = worker {
+                    exit_tx.send(()).unwrap();
+                    worker.join().unwrap();
+                }
+            }
+        });
+    }
+}

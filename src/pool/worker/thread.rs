@@ -129,6 +129,10 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
         std::sync::atomic::fence(Ordering::SeqCst);
         PoolShared::drain(inbox);
         drop(remote.take_mail());
+        // A fiber of this worker whose future was not dropped here by now
+        // never will be: its cell is retired while the pool is alive, so
+        // that no wake of its stale waker reads the pool again (F3).
+        crate::fiber::retire_cells_out();
     });
     if let Err(e) = result {
         glib::g_critical!(
