@@ -93,7 +93,10 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
 ///   sources attached there, keep running;
 /// - on the process's main thread, or on a thread that owns the default main
 ///   context (it acquired it, or runs the main loop), the default main
-///   context: main-scheduler tasks keep running;
+///   context: main-scheduler tasks keep running (but inside a dispatch of
+///   another context, the rule above wins: a `block_on` of main-scheduler
+///   work inside a callback of a private context's loop waits for a main
+///   loop that does not turn; await it from a task instead);
 /// - on any other thread, a private context: the thread just waits, and
 ///   never runs another thread's main-loop work (such as `!Send` tasks of
 ///   the main scheduler).

@@ -34,6 +34,10 @@ fn runtime() -> Result<&'static Runtime, &'static str> {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .thread_name("gdex-tokio")
+                // The threads where `block_in_place` is known to be
+                // allowed (S13): this runtime's worker, and its blocking
+                // threads, where it just runs the closure.
+                .on_thread_start(|| RUNTIME_THREAD.with(|t| t.set(true)))
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())
@@ -117,17 +121,22 @@ impl LazyEnter {
 std::thread_local! {
     /// Set while a gdex wait (`block_on`, `wait_for`) blocks this thread.
     static WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set on the threads of gdex's own tokio runtime.
+    static RUNTIME_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `wait`, a gdex wait that blocks this thread until its future
 /// completes, so that no tokio worker's own work stops meanwhile (S13).
 ///
-/// Inside a task on a worker thread of a multi-thread tokio runtime (the
-/// `gdex-tokio` thread, which drives the I/O and timers of every gdex task,
-/// or an app's own runtime), the worker's core is handed to another thread
-/// first, as `tokio::task::block_in_place` does; the thread then blocks as
-/// any other. Elsewhere, and in a wait nested inside another (whose thread
-/// is no worker's by then), `wait` just runs.
+/// Inside a task on the `gdex-tokio` thread (the only worker of gdex's
+/// runtime, which drives the I/O and timers of every gdex task), the
+/// worker's core is handed to another thread first, as
+/// `tokio::task::block_in_place` does; the thread then blocks as any other.
+/// Elsewhere, and in a wait nested inside another (whose thread is no
+/// worker's by then), `wait` just runs: an app's own runtime's worker blocks
+/// as it would in any blocking call (wrap the call in `block_in_place`
+/// there), since tokio offers no way to tell its worker apart from a
+/// `LocalSet` or a current-thread runtime, where `block_in_place` panics.
 pub(crate) fn off_worker<R>(wait: impl FnOnce() -> R) -> R {
     if WAITING.with(std::cell::Cell::get) {
         return wait();
@@ -140,12 +149,11 @@ pub(crate) fn off_worker<R>(wait: impl FnOnce() -> R) -> R {
     }
     WAITING.with(|w| w.set(true));
     let _reset = Reset;
-    // A task of a multi-thread runtime: a worker's (or one of its blocking
-    // threads', where block_in_place just runs `wait`). On a current-thread
-    // runtime blocking is the app's to decide (block_in_place refuses it).
-    let on_worker = tokio::task::try_id().is_some()
-        && Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    // A task on one of our runtime's threads: its worker (or a blocking
+    // thread, where block_in_place just runs `wait`). The entered handle
+    // says nothing about this thread (a gdex dispatch enters ours over an
+    // app's current-thread runtime, whose task may be this one).
+    let on_worker = tokio::task::try_id().is_some() && RUNTIME_THREAD.with(std::cell::Cell::get);
     if on_worker {
         tokio::task::block_in_place(wait)
     } else {

@@ -556,3 +556,139 @@ fn a_pinned_tasks_cancelled_handler_runs_on_its_worker() {
         },
     );
 }
+
+/// S14 for a `Send` task of a context scheduler: it only ever runs on the
+/// thread that iterates its context, so a `!Send` reaction to its
+/// cancellable (`connect_cancelled_local`) is as natural there as in a
+/// `spawn_local` task. Its handle dropped on another thread, the handler
+/// runs on the context's thread.
+#[test]
+fn a_send_context_tasks_cancelled_handler_runs_on_its_contexts_thread() {
+    watchdog("a_send_context_tasks_cancelled_handler", 30, || {
+        let (handle_tx, handle_rx) = mpsc::channel::<gdex::Task<()>>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let ran_on = Arc::new(Mutex::new(None::<std::thread::ThreadId>));
+        let (r, seen) = (ran_on.clone(), ran_on.clone());
+        let owner = std::thread::spawn(move || {
+            let context = glib::MainContext::new();
+            let scheduler = gdex::Scheduler::for_context(&context);
+            let _held = context.acquire().unwrap();
+            let (armed_tx, armed) = mpsc::channel::<()>();
+            let task = scheduler.spawn(async move {
+                let cancellable = gdex::current_cancellable().expect("inside a task");
+                cancellable.connect_cancelled_local(move |_| {
+                    *r.lock().unwrap() = Some(std::thread::current().id());
+                });
+                armed_tx.send(()).unwrap();
+                std::future::pending::<()>().await
+            });
+            common::pump_polling(&context, || armed.try_recv().is_ok());
+            handle_tx.send(task).unwrap();
+            go_rx.recv().unwrap();
+            common::pump_polling(&context, || seen.lock().unwrap().is_some());
+            std::thread::current().id()
+        });
+        drop(handle_rx.recv().unwrap());
+        go_tx.send(()).unwrap();
+        let owner_id = owner.join().unwrap();
+        assert_eq!(*ran_on.lock().unwrap(), Some(owner_id));
+    });
+}
+
+/// A sets flag when dropped: the task's future was dropped.
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// S14, X1: a thread-bound task cancelled from another thread whose owner
+/// thread then exits without iterating again: its future is dropped on the
+/// owner at the thread's exit, and its cancellable is cancelled there.
+#[test]
+fn a_cancelled_local_tasks_cancellable_is_cancelled_when_its_owner_exits() {
+    watchdog(
+        "a_cancelled_local_tasks_cancellable_owner_exits",
+        30,
+        || {
+            let (cancellable_tx, cancellable_rx) = mpsc::channel::<gio::Cancellable>();
+            let (handle_tx, handle_rx) = mpsc::channel::<gdex::Task<()>>();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let d = dropped.clone();
+            let owner = std::thread::spawn(move || {
+                common::on_own_context(|context| {
+                    let here = gdex::Scheduler::thread_default().unwrap();
+                    let polled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let p = polled.clone();
+                    let task = here.spawn_local(async move {
+                        let _flag = DropFlag(d);
+                        let cancellable = gdex::current_cancellable().expect("inside a task");
+                        cancellable_tx.send(cancellable).unwrap();
+                        p.store(true, Ordering::SeqCst);
+                        std::future::pending::<()>().await
+                    });
+                    common::pump_polling(context, || polled.load(Ordering::SeqCst));
+                    handle_tx.send(task).unwrap();
+                    // The handle is dropped on the test thread meanwhile; this
+                    // thread then exits without iterating its context again.
+                    go_rx.recv().unwrap();
+                });
+            });
+            let cancellable = cancellable_rx.recv().unwrap();
+            drop(handle_rx.recv().unwrap());
+            go_tx.send(()).unwrap();
+            owner.join().unwrap();
+            assert!(dropped.load(Ordering::SeqCst), "the future was dropped");
+            assert!(
+                cancellable.is_cancelled(),
+                "its cancellable was never cancelled"
+            );
+        },
+    );
+}
+
+/// S14, S9: a pinned task cancelled from the test thread while its worker
+/// is busy in another poll; the pool then shuts down. Its future is
+/// dropped on its worker, and its cancellable is cancelled.
+#[test]
+fn a_cancelled_pinned_tasks_cancellable_is_cancelled_at_shutdown() {
+    watchdog(
+        "a_cancelled_pinned_tasks_cancellable_at_shutdown",
+        30,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let (cancellable_tx, cancellable_rx) = mpsc::channel::<gio::Cancellable>();
+            let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let d = dropped.clone();
+            let pinned = pool.scheduler().spawn_pinned(move || async move {
+                let _flag = DropFlag(d);
+                let cancellable = gdex::current_cancellable().expect("inside a task");
+                cancellable_tx.send(cancellable).unwrap();
+                std::future::pending::<()>().await
+            });
+            let cancellable = cancellable_rx.recv().unwrap();
+            let (running_tx, running) = mpsc::channel::<()>();
+            let (release_tx, release) = mpsc::channel::<()>();
+            let busy = pool.scheduler().spawn(async move {
+                running_tx.send(()).unwrap();
+                gdex::blocking::blocking(|| release.recv().unwrap());
+            });
+            running.recv().unwrap();
+            // The worker is busy: the cancelled task is queued behind it.
+            drop(pinned);
+            std::thread::scope(|s| {
+                s.spawn(|| pool.shutdown());
+                std::thread::sleep(Duration::from_millis(50));
+                release_tx.send(()).unwrap();
+            });
+            drop(busy);
+            assert!(dropped.load(Ordering::SeqCst), "the future was dropped");
+            assert!(
+                cancellable.is_cancelled(),
+                "its cancellable was never cancelled"
+            );
+        },
+    );
+}

@@ -151,3 +151,62 @@ fn block_on_and_wait_for_on_the_tokio_runtime_thread_keep_its_timers_going() {
         assert_eq!(after, 4);
     });
 }
+
+/// S13 with the `tokio` feature: the hand-off is made only on gdex's own
+/// runtime's threads. A gdex task dispatched inside a task of an app's
+/// current-thread tokio runtime, and a `LocalSet` task of a multi-thread
+/// runtime's `block_on`, run `block_on`'s nested loop as before: tokio's
+/// `block_in_place` would panic there ("can call blocking only when
+/// running on the multi-threaded runtime").
+#[cfg(feature = "tokio")]
+#[test]
+fn block_on_inside_an_apps_tokio_tasks_runs_a_nested_loop() {
+    common::watchdog("block_on_inside_an_apps_tokio_tasks", 30, || {
+        let context = glib::MainContext::new();
+        let scheduler = gdex::Scheduler::for_context(&context);
+        let out = Arc::new(Mutex::new(None));
+        let o = out.clone();
+        let task = scheduler.spawn(async move {
+            *o.lock().unwrap() = Some(gdex::block_on(async { 7 }));
+        });
+        let current_thread = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let seen = out.clone();
+        current_thread.block_on(async move {
+            tokio::spawn(async move {
+                while seen.lock().unwrap().is_none() {
+                    context.iteration(false);
+                }
+            })
+            .await
+            .unwrap();
+        });
+        let ended = gdex::block_on(task);
+        assert_eq!(
+            *out.lock().unwrap(),
+            Some(7),
+            "the task ended with {ended:?}"
+        );
+
+        let multi_thread = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let got = multi_thread.block_on(local.run_until(async {
+            tokio::task::spawn_local(async { gdex::block_on(async { 5 }) })
+                .await
+                .unwrap()
+        }));
+        assert_eq!(got, 5);
+        let got = current_thread.block_on(async {
+            tokio::spawn(async { gdex::block_on(async { 6 }) })
+                .await
+                .unwrap()
+        });
+        assert_eq!(got, 6);
+    });
+}

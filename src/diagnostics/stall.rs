@@ -278,6 +278,16 @@ impl Drop for Suspended<'_> {
     }
 }
 
+/// [`suspend_current`], only if this thread's runner is `runner`: a nested
+/// dispatch of the same scheduler (B6). A nested loop of another context
+/// blocks the outer one, and still counts.
+pub(crate) fn suspend_current_of(runner: &Runner) -> Option<Suspended<'static>> {
+    if !std::ptr::eq(CURRENT.get(), runner) {
+        return None;
+    }
+    suspend_current()
+}
+
 /// Suspends the job running on this thread's runner while a nested loop
 /// iterates (B6), until the guard drops: see [`Runner::suspend`].
 pub(crate) fn suspend_current() -> Option<Suspended<'static>> {

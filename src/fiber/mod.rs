@@ -173,6 +173,9 @@ fn cancelled(ctx: &FiberCtx) -> bool {
     if !meta.is_null() && unsafe { &*meta }.is_cancelled() {
         // S14: its cancellable is cancelled here, on the fiber's thread,
         // before the wait reports it (X1: a GIO call made next refuses).
+        // Its handlers run as code outside the fiber (a wait there is a
+        // nested loop's, never a suspension of the fiber mid-emission).
+        let _outside = outside_fiber();
         // SAFETY: as above.
         unsafe { &*meta }.cancel_here();
         return true;

@@ -204,7 +204,13 @@ impl Scheduler {
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
                 let shared = shared.clone();
-                task::builder().spawn(move |_| future, move |r| shared.push(Job::task(r)))
+                // S14: a context's task runs only on the thread that
+                // iterates the context: its cancellation is signalled there.
+                let future = move |meta: &task::TaskMeta| {
+                    meta.bind();
+                    OnItsThread { inner: future }
+                };
+                task::builder().spawn(future, move |r| shared.push(Job::task(r)))
             }
             Kind::Pool(pool) => {
                 if pool.is_closed() {
@@ -655,6 +661,40 @@ where
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A `Send` task's future on a context scheduler (S14): the task is
+    /// bound from its spawn, so a canceller on another thread leaves its
+    /// cancellable alone, and the thread that runs the context cancels it
+    /// (running its `cancelled` handlers, `!Send` ones included) before the
+    /// future drops.
+    struct OnItsThread<F> {
+        #[pin]
+        inner: F,
+    }
+
+    impl<F> PinnedDrop for OnItsThread<F> {
+        fn drop(_this: Pin<&mut Self>) {
+            // The drop that follows a cancellation is the closed task's
+            // run, or its job's drop: the running task is this one.
+            if let Some(meta) = running_meta() {
+                meta.cancel_here();
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for OnItsThread<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
 /// Pins a future to the first thread that polls it: a poll on another
 /// thread panics, and a drop on another thread leaks the future instead of
 /// running `!Send` destructors there.
@@ -740,10 +780,9 @@ impl<F> Drop for ThreadBound<F> {
             owner if owner == thread_token() => {
                 // S14: the task's cancellation, signalled on its thread
                 // before its future goes (X1: its GIO calls stop). The
-                // drop that follows a cancellation is the closed task's
-                // run, whose metadata is the running task's. (Anywhere
-                // else, the running task's own cancellable is cancelled only
-                // if that task was cancelled too: nothing it would not get.)
+                // drop is the closed task's run, or its job's drop (a
+                // thread's exit, a shutdown): the running task is this one
+                // either way.
                 if let Some(meta) = running_meta() {
                     meta.cancel_here();
                 }

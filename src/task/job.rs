@@ -249,7 +249,18 @@ impl Drop for Job {
             // SAFETY: a task's job, dropped once, here. (Dropping the
             // `Runnable` drops the task's future: `CatchUnwind` contains a
             // panic of its drop.)
-            drop(unsafe { self.take_runnable() });
+            let runnable = unsafe { self.take_runnable() };
+            // S14, X1: while its future drops outside its run (a thread's
+            // exit, a shutdown, an orphan), the running task is this one,
+            // so the future's drop signals this task's cancellation, not
+            // the task that happens to run here. A waker keeps the block
+            // (and the metadata the slot points at) alive until the slot is
+            // restored.
+            let keep = runnable.waker();
+            let running = CURRENT.enter(runnable.metadata());
+            drop(runnable);
+            drop(running);
+            drop(keep);
             return;
         }
         // SAFETY: dropped exactly once, here; `run` forgets `self`.

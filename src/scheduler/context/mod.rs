@@ -420,11 +420,12 @@ impl ContextShared {
             }
             return;
         }
-        // B6: a dispatch nested in a job of this thread's runner (a nested
-        // loop inside a task's poll, a modal dialog's) suspends that job:
-        // the time the nested loop takes is not the outer poll's, and the
-        // outer job keeps its name and its stall clock after.
-        let _outer = crate::diagnostics::stall::suspend_current();
+        // B6: a dispatch nested in a job of this scheduler (a nested loop
+        // inside its task's poll, a modal dialog's) suspends that job: the
+        // time the nested loop takes is not the outer poll's, and the outer
+        // job keeps its name and its stall clock after. (A job of another
+        // runner that iterates this context blocks its own: it counts.)
+        let _outer = crate::diagnostics::stall::suspend_current_of(&self.runner);
         let _current = super::enter_context(self);
         // Our tasks record themselves where they end (S9): in our worker's
         // registry, or nowhere, whatever thread runs this dispatch.
