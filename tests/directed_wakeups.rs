@@ -1,9 +1,8 @@
 //! Directed wake-ups are their own (P10), under load and at their edges:
 //! pinned pushes and fibers woken from outside racing outside spawns on
-//! pools of 2 and 3 workers, from parked workers each round. Three tests
-//! are ignored: they show the contract's known limit (a worker busy in
-//! another source of its own context is still taken for a sleeper; see P10
-//! in `docs/architecture.md`), for the fix that lifts it.
+//! pools of 2 and 3 workers, from parked workers each round; and a parked
+//! worker whose thread is busy in another source of its own context (a
+//! context scheduler's task, a GLib callback) is no sleeper to a request.
 
 use crate::common;
 
@@ -189,14 +188,11 @@ fn worst_wait_behind_a_foreign_source(
 /// P10's promise, "queued work never waits behind one long poll while a
 /// peer sleeps", when the long poll is not a pool job: a task of a context
 /// scheduler made for a worker's own context (supported: S9) runs on the
-/// worker's thread while its pool state is `PARKED`. An outside spawn's
-/// request that picks that worker makes it `PARKED|NOTIFIED` ("on its
-/// way"), so every later request coalesces, and the stall monitor's
-/// hand-over watches only pool jobs: the outside tasks wait for the whole
-/// foreign poll while the other worker sleeps.
+/// worker's thread while it is parked to the pool. Only a worker asleep in
+/// its poll is a sleeper to a request: outside spawns wake the other
+/// worker, rather than take the busy one for a sleeper (and coalesce with
+/// it) and wait for the whole foreign poll.
 #[test]
-#[ignore = "known limit of P10: a worker busy in a context-scheduler task on its own context \
-            absorbs outside spawns' requests while its peer sleeps (docs/architecture.md)"]
 fn an_outside_spawn_does_not_wait_behind_a_foreign_poll_on_a_parked_worker() {
     common::watchdog("outside_spawn_foreign_poll", 120, || {
         let (worst, metrics) = worst_wait_behind_a_foreign_source(|context| {
@@ -217,12 +213,11 @@ fn an_outside_spawn_does_not_wait_behind_a_foreign_poll_on_a_parked_worker() {
 }
 
 /// As above on 3 workers, with a pool task stuck waiting for the outside
-/// task: the stall monitor's hand-over (P10: it includes the injector)
-/// asks for help every tick, but its request coalesces with the worker
-/// "on its way" (`PARKED|NOTIFIED`, in `waking`) that is really busy in the
-/// foreign poll, so the third worker sleeps on.
+/// task: neither the outside spawn's request nor the stall monitor's
+/// hand-over (P10: it includes the injector) may take the worker busy in
+/// the foreign poll for one on its way and coalesce with it: the third
+/// worker is woken.
 #[test]
-#[ignore = "known limit of P10: the hand-over's request coalesces with a worker busy outside its run slice"]
 fn the_hand_over_is_not_absorbed_by_a_worker_busy_outside_its_slice() {
     common::watchdog("hand_over_absorbed", 120, || {
         let pool = gdex::ThreadPool::builder().workers(3).build().unwrap();
@@ -266,9 +261,8 @@ fn the_hand_over_is_not_absorbed_by_a_worker_busy_outside_its_slice() {
 }
 
 /// The same with a plain GLib source on a worker's context (a timeout whose
-/// callback runs long), to show the cause is not the scheduler.
+/// callback runs long): any source of the context, not only a scheduler's.
 #[test]
-#[ignore = "known limit of P10: as above, with a plain GLib callback on a worker's context"]
 fn an_outside_spawn_does_not_wait_behind_a_glib_callback_on_a_parked_worker() {
     common::watchdog("outside_spawn_glib_callback", 120, || {
         let (worst, metrics) = worst_wait_behind_a_foreign_source(|context| {

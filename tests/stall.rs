@@ -409,5 +409,68 @@ fn a_nested_loop_of_another_context_still_counts() {
             let reports = warnings_naming(name);
             assert_eq!(reports.len(), 1, "{name}: {:?}", warnings().lock().unwrap());
         }
+
+/// B5 and P10: a pool worker that was sent a wake-up and has not acted on
+/// it for the threshold is reported once, naming it. Here worker `w`'s
+/// thread is busy for 600 ms in a GLib callback on its own context (to the
+/// pool it is parked: no job of its runs, so no job is stuck) when a pinned
+/// task of `w` is woken from another thread: only `w` may run it, so the
+/// wake-up waits for the callback, and the report says so. The task runs
+/// once the callback returns; the other worker, woken the same way while
+/// idle, is not reported.
+#[test]
+fn a_worker_that_does_not_act_on_a_wake_up_is_reported() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("unwoken_worker_is_reported", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        // A pinned task on each worker (they go round-robin), each waiting
+        // to be woken, and telling its worker and context.
+        let mut pinned = Vec::new();
+        for _ in 0..2 {
+            let (go, woken) = futures::channel::oneshot::channel::<()>();
+            let (tell, told) = std::sync::mpsc::channel();
+            let task = pool.spawn_pinned(move || async move {
+                let context = glib::MainContext::thread_default().expect("a worker's context");
+                tell.send(context).unwrap();
+                let _ = woken.await;
+                std::thread::current().name().unwrap().to_owned()
+            });
+            let context = told.recv().unwrap();
+            pinned.push((go, task, context));
+        }
+        let (busy_go, busy_task, busy_context) = pinned.remove(0);
+        let (idle_go, idle_task, _) = pinned.remove(0);
+        common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        glib::timeout_source_new(
+            Duration::from_millis(1),
+            None,
+            glib::Priority::DEFAULT,
+            move || {
+                entered_tx.send(()).unwrap();
+                // Deliberate: the busy callback under test.
+                std::thread::sleep(Duration::from_millis(600));
+                glib::ControlFlow::Break
+            },
+        )
+        .attach(Some(&busy_context));
+        entered.recv().unwrap();
+        busy_go.send(()).unwrap();
+        let busy_worker = gdex::block_on(busy_task).unwrap();
+        idle_go.send(()).unwrap();
+        let idle_worker = gdex::block_on(idle_task).unwrap();
+        assert_ne!(busy_worker, idle_worker);
+        let reports = warnings_naming("has not woken");
+        assert_eq!(reports.len(), 1, "exactly one report: {reports:?}");
+        assert!(
+            reports[0].contains(&format!("{busy_worker} was sent a wake-up")),
+            "names the worker: {}",
+            reports[0]
+        );
     });
 }

@@ -59,6 +59,9 @@ pub(crate) trait Worker: Send + Sync {
     fn help(&self);
     /// The worker declared that it blocks (`gdex::blocking::blocking`).
     fn in_blocking(&self) -> bool;
+    /// The worker was sent a wake-up (a request for help, or one for its
+    /// pinned work) that it has not acted on yet ([`check_wake_up`]).
+    fn holds_wake_up(&self) -> bool;
 }
 
 /// One thing that runs jobs and can get stuck in one: a pool worker, or a
@@ -90,6 +93,10 @@ pub(crate) struct Runner {
     /// Time the current job spent in the panic hook (written by the
     /// runner's thread from the panic-hook wrapper, read by the monitor).
     in_panic_hook: Mutex<HookTime>,
+    /// For a worker: since when the monitor has seen it hold a wake-up, and
+    /// whether that was reported ([`check_wake_up`]; only the monitor
+    /// touches it).
+    unwoken: Mutex<(Option<Instant>, bool)>,
 }
 
 /// The time one job (`seq`) spent in the panic hook.
@@ -130,6 +137,7 @@ impl Runner {
             worker,
             track: Mutex::new(Track::default()),
             in_panic_hook: Mutex::new(HookTime::default()),
+            unwoken: Mutex::new((None, false)),
         });
         if runner.watched {
             monitor().register(&runner);
@@ -550,6 +558,7 @@ impl Monitor {
             let now = Instant::now();
             for runner in &runners {
                 busy |= self.check(runner, now);
+                busy |= check_wake_up(runner, now);
             }
 
             drop(runners);
@@ -564,7 +573,7 @@ impl Monitor {
                     .unpoisoned()
                     .iter()
                     .filter_map(Weak::upgrade)
-                    .any(|r| r.active.load(Ordering::SeqCst));
+                    .any(|r| r.active.load(Ordering::SeqCst) || holds_wake_up(&r));
                 if any_active {
                     self.parked.store(false, Ordering::SeqCst);
                     continue;
@@ -693,4 +702,56 @@ impl Monitor {
             }
         }
     }
+}
+
+/// A pool worker was sent a wake-up that may not be acted on soon (P10: it
+/// is parked, but its thread is busy in another source of its context):
+/// the monitor, if it sleeps for good, wakes and looks at every worker, and
+/// keeps looking while one holds a wake-up ([`check_wake_up`]).
+pub(crate) fn look() {
+    // Pairs with the monitor's park: either it sees the wake-up held, or
+    // we see it parked and wake it.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    monitor().wake();
+}
+
+fn holds_wake_up(runner: &Runner) -> bool {
+    runner.worker.as_ref().is_some_and(|w| w.holds_wake_up())
+}
+
+/// A worker sent a wake-up that it has not acted on (B5, P10): its thread
+/// is busy outside its run slice (in another source of its context: a GLib
+/// callback, a task of a context scheduler made for it), or its poll did
+/// not return. Past [`HAND_OVER_AFTER`], what may wait for it in its deque
+/// or the injector goes to a peer (the request it holds was for that); past
+/// the threshold, it is reported once per wake-up. True while it holds one
+/// (the monitor keeps watching).
+fn check_wake_up(runner: &Runner, now: Instant) -> bool {
+    let Some(worker) = &runner.worker else {
+        return false;
+    };
+    let mut unwoken = runner.unwoken.lock().unpoisoned();
+    if !worker.holds_wake_up() {
+        *unwoken = (None, false);
+        return false;
+    }
+    let since = *unwoken.0.get_or_insert(now);
+    let waited = now.saturating_duration_since(since);
+    if runner.hands_over && waited >= HAND_OVER_AFTER && !worker.thread_per_core() {
+        worker.help();
+    }
+    if !runner.threshold.is_zero() && waited >= runner.threshold && !unwoken.1 {
+        unwoken.1 = true;
+        glib::g_warning!(
+            "gdex",
+            "{} was sent a wake-up {} ms ago and has not woken: its thread is busy outside its \
+             run slice, in another source of its context (a GLib callback, or a task of a \
+             Scheduler::for_context made for that context), or its poll did not return. Keep \
+             such sources short on a worker's context. Its queued tasks go to its peers \
+             meanwhile; its pinned tasks and fibers wait for it.",
+            runner.label,
+            waited.as_millis(),
+        );
+    }
+    true
 }

@@ -38,6 +38,8 @@
 //! | [`loom_directed_push_and_inject_run_side_by_side`](models::loom_directed_push_and_inject_run_side_by_side) | as above, the two jobs must run at once | 3 | 9 s |
 //! | [`loom_shutdown_racing_a_mailed_push`](models::loom_shutdown_racing_a_mailed_push) | as `loom_shutdown_racing_a_push`, the push a fiber's resumption (mailbox or inbox) | 4 | 89 s |
 //! | [`loom_two_resumptions_racing_a_park`](models::loom_two_resumptions_racing_a_park) | 2 threads sending a fiber's resumption each, 1 worker re-checking before it sleeps | 4 | 9 s |
+//! | [`loom_a_worker_busy_in_another_source_is_no_sleeper`](models::loom_a_worker_busy_in_another_source_is_no_sleeper) | 1 injector, 2 parked workers, one held by another source of its context until the injected job runs | 4 | 1 s |
+//! | [`loom_a_worker_back_from_another_source_loses_no_wake_up`](models::loom_a_worker_back_from_another_source_loses_no_wake_up) | 2 injectors, 1 parked worker whose poll returns for another source | 4 | 8 s |
 //!
 //! Bound 3 is not enough to show the lost wake-up in most of them: the
 //! requester's notify, the worker's un-park, the requester's failed CAS and
@@ -71,7 +73,7 @@ use loom::sync::atomic::{
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::parking::{wants_help, Parking, Request, Woke};
+use super::parking::{wants_help, Directed, EnterPoll, Parking, Request, Woke};
 
 type Item = usize;
 
@@ -181,6 +183,11 @@ struct Setup {
     /// Two items whose runs each block their worker until the other has
     /// started: they must run at the same time, on two workers.
     meet: Option<(Item, Item)>,
+    /// Per worker: a source of its context that is not the pool's (a GLib
+    /// callback, a task of a scheduler made for that context) fires at its
+    /// first poll, and its callback holds the worker's thread until the
+    /// watched item has run, if one is watched.
+    foreign: Vec<bool>,
 }
 
 /// Where a worker's thread starts: any state the pool reaches.
@@ -213,6 +220,7 @@ struct World {
     runs: Vec<AtomicUsize>,
     drops: Vec<AtomicUsize>,
     timers: Vec<Option<Item>>,
+    foreign: Vec<bool>,
     watched: Option<Item>,
     blocker: Option<Item>,
     meet: Option<(Item, Item)>,
@@ -244,6 +252,7 @@ impl World {
             runs: (0..ITEMS).map(|_| AtomicUsize::new(0)).collect(),
             drops: (0..ITEMS).map(|_| AtomicUsize::new(0)).collect(),
             timers: setup.timers,
+            foreign: setup.foreign,
             watched: setup.watched,
             blocker: setup.blocker,
             meet: setup.meet,
@@ -255,6 +264,9 @@ impl World {
         for (i, start) in setup.start.iter().enumerate() {
             if *start != Start::Awake {
                 assert!(world.parking.try_park(i));
+            }
+            if *start == Start::Parked {
+                assert_eq!(world.parking.enter_poll(i), EnterPoll::Sleep);
             }
         }
         Arc::new(world)
@@ -291,7 +303,7 @@ impl World {
             }
             return;
         }
-        if self.parking.notify(i) {
+        if self.parking.notify(i) == Directed::Wake {
             self.contexts[i].wakeup();
         }
     }
@@ -315,7 +327,7 @@ impl World {
             if let Some(item) = self.take_mail(i) {
                 self.dropped(item);
             }
-        } else if self.parking.notify(i) {
+        } else if self.parking.notify(i) == Directed::Wake {
             self.contexts[i].wakeup();
         }
     }
@@ -386,7 +398,8 @@ impl World {
     }
 
     /// `worker::run`: the worker's loop of context iterations, with its
-    /// source ready when `Parking::should_run` says so, then its exit.
+    /// source ready when `Parking::should_run` says so, and its poll
+    /// function's marks around a poll that blocks (P10), then its exit.
     fn run_worker(&self, i: usize) {
         let core = Core {
             world: self,
@@ -395,6 +408,8 @@ impl World {
             searching: Cell::new(false),
             in_slice: Cell::new(false),
             timer: Cell::new(self.timers[i]),
+            foreign: Cell::new(self.foreign[i]),
+            in_poll: Cell::new(self.start[i] == Start::Parked),
         };
         if self.start[i] == Start::Parking && core.sees_work() {
             // The tail of `run_slice`: work arrived while we announced the
@@ -405,19 +420,44 @@ impl World {
             if self.closed.load(SeqCst) || self.done.load(SeqCst) {
                 break;
             }
-            // prepare: is our source ready?
+            // prepare: is our source ready? (A worker that starts asleep
+            // in its poll leaves it first.)
             if self.parking.should_run(i) || self.closed.load(SeqCst) {
+                core.after_poll();
                 self.contexts[i].acknowledge();
                 core.run_slice();
                 continue;
             }
-            // poll: a due timer returns at once, else sleep until woken.
+            // poll: a due timer returns at once (GLib's timeout is 0: no
+            // mark), else sleep until woken, or until the other source
+            // fires.
             if let Some(item) = core.timer.take() {
+                core.after_poll();
                 self.contexts[i].acknowledge();
                 core.push(item);
                 continue;
             }
-            self.contexts[i].poll();
+            if !core.in_poll.get() && !core.before_poll() {
+                self.contexts[i].acknowledge();
+                continue;
+            }
+            let foreign = core.foreign.take();
+            if !foreign {
+                self.contexts[i].poll();
+            }
+            core.after_poll();
+            if foreign {
+                // The poll returned for the other source; ours, if ready,
+                // dispatches first (it was attached first, at the same
+                // priority), then the callback holds the thread.
+                if self.parking.should_run(i) {
+                    self.contexts[i].acknowledge();
+                    core.run_slice();
+                }
+                if self.watched.is_some() {
+                    self.wait_ran();
+                }
+            }
         }
         if self.closed.load(SeqCst) {
             core.exit();
@@ -461,6 +501,9 @@ struct Core<'w> {
     searching: Cell<bool>,
     in_slice: Cell<bool>,
     timer: Cell<Option<Item>>,
+    foreign: Cell<bool>,
+    /// Marked asleep in its poll (`Core::before_poll`).
+    in_poll: Cell<bool>,
 }
 
 impl Core<'_> {
@@ -486,6 +529,29 @@ impl Core<'_> {
             self.unpark_self();
         } else if wants_help(self.local().len()) {
             self.request_help();
+        }
+    }
+
+    /// `Core::before_poll`: mark the poll, re-check; `false` if the poll
+    /// must not block.
+    fn before_poll(&self) -> bool {
+        match self.parking().enter_poll(self.i) {
+            EnterPoll::Sleep => {
+                if self.sees_work() {
+                    self.woke(self.parking().wake_up(self.i));
+                    return false;
+                }
+                self.in_poll.set(true);
+                true
+            }
+            EnterPoll::Woken | EnterPoll::Awake => false,
+        }
+    }
+
+    /// `Core::after_poll`.
+    fn after_poll(&self) {
+        if self.in_poll.replace(false) {
+            let _ = self.parking().leave_poll(self.i);
         }
     }
 

@@ -81,7 +81,7 @@ use crate::blocking::Lane;
 use crate::diagnostics::metrics::{Counter, PoolMetrics, WorkerCounters};
 use crate::task::Job;
 use crate::util::{drain, Unpoisoned};
-use parking::{Parking, Request};
+use parking::{Directed, Parking, Request};
 
 pub use handle::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 use home::Home;
@@ -367,16 +367,27 @@ impl PoolShared {
     /// has exited (it sets `exited`, fences, then drains both once more:
     /// either it sees what we pushed or we see the flag, and the caller
     /// takes it back), else `true`, with a directed wake-up if it is parked
-    /// (P10; the fence pairs with `Parking::try_park`'s).
+    /// (P10; the fence pairs with `Parking::try_park`'s and
+    /// `Parking::enter_poll`'s). A parked worker busy in another source of
+    /// its context needs no wake-up, but the stall monitor watches it: the
+    /// work waits for that source's end (B5).
     fn pushed_to(&self, i: usize) -> bool {
         fence(Ordering::SeqCst);
         if self.remotes[i].exited.load(Ordering::SeqCst) {
             return false;
         }
-        if self.parking.notify(i) {
-            self.unpark(i);
+        match self.parking.notify(i) {
+            Directed::Wake => self.unpark(i),
+            Directed::Busy => crate::diagnostics::stall::look(),
+            Directed::No => {}
         }
         true
+    }
+
+    /// Worker `i` holds a wake-up it has not acted on (for the stall
+    /// monitor: `Parking::holds_wake_up`).
+    pub(crate) fn holds_wake_up(&self, i: usize) -> bool {
+        self.parking.holds_wake_up(i)
     }
 
     /// Queues the resumption of a fiber of worker `i` from another thread

@@ -13,16 +13,21 @@
 //! |--------------------|-----------------------------------------------------------|
 //! | `0`                | awake: running work or searching for it                   |
 //! | `NOTIFIED`         | awake and holding a wake request: it will search peers and the injector once its own deque is drained (a busy peer may keep a request until then) |
-//! | `PARKED`           | asleep in its context's poll, nobody has asked it to help  |
-//! | `PARKED\|NOTIFIED` | asleep, but a requester has woken it: it is on its way     |
-//! | `PARKED\|DIRECTED` | asleep, woken for its own pinned inbox only (P10)          |
+//! | `PARKED`           | parked, but its thread is not asleep: between its park and its poll, or dispatching another source of its context (a GLib callback, a context scheduler's task). Busy, to a requester (P10) |
+//! | `PARKED\|IN_POLL`  | asleep in its context's poll, nobody has asked it to help  |
+//! | `PARKED\|IN_POLL\|NOTIFIED` | asleep, but a requester has woken it: it is on its way |
+//! | `PARKED\|NOTIFIED` | out of its poll holding a request it has not acted on yet (woken in the poll, or marked as a busy peer) |
+//! | `PARKED\|DIRECTED`, `PARKED\|IN_POLL\|DIRECTED` | woken for its own pinned inbox only (P10) |
 //!
-//! (`PARKED|DIRECTED|NOTIFIED` also occurs: a requester with local work
-//! marked a worker already woken for its inbox, as it marks a busy peer.)
+//! (`DIRECTED|NOTIFIED` with `PARKED` also occurs: a requester with local
+//! work marked a worker already woken for its inbox, as it marks a busy
+//! peer.) A parked worker's state that holds `NOTIFIED` or `DIRECTED` says
+//! it was sent a wake-up it has not yet acted on: the stall monitor reports
+//! one that stays so for its threshold ([`Parking::holds_wake_up`]).
 //!
 //! Two counters summarise the words so that the common request costs one or
-//! two loads: `sleepers` counts `PARKED` workers, `waking` counts
-//! `PARKED|NOTIFIED` ones.
+//! two loads: `sleepers` counts `PARKED` and `PARKED|IN_POLL` workers,
+//! `waking` counts `PARKED|IN_POLL|NOTIFIED` ones.
 //!
 //! `sleepers` is raised *before* the transition that makes it true and
 //! lowered after the one that ends it: it may read above the true count for a
@@ -55,6 +60,25 @@
 //! pinned push coalesced with it, and waited behind the pinned job's poll
 //! while a peer slept.) The directed worker still re-checks every queue
 //! before it parks again, so it never strands work either.
+//!
+//! # Only a worker in its poll is a sleeper (P10)
+//!
+//! A parked worker's thread does not only sleep: its context also
+//! dispatches other sources (a GLib callback, a task of a scheduler made
+//! for that context), for as long as they take, and its park does not end
+//! for them. So the worker marks the poll itself: [`Parking::enter_poll`]
+//! (`PARKED → PARKED|IN_POLL`) right before its poll may block, then
+//! re-checks every queue; [`Parking::leave_poll`] when it returns. A
+//! request wakes only a worker in its poll (`PARKED|IN_POLL`) and takes any
+//! other parked one for busy, as it takes an awake one: it wakes a sleeper
+//! in its poll instead, rather than one whose thread may be held for long
+//! by another source, and the requests after it do not coalesce with that
+//! one. A worker that leaves its poll with a request stops counting in
+//! `waking` there: if another source runs before its own (one of a higher
+//! priority), the next request wakes another sleeper, and the stall
+//! monitor hands over what the request was for after a tick (B5). The
+//! busy-in-another-source worker needs no wake-up: the re-check after its
+//! `enter_poll` pairs with a publisher's fence as `try_park`'s does.
 //!
 //! Conversely a worker that consumed a general request (its
 //! [`Woke::received`]) searches the shared queues before its own pinned
@@ -100,6 +124,9 @@ const PARKED: u32 = 0b001;
 const NOTIFIED: u32 = 0b010;
 /// Woken for its own inbox only (P10): see the module docs.
 const DIRECTED: u32 = 0b100;
+/// Parked and asleep in its context's poll, the one state a request wakes
+/// (P10): see the module docs.
+const IN_POLL: u32 = 0b1000;
 
 /// Whether a deque that just grew to `len` jobs should ask a peer for help
 /// (P6): when it first holds more than the job its owner runs next, and
@@ -126,6 +153,38 @@ pub(crate) enum Request {
     /// Nobody to ask: every peer is awake (remote requests do not mark busy
     /// workers; they take injector work when their deques run dry).
     Nobody,
+}
+
+/// The outcome of a directed wake-up ([`Parking::notify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Directed {
+    /// The worker sleeps in its poll and is now woken for its inbox: the
+    /// caller must wake its context.
+    Wake,
+    /// The worker is parked but its thread is busy in another source of its
+    /// context: it is marked, needs no wake-up (it re-checks its inbox
+    /// before it sleeps), and cannot run the work before that source
+    /// returns. The caller lets the stall monitor watch it.
+    Busy,
+    /// The worker is awake, or already woken: nothing to do.
+    No,
+}
+
+/// What a worker about to block in its context's poll must do
+/// ([`Parking::enter_poll`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum EnterPoll {
+    /// Now `PARKED|IN_POLL`: re-check every queue, and if one holds work,
+    /// [`wake_up`](Parking::wake_up) and poll without blocking; else sleep,
+    /// and call [`leave_poll`](Parking::leave_poll) when the poll returns.
+    Sleep,
+    /// It was sent a wake-up while out of its poll: poll without blocking
+    /// (its source is ready).
+    Woken,
+    /// It is not parked: poll as GLib asked.
+    Awake,
 }
 
 /// What a worker found when it woke up.
@@ -230,7 +289,7 @@ impl Parking {
             if s & NOTIFIED != 0 {
                 return Request::Coalesced;
             }
-            if s == PARKED {
+            if s == PARKED | IN_POLL {
                 match self.notify_parked(i) {
                     Some(r) => return r,
                     None => {
@@ -240,24 +299,38 @@ impl Parking {
                 }
             }
             match state.compare_exchange(s, s | NOTIFIED, SeqCst, SeqCst) {
-                Ok(_) => return Request::Marked(i),
+                Ok(_) => {
+                    if s == PARKED {
+                        // Busy in another source of its context: no
+                        // longer a plain sleeper.
+                        self.sleepers.fetch_sub(1, SeqCst);
+                    }
+                    return Request::Marked(i);
+                }
                 Err(actual) => s = actual,
             }
         }
     }
 
-    /// Tries `PARKED → PARKED|NOTIFIED` on worker `i`. `None` if it was not
-    /// plainly parked (then nothing changed).
+    /// Tries `PARKED|IN_POLL → PARKED|IN_POLL|NOTIFIED` on worker `i`.
+    /// `None` if it was not plainly asleep in its poll (then nothing
+    /// changed): awake, woken already for its inbox, or parked but busy in
+    /// another source of its context (P10).
     fn notify_parked(&self, i: usize) -> Option<Request> {
         let state = &self.states[i];
         let s = state.load(SeqCst);
-        if s == PARKED | NOTIFIED {
+        if s == PARKED | IN_POLL | NOTIFIED {
             return Some(Request::Coalesced);
         }
-        if s != PARKED {
+        if s != PARKED | IN_POLL {
             return None;
         }
-        match state.compare_exchange(PARKED, PARKED | NOTIFIED, SeqCst, SeqCst) {
+        match state.compare_exchange(
+            PARKED | IN_POLL,
+            PARKED | IN_POLL | NOTIFIED,
+            SeqCst,
+            SeqCst,
+        ) {
             Ok(_) => {
                 // Raised only now that a worker really holds the request
                 // (see the module docs: a failed CAS must leave no trace).
@@ -266,7 +339,7 @@ impl Parking {
                 Some(Request::Wake(i))
             }
             Err(actual) => {
-                if actual == PARKED | NOTIFIED {
+                if actual == PARKED | IN_POLL | NOTIFIED {
                     Some(Request::Coalesced)
                 } else {
                     None
@@ -304,45 +377,95 @@ impl Parking {
             return Woke { received: false };
         }
         let prev = state.swap(0, SeqCst);
-        if prev == PARKED {
+        if prev & !IN_POLL == PARKED {
             self.sleepers.fetch_sub(1, SeqCst);
-        } else if prev == PARKED | NOTIFIED {
-            // The one state a request's `waking` increment stands for.
+        } else if prev == PARKED | IN_POLL | NOTIFIED {
+            // The one state a request's `waking` increment stands for (a
+            // worker out of its poll lowered it in `leave_poll`).
             self.waking.fetch_sub(1, SeqCst);
         }
-        // `PARKED|DIRECTED`: its notifier already lowered `sleepers`.
+        // Woken or marked otherwise: its notifier lowered `sleepers`.
         Woke {
             received: prev & NOTIFIED != 0,
         }
     }
 
     /// Work that only worker `i` may run (its pinned inbox) was published:
-    /// if `i` is plainly parked it becomes `PARKED|DIRECTED`, and the caller
-    /// must wake its context (returns `true`). This is not a request for
-    /// help: it raises no `waking`, so it absorbs nobody else's (P10). A
-    /// worker already woken, or awake, needs nothing: it looks at its inbox
-    /// before it parks, and the caller's `SeqCst` fence after publishing
-    /// pairs with the one in [`try_park`](Self::try_park).
-    pub(crate) fn notify(&self, i: usize) -> bool {
+    /// if `i` is plainly parked it is marked `DIRECTED`, and if it sleeps
+    /// in its poll the caller must wake its context ([`Directed::Wake`]).
+    /// This is not a request for help: it raises no `waking`, so it absorbs
+    /// nobody else's (P10). A worker already woken, or awake, needs
+    /// nothing: it looks at its inbox before it parks, and the caller's
+    /// `SeqCst` fence after publishing pairs with the one in
+    /// [`try_park`](Self::try_park) and [`enter_poll`](Self::enter_poll).
+    pub(crate) fn notify(&self, i: usize) -> Directed {
         let state = &self.states[i];
-        if state.load(SeqCst) != PARKED {
-            return false;
+        let s = state.load(SeqCst);
+        if s & !IN_POLL != PARKED {
+            return Directed::No;
         }
-        // A failed CAS means the worker left `PARKED` (or was woken by
-        // someone else) after our publish: it will re-check its inbox.
-        let woke = state
-            .compare_exchange(PARKED, PARKED | DIRECTED, SeqCst, SeqCst)
-            .is_ok();
-        if woke {
-            self.sleepers.fetch_sub(1, SeqCst);
+        // A failed CAS means the worker left its park, entered or left its
+        // poll, or was woken by someone else after our publish: it will
+        // re-check its inbox before it sleeps.
+        if state
+            .compare_exchange(s, s | DIRECTED, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Directed::No;
         }
-        woke
+        self.sleepers.fetch_sub(1, SeqCst);
+        if s & IN_POLL != 0 {
+            Directed::Wake
+        } else {
+            Directed::Busy
+        }
     }
 
-    /// True unless worker `i` is plainly parked: its source should dispatch.
+    /// Worker `i`'s thread is about to block in its context's poll (the
+    /// poll function, with a timeout that is not zero): see [`EnterPoll`].
+    /// A parked worker becomes `PARKED|IN_POLL` and must then re-check
+    /// every queue: the fence after the mark pairs with a publisher's, as
+    /// in [`try_park`](Self::try_park).
+    pub(crate) fn enter_poll(&self, i: usize) -> EnterPoll {
+        match self.states[i].compare_exchange(PARKED, PARKED | IN_POLL, SeqCst, SeqCst) {
+            Ok(_) => {
+                fence(SeqCst);
+                EnterPoll::Sleep
+            }
+            Err(s) if s & PARKED != 0 => EnterPoll::Woken,
+            Err(_) => EnterPoll::Awake,
+        }
+    }
+
+    /// Worker `i`'s poll returned (after [`EnterPoll::Sleep`] and no
+    /// re-check that found work): it is out of its poll, and until its own
+    /// source runs, its context may dispatch other sources for as long as
+    /// they take. A request no longer takes it for a sleeper, nor for one
+    /// on its way: one it holds stops counting in `waking` (see the module
+    /// docs). Returns `true` if it holds a wake-up (a request or a directed
+    /// one): its source is ready.
+    pub(crate) fn leave_poll(&self, i: usize) -> bool {
+        let prev = self.states[i].fetch_and(!IN_POLL, SeqCst);
+        debug_assert!(prev & (PARKED | IN_POLL) == PARKED | IN_POLL);
+        if prev == PARKED | IN_POLL | NOTIFIED {
+            self.waking.fetch_sub(1, SeqCst);
+        }
+        prev & (NOTIFIED | DIRECTED) != 0
+    }
+
+    /// True unless worker `i` is plainly parked (in its poll or out of
+    /// it): its source should dispatch.
     #[inline]
     pub(crate) fn should_run(&self, i: usize) -> bool {
-        self.states[i].load(SeqCst) != PARKED
+        self.states[i].load(SeqCst) & !IN_POLL != PARKED
+    }
+
+    /// True if worker `i` is parked holding a wake-up it has not acted on
+    /// (a request, or a directed one): see the module docs. For the stall
+    /// monitor, which reports one that stays so (B5).
+    pub(crate) fn holds_wake_up(&self, i: usize) -> bool {
+        let s = self.states[i].load(SeqCst);
+        s & PARKED != 0 && s & (NOTIFIED | DIRECTED) != 0
     }
 
     /// True if worker `i` is parked (with or without a request).
@@ -356,6 +479,12 @@ impl Parking {
 mod tests {
     use super::*;
 
+    /// Worker `i` parks and sleeps in its poll, as an idle worker does.
+    fn sleep(s: &Parking, i: usize) {
+        assert!(s.try_park(i));
+        assert_eq!(s.enter_poll(i), EnterPoll::Sleep);
+    }
+
     /// P6: a deque asks for help when it first holds more than the next
     /// job, and again each time it doubles, not on every push.
     #[test]
@@ -368,7 +497,7 @@ mod tests {
     fn remote_request_wakes_one_sleeper_then_coalesces() {
         let s = Parking::new(3);
         for i in 0..3 {
-            assert!(s.try_park(i));
+            sleep(&s, i);
         }
         assert_eq!(s.request(None, 1), Request::Wake(1));
         // Worker 1 has not woken yet: a second request costs nothing.
@@ -391,7 +520,7 @@ mod tests {
         assert_eq!(s.wake_up(1), Woke { received: true });
         // A busy worker's request was never counted as "on its way".
         assert_eq!(s.waking.load(SeqCst), 0);
-        assert!(s.try_park(1));
+        sleep(&s, 1);
         assert!(!s.should_run(1));
         assert_eq!(s.request(Some(0), 1), Request::Wake(1));
         assert!(s.should_run(1));
@@ -402,12 +531,16 @@ mod tests {
     #[test]
     fn a_request_skips_awake_workers_to_wake_a_sleeper() {
         let s = Parking::new(3);
-        assert!(s.try_park(2));
+        sleep(&s, 2);
         assert_eq!(s.request(None, 0), Request::Wake(2));
         let s = Parking::new(3);
-        assert!(s.try_park(1));
+        sleep(&s, 1);
         assert_eq!(s.request(Some(2), 0), Request::Wake(1));
-        assert!(!s.notify(0), "an awake worker needs no wake-up");
+        assert_eq!(
+            s.notify(0),
+            Directed::No,
+            "an awake worker needs no wake-up"
+        );
         assert!(!s.is_parked(0));
     }
 
@@ -432,13 +565,19 @@ mod tests {
     #[test]
     fn a_directed_notify_wakes_only_a_parked_worker() {
         let s = Parking::new(2);
-        assert!(!s.notify(1), "an awake worker needs no wake-up");
+        assert_eq!(
+            s.notify(1),
+            Directed::No,
+            "an awake worker needs no wake-up"
+        );
         assert!(!s.is_parked(1) && s.should_run(1));
-        assert!(s.try_park(1));
+        sleep(&s, 1);
         assert!(s.is_parked(1) && !s.should_run(1));
-        assert!(s.notify(1));
+        assert_eq!(s.notify(1), Directed::Wake);
         assert!(s.is_parked(1) && s.should_run(1), "on its way");
-        assert!(!s.notify(1), "a second notify coalesces");
+        assert!(s.holds_wake_up(1));
+        assert_eq!(s.notify(1), Directed::No, "a second notify coalesces");
+        assert!(s.leave_poll(1), "its poll returns with the wake-up");
         assert_eq!(s.wake_up(1), Woke { received: false }, "not a request");
         assert_eq!(s.waking.load(SeqCst), 0);
         assert_eq!(s.sleepers.load(SeqCst), 0);
@@ -450,9 +589,9 @@ mod tests {
     fn a_directed_wake_up_absorbs_no_request() {
         let s = Parking::new(3);
         for i in 0..3 {
-            assert!(s.try_park(i));
+            sleep(&s, i);
         }
-        assert!(s.notify(0));
+        assert_eq!(s.notify(0), Directed::Wake);
         assert_eq!(s.waking.load(SeqCst), 0);
         // Scanning from the directed worker itself, remote and local.
         assert_eq!(s.request(None, 0), Request::Wake(1));
@@ -469,10 +608,66 @@ mod tests {
         assert_eq!(s.waking.load(SeqCst), 0);
         assert_eq!(s.sleepers.load(SeqCst), 0);
         // A worker woken by a request first gets no directed wake-up on top.
-        assert!(s.try_park(0));
+        sleep(&s, 0);
         assert_eq!(s.request(None, 0), Request::Wake(0));
-        assert!(!s.notify(0), "already on its way");
+        assert_eq!(s.notify(0), Directed::No, "already on its way");
         assert_eq!(s.wake_up(0), Woke { received: true });
+        assert_eq!(s.waking.load(SeqCst), 0);
+    }
+
+    /// P10: a parked worker whose thread is out of its poll, busy in
+    /// another source of its context, is no sleeper: a request wakes one in
+    /// its poll instead, and the next request does not coalesce with the
+    /// busy one. It needs no wake-up: before its poll blocks it re-checks
+    /// the queues (or finds the mark a busy peer or a directed push left).
+    #[test]
+    fn a_worker_busy_in_another_source_is_no_sleeper() {
+        let s = Parking::new(3);
+        for i in 0..3 {
+            sleep(&s, i);
+        }
+        // Worker 1's poll returns for another source of its context.
+        assert!(!s.leave_poll(1), "no wake-up held");
+        assert!(s.is_parked(1) && !s.should_run(1), "still parked");
+        assert_eq!(s.request(None, 1), Request::Wake(2), "1 is skipped");
+        assert_eq!(s.request(None, 1), Request::Coalesced, "2 is on its way");
+        assert!(s.leave_poll(2), "2's poll returns with its request");
+        assert_eq!(
+            s.waking.load(SeqCst),
+            0,
+            "and it no longer counts as on its way"
+        );
+        assert_eq!(s.request(None, 1), Request::Wake(0));
+        assert!(s.leave_poll(0));
+        assert_eq!(s.wake_up(0), Woke { received: true });
+        assert_eq!(s.wake_up(2), Woke { received: true });
+        // Nobody in a poll: a remote request asks nobody; a local one marks
+        // the busy worker as it marks any busy peer.
+        assert_eq!(s.request(None, 1), Request::Nobody);
+        assert_eq!(s.request(Some(0), 1), Request::Marked(1));
+        assert!(s.holds_wake_up(1) && s.should_run(1));
+        assert_eq!(s.enter_poll(1), EnterPoll::Woken, "it must not sleep");
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert_eq!(s.sleepers.load(SeqCst), 0);
+        assert_eq!(s.waking.load(SeqCst), 0);
+        // A directed push to a busy worker marks it, with no wake-up.
+        sleep(&s, 1);
+        assert!(!s.leave_poll(1));
+        assert_eq!(s.notify(1), Directed::Busy);
+        assert!(s.holds_wake_up(1) && s.should_run(1));
+        assert_eq!(s.enter_poll(1), EnterPoll::Woken);
+        assert_eq!(s.wake_up(1), Woke { received: false });
+        assert_eq!(s.sleepers.load(SeqCst), 0);
+        // A worker back in its poll is a sleeper again; an awake one is not
+        // told to sleep.
+        sleep(&s, 1);
+        assert!(!s.leave_poll(1));
+        assert_eq!(s.enter_poll(1), EnterPoll::Sleep);
+        assert_eq!(s.request(None, 0), Request::Wake(1));
+        assert_eq!(s.enter_poll(0), EnterPoll::Awake);
+        assert!(s.leave_poll(1));
+        assert_eq!(s.wake_up(1), Woke { received: true });
+        assert_eq!(s.sleepers.load(SeqCst), 0);
         assert_eq!(s.waking.load(SeqCst), 0);
     }
 

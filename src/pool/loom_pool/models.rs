@@ -13,6 +13,7 @@ fn loom_two_injectors_one_worker() {
             total: 2,
             start: vec![Start::Parking],
             timers: vec![None],
+            foreign: vec![false; 1],
             watched: None,
             blocker: None,
             meet: None,
@@ -39,6 +40,7 @@ fn loom_one_injector_two_workers() {
             total: 2,
             start: vec![Start::Parked, Start::Parked],
             timers: vec![None, None],
+            foreign: vec![false; 2],
             watched: None,
             blocker: None,
             meet: None,
@@ -65,6 +67,7 @@ fn loom_self_unparking_worker() {
             total: 3,
             start: vec![Start::Parked],
             timers: vec![Some(2)],
+            foreign: vec![false; 1],
             watched: None,
             blocker: None,
             meet: None,
@@ -92,6 +95,7 @@ fn shutdown_racing(bound: usize, push: fn(&World)) {
             total: 0,
             start: vec![Start::Parking],
             timers: vec![None],
+            foreign: vec![false; 1],
             watched: Some(0),
             blocker: None,
             meet: None,
@@ -152,6 +156,7 @@ fn two_pushes_racing_a_park(other: fn(&World), here: fn(&World)) {
             total: 2,
             start: vec![Start::Parking],
             timers: vec![None],
+            foreign: vec![false; 1],
             watched: None,
             blocker: None,
             meet: None,
@@ -176,6 +181,7 @@ fn directed_push_and_inject(start: usize, blocker: Option<Item>, meet: Option<(I
         total: 2,
         start: vec![Start::Parked, Start::Parked],
         timers: vec![None, None],
+        foreign: vec![false; 2],
         watched: blocker.map(|_| 1),
         blocker,
         meet,
@@ -226,4 +232,61 @@ fn loom_directed_push_and_inject_run_side_by_side() {
 #[test]
 fn loom_two_resumptions_racing_a_park() {
     two_pushes_racing_a_park(|w| w.push_fiber(0, 1), |w| w.push_fiber(0, 0));
+}
+
+/// P10's known limit lifted: of two parked workers, worker 1's thread
+/// leaves its poll for another source of its context, whose callback holds
+/// it until the injected item has run (a context scheduler's task waiting
+/// for a pool task). The inject's request scans from worker 1: it must not
+/// take that busy worker for a sleeper (and later requests coalesce with
+/// it), but wake worker 0. Otherwise worker 1 waits for ever while worker 0
+/// sleeps, and loom reports the deadlock.
+#[test]
+fn loom_a_worker_busy_in_another_source_is_no_sleeper() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 2,
+            total: 1,
+            start: vec![Start::Parked, Start::Parked],
+            timers: vec![None, None],
+            foreign: vec![false, true],
+            watched: Some(0),
+            blocker: None,
+            meet: None,
+        });
+        let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+        world.inject(0, 1);
+        for t in workers {
+            t.join().unwrap();
+        }
+        world.check_all_ran(1);
+    });
+}
+
+/// P10: two threads inject while the one worker's poll returns for another
+/// source of its context and its thread dispatches it: out of its poll, it
+/// is no sleeper, so a request asks nobody; before its poll blocks again it
+/// marks it and re-checks the queues. Either the requester sees it in its
+/// poll and wakes it, or its re-check sees the job: no wake-up is lost.
+#[test]
+fn loom_a_worker_back_from_another_source_loses_no_wake_up() {
+    model(4, || {
+        let world = World::new(Setup {
+            workers: 1,
+            total: 2,
+            start: vec![Start::Parked],
+            timers: vec![None],
+            foreign: vec![true],
+            watched: None,
+            blocker: None,
+            meet: None,
+        });
+        let worker = spawn_worker(&world, 0);
+        let w = world.clone();
+        let other = thread::spawn(move || w.inject(1, 0));
+        world.inject(0, 0);
+        other.join().unwrap();
+        worker.join().unwrap();
+        world.check_all_ran(2);
+    });
 }

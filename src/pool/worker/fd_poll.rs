@@ -82,6 +82,32 @@ pub(super) unsafe extern "C" fn poll_fds(
     nfds: std::os::raw::c_uint,
     timeout: std::os::raw::c_int,
 ) -> std::os::raw::c_int {
+    // P10: a parked worker marks the poll it may block in, and takes the
+    // mark off when the poll returns (a busy worker's polls have a zero
+    // timeout: one comparison here).
+    let (in_poll, timeout) = if timeout == 0 {
+        (false, 0)
+    } else {
+        super::with_current(|core| core.map_or((false, timeout), |core| core.before_poll(timeout)))
+    };
+    // SAFETY: GLib's arguments, passed on (the timeout perhaps cut to 0).
+    let polled = unsafe { poll(fds, nfds, timeout) };
+    if in_poll {
+        super::with_current(|core| core.map(super::Core::after_poll));
+    }
+    polled
+}
+
+/// [`poll_fds`] inside its parking mark.
+///
+/// # Safety
+///
+/// As [`poll_fds`]: `nfds` valid entries at `fds`.
+unsafe fn poll(
+    fds: *mut glib_sys::GPollFD,
+    nfds: std::os::raw::c_uint,
+    timeout: std::os::raw::c_int,
+) -> std::os::raw::c_int {
     let entries: &mut [glib_sys::GPollFD] = if fds.is_null() || nfds == 0 {
         &mut []
     } else {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crossbeam_deque::Steal;
 
-use super::parking::{wants_help, Request, Woke};
+use super::parking::{wants_help, EnterPoll, Request, Woke};
 use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::task::Job;
@@ -391,6 +391,39 @@ impl Core {
         let sleep = &self.shared.parking;
         if sleep.is_parked(self.index) {
             self.woke(sleep.wake_up(self.index));
+        }
+    }
+
+    /// Our context's poll is about to block for `timeout` (not 0) ms (the
+    /// poll function, P10): a parked worker marks itself asleep in its poll
+    /// (from now on a request may wake it) and re-checks every queue, as
+    /// after `try_park`. Returns whether it marked itself, and the timeout
+    /// to poll with: 0 if it must not sleep (work is queued, or it was
+    /// sent a wake-up while its thread was busy in another source).
+    pub(super) fn before_poll(&self, timeout: std::os::raw::c_int) -> (bool, std::os::raw::c_int) {
+        let sleep = &self.shared.parking;
+        match sleep.enter_poll(self.index) {
+            EnterPoll::Sleep => {
+                if self.sees_work() {
+                    self.woke(sleep.wake_up(self.index));
+                    (false, 0)
+                } else {
+                    (true, timeout)
+                }
+            }
+            EnterPoll::Woken => (false, 0),
+            EnterPoll::Awake => (false, timeout),
+        }
+    }
+
+    /// The poll that [`before_poll`](Self::before_poll) marked returned:
+    /// until our source runs, the thread may be busy in the context's other
+    /// sources, and is no sleeper (P10). If it was sent a wake-up, the stall
+    /// monitor watches from now on, not only once our source runs: a
+    /// source of a higher priority may dispatch first, for long (B5).
+    pub(super) fn after_poll(&self) {
+        if self.shared.parking.leave_poll(self.index) {
+            self.runner.busy();
         }
     }
 

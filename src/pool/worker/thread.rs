@@ -84,6 +84,15 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             context.iteration(true);
             counters.context_iterations.bump();
         }
+        // Out of its park for good: a directed push from now on finds it
+        // awake (it drains its inbox below), not a sleeper to wake nor a
+        // busy worker for the stall monitor to watch (P10).
+        shared.parking.wake_up(index);
+        // `poll_fds` serves this worker's parking on this thread only:
+        // whoever iterates the context from now on polls with GLib's own
+        // function.
+        // SAFETY: as above; `None` restores `g_poll`.
+        unsafe { glib_sys::g_main_context_set_poll_func(context.as_ptr(), None) };
         source.destroy();
         core.finish_fibers();
         // Shutdown step 3, S9: every task that went idle on this worker is
@@ -205,6 +214,12 @@ impl crate::diagnostics::stall::Worker for Watched {
         self.pool
             .upgrade()
             .is_some_and(|pool| pool.in_blocking(self.index))
+    }
+
+    fn holds_wake_up(&self) -> bool {
+        self.pool
+            .upgrade()
+            .is_some_and(|pool| pool.holds_wake_up(self.index))
     }
 }
 
