@@ -228,6 +228,9 @@ struct World {
     started_cv: Condvar,
     watched_ran: Mutex<bool>,
     watched_cv: Condvar,
+    /// Set once a worker's thread is inside the other source's callback.
+    in_foreign: Mutex<bool>,
+    in_foreign_cv: Condvar,
 }
 
 /// Items are numbered below this in every model.
@@ -260,6 +263,8 @@ impl World {
             started_cv: Condvar::new(),
             watched_ran: Mutex::new(false),
             watched_cv: Condvar::new(),
+            in_foreign: Mutex::new(false),
+            in_foreign_cv: Condvar::new(),
         };
         for (i, start) in setup.start.iter().enumerate() {
             if *start != Start::Awake {
@@ -454,6 +459,8 @@ impl World {
                     self.contexts[i].acknowledge();
                     core.run_slice();
                 }
+                *self.in_foreign.lock().unwrap() = true;
+                self.in_foreign_cv.notify_all();
                 if self.watched.is_some() {
                     self.wait_ran();
                 }
@@ -461,6 +468,15 @@ impl World {
         }
         if self.closed.load(SeqCst) {
             core.exit();
+        }
+    }
+
+    /// Blocks until a worker's thread is inside the other source's callback
+    /// (as a caller that waits for a context scheduler's task to start).
+    fn wait_in_foreign(&self) {
+        let mut entered = self.in_foreign.lock().unwrap();
+        while !*entered {
+            entered = self.in_foreign_cv.wait(entered).unwrap();
         }
     }
 

@@ -237,10 +237,12 @@ fn loom_two_resumptions_racing_a_park() {
 /// P10's known limit lifted: of two parked workers, worker 1's thread
 /// leaves its poll for another source of its context, whose callback holds
 /// it until the injected item has run (a context scheduler's task waiting
-/// for a pool task). The inject's request scans from worker 1: it must not
-/// take that busy worker for a sleeper (and later requests coalesce with
-/// it), but wake worker 0. Otherwise worker 1 waits for ever while worker 0
-/// sleeps, and loom reports the deadlock.
+/// for a pool task). Once that callback has begun, an outside thread
+/// injects the item, its request scanning from worker 1: it must not take
+/// that busy worker for a sleeper (and later requests coalesce with it),
+/// but wake worker 0. Otherwise worker 1 waits for ever while worker 0
+/// sleeps, and loom reports the deadlock. (The request racing the callback's
+/// start is `loom_a_worker_back_from_another_source_loses_no_wake_up`'s.)
 #[test]
 fn loom_a_worker_busy_in_another_source_is_no_sleeper() {
     model(4, || {
@@ -255,6 +257,7 @@ fn loom_a_worker_busy_in_another_source_is_no_sleeper() {
             meet: None,
         });
         let workers: Vec<_> = (0..2).map(|i| spawn_worker(&world, i)).collect();
+        world.wait_in_foreign();
         world.inject(0, 1);
         for t in workers {
             t.join().unwrap();
