@@ -409,6 +409,8 @@ fn a_nested_loop_of_another_context_still_counts() {
             let reports = warnings_naming(name);
             assert_eq!(reports.len(), 1, "{name}: {:?}", warnings().lock().unwrap());
         }
+    });
+}
 
 /// B5 and P10: a pool worker that was sent a wake-up and has not acted on
 /// it for the threshold is reported once, naming it. Here worker `w`'s
