@@ -188,6 +188,15 @@ pub use gio;
 /// version (as `gtk4::glib` does).
 pub use glib;
 
+/// For gdex's own tests and benches; not part of the API. How often, since
+/// the process started, a runner (a pool worker or a context scheduler)
+/// starting a slice of jobs had to wake the stall monitor with a syscall
+/// (B6: what the monitor costs while work runs).
+#[doc(hidden)]
+pub fn __stall_monitor_wakes() -> u64 {
+    diagnostics::stall::runner_wakes()
+}
+
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///
 /// ```

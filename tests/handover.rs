@@ -173,3 +173,53 @@ fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
         assert!(best < Duration::from_millis(10), "{delays:?}");
     });
 }
+
+/// The same while a task on the pool wakes every millisecond for a timer,
+/// so that the monitor is watching (every 4 ms, B6) rather than parked
+/// when the long poll begins: it sees the poll within a watch tick and
+/// hands the queue over a 1 ms sample later, within about 5 ms.
+#[test]
+fn a_queued_job_is_handed_over_while_the_monitor_watches_a_1ms_timer() {
+    let _one = serial();
+    watchdog("handed_over_while_watching", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let ticker = s.spawn(async move {
+            while !st.load(Ordering::Relaxed) {
+                glib::timeout_future(Duration::from_millis(1)).await;
+            }
+        });
+        let mut delays = Vec::new();
+        for _ in 0..5 {
+            // Deliberate: the ticker runs a few slices first, so that the
+            // monitor watches (not observable from outside; a monitor
+            // sampling faster only speeds the round).
+            std::thread::sleep(Duration::from_millis(20));
+            let a = s.spawn(async {
+                let t_a = Instant::now();
+                let b = gdex::Scheduler::thread_default()
+                    .unwrap()
+                    .spawn(async { Instant::now() });
+                spin(Duration::from_millis(150));
+                (t_a, b)
+            });
+            let (t_a, b) = gdex::block_on(a).unwrap();
+            delays.push(gdex::block_on(b).unwrap().saturating_duration_since(t_a));
+        }
+        stop.store(true, Ordering::Relaxed);
+        gdex::block_on(ticker).unwrap();
+        pool.shutdown();
+        let best = delays.iter().min().copied().unwrap();
+        assert!(
+            best < Duration::from_millis(10),
+            "with the monitor watching a 1 ms timer, a job queued behind a long poll waited \
+             {delays:?} for an idle peer (best {best:?}); P6 promises a few ms"
+        );
+    });
+}

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -474,5 +474,69 @@ fn a_worker_that_does_not_act_on_a_wake_up_is_reported() {
             "names the worker: {}",
             reports[0]
         );
+    });
+}
+
+/// B6: the monitor itself costs little while work runs. A worker that
+/// wakes every millisecond for a timer (a fiber, then a task, waiting on a
+/// 1 ms GLib timeout in a loop, on a pool of 2 whose busy workers the
+/// monitor samples every 1 ms for P6's hand-over) finds the monitor
+/// watching: starting a slice wakes it with a syscall now and then, not at
+/// every other tick. (Before, the monitor parked, or slept its slow period,
+/// after every look that found the worker idle, and the worker's next slice
+/// woke it again: 55 wake-ups per 300 ticks for the fiber, 110 for the
+/// task; none now.) The count is the library's own
+/// (`__stall_monitor_wakes`), not a CPU time: it does not depend on the
+/// machine's load. The CPU itself is the `monitor_cpu` row of the compare
+/// bench.
+#[test]
+fn a_worker_on_a_1ms_timer_seldom_wakes_the_monitor() {
+    let _serial = serial();
+    common::watchdog("a_worker_on_a_1ms_timer_seldom_wakes", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        for fiber in [true, false] {
+            let ticks = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (t, s) = (ticks.clone(), stop.clone());
+            let tick = || glib::timeout_future(Duration::from_millis(1));
+            let (fiber, task) = if fiber {
+                let f = pool.scheduler().spawn_fiber(move || {
+                    while !s.load(Ordering::Relaxed) {
+                        gdex::fiber::wait(tick()).unwrap();
+                        t.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                (Some(f), None)
+            } else {
+                let task = pool.scheduler().spawn(async move {
+                    while !s.load(Ordering::Relaxed) {
+                        tick().await;
+                        t.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                (None, Some(task))
+            };
+            common::wait_until(|| ticks.load(Ordering::Relaxed) >= 20);
+            let wakes_before = gdex::__stall_monitor_wakes();
+            let ticks_before = ticks.load(Ordering::Relaxed);
+            let n = common::stress(300);
+            common::wait_until(|| ticks.load(Ordering::Relaxed) >= ticks_before + n);
+            let wakes = gdex::__stall_monitor_wakes() - wakes_before;
+            let ticked = ticks.load(Ordering::Relaxed) - ticks_before;
+            stop.store(true, Ordering::Relaxed);
+            if let Some(f) = fiber {
+                gdex::block_on(f).unwrap();
+            }
+            if let Some(task) = task {
+                gdex::block_on(task).unwrap();
+            }
+            eprintln!("{ticked} timer ticks woke the monitor {wakes} times");
+            assert!(
+                wakes as usize * 10 <= ticked,
+                "{ticked} ticks of a 1 ms timer woke the stall monitor {wakes} times: a worker \
+                 that starts a slice every millisecond should find it awake (B6)"
+            );
+        }
+        pool.shutdown();
     });
 }

@@ -19,6 +19,14 @@
 //! push would cost chained workloads a wake-up each), so this is what moves
 //! it within a couple of milliseconds.
 //!
+//! The monitor's own cost while work runs (B6): for a few looks after a
+//! pool worker worked, the monitor does not park but looks every
+//! [`WATCH_TICK`] (4 ms), so that a worker that starts a short slice every
+//! millisecond (a 1 ms timer) wakes nobody, and the monitor wakes about 250
+//! times a second rather than 1000. A long poll that begins while the
+//! monitor watches is seen within a watch tick, then sampled every 1 ms:
+//! its queue moves within about 5 ms rather than 2.
+//!
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
 //!
@@ -203,10 +211,14 @@ impl Runner {
             self.active.store(true, Ordering::Relaxed);
             std::sync::atomic::fence(Ordering::SeqCst);
             let monitor = monitor();
-            monitor.wake();
+            let mut woke = monitor.wake();
             if self.hands_over {
                 // Sampled every tick while busy (P6): cut a slow sleep short.
-                monitor.wake_slow();
+                woke |= monitor.wake_slow();
+            }
+            if woke {
+                // Only past a syscall: the count costs nothing beside it.
+                RUNNER_WAKES.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -353,7 +365,8 @@ pub(crate) fn enter(runner: &Runner) -> Entered {
 
 /// How long a pool worker may sit in one poll before the jobs queued behind
 /// it are handed to a peer (P6), and the monitor's tick while a worker is
-/// busy: a queued job waits at most about two ticks for an idle peer.
+/// busy: a queued job waits at most about two ticks for an idle peer (plus
+/// a [`WATCH_TICK`] if the poll began while the monitor only watched).
 pub(crate) const HAND_OVER_AFTER: Duration = Duration::from_millis(1);
 
 /// The threshold a runner gets unless told otherwise: `GDEX_STALL_MS`
@@ -456,6 +469,41 @@ impl<F: Future> Future for Named<F> {
     }
 }
 
+/// What one look at a runner saw.
+struct Seen {
+    /// It is inside a job or a slice of jobs.
+    working: bool,
+    /// It has run a job since the look before (or runs one now).
+    worked: bool,
+}
+
+/// The monitor's tick while no pool worker is busy but one worked a moment
+/// ago (in the last [`WATCH_LINGER`] looks): it is not parked, so a worker
+/// starting a slice wakes nobody (no syscall on the worker), and it sees a
+/// poll that has gone on since within this tick, then samples it every
+/// [`HAND_OVER_AFTER`]. A wake-up of the monitor costs about 10 µs of CPU on
+/// a loaded 2-core VM: ticking every 1 ms through the gaps of a worker that
+/// wakes every 1 ms (a 1 ms timer) would cost 1% of a core, as would waking
+/// it at every slice; every 4 ms costs a quarter of that (B6: at most 0.5%).
+const WATCH_TICK: Duration = Duration::from_millis(4);
+
+/// How many looks in a row that saw no pool worker work the monitor keeps
+/// watching (every [`WATCH_TICK`]) before it parks, or sleeps its slow
+/// period. Two cover a worker that starts a slice every few milliseconds;
+/// one that starts slices rarely costs at most two extra wake-ups per slice.
+const WATCH_LINGER: u32 = 2;
+
+/// How often a runner starting a slice had to wake the monitor (a syscall
+/// on the runner's thread): see [`runner_wakes`].
+static RUNNER_WAKES: AtomicU64 = AtomicU64::new(0);
+
+/// How often, since the process started, a runner (a pool worker, a
+/// context scheduler) starting a slice of jobs had to wake the stall
+/// monitor with a syscall (B6: the monitor's cost while work runs).
+pub(crate) fn runner_wakes() -> u64 {
+    RUNNER_WAKES.load(Ordering::Relaxed)
+}
+
 struct Monitor {
     runners: Mutex<Vec<Weak<Runner>>>,
     /// The monitor thread sleeps until woken (every runner was idle).
@@ -494,31 +542,45 @@ impl Monitor {
         self.wake();
     }
 
+    /// Cuts a slow sleep short; true if it did.
     #[inline]
-    fn wake_slow(&self) {
+    fn wake_slow(&self) -> bool {
         if self.slow.load(Ordering::Relaxed) && self.slow.swap(false, Ordering::SeqCst) {
             if let Some(thread) = self.thread.get() {
                 thread.unpark();
+                return true;
             }
         }
+        false
     }
 
+    /// Wakes the parked monitor; true if it did.
     #[inline]
-    fn wake(&self) {
+    fn wake(&self) -> bool {
         if self.parked.load(Ordering::Relaxed) && self.parked.swap(false, Ordering::SeqCst) {
             if let Some(thread) = self.thread.get() {
                 thread.unpark();
+                return true;
             }
         }
+        false
     }
 
     fn run(&self) {
+        // The runners of this look, in a buffer kept across looks (a look
+        // allocates nothing); emptied after each look, so that the parked
+        // monitor keeps no runner alive.
+        let mut runners: Vec<Arc<Runner>> = Vec::new();
+        // Looks in a row that saw no pool worker working, nor one that had
+        // worked since the look before: the monitor watches until
+        // WATCH_LINGER of them.
+        let mut quiet = WATCH_LINGER;
         loop {
-            let runners: Vec<Arc<Runner>> = {
+            {
                 let mut list = self.runners.lock().unpoisoned();
                 list.retain(|w| w.strong_count() > 0);
-                list.iter().filter_map(Weak::upgrade).collect()
-            };
+                runners.extend(list.iter().filter_map(Weak::upgrade));
+            }
             if runners.is_empty() {
                 self.parked.store(true, Ordering::SeqCst);
                 self.park();
@@ -526,12 +588,19 @@ impl Monitor {
             }
             // A busy pool worker is sampled every tick, so that a job queued
             // behind its long poll moves within a couple of ticks; stalls
-            // need only a few samples per threshold.
+            // need only a few samples per threshold. A pool worker that
+            // worked in the last few looks, idle now, is watched every
+            // WATCH_TICK with no wake-up asked of it: one that starts a
+            // slice every millisecond or so (a 1 ms timer) then wakes
+            // nobody, and the monitor wakes a few hundred times a second,
+            // not a thousand (B6: the monitor costs little while work runs).
             let workers_busy = runners
                 .iter()
                 .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
             if workers_busy {
-                std::thread::sleep(HAND_OVER_AFTER);
+                std::thread::park_timeout(HAND_OVER_AFTER);
+            } else if quiet < WATCH_LINGER {
+                std::thread::park_timeout(WATCH_TICK);
             } else {
                 let period = runners
                     .iter()
@@ -555,14 +624,23 @@ impl Monitor {
                 self.slow.store(false, Ordering::SeqCst);
             }
             let mut busy = false;
+            let mut workers_worked = false;
             let now = Instant::now();
             for runner in &runners {
-                busy |= self.check(runner, now);
+                let seen = self.check(runner, now);
+                busy |= seen.working;
+                // P10: a worker that holds a wake-up it has not acted on.
                 busy |= check_wake_up(runner, now);
+                workers_worked |= runner.hands_over && seen.worked;
             }
+            quiet = if workers_worked {
+                0
+            } else {
+                quiet.saturating_add(1)
+            };
 
-            drop(runners);
-            if !busy {
+            runners.clear();
+            if !busy && quiet >= WATCH_LINGER {
                 self.parked.store(true, Ordering::SeqCst);
                 // Every runner registered by now, not just this tick's
                 // snapshot: one registered since may already be working,
@@ -583,26 +661,35 @@ impl Monitor {
         }
     }
 
-    /// Looks at one runner; true if it is working.
-    fn check(&self, runner: &Runner, now: Instant) -> bool {
+    /// Looks at one runner: whether it is working, and whether it has
+    /// since the last look.
+    fn check(&self, runner: &Runner, now: Instant) -> Seen {
         // The sequence is read under the track's lock: a job suspended or
         // resumed around a nested loop (B6) changes both together.
         let mut track = runner.track.lock().unpoisoned();
         let seq = runner.seq.load(Ordering::Relaxed);
+        let worked = seq != track.seq;
         if seq & 1 == 0 {
             *track = Track {
                 seq,
                 ..Track::default()
             };
-            return runner.active.load(Ordering::Relaxed);
+            return Seen {
+                working: runner.active.load(Ordering::Relaxed),
+                worked,
+            };
         }
+        let seen = Seen {
+            working: true,
+            worked: true,
+        };
         if track.seq != seq || track.since.is_none() {
             *track = Track {
                 seq,
                 since: Some(now),
                 reported: false,
             };
-            return true;
+            return seen;
         }
         let stuck_for = now.duration_since(track.since.unwrap_or(now));
         if let Some(worker) = &runner.worker {
@@ -622,12 +709,12 @@ impl Monitor {
             }
         }
         if runner.threshold.is_zero() || stuck_for < runner.threshold {
-            return true;
+            return seen;
         }
         if let Some(worker) = &runner.worker {
             if worker.in_blocking() {
                 // Declared with gdex::blocking::blocking: not a stall.
-                return true;
+                return seen;
             }
             if worker.thread_per_core() {
                 // A stall: even thread-per-core hands its queue over.
@@ -639,7 +726,7 @@ impl Monitor {
         // was handed over meanwhile all the same.
         let stuck_for = stuck_for.saturating_sub(runner.panic_hook_time(seq, now));
         if stuck_for < runner.threshold {
-            return true;
+            return seen;
         }
         if !track.reported {
             track.reported = true;
@@ -690,7 +777,7 @@ impl Monitor {
             }
             glib::g_warning!("gdex", "{}{}", report, tasks);
         }
-        true
+        seen
     }
 
     /// Sleeps until a runner starts working again (`parked` is set).
