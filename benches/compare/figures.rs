@@ -115,6 +115,7 @@ pub fn child(what: &str) {
     match what {
         "idle" => idle_child(rt),
         "memory" => memory_child(rt),
+        "monitor" => monitor_child(rt),
         _ => panic!("unknown child {what}"),
     }
 }
@@ -303,5 +304,120 @@ pub fn main_frame_gap() -> Figure {
             ("gdex", format!("{:.1}", ms(gdex)), ms(gdex)),
             ("glib-main", format!("{:.1}", ms(glib)), ms(glib)),
         ],
+    }
+}
+
+/// The CPU time so far of this process's thread named `name` (the first
+/// one), from the scheduler's own account (`schedstat`, nanoseconds), or
+/// `stat`'s clock ticks where the kernel keeps no schedstat.
+fn thread_cpu_time(name: &str) -> Option<Duration> {
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(dir.join("schedstat")) {
+            let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+            return Some(Duration::from_nanos(ns));
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // The fields after the command's closing parenthesis; utime and
+        // stime are the 14th and 15th of the line.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        return Some(Duration::from_nanos(ticks * 1_000_000_000 / hz));
+    }
+    None
+}
+
+/// B6: the stall monitor's own CPU (`gdex-watchdog`), in percent of a
+/// core, while one fiber (`fiber:N`) or one task (`task:N`) on a pool of N
+/// workers waits on a 1 ms GLib timeout in a loop, over 2 s.
+fn monitor_child(what: &str) {
+    let (kind, workers) = what.split_once('/').expect("monitor:kind/workers");
+    let pool = gdex::ThreadPool::builder()
+        .workers(workers.parse().expect("a worker count"))
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let sleeper = || glib::timeout_future(Duration::from_millis(1));
+    let (fiber, task) = match kind {
+        "fiber" => (
+            Some(pool.scheduler().spawn_fiber(move || {
+                while !s.load(Ordering::Relaxed) {
+                    let _ = gdex::fiber::wait(sleeper());
+                }
+            })),
+            None,
+        ),
+        "task" => (
+            None,
+            Some(pool.scheduler().spawn(async move {
+                while !s.load(Ordering::Relaxed) {
+                    sleeper().await;
+                }
+            })),
+        ),
+        _ => panic!("unknown monitor workload {kind}"),
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let wakes = gdex::__stall_monitor_wakes();
+    let cpu = thread_cpu_time("gdex-watchdog").expect("the gdex-watchdog thread");
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let wall = t.elapsed();
+    let cpu = thread_cpu_time("gdex-watchdog").unwrap() - cpu;
+    let wakes = gdex::__stall_monitor_wakes() - wakes;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(fiber) = fiber {
+        gdex::block_on(fiber).unwrap();
+    }
+    if let Some(task) = task {
+        gdex::block_on(task).unwrap();
+    }
+    println!("WAKES={}", wakes as f64 / wall.as_secs_f64());
+    println!("VALUE={}", cpu.as_secs_f64() / wall.as_secs_f64() * 100.0);
+}
+
+/// The stall monitor's own cost while work runs (B6: at most 0.5% of a
+/// core): a fiber, then a task, waiting on a 1 ms timer in a loop, on 2
+/// workers (a busy worker sampled every 1 ms, P6) and a fiber on 1 (no
+/// hand-over: a slow tick). The median of three children each, and how
+/// often a second the worker had to wake the monitor (a syscall) in the
+/// median one.
+pub fn monitor_cpu() -> Figure {
+    let mut text = Vec::new();
+    let mut worst = 0.0f64;
+    for what in ["fiber/2", "task/2", "fiber/1"] {
+        let mut runs: Vec<(f64, f64)> = (0..3)
+            .map(|_| {
+                let out = std::process::Command::new(std::env::current_exe().unwrap())
+                    .env("GDEX_BENCH_CHILD", format!("monitor:{what}"))
+                    .output()
+                    .expect("run a bench child");
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let get = |key: &str| -> f64 {
+                    stdout
+                        .lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or_else(|| panic!("monitor child printed no {key}:\n{stdout}"))
+                };
+                (get("VALUE="), get("WAKES="))
+            })
+            .collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (pct, wakes) = runs[1];
+        worst = worst.max(pct);
+        text.push(format!("{pct:.2} ({what} workers; {wakes:.0} wake-ups/s)"));
+    }
+    Figure {
+        workload: "monitor_cpu",
+        unit: "% of a core",
+        values: vec![("gdex", text.join(", "), worst)],
     }
 }

@@ -9,6 +9,7 @@
 //! cargo bench --bench compare              # the full run (benches/RESULTS.md)
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
+//! cargo bench --bench compare -- monitor   # only the stall monitor's cost
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
@@ -36,6 +37,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let figures_only = args.iter().any(|a| a == "figures");
+    if args.iter().any(|a| a == "monitor") {
+        // Only the stall monitor's own cost (B6).
+        table::print(&[figures::monitor_cpu()]);
+        return;
+    }
     if args.iter().any(|a| a == "workers") {
         // The tokio suite again at 2, 4, 8 and 16 workers (scaling.rs).
         let mut c = Criterion::default()
@@ -76,6 +82,7 @@ fn main() {
     let mut figures = figures::timer_lateness(&all);
     figures.extend(figures::idle_and_memory());
     figures.push(figures::main_frame_gap());
+    figures.push(figures::monitor_cpu());
     table::print(&figures);
     io::print();
 }
