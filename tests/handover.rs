@@ -175,9 +175,9 @@ fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
 }
 
 /// The same while a task on the pool wakes every millisecond for a timer,
-/// so that the monitor is watching (every 4 ms, B6) rather than parked
+/// so that the monitor is watching (every 5 ms, B6) rather than parked
 /// when the long poll begins: it sees the poll within a watch tick and
-/// hands the queue over a 1 ms sample later, within about 5 ms.
+/// hands the queue over a 1 ms sample later, within about 6 ms.
 #[test]
 fn a_queued_job_is_handed_over_while_the_monitor_watches_a_1ms_timer() {
     let _one = serial();

@@ -21,11 +21,11 @@
 //!
 //! The monitor's own cost while work runs (B6): for a few looks after a
 //! pool worker worked, the monitor does not park but looks every
-//! [`WATCH_TICK`] (4 ms), so that a worker that starts a short slice every
-//! millisecond (a 1 ms timer) wakes nobody, and the monitor wakes about 250
+//! [`WATCH_TICK`] (5 ms), so that a worker that starts a short slice every
+//! millisecond (a 1 ms timer) wakes nobody, and the monitor wakes about 200
 //! times a second rather than 1000. A long poll that begins while the
 //! monitor watches is seen within a watch tick, then sampled every 1 ms:
-//! its queue moves within about 5 ms rather than 2.
+//! its queue moves within about 6 ms rather than 2.
 //!
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
@@ -481,11 +481,12 @@ struct Seen {
 /// ago (in the last [`WATCH_LINGER`] looks): it is not parked, so a worker
 /// starting a slice wakes nobody (no syscall on the worker), and it sees a
 /// poll that has gone on since within this tick, then samples it every
-/// [`HAND_OVER_AFTER`]. A wake-up of the monitor costs about 10 µs of CPU on
-/// a loaded 2-core VM: ticking every 1 ms through the gaps of a worker that
-/// wakes every 1 ms (a 1 ms timer) would cost 1% of a core, as would waking
-/// it at every slice; every 4 ms costs a quarter of that (B6: at most 0.5%).
-const WATCH_TICK: Duration = Duration::from_millis(4);
+/// [`HAND_OVER_AFTER`]. A wake-up of the monitor costs 10-20 µs of CPU on a
+/// loaded 2-core VM: ticking every 1 ms through the gaps of a worker that
+/// wakes every 1 ms (a 1 ms timer) would cost 1-2% of a core, as did waking
+/// it at most slices; every 5 ms costs a fifth of that (B6: at most 0.5%;
+/// every 4 ms measured 0.44% there, too close to the line).
+const WATCH_TICK: Duration = Duration::from_millis(5);
 
 /// How many looks in a row that saw no pool worker work the monitor keeps
 /// watching (every [`WATCH_TICK`]) before it parks, or sleeps its slow
