@@ -484,8 +484,8 @@ fn a_worker_that_does_not_act_on_a_wake_up_is_reported() {
 /// watching: starting a slice wakes it with a syscall now and then, not at
 /// every other tick. (Before, the monitor parked, or slept its slow period,
 /// after every look that found the worker idle, and the worker's next slice
-/// woke it again: 55 wake-ups per 300 ticks for the fiber, 110 for the
-/// task; none now.) The count is the library's own
+/// woke it again: 55 to 234 wake-ups per 300 ticks on adf18eb, the
+/// first round failing; none now.) The count is the library's own
 /// (`__stall_monitor_wakes`), not a CPU time: it does not depend on the
 /// machine's load. The CPU itself is the `monitor_cpu` row of the compare
 /// bench.
