@@ -304,8 +304,9 @@ fn fibers_that_yield_every_10ms_are_no_stall() {
 /// nested loop (a `block_on` of another main task, dispatched by it) and
 /// then spins is reported once, by its name: the nested dispatch neither
 /// ends the outer job for the monitor nor clears its name. And the outer
-/// job keeps its stall clock: 70 ms before the nested loop and 70 ms after
-/// are one 140 ms poll, over the 100 ms threshold.
+/// job keeps its stall clock: 90 ms before the nested loop and 90 ms after
+/// are one 180 ms poll, over the 100 ms threshold (with room for the
+/// monitor's 25 ms between looks on either side: each half alone is not).
 #[test]
 fn a_task_that_spins_after_a_nested_loop_is_reported_by_name() {
     let _serial = serial();
@@ -321,11 +322,11 @@ fn a_task_that_spins_after_a_nested_loop_is_reported_by_name() {
             });
             gdex::block_on(after).unwrap();
             let around = main.spawn_named("spins-around-nesting", async {
-                // Deliberate: 70 + 70 ms in one poll.
-                spin(Duration::from_millis(70));
+                // Deliberate: 90 + 90 ms in one poll.
+                spin(Duration::from_millis(90));
                 let inner = gdex::Scheduler::main().spawn(async { 2 });
                 assert_eq!(gdex::block_on(inner).unwrap(), 2);
-                spin(Duration::from_millis(70));
+                spin(Duration::from_millis(90));
             });
             gdex::block_on(around).unwrap();
         });
