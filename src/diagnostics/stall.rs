@@ -52,6 +52,9 @@ use super::record::Entry;
 use crate::current::{Entered, Role, Slot};
 use crate::util::Unpoisoned;
 
+mod nesting;
+pub(crate) use nesting::{suspend_current, suspend_current_of};
+
 /// A pool worker, as the watchdog sees it: what the monitor can do for one
 /// that is stuck in a poll. The pool implements it; once the pool is gone,
 /// every method does nothing (and answers `false`).
@@ -167,41 +170,6 @@ impl Runner {
         self.seq.store((s | 1) + 1, Ordering::Relaxed);
     }
 
-    /// On the runner's thread: the job running now is suspended while a
-    /// nested loop iterates (B6), until the guard drops. Meanwhile the
-    /// runner is between jobs to the monitor (what the nested loop runs is
-    /// its own jobs, each with its own stall clock), the job's name is
-    /// hidden, and its stall clock stops; after, the job goes on with its
-    /// name and the time it had run before. `None` outside a job.
-    pub(crate) fn suspend(&self) -> Option<Suspended<'_>> {
-        let mut track = self.track.lock().unpoisoned();
-        // Under the lock, as the monitor's `check` reads it: the sequence
-        // and the monitor's track of it change together.
-        let seq = self.seq.load(Ordering::Relaxed);
-        if seq & 1 == 0 {
-            return None;
-        }
-        let now = Instant::now();
-        let (ran, reported) = match (track.seq == seq, track.since) {
-            (true, Some(since)) => (now.saturating_duration_since(since), track.reported),
-            // Not seen by the monitor yet: it began less than a tick ago.
-            _ => (Duration::ZERO, false),
-        };
-        self.seq.store(seq + 1, Ordering::Relaxed);
-        *track = Track {
-            seq: seq + 1,
-            ..Track::default()
-        };
-        drop(track);
-        let name = self.name.lock().unpoisoned().take();
-        Some(Suspended {
-            runner: self,
-            ran,
-            reported,
-            name,
-        })
-    }
-
     /// The runner starts a slice of jobs: make sure the monitor watches.
     /// Pairs with the monitor's `park`: either it sees us active, or we see
     /// it parked and wake it.
@@ -263,62 +231,6 @@ impl Runner {
                 .since
                 .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
     }
-}
-
-/// A job suspended while a nested loop iterates ([`Runner::suspend`]); it
-/// goes on when this drops.
-pub(crate) struct Suspended<'a> {
-    runner: &'a Runner,
-    /// How long the job had run before (as the monitor saw it).
-    ran: Duration,
-    /// Its stall was reported already.
-    reported: bool,
-    name: Option<Arc<str>>,
-}
-
-impl Drop for Suspended<'_> {
-    fn drop(&mut self) {
-        let runner = self.runner;
-        // (The nested loop's jobs are over: their guards dropped first.)
-        *runner.name.lock().unpoisoned() = self.name.take();
-        {
-            let mut track = runner.track.lock().unpoisoned();
-            let seq = runner.seq.load(Ordering::Relaxed) | 1;
-            runner.seq.store(seq, Ordering::Relaxed);
-            let now = Instant::now();
-            *track = Track {
-                seq,
-                since: Some(now.checked_sub(self.ran).unwrap_or(now)),
-                reported: self.reported,
-            };
-        }
-        // A nested dispatch of this runner ended its own slice (`idle`):
-        // the outer slice goes on, watched.
-        runner.busy();
-    }
-}
-
-/// [`suspend_current`], only if this thread's runner is `runner`: a nested
-/// dispatch of the same scheduler (B6). A nested loop of another context
-/// blocks the outer one, and still counts.
-pub(crate) fn suspend_current_of(runner: &Runner) -> Option<Suspended<'static>> {
-    if !std::ptr::eq(CURRENT.get(), runner) {
-        return None;
-    }
-    suspend_current()
-}
-
-/// Suspends the job running on this thread's runner while a nested loop
-/// iterates (B6), until the guard drops: see [`Runner::suspend`].
-pub(crate) fn suspend_current() -> Option<Suspended<'static>> {
-    let runner = CURRENT.get();
-    // SAFETY: CURRENT points at a runner that outlives the scope of `enter`
-    // on this thread (the worker loop, a context dispatch), which encloses
-    // the nested loop that holds the guard: the guard drops first. The
-    // 'static lifetime never leaves that scope (callers hold the guard on
-    // their stack for the nested loop's duration).
-    let runner: Option<&'static Runner> = unsafe { runner.as_ref() };
-    runner.and_then(Runner::suspend)
 }
 
 /// A job is inside the panic hook until this drops.
