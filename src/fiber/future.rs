@@ -19,10 +19,6 @@ pub(super) enum State<F, T> {
         on_pool: bool,
     },
     Running(Coroutine<(), (), T, stack::FiberStack>),
-    /// The fiber's scheduler resumed it, and holds its coroutine for the
-    /// length of the resumption (see
-    /// [`FiberFuture::resume_on_scheduler`]).
-    Resumed,
     /// The fiber returned, or panicked, while its worker's fiber scheduler
     /// ran it: its task's next poll gives the result.
     Returned(T),
@@ -61,9 +57,8 @@ where
         if let Some(cell) = this.ctx.cell.get() {
             // Only the cell's address and state are read before the fiber
             // is claimed: while the fiber runs (a nested loop inside it
-            // polling its own task), its coroutine is out of the future,
-            // held by the resumption that runs it, and `state` is not
-            // touched here.
+            // polling its own task), its coroutine is borrowed by the
+            // resumption that runs it, and `state` is not touched here.
             match cell.state() {
                 sched::DONE => return this.take_result(),
                 sched::WAITING if cell.claim_waiting() => {}
@@ -77,10 +72,8 @@ where
                 return Poll::Ready(Err(e));
             }
         }
-        let coroutine = match &mut this.state {
-            State::Running(coroutine) => coroutine,
-            State::Resumed => unreachable!("a gdex fiber's task was polled inside its resumption"),
-            _ => panic!("a gdex fiber was polled after it finished"),
+        let State::Running(coroutine) = &mut this.state else {
+            panic!("a gdex fiber was polled after it finished");
         };
         let result = {
             // `cx` lives only for this poll: the fiber's waits see it until
@@ -207,19 +200,19 @@ where
     /// its block is kept by the waker of its task in the worker's book.
     unsafe fn resume_on_scheduler(target: *const ()) {
         let this = target.cast_mut().cast::<Self>();
-        // The coroutine is moved out of the future for the length of the
-        // resumption, and no `&mut` to the future is held across it: a
-        // nested main loop inside the fiber may poll the fiber's own task
-        // (its handle dropped: F4), whose poll takes a `&mut` of the whole
-        // future, and must not find a borrow of its coroutine live (it
-        // reads the cell and returns: see `poll`).
+        // No `&mut` to the future is held across the resumption: a nested
+        // main loop inside the fiber may poll the fiber's own task (its
+        // handle dropped: F4), whose poll takes a `&mut` of the whole
+        // future (`!Unpin`, so one that claims no uniqueness) and reads only
+        // its cell (see `poll`); the coroutine is borrowed alone, through
+        // the raw pointer, and nothing else touches it meanwhile.
         // SAFETY: by the caller: a live future in its block (not dropped:
         // its cell would be `DONE`), claimed for this resumption, on its
         // own thread; nothing else runs meanwhile but that nested poll,
         // which does not touch `state`.
-        let state = unsafe { std::ptr::replace(&raw mut (*this).state, State::Resumed) };
-        let State::Running(mut coroutine) = state else {
-            unreachable!("a fiber claimed to run is running")
+        let coroutine = match unsafe { &mut (*this).state } {
+            State::Running(coroutine) => coroutine,
+            _ => unreachable!("a fiber claimed to run is running"),
         };
         // SAFETY: as above; `FiberCtx` is read only through shared
         // references (its fields are `Cell`s), the nested poll's too.
@@ -241,19 +234,13 @@ where
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coroutine.resume(())))
         };
         let state = match result {
-            Ok(CoroutineResult::Yield(())) => {
-                // SAFETY: the fiber is suspended (or queued again): the
-                // coroutine goes back where its next poll or resumption
-                // looks for it; `Resumed` needs no drop.
-                unsafe { std::ptr::write(&raw mut (*this).state, State::Running(coroutine)) };
-                return;
-            }
+            Ok(CoroutineResult::Yield(())) => return,
             Ok(CoroutineResult::Return(value)) => State::Returned(value),
             Err(payload) => State::Panicked(payload),
         };
-        stack::release(coroutine.into_stack());
         // SAFETY: the fiber has ended: nothing points into the future but
-        // its cell (which `finish` makes `DONE`) and its task.
+        // its cell (which `finish` makes `DONE`) and its task; the
+        // coroutine's borrow is over (`end` releases its stack).
         let this = unsafe { &mut *this };
         this.end(state);
         // The task takes the result.
@@ -315,9 +302,9 @@ mod tests {
     /// that nothing else points into it (which the optimiser and Miri's
     /// aliasing models rely on), one of a `!Unpin` value does not. (Miri
     /// cannot run a fiber itself: corosensei switches stacks in assembly,
-    /// and the pool runs on GLib.) The resumption also moves the coroutine
-    /// out of the future while it runs, so that nested poll finds no
-    /// borrow of it live: `tests/fibers.rs::a_fiber_in_a_nested_loop_dispatching_its_own_task_is_cancelled`
+    /// and the pool runs on GLib.) The resumption borrows only the
+    /// coroutine, through a raw pointer, and that nested poll reads only
+    /// the cell: `tests/fibers.rs::a_fiber_in_a_nested_loop_dispatching_its_own_task_is_cancelled`
     /// runs that path.
     #[test]
     #[allow(clippy::needless_borrow)] // the borrow picks the impl
