@@ -119,8 +119,6 @@ impl LazyEnter {
 }
 
 std::thread_local! {
-    /// Set while a gdex wait (`block_on`, `wait_for`) blocks this thread.
-    static WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Set on the threads of gdex's own tokio runtime.
     static RUNTIME_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -132,23 +130,12 @@ std::thread_local! {
 /// runtime, which drives the I/O and timers of every gdex task), the
 /// worker's core is handed to another thread first, as
 /// `tokio::task::block_in_place` does; the thread then blocks as any other.
-/// Elsewhere, and in a wait nested inside another (whose thread is no
-/// worker's by then), `wait` just runs: an app's own runtime's worker blocks
+/// Elsewhere `wait` just runs (and in a wait nested inside another, where
+/// the core was handed off already, `block_in_place` just runs it): an app's own runtime's worker blocks
 /// as it would in any blocking call (wrap the call in `block_in_place`
 /// there), since tokio offers no way to tell its worker apart from a
 /// `LocalSet` or a current-thread runtime, where `block_in_place` panics.
 pub(crate) fn off_worker<R>(wait: impl FnOnce() -> R) -> R {
-    if WAITING.with(std::cell::Cell::get) {
-        return wait();
-    }
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            WAITING.with(|w| w.set(false));
-        }
-    }
-    WAITING.with(|w| w.set(true));
-    let _reset = Reset;
     // A task on one of our runtime's threads: its worker (or a blocking
     // thread, where block_in_place just runs `wait`). The entered handle
     // says nothing about this thread (a gdex dispatch enters ours over an

@@ -682,6 +682,9 @@ impl Monitor {
             // A view's panic (a `tracing` subscriber's) must not take the
             // watchdog down: the report still goes out below.
             let since = began.unwrap_or(track.since.unwrap_or(now));
+            // The views and the log handler are user code: not under the
+            // track's lock (which a runner takes to suspend a job, B6).
+            drop(track);
             let viewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 super::views::stall(&runner.label, &task, since, &report)
             }));
@@ -742,6 +745,8 @@ fn check_wake_up(runner: &Runner, now: Instant) -> bool {
     }
     if !runner.threshold.is_zero() && waited >= runner.threshold && !unwoken.1 {
         unwoken.1 = true;
+        // The log handler is user code: not under a gdex lock.
+        drop(unwoken);
         glib::g_warning!(
             "gdex",
             "{} was sent a wake-up {} ms ago and has not woken: its thread is busy outside its \
