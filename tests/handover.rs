@@ -152,22 +152,9 @@ fn held_an_idle_monitor_hands_a_queued_job_over_within_a_few_ms() {
             .build()
             .unwrap();
         let s = pool.scheduler();
-        let mut delays = Vec::new();
-        for _ in 0..5 {
-            // Deliberate: all idle, the monitor parked, as above (not
-            // observable from outside; a late park only speeds the round).
-            std::thread::sleep(Duration::from_millis(60));
-            let a = s.spawn(async {
-                let t_a = Instant::now();
-                let b = gdex::Scheduler::thread_default()
-                    .unwrap()
-                    .spawn(async { Instant::now() });
-                spin(Duration::from_millis(150));
-                (t_a, b)
-            });
-            let (t_a, b) = gdex::block_on(a).unwrap();
-            delays.push(gdex::block_on(b).unwrap().saturating_duration_since(t_a));
-        }
+        // Deliberate: all idle, the monitor parked, as above (not
+        // observable from outside; a late park only speeds the round).
+        let delays = queued_behind_a_long_poll(&s, Duration::from_millis(60));
         pool.shutdown();
         let best = delays.iter().min().copied().unwrap();
         assert!(best < Duration::from_millis(10), "{delays:?}");
@@ -195,23 +182,10 @@ fn a_queued_job_is_handed_over_while_the_monitor_watches_a_1ms_timer() {
                 glib::timeout_future(Duration::from_millis(1)).await;
             }
         });
-        let mut delays = Vec::new();
-        for _ in 0..5 {
-            // Deliberate: the ticker runs a few slices first, so that the
-            // monitor watches (not observable from outside; a monitor
-            // sampling faster only speeds the round).
-            std::thread::sleep(Duration::from_millis(20));
-            let a = s.spawn(async {
-                let t_a = Instant::now();
-                let b = gdex::Scheduler::thread_default()
-                    .unwrap()
-                    .spawn(async { Instant::now() });
-                spin(Duration::from_millis(150));
-                (t_a, b)
-            });
-            let (t_a, b) = gdex::block_on(a).unwrap();
-            delays.push(gdex::block_on(b).unwrap().saturating_duration_since(t_a));
-        }
+        // Deliberate: the ticker runs a few slices first, so that the
+        // monitor watches (not observable from outside; a monitor
+        // sampling faster only speeds the round).
+        let delays = queued_behind_a_long_poll(&s, Duration::from_millis(20));
         stop.store(true, Ordering::Relaxed);
         gdex::block_on(ticker).unwrap();
         pool.shutdown();
@@ -222,4 +196,24 @@ fn a_queued_job_is_handed_over_while_the_monitor_watches_a_1ms_timer() {
              {delays:?} for an idle peer (best {best:?}); P6 promises a few ms"
         );
     });
+}
+
+/// Five rounds, each after `pause`: a task queued on a worker's own deque
+/// behind a 150 ms poll there; how long each waited to start.
+fn queued_behind_a_long_poll(s: &gdex::Scheduler, pause: Duration) -> Vec<Duration> {
+    (0..5)
+        .map(|_| {
+            std::thread::sleep(pause);
+            let a = s.spawn(async {
+                let t_a = Instant::now();
+                let b = gdex::Scheduler::thread_default()
+                    .unwrap()
+                    .spawn(async { Instant::now() });
+                spin(Duration::from_millis(150));
+                (t_a, b)
+            });
+            let (t_a, b) = gdex::block_on(a).unwrap();
+            gdex::block_on(b).unwrap().saturating_duration_since(t_a)
+        })
+        .collect()
 }
