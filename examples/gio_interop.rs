@@ -1,4 +1,4 @@
-//! GObject and GIO with gdex, in three parts (issue 15):
+//! GObject and GIO with gdex, in three parts:
 //!
 //! 1. a GIO-style `_async`/`_finish` pair implemented with a future on the
 //!    pool ([`gdex::AsyncResult`]), called with a plain callback from the

@@ -1,9 +1,10 @@
 //! The crate's shape (T1 and "Layers and modules" in docs/architecture.md):
 //! its modules form layers, with no import cycle between them; no file of
-//! `src/` is over 800 lines; the test files are named after what they check,
-//! the one-at-a-time binary's tests take their lock, the optimised binary
-//! runs what the others run, and `.ci/loom`'s record of the models' last
-//! pass covers every file they compile.
+//! `src/` is over 800 lines; no comment cites an issue number; the test
+//! files are named after what they check, the one-at-a-time binary's tests
+//! take their lock, the optimised binary runs what the others run, and
+//! `.ci/loom`'s record of the models' last pass covers every file they
+//! compile.
 //!
 //! This reads `src/` as text: every `crate::…`, `super::…` and `self::…`
 //! path outside comments and the unit tests (`mod tests` under a test
@@ -483,6 +484,78 @@ fn the_first_pages_a_user_reads_have_no_nested_results() {
             );
         }
     }
+}
+
+/// No comment of the code (`src/`, `tests/`, `examples/`, `benches/`) cites
+/// an issue number (T1): a reader of the code has the contract codes and
+/// docs/architecture.md, not the tracker; the commit that made a line says
+/// which issue it answered. "issue" or "issues" followed by a number is
+/// refused.
+#[test]
+fn no_comment_cites_an_issue_number() {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "examples", "benches"] {
+        walk(&root.join(dir), &mut files);
+    }
+    files.sort();
+    let mut cited = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let Some(at) = line.find("//") else { continue };
+            if cites_an_issue(&line[at..]) {
+                let file = path.strip_prefix(root).unwrap().display();
+                cited.push(format!("  {file}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        cited.is_empty(),
+        "these comments cite an issue number: say what the line does and which \
+         contract it keeps (docs/architecture.md), and leave the issue to the commit \
+         message:\n{}",
+        cited.join("\n")
+    );
+}
+
+/// Whether `comment` holds "issue" or "issues" followed by a number
+/// (`#12`, `12`, `12,`).
+fn cites_an_issue(comment: &str) -> bool {
+    let lower = comment.to_ascii_lowercase();
+    lower.match_indices("issue").any(|(at, _)| {
+        let before_ok = !lower[..at].ends_with(|c: char| c.is_ascii_alphanumeric());
+        let rest = lower[at + "issue".len()..].trim_start_matches('s');
+        let rest = rest.trim_start().trim_start_matches('#');
+        before_ok && rest.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+#[test]
+fn the_issue_reader_sees_citations_and_nothing_else() {
+    // Built at run time, so that this file's own lines cite nothing.
+    let issue = "issue";
+    assert!(cites_an_issue(&format!(
+        "// resumed directly ({issue} 38)."
+    )));
+    assert!(cites_an_issue(&format!(
+        "//! File I/O (I{} #16, BENCH.md)",
+        &issue[1..]
+    )));
+    assert!(cites_an_issue(&format!("// see {issue}s 12, 13")));
+    assert!(!cites_an_issue("// an issue of the GLib loop: 2 threads"));
+    assert!(!cites_an_issue("// reissue 3 requests"));
+    assert!(!cites_an_issue("// the issue's 2nd point"));
 }
 
 /// No file of `src/` is over 800 lines, its unit tests counted (T1): a file

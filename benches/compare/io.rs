@@ -1,4 +1,4 @@
-//! File I/O (issue 16, BENCH.md's I/O targets).
+//! File I/O (BENCH.md's I/O targets).
 //!
 //! - **Read throughput**: a 16 MiB file read whole per iteration in 4 KiB
 //!   or 64 KiB blocks by 32 concurrent readers (reader `i` takes blocks

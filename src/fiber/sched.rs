@@ -1,5 +1,5 @@
 //! The fibers' own scheduler on a pool worker: a fiber that waits is
-//! resumed by its thread directly, not through its task (issue 38).
+//! resumed by its thread directly, not through its task (F3).
 //!
 //! A fiber spawned on a pool is a task (its handle, its cancellation, its
 //! record, its place in the shutdown: F1-F4, S9) whose first poll starts
@@ -607,16 +607,15 @@ mod tests {
         unreachable!("a leaked fiber was resumed")
     }
 
-    /// F3 at a worker's exit (issue 47, point 10): a fiber whose future is
-    /// never dropped on its thread (leaked: its task woken past
-    /// `LATE_WAKE` and dropped by the reaper, where `ThreadBound` leaks it)
-    /// leaves its cell waiting. Once its worker has exited, and its pool is
-    /// freed, a stale waker of that fiber must not touch the pool: the exit
-    /// retires the cell, and the wake does nothing. Without that, the wake
-    /// moved the cell to `QUEUED` and pushed the fiber's resumption into
-    /// the freed pool. Checked both ways a cell is retired: by the
-    /// worker's exit (`retire_cells_out`, the pool still alive) and by the
-    /// thread's end.
+    /// F3 at a worker's exit: a fiber whose future is never dropped on its
+    /// thread (leaked: its task woken past `LATE_WAKE` and dropped by the
+    /// reaper, where `ThreadBound` leaks it) leaves its cell waiting. Once its
+    /// worker has exited, and its pool is freed, a stale waker of that fiber
+    /// must not touch the pool: the exit retires the cell, and the wake does
+    /// nothing. Without that, the wake moved the cell to `QUEUED` and pushed
+    /// the fiber's resumption into the freed pool. Checked both ways a cell is
+    /// retired: by the worker's exit (`retire_cells_out`, the pool still alive)
+    /// and by the thread's end.
     #[test]
     fn a_stale_waker_of_a_leaked_fiber_does_not_reach_its_exited_worker() {
         crate::scheduler::context::tests::watchdog("stale_waker_of_leaked_fiber", 30, || {
