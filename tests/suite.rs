@@ -18,6 +18,7 @@ mod checksum;
 mod dbus;
 mod dbus_client;
 mod directed_wakeups;
+mod docs;
 mod fds;
 mod fibers;
 mod group;
