@@ -706,6 +706,81 @@ fn every_test_again_on_the_blocking_lane() {
     assert!(text.contains("test result: ok"), "{text}");
 }
 
+/// What an io_uring read gives is initialised for valgrind's memcheck as
+/// well as for Rust (the README's memory check runs this suite under it,
+/// expecting no error): the kernel writes the bytes as it completes the
+/// request, where memcheck cannot see it, so gdex tells memcheck which
+/// bytes a read wrote. A child reads a file (whole, in part, appended to
+/// what the buffer held) and a pipe under memcheck, compares every byte,
+/// and memcheck must report nothing. Only on io_uring: the blocking lane's
+/// `pread` is a system call memcheck knows.
+#[test]
+fn what_a_read_wrote_is_initialised_under_valgrinds_memcheck() {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    watchdog(
+        "what_a_read_wrote_is_initialised_under_valgrinds_memcheck",
+        120,
+        || {
+            let exe = std::env::current_exe().unwrap();
+            let mut command = std::process::Command::new("valgrind");
+            command
+                .args(["--error-exitcode=99", "-q"])
+                .arg(exe)
+                .args([
+                    "child_reads_under_memcheck",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("GDEX_TEST_CHILD", "1");
+            let out = command.output().unwrap_or_else(|err| {
+                panic!("cannot run valgrind ({err}): install it (Debian: apt-get install valgrind)")
+            });
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            assert!(
+                out.status.success() && stdout.contains("CHILD-OK"),
+                "reads under memcheck: {} (99: memcheck found errors)\n{stdout}\n{stderr}",
+                out.status
+            );
+        },
+    );
+}
+
+#[test]
+#[ignore = "run under valgrind by what_a_read_wrote_is_initialised_under_valgrinds_memcheck"]
+fn child_reads_under_memcheck() {
+    assert_eq!(gdex::aio::backend(), Backend::IoUring);
+    let dir = TempDir::new("aio-memcheck");
+    let path = dir.file("f", b"0123456789");
+    let pool = pool(1);
+    let task = pool.scheduler().spawn(async move {
+        let file = File::open(&path).await?;
+        let part = file.read_at(Vec::with_capacity(4), 3).await?;
+        assert_eq!(part, b"3456");
+        // Appended to what the buffer holds, and short: 3 bytes of 100.
+        let mut more = part;
+        more.reserve(100);
+        let more = file.read_at(more, 7).await?;
+        assert_eq!(more, b"3456789");
+        assert_eq!(gdex::aio::read_file(&path).await?, b"0123456789");
+        Ok::<_, gdex::Error>(())
+    });
+    gdex::block_on(task).unwrap().unwrap();
+    // A pipe: the kernel completes the read later, when data comes.
+    let (file, writer) = pipe();
+    let writer = write_later(writer, 50, b"late");
+    let got = finish_elsewhere("the pipe", file.read_at(Vec::with_capacity(16), 0));
+    assert_eq!(got, b"late");
+    drop(writer.join().unwrap());
+    println!("CHILD-OK");
+}
+
 // A2: an operation follows its poller, survives the threads and loops it
 // met, and both backends open as `open(2)` does.
 

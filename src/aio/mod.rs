@@ -103,6 +103,7 @@ mod op;
 mod open_options;
 mod operation;
 mod uring;
+mod valgrind;
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

@@ -186,6 +186,9 @@ impl Operation {
                     read <= read_len(&buf),
                     "gdex::aio: the kernel read more than asked"
                 );
+                // memcheck does not see an io_uring completion write them
+                // (nothing on a CPU: see `valgrind`).
+                super::valgrind::kernel_wrote(buf.as_ptr().wrapping_add(buf.len()), read);
                 // SAFETY: per the contract, the kernel wrote `read` bytes
                 // (at most the spare capacity, checked) right after `len`.
                 unsafe { buf.set_len(buf.len() + read) };
