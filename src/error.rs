@@ -105,15 +105,16 @@ impl Error {
 }
 
 /// A future's output that gdex can merge with its own errors, so that a
-/// wait or a timeout on it gives one `Result<T, gdex::Error>` rather than a
-/// `Result` of a `Result`: a `Result<T, E>` whose error converts into
-/// [`Error`] (gdex's own futures, and GIO's with their `glib::Error`), or
-/// `()` (a plain timer, a yield).
+/// wait on it gives one `Result<T, gdex::Error>` rather than a `Result` of
+/// a `Result`: a `Result<T, E>` whose error converts into [`Error`] (gdex's
+/// own futures, and GIO's with their `glib::Error`), or `()` (a plain
+/// timer, a yield).
 ///
-/// [`fiber::wait`](crate::fiber::wait), [`timeout`](crate::timeout) and
-/// [`timeout_at`](crate::timeout_at) take futures with such outputs; for any
-/// other output use [`fiber::wait_output`](crate::fiber::wait_output), or
-/// wrap the future: `async { Ok::<_, gdex::Error>(fut.await) }`.
+/// [`fiber::wait`](crate::fiber::wait) takes futures with such outputs; for
+/// any other output use [`fiber::wait_output`](crate::fiber::wait_output),
+/// or wrap the future: `async { Ok::<_, gdex::Error>(fut.await) }`.
+/// ([`timeout`](crate::timeout) takes any output and gives tokio's
+/// `Result<T, Elapsed>`.)
 ///
 /// ```
 /// use gdex::IntoResult;
@@ -123,7 +124,7 @@ impl Error {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an output gdex can merge its errors into",
-    note = "fiber::wait, timeout and timeout_at give `Result<T, gdex::Error>`: the future must give `Result<T, E>` with `E: Into<gdex::Error>` (gdex's and GIO's futures) or `()`",
+    note = "fiber::wait gives `Result<T, gdex::Error>`: the future must give `Result<T, E>` with `E: Into<gdex::Error>` (gdex's and GIO's futures) or `()`",
     note = "for another output use gdex::fiber::wait_output, or wrap the future: `async {{ Ok::<_, gdex::Error>(fut.await) }}`"
 )]
 pub trait IntoResult {
@@ -222,6 +223,169 @@ const PANICKED: &str = "the task panicked: ";
 /// ```
 impl From<glib::JoinError> for Error {
     fn from(err: glib::JoinError) -> Self {
+        match err.try_into_panic() {
+            Ok(payload) => Error::Panicked(take_message(payload)),
+            Err(_) => Error::Cancelled,
+        }
+    }
+}
+
+/// The error of [`timeout`](crate::timeout) and
+/// [`timeout_at`](crate::timeout_at): the deadline passed before the future
+/// gave its output (tokio's `time::error::Elapsed`).
+///
+/// It displays as tokio's does, converts into [`Error::TimedOut`], and into
+/// an [`std::io::Error`] of kind [`TimedOut`](std::io::ErrorKind::TimedOut)
+/// (which converts back into [`Error::TimedOut`]).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let elapsed = gdex::block_on(gdex::timeout(Duration::ZERO, std::future::pending::<()>()))
+///     .unwrap_err();
+/// assert_eq!(elapsed.to_string(), "deadline has elapsed");
+/// assert!(matches!(gdex::Error::from(elapsed), gdex::Error::TimedOut));
+/// let io = std::io::Error::from(elapsed);
+/// assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+/// assert!(matches!(gdex::Error::from(io), gdex::Error::TimedOut));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Elapsed(());
+
+impl Elapsed {
+    pub(crate) fn new() -> Self {
+        Elapsed(())
+    }
+}
+
+impl fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// [`Error::TimedOut`].
+impl From<Elapsed> for Error {
+    fn from(_: Elapsed) -> Self {
+        Error::TimedOut
+    }
+}
+
+/// An error of kind [`TimedOut`](std::io::ErrorKind::TimedOut), as tokio's;
+/// unlike tokio's, it carries the `Elapsed`: it displays as one and
+/// converts back into [`Error::TimedOut`].
+impl From<Elapsed> for std::io::Error {
+    fn from(elapsed: Elapsed) -> Self {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, elapsed)
+    }
+}
+
+/// An I/O error as a gdex error: one that carries a gdex [`Error`], an
+/// [`Elapsed`] or a `glib::Error` (as the conversions into
+/// `std::io::Error` of gdex, of [`Elapsed`] and of gio-rs's
+/// streams make) gives that error back; any other is [`Error::Failed`]
+/// with a GIO error (`G_IO_ERROR`) whose code is GLib's for its `errno`
+/// (`g_io_error_from_errno`), or else the one for its kind, and whose
+/// message is its own.
+///
+/// ```
+/// let missing = std::fs::read("/no/such/file").unwrap_err();
+/// let err = gdex::Error::from(missing);
+/// assert!(err.matches(gdex::gio::IOErrorEnum::NotFound));
+/// assert!(err.to_string().contains("os error 2"), "{err}");
+/// let timed_out: std::io::Error = gdex::Error::TimedOut.into();
+/// assert!(matches!(gdex::Error::from(timed_out), gdex::Error::TimedOut));
+/// ```
+impl From<std::io::Error> for Error {
+    fn from(err: std::io::Error) -> Self {
+        if err.get_ref().is_some_and(|inner| {
+            inner.is::<Error>() || inner.is::<Elapsed>() || inner.is::<glib::Error>()
+        }) {
+            let inner = err.into_inner().expect("checked: it has an inner error");
+            let inner = match inner.downcast::<Error>() {
+                Ok(gdex) => return *gdex,
+                Err(other) => other,
+            };
+            return match inner.downcast::<glib::Error>() {
+                Ok(glib) => Error::from(*glib),
+                Err(_) => Error::TimedOut, // the Elapsed
+            };
+        }
+        let code = match err.raw_os_error() {
+            Some(errno) => gio::io_error_from_errno(errno),
+            None => io_error_code(err.kind()),
+        };
+        Error::Failed(glib::Error::new(code, &err.to_string()))
+    }
+}
+
+/// The GIO code of an I/O error's kind: the inverse of gio-rs's
+/// `From<IOErrorEnum> for io::ErrorKind`, so that a kind makes the round
+/// trip; `G_IO_ERROR_FAILED` for the kinds GIO has no code of its own for.
+fn io_error_code(kind: std::io::ErrorKind) -> gio::IOErrorEnum {
+    use gio::IOErrorEnum as G;
+    use std::io::ErrorKind as K;
+    match kind {
+        K::NotFound => G::NotFound,
+        K::AlreadyExists => G::Exists,
+        K::InvalidInput => G::InvalidArgument,
+        K::PermissionDenied => G::PermissionDenied,
+        K::AddrInUse => G::AddressInUse,
+        K::TimedOut => G::TimedOut,
+        K::WouldBlock => G::WouldBlock,
+        K::InvalidData => G::InvalidData,
+        K::ConnectionRefused => G::ConnectionRefused,
+        K::BrokenPipe => G::BrokenPipe,
+        K::NotConnected => G::NotConnected,
+        _ => G::Failed,
+    }
+}
+
+/// A gdex error as an I/O error that carries it (so `?` takes a task's
+/// result in a function that returns `std::io::Result`, as tokio's
+/// `JoinError` does): of kind [`TimedOut`](std::io::ErrorKind::TimedOut)
+/// for [`Error::TimedOut`], the kind gio-rs gives a GIO error for a
+/// [`Error::Failed`] in `G_IO_ERROR`, and [`Other`](std::io::ErrorKind::Other)
+/// for the rest (an I/O kind such as `Interrupted` would tell `std`'s
+/// readers to retry). It converts back into the same gdex error.
+///
+/// ```
+/// let io = std::io::Error::from(gdex::Error::Cancelled);
+/// assert_eq!(io.kind(), std::io::ErrorKind::Other);
+/// assert_eq!(io.to_string(), "the task was cancelled");
+/// assert!(gdex::Error::from(io).is_cancelled());
+/// ```
+impl From<Error> for std::io::Error {
+    fn from(err: Error) -> Self {
+        let kind = match &err {
+            Error::TimedOut => std::io::ErrorKind::TimedOut,
+            Error::Failed(glib) => glib
+                .kind::<gio::IOErrorEnum>()
+                .map_or(std::io::ErrorKind::Other, Into::into),
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, err)
+    }
+}
+
+/// A tokio task's `JoinError` (feature `tokio`): one that panicked is
+/// [`Error::Panicked`] with its message; a cancelled one (aborted, or its
+/// runtime shut down) is [`Error::Cancelled`]. So `?` takes a tokio
+/// `JoinHandle`'s result as it takes a gdex `Task`'s.
+///
+/// ```
+/// let task = gdex::spawn(async {
+///     let err = tokio::spawn(async { panic!("on purpose") }).await.unwrap_err();
+///     gdex::Error::from(err)
+/// });
+/// assert!(matches!(gdex::block_on(task).unwrap(), gdex::Error::Panicked(m) if m == "on purpose"));
+/// ```
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+impl From<tokio::task::JoinError> for Error {
+    fn from(err: tokio::task::JoinError) -> Self {
         match err.try_into_panic() {
             Ok(payload) => Error::Panicked(take_message(payload)),
             Err(_) => Error::Cancelled,
@@ -379,5 +543,59 @@ mod tests {
         assert_eq!(again.message(), "no such file");
         let cancelled = Error::from(glib::Error::new(gio::IOErrorEnum::Cancelled, "x"));
         assert!(cancelled.is_cancelled());
+    }
+
+    /// An I/O error becomes a GIO error with GLib's code for its `errno`,
+    /// or for its kind, and its own message; a gdex error, an `Elapsed` or
+    /// a GLib error carried in an I/O error comes back as it was; a gdex
+    /// error goes into an I/O error of the matching kind.
+    #[test]
+    fn io_errors_convert_both_ways() {
+        use std::io::ErrorKind;
+
+        let os = std::io::Error::from_raw_os_error(libc::EACCES);
+        let message = os.to_string();
+        let err = Error::from(os);
+        assert!(err.matches(gio::IOErrorEnum::PermissionDenied), "{err:?}");
+        assert_eq!(err.to_string(), message);
+        assert_eq!(
+            std::io::Error::from(err).kind(),
+            ErrorKind::PermissionDenied
+        );
+
+        for kind in [
+            ErrorKind::NotFound,
+            ErrorKind::AlreadyExists,
+            ErrorKind::InvalidInput,
+            ErrorKind::PermissionDenied,
+            ErrorKind::AddrInUse,
+            ErrorKind::TimedOut,
+            ErrorKind::WouldBlock,
+            ErrorKind::InvalidData,
+            ErrorKind::ConnectionRefused,
+            ErrorKind::BrokenPipe,
+            ErrorKind::NotConnected,
+            ErrorKind::Other,
+        ] {
+            let err = Error::from(std::io::Error::new(kind, "why"));
+            assert!(
+                matches!(&err, Error::Failed(g) if g.message() == "why"),
+                "{err:?}"
+            );
+            assert_eq!(std::io::Error::from(err).kind(), kind, "{kind:?}");
+        }
+        let unmapped = Error::from(std::io::Error::from(ErrorKind::UnexpectedEof));
+        assert!(unmapped.matches(gio::IOErrorEnum::Failed), "{unmapped:?}");
+
+        let panicked = std::io::Error::from(Error::Panicked("boom".into()));
+        assert_eq!(panicked.kind(), ErrorKind::Other);
+        assert!(matches!(Error::from(panicked), Error::Panicked(m) if m == "boom"));
+        let timed_out = std::io::Error::from(Error::TimedOut);
+        assert_eq!(timed_out.kind(), ErrorKind::TimedOut);
+        assert!(matches!(Error::from(timed_out), Error::TimedOut));
+        let elapsed = std::io::Error::from(Elapsed::new());
+        assert!(matches!(Error::from(elapsed), Error::TimedOut));
+        let glib = std::io::Error::other(glib::Error::new(ErrorCode::Closed, "closed"));
+        assert!(matches!(Error::from(glib), Error::Closed));
     }
 }

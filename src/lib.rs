@@ -154,7 +154,7 @@ pub use blocking::LaneStats;
 pub use diagnostics::dump::{dump, enable_task_dump, TaskDump, TaskInfo, TaskState};
 pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
-pub use error::{Error, ErrorCode, IntoResult};
+pub use error::{Elapsed, Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
 pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
 pub use future::fd::{unix_fd, UnixFd};

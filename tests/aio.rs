@@ -833,8 +833,9 @@ fn finish_elsewhere<T>(
     future: impl std::future::Future<Output = Result<T, gdex::Error>>,
 ) -> T {
     match gdex::wait_for(gdex::timeout(std::time::Duration::from_secs(5), future)) {
-        Ok(value) => value,
-        Err(err) => panic!("{what}: {err}"),
+        Ok(Ok(value)) => value,
+        Ok(Err(err)) => panic!("{what}: {err}"),
+        Err(elapsed) => panic!("{what}: {elapsed} (5 s)"),
     }
 }
 
@@ -959,7 +960,9 @@ fn a_thread_that_exits_fails_no_operation_it_did_not_own() {
                     });
                     let opened =
                         gdex::block_on(gdex::timeout(std::time::Duration::from_secs(5), open));
-                    let fifo = opened.unwrap_or_else(|err| panic!("the FIFO's open failed: {err}"));
+                    let fifo = opened
+                        .unwrap_or_else(|elapsed| panic!("the FIFO's open: {elapsed}"))
+                        .unwrap_or_else(|err| panic!("the FIFO's open failed: {err}"));
                     let (written, _) =
                         gdex::block_on(fifo.write_at(b"through".to_vec(), 0)).unwrap();
                     assert_eq!(written, 7);
@@ -1149,6 +1152,7 @@ fn an_operation_follows_its_poller_to_a_new_context_at_a_dead_ones_address() {
                         gdex::block_on(gdex::timeout(std::time::Duration::from_secs(2), read))
                     })
                     .unwrap()
+                    .unwrap_or_else(|elapsed| panic!("after {turns} turns: {elapsed}"))
                     .unwrap_or_else(|err| panic!("after {turns} turns: {err}"));
                 assert_eq!(got, b"late", "after {turns} turns");
                 drop(writer.join().unwrap());
@@ -1184,6 +1188,7 @@ fn a_watched_operation_is_watched_again_from_a_new_context_at_a_dead_watchers_ad
                     gdex::block_on(gdex::timeout(std::time::Duration::from_secs(2), &mut read))
                 })
                 .unwrap()
+                .unwrap_or_else(|elapsed| panic!("{elapsed}"))
                 .unwrap_or_else(|err| panic!("{err}"));
             assert_eq!(got, b"late");
             drop(writer.join().unwrap());
@@ -1219,6 +1224,7 @@ fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_first_wrote() {
             )))
             .unwrap();
             writer.join().unwrap();
+            let got = got.unwrap_or_else(|elapsed| panic!("{elapsed}"));
             assert_eq!(got.unwrap_or_else(|err| panic!("{err}")), b"first");
         },
     );
@@ -1508,6 +1514,7 @@ fn threads_that_own_rings_exit_together_with_operations_in_the_kernel() {
             for task in tasks {
                 gdex::block_on(task)
                     .unwrap()
+                    .unwrap_or_else(|elapsed| panic!("{elapsed}"))
                     .unwrap_or_else(|err| panic!("{err}"));
             }
             for reader in readers {
@@ -1560,6 +1567,7 @@ fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote(
                 writer.join().unwrap();
                 drop(unblock);
                 let got = got
+                    .unwrap_or_else(|elapsed| Err(elapsed.into()))
                     .unwrap_or_else(|err| panic!("round {round}, writer after {delay} µs: {err}"));
                 assert_eq!(got, b"w", "round {round}");
             }
@@ -3119,26 +3127,26 @@ mod differential {
             limit: Duration,
         ) -> Fate<T> {
             type Caught<T> = Result<Result<T, gdex::Error>, Box<dyn Any + Send>>;
-            let guarded = async move {
-                Ok::<Caught<T>, gdex::Error>(AssertUnwindSafe(fut).catch_unwind().await)
-            };
-            let timed = gdex::timeout(limit, guarded);
-            let flat = |r: Result<Result<Caught<T>, gdex::Error>, gdex::Error>| r.and_then(|r| r);
+            let timed = gdex::timeout(limit, AssertUnwindSafe(fut).catch_unwind());
             let out: Result<Caught<T>, gdex::Error> = match awaiter {
-                Awaiter::WaitFor => gdex::wait_for(timed),
+                Awaiter::WaitFor => gdex::wait_for(timed).map_err(Into::into),
                 Awaiter::BlockOnOwn => self
                     .own
                     .with_thread_default(|| gdex::block_on(timed))
-                    .expect("this thread's context is free"),
-                Awaiter::PoolTask => flat(gdex::wait_for(self.pool.scheduler().spawn(timed))),
-                Awaiter::Fiber => flat(gdex::wait_for(
+                    .expect("this thread's context is free")
+                    .map_err(Into::into),
+                Awaiter::PoolTask => gdex::wait_for(self.pool.scheduler().spawn(timed))
+                    .and_then(|timed| timed.map_err(Into::into)),
+                Awaiter::Fiber => gdex::wait_for(
                     self.pool
                         .scheduler()
                         .spawn_fiber(move || gdex::fiber::wait(timed)),
-                )),
+                )
+                .and_then(|waited| waited),
                 Awaiter::OtherThread => std::thread::spawn(move || gdex::wait_for(timed))
                     .join()
-                    .unwrap(),
+                    .unwrap()
+                    .map_err(Into::into),
             };
             match out {
                 Err(gdex::Error::TimedOut) => Fate::Hung(limit),

@@ -475,7 +475,7 @@ fn a_dropped_waiting_acquire_takes_no_slot_with_it() {
         drop(second); // ...and passes it on
         let third = gdex::block_on(gdex::timeout(Duration::from_secs(5), limiter.acquire()));
         assert!(
-            third.is_ok(),
+            matches!(third, Ok(Ok(_))),
             "the slot was lost with a dropped acquire: {third:?}"
         );
     });
@@ -489,15 +489,12 @@ fn an_acquire_that_timed_out_leaves_the_queue() {
         let limiter = gdex::Limiter::new(1);
         let first = gdex::block_on(limiter.acquire()).unwrap();
         let timed_out = gdex::block_on(gdex::timeout(Duration::from_millis(1), limiter.acquire()));
-        assert!(
-            matches!(timed_out, Err(gdex::Error::TimedOut)),
-            "{timed_out:?}"
-        );
+        assert!(timed_out.is_err(), "{timed_out:?}");
         let mut third = Box::pin(limiter.acquire());
         assert!(poll_once(&mut third).is_pending());
         drop(first);
         let third = gdex::block_on(gdex::timeout(Duration::from_millis(100), third));
-        assert!(third.is_ok(), "{third:?}");
+        assert!(matches!(third, Ok(Ok(_))), "{third:?}");
     });
 }
 
@@ -537,7 +534,7 @@ fn a_drain_waits_for_held_permits_and_refuses_queued_acquires() {
         let mut drain = Box::pin(limiter.close_after_drain());
         assert!(poll_once(&mut drain).is_pending());
         let early = gdex::block_on(gdex::timeout(Duration::from_millis(1), drain.as_mut()));
-        assert!(matches!(early, Err(gdex::Error::TimedOut)), "{early:?}");
+        assert!(early.is_err(), "{early:?}");
         first.release();
         assert!(matches!(gdex::block_on(next), Err(gdex::Error::Closed)));
         gdex::block_on(drain);
@@ -682,15 +679,12 @@ fn a_run_that_timed_out_waiting_never_starts() {
                 b.fetch_add(1, Ordering::SeqCst);
             }),
         ));
-        assert!(
-            matches!(timed_out, Err(gdex::Error::TimedOut)),
-            "{timed_out:?}"
-        );
+        assert!(timed_out.is_err(), "{timed_out:?}");
         let mut next = Box::pin(limiter.run(async { 7 }));
         assert!(poll_once(&mut next).is_pending());
         drop(held);
         let next = gdex::block_on(gdex::timeout(Duration::from_millis(100), next));
-        assert_eq!(next.unwrap(), 7);
+        assert!(matches!(next, Ok(Ok(7))), "{next:?}");
         assert_eq!(
             blocked.load(Ordering::SeqCst),
             0,
@@ -717,10 +711,7 @@ fn a_run_that_timed_out_running_drops_its_job_and_frees_the_slot() {
                 c.fetch_add(1, Ordering::SeqCst);
             }),
         ));
-        assert!(
-            matches!(timed_out, Err(gdex::Error::TimedOut)),
-            "{timed_out:?}"
-        );
+        assert!(timed_out.is_err(), "{timed_out:?}");
         assert_eq!(started.load(Ordering::SeqCst), 1);
         let mut next = Box::pin(limiter.acquire());
         assert!(matches!(poll_once(&mut next), Poll::Ready(Ok(_))));

@@ -543,7 +543,7 @@ fn shutdown_resolves_every_task_whatever_it_waits_on() {
         let (_, first) = tasks.next().unwrap();
         let in_time = gdex::wait_for(gdex::timeout(std::time::Duration::from_secs(2), first));
         assert!(
-            matches!(in_time, Err(gdex::Error::Cancelled)),
+            matches!(in_time, Ok(Err(gdex::Error::Cancelled))),
             "{in_time:?}"
         );
         for (what, task) in tasks {

@@ -194,3 +194,49 @@ fn the_tokio_runtime_outlives_the_pools_that_used_it() {
         },
     );
 }
+
+/// tokio's `timeout(d, handle).await??` with gdex's `timeout`: over a
+/// tokio `JoinHandle` inside a gdex task, the deadline's `Elapsed` and the
+/// handle's `JoinError` both convert into `gdex::Error` with `?` (a
+/// panicked tokio task is `Panicked` with its message); a deadline that
+/// passes gives `Elapsed` and drops the handle, which (tokio's rule)
+/// detaches the tokio task: it runs on.
+#[test]
+fn a_timeout_over_a_tokio_join_handle_takes_question_marks() {
+    watchdog("timeout-over-tokio-handle", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let long = Duration::from_secs(10);
+        async fn joined<T>(
+            d: Duration,
+            handle: tokio::task::JoinHandle<T>,
+        ) -> Result<T, gdex::Error> {
+            Ok(gdex::timeout(d, handle).await??)
+        }
+        let task = pool.scheduler().spawn(async move {
+            let value = joined(long, tokio::spawn(async { 6 * 7 })).await;
+            let panicked = joined(long, tokio::spawn(async { panic!("on purpose") })).await;
+            (value, panicked)
+        });
+        let (value, panicked) = gdex::block_on(task).unwrap();
+        assert_eq!(value.unwrap(), 42);
+        assert!(
+            matches!(&panicked, Err(gdex::Error::Panicked(m)) if m == "on purpose"),
+            "{panicked:?}"
+        );
+
+        let (finished, ran_on) = std::sync::mpsc::channel();
+        let (release, gate) = tokio::sync::oneshot::channel::<()>();
+        let task = pool.scheduler().spawn(async move {
+            let handle = tokio::spawn(async move {
+                let _ = gate.await;
+                finished.send(()).unwrap();
+            });
+            // Deliberate: the deadline is what is tested.
+            joined(Duration::from_millis(5), handle).await
+        });
+        let elapsed = gdex::block_on(task).unwrap();
+        assert!(matches!(elapsed, Err(gdex::Error::TimedOut)), "{elapsed:?}");
+        release.send(()).unwrap();
+        ran_on.recv().expect("the detached tokio task ran on");
+    });
+}

@@ -279,7 +279,7 @@ fn timeouts_on_every_scheduler_and_timeout_drops_the_future() {
         let in_fiber = p.scheduler().spawn_fiber(move || {
             let start = Instant::now();
             gdex::fiber::wait(gdex::sleep(d)).unwrap();
-            // One result: the timeout's error, not a `Result` in a `Result`.
+            // The timeout's `Elapsed`, as `fiber::wait`'s one error.
             let r = gdex::fiber::wait(gdex::timeout(d, std::future::pending::<()>()));
             (r, start.elapsed())
         });
@@ -313,21 +313,20 @@ fn timeouts_on_every_scheduler_and_timeout_drops_the_future() {
             (r, check.load(Ordering::SeqCst))
         });
         let (r, dropped_then) = gdex::block_on(task).unwrap();
-        assert!(matches!(r, Err(gdex::Error::TimedOut)));
+        assert!(r.is_err(), "{r:?}");
         assert_eq!(dropped_then, 1);
 
         let deadline = Instant::now() + d;
         let r = gdex::block_on(gdex::timeout_at(deadline, gdex::spawn(async { 5 })));
-        assert_eq!(
-            r.unwrap(),
-            5,
-            "one Result: the task's value or either error"
+        assert!(
+            matches!(r, Ok(Ok(5))),
+            "in time: the task's own result, {r:?}"
         );
         let r = gdex::block_on(gdex::timeout_at(deadline, gdex::sleep(10 * d)));
-        assert!(matches!(r, Err(gdex::Error::TimedOut)) && Instant::now() >= deadline);
+        assert!(r.is_err() && Instant::now() >= deadline, "{r:?}");
         // A duration too long for any clock is "never", not a panic.
         let r = gdex::block_on(gdex::timeout(Duration::MAX, gdex::spawn(async { 6 })));
-        assert_eq!(r.unwrap(), 6);
+        assert!(matches!(r, Ok(Ok(6))), "{r:?}");
     });
 }
 
@@ -1074,14 +1073,17 @@ fn a_timeout_passes_a_value_or_an_error_through_unchanged() {
             Duration::from_secs(1),
             std::future::ready(Ok::<_, gdex::Error>(123)),
         ));
-        assert!(matches!(ok.as_mut().poll(&mut cx), Poll::Ready(Ok(123))));
+        assert!(matches!(
+            ok.as_mut().poll(&mut cx),
+            Poll::Ready(Ok(Ok(123)))
+        ));
         let failed = glib::Error::new(gio::IOErrorEnum::NotFound, "Failed");
         let mut err = Box::pin(gdex::timeout_at(
             Instant::now() + Duration::from_secs(1),
             std::future::ready(Err::<i32, _>(failed)),
         ));
         match err.as_mut().poll(&mut cx) {
-            Poll::Ready(Err(gdex::Error::Failed(e))) => {
+            Poll::Ready(Ok(Err(e))) => {
                 assert!(e.matches(gio::IOErrorEnum::NotFound));
                 assert_eq!(e.message(), "Failed");
             }
@@ -1090,8 +1092,124 @@ fn a_timeout_passes_a_value_or_an_error_through_unchanged() {
     });
 }
 
+/// tokio's `timeout`, in tokio's shape: any output (a `bool`, an
+/// `io::Result`, a task's `Result`) comes back whole in `Ok`, the deadline
+/// as `Err(Elapsed)`; `?` takes both apart, into a gdex result or an
+/// `io::Result` (where `Elapsed` is of kind `TimedOut`, as tokio's).
+#[test]
+fn a_timeout_takes_any_output_and_gives_tokios_shape() {
+    watchdog("timeout-any-output", 30, || {
+        let long = Duration::from_secs(10);
+        // Deliberate: a deadline the future never meets.
+        let short = Duration::from_millis(5);
+
+        let r: Result<bool, gdex::Elapsed> = gdex::block_on(gdex::timeout(long, async { true }));
+        assert_eq!(r, Ok(true));
+        let elapsed = gdex::block_on(gdex::timeout(short, std::future::pending::<bool>()))
+            .expect_err("a pending future met its deadline");
+        assert_eq!(elapsed.to_string(), "deadline has elapsed");
+        assert!(matches!(gdex::Error::from(elapsed), gdex::Error::TimedOut));
+
+        // An `io::Result`, with `?` in a function that returns one.
+        async fn read_within(d: Duration, path: &str) -> std::io::Result<Vec<u8>> {
+            gdex::timeout(d, async { std::fs::read(path) }).await?
+        }
+        let missing = gdex::block_on(read_within(long, "/no/such/file/here")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
+        async fn never_within(d: Duration) -> std::io::Result<()> {
+            gdex::timeout(d, std::future::pending::<std::io::Result<()>>()).await?
+        }
+        let late = gdex::block_on(never_within(short)).unwrap_err();
+        assert_eq!(late.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(late.to_string(), "deadline has elapsed");
+        assert!(matches!(gdex::Error::from(late), gdex::Error::TimedOut));
+
+        // A task's `Result` (on another thread) with `??`, into a gdex
+        // result; and the same task's errors into an `io::Result`.
+        let p = pool(1);
+        let s = p.scheduler();
+        let doubled = {
+            let s = s.clone();
+            async move {
+                let task = s.spawn(async { 21 });
+                Ok::<_, gdex::Error>(gdex::timeout(long, task).await?? * 2)
+            }
+        };
+        assert_eq!(gdex::block_on(doubled).unwrap(), 42);
+        let failed = {
+            let s = s.clone();
+            async move {
+                let task = s.spawn(async { panic!("on purpose") });
+                gdex::timeout(long, task).await??;
+                Ok::<(), std::io::Error>(())
+            }
+        };
+        let failed = gdex::block_on(failed).unwrap_err();
+        assert_eq!(failed.kind(), std::io::ErrorKind::Other);
+        assert!(
+            matches!(gdex::Error::from(failed), gdex::Error::Panicked(m) if m == "on purpose"),
+            "the task's error did not come back whole"
+        );
+    });
+}
+
+/// At its deadline a timeout drops the future it wraps, whatever the
+/// future's output, before it gives `Elapsed`: on a pool worker, in a
+/// fiber and on the main scheduler (libdex `with-timeout`, tokio's
+/// `timeout`: the future is cancelled by being dropped).
+#[test]
+fn an_elapsed_timeout_has_dropped_its_future() {
+    watchdog("timeout-drops", 30, || {
+        let p = pool(1);
+        // Deliberate: the deadline is what is tested.
+        let d = Duration::from_millis(5);
+        // A future of `bool` that holds `Counted` until it is dropped.
+        let held = |drops: &Arc<AtomicUsize>| {
+            let guard = Counted(drops.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<bool>().await
+            }
+        };
+
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (future, seen) = (held(&drops), drops.clone());
+        let on_pool = p.scheduler().spawn(async move {
+            let r = gdex::timeout(d, future).await;
+            (r, seen.load(Ordering::SeqCst))
+        });
+        let (r, dropped) = gdex::block_on(on_pool).unwrap();
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(dropped, 1, "the future outlived its deadline on a worker");
+
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (future, seen) = (held(&drops), drops.clone());
+        let in_fiber = p.scheduler().spawn_fiber(move || {
+            let r = gdex::fiber::wait_output(gdex::timeout(d, future)).unwrap();
+            (r, seen.load(Ordering::SeqCst))
+        });
+        let (r, dropped) = gdex::block_on(in_fiber).unwrap();
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(dropped, 1, "the future outlived its deadline in a fiber");
+
+        on_main(|| {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (future, seen) = (held(&drops), drops.clone());
+            let on_main = gdex::Scheduler::main().spawn_local(async move {
+                let r = gdex::timeout_at(Instant::now() + d, future).await;
+                (r, seen.load(Ordering::SeqCst))
+            });
+            let (r, dropped) = gdex::block_on(on_main).unwrap();
+            assert!(r.is_err(), "{r:?}");
+            assert_eq!(dropped, 1, "the future outlived its deadline on main");
+        });
+    });
+}
+
 /// libdex 1.2 `with-timeout/times-out` and `/disowned`: a deadline that
-/// passes rejects with `TimedOut` and drops the wrapped future, which
+/// passes gives `Elapsed` (libdex rejects with `DEX_ERROR_TIMED_OUT`)
+/// and drops the wrapped future, which
 /// cancels a GIO call it made; work handed to a detached task is not
 /// cancelled, only no longer awaited.
 #[test]
@@ -1104,10 +1222,7 @@ fn a_passed_deadline_times_out_cancelling_the_call_but_not_detached_work() {
                     Instant::now(),
                     std::future::pending::<Result<(), gdex::Error>>(),
                 ));
-                assert!(
-                    matches!(timed_out, Err(gdex::Error::TimedOut)),
-                    "{timed_out:?}"
-                );
+                assert!(timed_out.is_err(), "{timed_out:?}");
 
                 // A GIO-style call whose cancellable the test watches; it
                 // never answers (its sender is kept, unused).
@@ -1121,7 +1236,7 @@ fn a_passed_deadline_times_out_cancelling_the_call_but_not_detached_work() {
                     call.await;
                     Ok::<(), gdex::Error>(())
                 }));
-                assert!(matches!(out, Err(gdex::Error::TimedOut)));
+                assert!(out.is_err(), "{out:?}");
                 let (c, _send) = started.lock().unwrap().take().expect("the call started");
                 assert!(c.is_cancelled(), "the timed-out call was not cancelled");
 
@@ -1137,7 +1252,7 @@ fn a_passed_deadline_times_out_cancelling_the_call_but_not_detached_work() {
                 })
                 .detach();
                 let out = gdex::block_on(gdex::timeout(Duration::from_millis(5), result));
-                assert!(matches!(out, Err(gdex::Error::TimedOut)));
+                assert!(out.is_err(), "{out:?}");
                 open.resolve(());
                 wait_until(|| done.load(Ordering::SeqCst));
             })

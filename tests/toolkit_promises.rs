@@ -557,7 +557,9 @@ async fn consumer_step(rx: &gdex::Receiver<usize>, turn: usize) -> Step {
         Err(e) => panic!("recv: {e}"),
     };
     match turn % 5 {
-        0 => one(gdex::timeout(short, rx.recv()).await),
+        0 => one(gdex::timeout(short, rx.recv())
+            .await
+            .unwrap_or_else(|elapsed| Err(elapsed.into()))),
         1 => match select(pin!(rx.recv()), pin!(gdex::sleep(short))).await {
             Either::Left((r, _)) => one(r),
             Either::Right(_) => Step::Nothing,

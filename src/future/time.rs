@@ -1,4 +1,5 @@
-//! Time: [`sleep`], [`timeout`], [`timeout_at`], [`reject_after`].
+//! Time: [`sleep`], [`timeout`], [`timeout_at`] (and their [`Elapsed`]),
+//! [`reject_after`].
 //!
 //! A timer is one ready-time `GSource` attached to the context of the
 //! scheduler that polls it: a pool worker's own context, the main context,
@@ -31,7 +32,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::error::IntoResult;
+use crate::error::Elapsed;
 use crate::source::{Hooks, SourceRef};
 use crate::task::flag::Flag;
 use crate::{Error, Scheduler};
@@ -230,33 +231,64 @@ impl<T> std::fmt::Debug for RejectAfter<T> {
     }
 }
 
-/// Gives `future`'s value if it arrives within `duration`; otherwise drops
-/// `future` (cancelling it) and rejects with [`Error::TimedOut`]. As with
-/// tokio's `timeout`; the result is one `Result<T, gdex::Error>`: a future
-/// that itself gives `Result<T, E>` (a task, a GIO call) has its error
-/// merged in (see [`IntoResult`](crate::IntoResult)).
+/// Gives `future`'s output if it arrives within `duration`; otherwise drops
+/// `future` (cancelling it) and gives [`Elapsed`]. tokio's `timeout`, in
+/// tokio's shape: `Result<F::Output, Elapsed>`, for any output.
+///
+/// A future that has errors of its own (a [`Task`](crate::Task), a GIO
+/// call) gives a `Result` inside the `Result`: `?` takes both apart, since
+/// [`Elapsed`] converts into [`Error::TimedOut`] and into an
+/// [`std::io::Error`] of kind [`TimedOut`](std::io::ErrorKind::TimedOut).
+/// `future` is polled first, so a value that is ready passes through even
+/// at a deadline that has passed.
 ///
 /// ```
 /// use std::time::Duration;
+///
+/// // Any output: a `bool`, an `io::Result`, a task's `Result`.
+/// let quick = gdex::block_on(gdex::timeout(Duration::from_secs(5), async { true }));
+/// assert_eq!(quick, Ok(true));
 /// let slow = gdex::sleep(Duration::from_secs(60));
 /// let r = gdex::block_on(gdex::timeout(Duration::from_millis(5), slow));
-/// assert!(matches!(r, Err(gdex::Error::TimedOut)));
-/// let quick = gdex::spawn(async { 3 });
-/// assert_eq!(gdex::block_on(gdex::timeout(Duration::from_secs(5), quick)).unwrap(), 3);
+/// assert_eq!(r.unwrap_err().to_string(), "deadline has elapsed");
+///
+/// // Both errors with `?`: the deadline's, then the task's.
+/// async fn doubled() -> Result<u32, gdex::Error> {
+///     let task = gdex::spawn(async { 21 });
+///     Ok(gdex::timeout(Duration::from_secs(5), task).await?? * 2)
+/// }
+/// assert_eq!(gdex::block_on(doubled()).unwrap(), 42);
+///
+/// // Into an `io::Result` the same way.
+/// async fn read(path: &str) -> std::io::Result<Vec<u8>> {
+///     gdex::timeout(Duration::from_secs(5), async { std::fs::read(path) }).await?
+/// }
+/// let missing = gdex::block_on(read("/no/such/file")).unwrap_err();
+/// assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
 /// ```
 pub fn timeout<F>(duration: Duration, future: F) -> Timeout<F::IntoFuture>
 where
     F: IntoFuture,
-    F::Output: IntoResult,
 {
     Timeout::new(Timer::after(duration), future.into_future())
 }
 
-/// [`timeout`] with a deadline instead of a duration.
+/// [`timeout`] with a deadline instead of a duration: tokio's
+/// `timeout_at`, with a [`std::time::Instant`]. A deadline that has passed
+/// still polls `future` once.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_millis(5);
+/// let r = gdex::block_on(gdex::timeout_at(deadline, std::future::pending::<u8>()));
+/// assert!(r.is_err() && Instant::now() >= deadline);
+/// let past = Instant::now();
+/// assert_eq!(gdex::block_on(gdex::timeout_at(past, async { 7 })), Ok(7));
+/// ```
 pub fn timeout_at<F>(deadline: Instant, future: F) -> Timeout<F::IntoFuture>
 where
     F: IntoFuture,
-    F::Output: IntoResult,
 {
     Timeout::new(Timer::at(deadline), future.into_future())
 }
@@ -281,27 +313,23 @@ impl<F> Timeout<F> {
     }
 }
 
-impl<F> Future for Timeout<F>
-where
-    F: Future,
-    F::Output: IntoResult,
-{
-    type Output = Result<<F::Output as IntoResult>::Ok, Error>;
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut future = this.future;
         let Some(inner) = future.as_mut().as_pin_mut() else {
-            return Poll::Ready(Err(Error::TimedOut));
+            return Poll::Ready(Err(Elapsed::new()));
         };
         if let Poll::Ready(value) = inner.poll(cx) {
-            return Poll::Ready(value.into_result());
+            return Poll::Ready(Ok(value));
         }
         match this.timer.poll_fired(cx) {
             Poll::Ready(()) => {
                 // Cancel the work now, not when the wrapper goes.
                 future.set(None);
-                Poll::Ready(Err(Error::TimedOut))
+                Poll::Ready(Err(Elapsed::new()))
             }
             Poll::Pending => Poll::Pending,
         }

@@ -114,7 +114,8 @@ where
             crate::block_on(crate::timeout(std::time::Duration::from_secs(2), read))
         })
         .unwrap();
-    got.unwrap_or_else(|err| panic!("the refused operation never completed: {err}"))
+    got.unwrap_or_else(|elapsed| panic!("the refused operation never completed: {elapsed}"))
+        .unwrap_or_else(|err| panic!("the refused operation failed: {err}"))
 }
 
 /// (A2) An operation whose submission the kernel refused for a
