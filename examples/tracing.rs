@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tracing_subscriber::prelude::*;
 
-fn main() {
+fn main() -> Result<(), gdex::Error> {
     let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
         .unwrap_or_else(|_| "gdex=trace".into())
         .parse()
@@ -33,18 +33,16 @@ fn main() {
     let pool = gdex::ThreadPool::builder()
         .workers(2)
         .stall_threshold(Duration::from_millis(50))
-        .build()
-        .expect("start the pool");
+        .build()?;
 
     // A task woken from another thread: this one, through a promise.
     let (promise, waiting) = gdex::Promise::<u32>::new();
     let woken = pool.scheduler().spawn_named("waits-for-main", waiting);
     std::thread::sleep(Duration::from_millis(10));
     promise.resolve(7);
-    println!(
-        "waits-for-main gave {}",
-        gdex::block_on(woken).unwrap().unwrap()
-    );
+    // `??`: the task's error (cancelled, panicked), then the promise's
+    // (dropped unresolved).
+    println!("waits-for-main gave {}", gdex::block_on(woken)??);
 
     // A fiber that waits twice.
     let fiber = pool.scheduler().spawn_fiber(|| {
@@ -52,7 +50,7 @@ fn main() {
             gdex::fiber::wait(gdex::sleep(Duration::from_millis(5))).unwrap();
         }
     });
-    gdex::block_on(fiber).unwrap();
+    gdex::block_on(fiber)?;
 
     // A task that holds its worker past the stall threshold.
     let stuck = pool.scheduler().spawn_named("hogs-its-worker", async {
@@ -61,5 +59,6 @@ fn main() {
             std::hint::spin_loop();
         }
     });
-    gdex::block_on(stuck).unwrap();
+    gdex::block_on(stuck)?;
+    Ok(())
 }

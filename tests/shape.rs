@@ -462,20 +462,47 @@ fn the_reader_sees_a_cycle_when_there_is_one() {
     assert_eq!(cycle(&project(&graph(&modules), "", 1)), None);
 }
 
-/// A wait or a timeout on something that already gives
-/// `Result<T, gdex::Error>` gives one `Result` (`IntoResult`), and
-/// `block_on`/`wait_for` take `IntoFuture`: the places a new user reads
-/// first show neither a `Result` in a `Result` nor a manual `into_future`.
+/// A fiber's wait on something that already gives `Result<T, gdex::Error>`
+/// gives one `Result` (`IntoResult`), a `Result` in a `Result` (a task's, a
+/// timeout's) is taken apart with `?`, and `block_on`/`wait_for` take
+/// `IntoFuture`: the places a new user reads first (the README, the crate's
+/// page, the migration guide, the libdex table and every example program)
+/// show neither a nested `unwrap` nor a manual `into_future`.
 #[test]
 fn the_first_pages_a_user_reads_have_no_nested_results() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for page in [
+    /// The example programs under `dir`: every `.rs` file but their tests.
+    fn examples(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if !path.ends_with("tests") {
+                    examples(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut pages: Vec<_> = [
         "README.md",
         "src/lib.rs",
-        "examples/tour.rs",
+        "docs/migrating.md",
         "docs/libdex.md",
-    ] {
-        let text = std::fs::read_to_string(root.join(page)).unwrap();
+    ]
+    .iter()
+    .map(|page| root.join(page))
+    .collect();
+    examples(&root.join("examples"), &mut pages);
+    assert!(
+        pages
+            .iter()
+            .any(|page| page.ends_with("examples/tracing.rs")),
+        "the examples were not found: {pages:?}"
+    );
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let page = page.strip_prefix(root).unwrap().display();
         for (n, line) in text.lines().enumerate() {
             assert!(
                 !line.contains(".unwrap().unwrap()") && !line.contains("IntoFuture::into_future"),
