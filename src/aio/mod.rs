@@ -92,8 +92,9 @@
 //!         gdex::aio::read_file(&path).await
 //!     }
 //! });
-//! assert_eq!(gdex::block_on(task).unwrap().unwrap(), b"hello, aio");
+//! assert_eq!(gdex::block_on(task)??, b"hello, aio");
 //! # std::fs::remove_file(&path).unwrap();
+//! # Ok::<(), gdex::Error>(())
 //! ```
 //!
 //! [`spawn_blocking`]: crate::spawn_blocking

@@ -320,8 +320,9 @@ pub fn in_fiber() -> bool {
 ///     gdex::fiber::wait(gdex::sleep(std::time::Duration::from_millis(1)))?;
 ///     Ok(twenty + 1)
 /// });
-/// assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 21);
+/// assert_eq!(gdex::block_on(fiber)??, 21);
 /// assert!(matches!(gdex::fiber::wait(gdex::spawn(async { 1 })), Err(gdex::Error::NotOnFiber)));
+/// # Ok::<(), gdex::Error>(())
 /// ```
 pub fn wait<F>(future: F) -> Result<<F::Output as IntoResult>::Ok, Error>
 where
@@ -338,7 +339,8 @@ where
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
 /// let fiber = pool.scheduler().spawn_fiber(|| gdex::fiber::wait_output(async { 7 }));
-/// assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 7);
+/// assert_eq!(gdex::block_on(fiber)??, 7);
+/// # Ok::<(), gdex::Error>(())
 /// ```
 pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
     let future = future.into_future();

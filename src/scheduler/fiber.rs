@@ -50,8 +50,9 @@ impl Scheduler {
     ///     *l.borrow_mut() = format!("{n}");
     ///     Ok::<_, gdex::Error>(())
     /// });
-    /// gdex::block_on(fiber).unwrap().unwrap();
+    /// gdex::block_on(fiber)??;
     /// assert_eq!(*label.borrow(), "42");
+    /// # Ok::<(), gdex::Error>(())
     /// ```
     #[track_caller]
     pub fn spawn_fiber_local<F, T>(&self, f: F) -> crate::fiber::Fiber<T>
