@@ -429,6 +429,88 @@ fn a_reply_with_fds_where_they_cannot_pass_is_an_error() {
     });
 }
 
+/// A call gets one answer (G3). One answered early through its
+/// `Invocation` is not answered again by its future, and a second answer
+/// through an `Invocation` is refused with an error, before or after the
+/// future's: the client receives one reply per call. (GIO sends every
+/// answer it is given: a second `return_value` on the same invocation puts
+/// a second reply to the same serial on the wire, without a warning.)
+#[test]
+fn a_call_is_answered_once_whoever_answers() {
+    with_peer("dbus_answered_once", 60, 1, |pool, p| {
+        // The serial each reply the client receives answers.
+        let replies = Arc::new(Mutex::new(Vec::<u32>::new()));
+        let seen = replies.clone();
+        let filter = p.client.add_filter(move |_, message, incoming| {
+            let reply = matches!(
+                message.message_type(),
+                gio::DBusMessageType::MethodReturn | gio::DBusMessageType::Error
+            );
+            if incoming && reply {
+                seen.lock().unwrap().push(message.reply_serial());
+            }
+            Some(message.clone())
+        });
+        let refused = Arc::new(Mutex::new(Vec::<String>::new()));
+        let kept = Arc::new(Mutex::new(None::<gdex::dbus::MethodCall>));
+        let (r, k) = (refused.clone(), kept.clone());
+        let export = p.export(pool, move |call| {
+            let early = call.method_name == "Sum";
+            if early {
+                // Answered here, in the handler; then once more: refused.
+                let invocation = call.invocation().expect("the dispatching thread");
+                invocation
+                    .return_value(Some(&(1u64,).to_variant()))
+                    .expect("the first answer is sent");
+                assert!(invocation.is_answered());
+                let again = call
+                    .invocation()
+                    .unwrap()
+                    .return_value(Some(&(2u64,).to_variant()));
+                r.lock().unwrap().push(again.unwrap_err().to_string());
+            } else {
+                // Answered by its future; kept, to be answered again later.
+                *k.lock().unwrap() = Some(call.clone());
+            }
+            // For `Sum`, a third answer, which is not sent.
+            async move { Ok(early.then(|| (3u64,).to_variant())) }
+        });
+
+        let reply = p.call("Sum", Some((3u64,).to_variant()), 10_000).unwrap();
+        assert_eq!(reply.get::<(u64,)>(), Some((1,)));
+        let refused = refused.lock().unwrap().clone();
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].contains("answered already"), "{refused:?}");
+        // The future has given its outcome: had it been sent, it went
+        // before anything sent from now on.
+        pump_main_until(|| export.in_flight() == 0);
+
+        // Answered by the future, then through the kept call's invocation
+        // (here, on the thread GIO dispatched it on): refused.
+        p.call("Void", None, 10_000).unwrap();
+        let call = kept.lock().unwrap().take().unwrap();
+        let invocation = call.invocation().expect("the dispatching thread");
+        assert!(invocation.is_answered());
+        let late = invocation.return_value(None).unwrap_err();
+        assert!(late.message().contains("answered already"), "{late}");
+
+        // A last call: its reply comes after any second reply to the two
+        // before, on the same connection.
+        p.call("Void", None, 10_000).unwrap();
+        p.client.remove_filter(filter);
+        let replies = replies.lock().unwrap().clone();
+        let mut serials = replies.clone();
+        serials.dedup();
+        assert_eq!(
+            (replies.len(), serials.len()),
+            (3, 3),
+            "replies to serials {replies:?}: a call was answered twice"
+        );
+        drop(export);
+        p.server.stop();
+    });
+}
+
 // ---------------------------------------------------------------------------
 // What GIO would get wrong: replies it would not send, closures freed or
 // called on the wrong thread, drops and panics inside its dispatch. Each

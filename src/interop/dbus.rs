@@ -16,6 +16,11 @@
 //! `h` arguments index) are the call's [`fds`](MethodCall::fds); a reply
 //! carries file descriptors added with [`MethodCall::reply_fd`].
 //!
+//! A call is answered once. The future's outcome is the answer, unless the
+//! call was answered before through its [`Invocation`] (on the thread GIO
+//! dispatched it on); any later answer is refused with an error, never
+//! sent: a caller gets one reply.
+//!
 //! A handler that panics answers its caller with an error
 //! (`org.gtk.GDBus.UnmappedGError…` carrying gdex's `Panicked` code and the
 //! message), and a call cancelled while its connection is still open (the
@@ -45,7 +50,8 @@ pub use super::dbus_name::{own_name, NameOwner};
 /// file descriptors sent with the call are duplicated into
 /// [`fds`](Self::fds), and the [`invocation`](Self::invocation) (with its
 /// message) is given only on the thread GIO dispatched the call on. A
-/// clone is the same call: its reply's file descriptors are shared.
+/// clone is the same call: its reply (and the reply's file descriptors) is
+/// shared.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MethodCall {
@@ -64,8 +70,8 @@ pub struct MethodCall {
     /// The file descriptors that came with the call, in its `GUnixFDList`'s
     /// order.
     fds: Arc<[OwnedFd]>,
-    /// The file descriptors for the reply's `GUnixFDList`.
-    reply_fds: Arc<Mutex<Vec<OwnedFd>>>,
+    /// The call's one answer, and the file descriptors it carries.
+    answer: Arc<Answer>,
     /// The invocation, for the thread GIO dispatched the call on.
     invocation: Dispatched,
 }
@@ -150,22 +156,128 @@ impl MethodCall {
     /// # }
     /// ```
     pub fn reply_fd(&self, fd: impl Into<OwnedFd>) -> glib::variant::Handle {
-        let mut fds = self.reply_fds.lock().unpoisoned();
+        let mut fds = self.answer.fds.lock().unpoisoned();
         fds.push(fd.into());
         glib::variant::Handle(i32::try_from(fds.len() - 1).unwrap_or(i32::MAX))
     }
 
-    /// GIO's invocation of the call (its message, with the
-    /// `GUnixFDList` as it came, its serial and flags, the method's info),
-    /// on the thread GIO dispatched the call on: in the handler itself,
-    /// and in the call's future if it runs there. Elsewhere `None`: GIO's
-    /// message and fd list are not thread-safe objects.
+    /// GIO's invocation of the call (its message, with the `GUnixFDList`
+    /// as it came, its serial and flags; the method's info), on the thread
+    /// GIO dispatched the call on: in the handler itself, and in the call's
+    /// future if it runs there. Elsewhere `None`: GIO's message and fd list
+    /// are not thread-safe objects.
     ///
-    /// Reply through the handler's future, never through this invocation:
-    /// gdex sends the reply.
-    pub fn invocation(&self) -> Option<gio::DBusMethodInvocation> {
-        (self.invocation.thread == std::thread::current().id())
-            .then(|| self.invocation.invocation.0.clone())
+    /// The call's future gives its reply; an [`Invocation`] can answer
+    /// earlier (see there), once: whichever answer comes first is sent,
+    /// and a later one is refused with an error.
+    pub fn invocation(&self) -> Option<Invocation> {
+        (self.invocation.thread == std::thread::current().id()).then(|| Invocation {
+            invocation: self.invocation.invocation.0.clone(),
+            answer: self.answer.clone(),
+        })
+    }
+}
+
+/// GIO's invocation of a [`MethodCall`], as [`MethodCall::invocation`]
+/// gives it on the thread GIO dispatched the call on: what the call's
+/// message says, and an early answer.
+///
+/// A call gets one answer: the first of an `Invocation`'s `return_*` or the
+/// outcome of the handler's future. A `return_*` after that (the future's
+/// outcome was sent, or another `return_*` came first) sends nothing and
+/// gives an error saying so; GIO itself would send a second reply. A call
+/// answered here has its future's outcome dropped: give `Ok(None)` from it
+/// (anything else is reported with a warning, as it is not sent).
+/// The answer is checked as the future's is (its type against the method's
+/// out-arguments, its file descriptors from [`MethodCall::reply_fd`]
+/// against the connection).
+///
+/// ```no_run
+/// # use gdex::glib::prelude::*;
+/// # use gdex::{gio, glib};
+/// # fn handler(call: gdex::dbus::MethodCall) -> impl std::future::Future<Output = Result<Option<glib::Variant>, glib::Error>> + Send {
+/// // A method `Start () -> (b started)` that answers at once, then works on.
+/// let invocation = call.invocation().expect("the handler runs where GIO dispatched the call");
+/// invocation.return_value(Some(&(true,).to_variant())).expect("the first answer");
+/// async move {
+///     // ... the work ...
+///     Ok(None) // the call is answered already
+/// }
+/// # }
+/// ```
+pub struct Invocation {
+    invocation: gio::DBusMethodInvocation,
+    answer: Arc<Answer>,
+}
+
+impl Invocation {
+    /// The call's message: its serial, flags, header fields and
+    /// `GUnixFDList`, as it came.
+    pub fn message(&self) -> gio::DBusMessage {
+        self.invocation.message()
+    }
+
+    /// The method's introspection data, if GIO has it (`None` for the
+    /// `org.freedesktop.DBus.Properties` calls, see [`export`]).
+    pub fn method_info(&self) -> Option<gio::DBusMethodInfo> {
+        self.invocation.method_info()
+    }
+
+    /// The property a `org.freedesktop.DBus.Properties` call is about, if
+    /// GIO has its introspection data.
+    pub fn property_info(&self) -> Option<gio::DBusPropertyInfo> {
+        self.invocation.property_info()
+    }
+
+    /// True once the call is answered (by an `Invocation` or by its future).
+    pub fn is_answered(&self) -> bool {
+        self.answer.invocation.lock().unpoisoned().is_none()
+    }
+
+    /// Answers the call now with `outcome`, as a future's outcome would
+    /// (`Ok(None)` for `()`, `Ok(Some(tuple))` or a lone value, or a
+    /// `glib::Error`), with the file descriptors of
+    /// [`MethodCall::reply_fd`]. Refused with an error
+    /// (`G_IO_ERROR_FAILED`, naming the method) if the call was answered
+    /// already: nothing is sent then.
+    pub fn return_result(
+        &self,
+        outcome: Result<Option<glib::Variant>, glib::Error>,
+    ) -> Result<(), glib::Error> {
+        let Some(invocation) = self.answer.take() else {
+            return Err(glib::Error::new(
+                gio::IOErrorEnum::Failed,
+                &format!(
+                    "gdex::dbus: the call {} was answered already (a call gets one answer: \
+                     its future's outcome, or one Invocation::return_*); this answer was not \
+                     sent",
+                    self.answer.method
+                ),
+            ));
+        };
+        self.answer.send(invocation, outcome);
+        Ok(())
+    }
+
+    /// Answers the call now with `parameters` (`None` for `()`); see
+    /// [`return_result`](Self::return_result).
+    pub fn return_value(&self, parameters: Option<&glib::Variant>) -> Result<(), glib::Error> {
+        self.return_result(Ok(parameters.cloned()))
+    }
+
+    /// Answers the call now with `error`; see
+    /// [`return_result`](Self::return_result).
+    pub fn return_gerror(&self, error: glib::Error) -> Result<(), glib::Error> {
+        self.return_result(Err(error))
+    }
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invocation")
+            .field("invocation", &self.invocation)
+            .field("answered", &self.is_answered())
+            .finish()
     }
 }
 
@@ -348,15 +460,20 @@ where
             return;
         }
     };
-    let reply_fds = Arc::new(Mutex::new(Vec::new()));
     let dispatched = Dispatched {
         invocation: SendInvocation(invocation.clone()),
         thread: std::thread::current().id(),
     };
-    let reply = Reply {
-        invocation: Some(SendInvocation(invocation)),
-        fds: reply_fds.clone(),
-    };
+    let answer = Arc::new(Answer {
+        method: format!(
+            "{}.{}",
+            invocation.interface_name().unwrap_or_default(),
+            invocation.method_name()
+        ),
+        invocation: Mutex::new(Some(SendInvocation(invocation))),
+        fds: Mutex::new(Vec::new()),
+    });
+    let reply = Reply(answer.clone());
     let call = MethodCall {
         connection: arg(0)
             .get::<gio::DBusConnection>()
@@ -374,7 +491,7 @@ where
             .get::<glib::Variant>()
             .expect("GIO passes the parameters"),
         fds,
-        reply_fds,
+        answer,
         invocation: dispatched,
     };
     // The handler and its `IntoFuture` run inside GIO's dispatch, where a
@@ -482,19 +599,41 @@ struct SendInvocation(gio::DBusMethodInvocation);
 // then go on that thread, which GObject's refcounting allows.
 unsafe impl Send for SendInvocation {}
 
-/// Answers the call once: with the outcome (and the file descriptors of
-/// [`MethodCall::reply_fd`]), or, if dropped unanswered (the call was
-/// cancelled or refused), with `G_IO_ERROR_CANCELLED`.
-struct Reply {
-    invocation: Option<SendInvocation>,
-    fds: Arc<Mutex<Vec<OwnedFd>>>,
+/// A call's one answer: the invocation until the call is answered, and
+/// the file descriptors of [`MethodCall::reply_fd`]. Shared by the call's
+/// [`Reply`], the call (and its clones) and its [`Invocation`]s: whoever
+/// takes the invocation first answers.
+struct Answer {
+    invocation: Mutex<Option<SendInvocation>>,
+    fds: Mutex<Vec<OwnedFd>>,
+    /// `interface.method`, for the messages.
+    method: String,
 }
 
-impl Reply {
-    fn send(mut self, outcome: Result<Option<glib::Variant>, glib::Error>) {
-        let Some(SendInvocation(invocation)) = self.invocation.take() else {
-            return;
-        };
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("method", &self.method)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Answer {
+    /// The invocation, if the call is not answered yet; the taker must
+    /// answer it ([`send`](Self::send)).
+    fn take(&self) -> Option<SendInvocation> {
+        self.invocation.lock().unpoisoned().take()
+    }
+
+    /// Answers `invocation` (taken from this answer) with `outcome` and the
+    /// reply's file descriptors. Called without our locks held: GIO sends
+    /// the reply.
+    fn send(
+        &self,
+        invocation: SendInvocation,
+        outcome: Result<Option<glib::Variant>, glib::Error>,
+    ) {
+        let SendInvocation(invocation) = invocation;
         // Taken whatever the outcome: an error reply closes them, and so
         // does the last clone of the call for any added later.
         let fds = std::mem::take(&mut *self.fds.lock().unpoisoned());
@@ -507,6 +646,32 @@ impl Reply {
                 invocation.return_value_with_unix_fd_list(body.as_ref(), Some(&list));
             }
             outcome => invocation.return_result(outcome),
+        }
+    }
+}
+
+/// The call's task's hold on its [`Answer`]: sends the future's outcome,
+/// unless an [`Invocation`] answered first; if dropped unanswered (the call
+/// was cancelled or refused), answers with `G_IO_ERROR_CANCELLED`.
+struct Reply(Arc<Answer>);
+
+impl Reply {
+    fn send(self, outcome: Result<Option<glib::Variant>, glib::Error>) {
+        match self.0.take() {
+            Some(invocation) => self.0.send(invocation, outcome),
+            // Answered through an `Invocation`: `Ok(None)` says there is
+            // nothing more; anything else is lost, so it is reported.
+            None => {
+                if !matches!(outcome, Ok(None)) {
+                    glib::g_warning!(
+                        "gdex",
+                        "gdex::dbus: the call {} was answered through its Invocation, and its \
+                         future gave {outcome:?} too: not sent (a call gets one answer; give \
+                         Ok(None) from the future of a call answered early)",
+                        self.0.method
+                    );
+                }
+            }
         }
     }
 }
@@ -598,7 +763,7 @@ fn expected_reply(invocation: &gio::DBusMethodInvocation) -> Option<String> {
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        if let Some(SendInvocation(invocation)) = self.invocation.take() {
+        if let Some(SendInvocation(invocation)) = self.0.take() {
             invocation.return_gerror(glib::Error::new(
                 gio::IOErrorEnum::Cancelled,
                 "gdex: the method call was cancelled (its object was unexported or its scheduler shut down)",
