@@ -66,15 +66,29 @@ struct Server {
     connections: Mutex<Vec<gio::DBusConnection>>,
 }
 
-/// A unix socket's address in a fresh temp dir.
-fn socket_address() -> String {
-    let dir = std::env::temp_dir().join(format!(
-        "gdex-dbus-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    format!("unix:path={}", dir.join("socket").display())
+/// A unix socket's address in a fresh temp dir (`gdex-dbus-*`), and the
+/// dir, which is removed (with whatever GIO left in it) when dropped: when
+/// the test ends, or as its panic unwinds.
+fn socket_address() -> (common::TempDir, String) {
+    let dir = common::TempDir::new(&format!("dbus-{}", rand_suffix()));
+    let address = format!("unix:path={}", dir.0.join("socket").display());
+    (dir, address)
+}
+
+/// The folder of the unix socket `client` is connected to.
+fn socket_folder(client: &gio::DBusConnection) -> std::path::PathBuf {
+    let stream = client.stream();
+    let socket = stream
+        .downcast_ref::<gio::SocketConnection>()
+        .expect("a socket connection");
+    let address = socket.remote_address().unwrap();
+    let address = address
+        .downcast_ref::<gio::UnixSocketAddress>()
+        .expect("a unix socket");
+    match address.path() {
+        Some(gio::prelude::UnixSocketAddressPath::Path(path)) => path.parent().unwrap().to_owned(),
+        other => panic!("not a socket in a folder: {other:?}"),
+    }
 }
 
 /// A started server on `address` that hands each new connection to
@@ -266,7 +280,9 @@ fn with_served(
     workers: usize,
     body: impl FnOnce(&Arc<Server>, &gio::DBusConnection),
 ) {
-    let address = socket_address();
+    // Declared first, dropped last: after the server has stopped, also when
+    // `body` panics.
+    let (_dir, address) = socket_address();
     let flags = gio::DBusServerFlags::NONE;
     with_served_at(name, secs, workers, &address, flags, body);
 }
@@ -429,6 +445,32 @@ fn a_reply_with_fds_where_they_cannot_pass_is_an_error() {
     });
 }
 
+/// The unix socket's folder (`gdex-dbus-*` in the temp dir) of a test's
+/// server is removed when the test ends, and when its body panics.
+#[test]
+fn a_served_test_leaves_no_socket_folder_even_when_it_panics() {
+    for panics in [false, true] {
+        let folder = Arc::new(Mutex::new(None));
+        let seen = folder.clone();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_served("dbus_folder", 60, 1, |_, client| {
+                let path = socket_folder(client);
+                assert!(path.is_dir(), "{}", path.display());
+                *seen.lock().unwrap() = Some(path);
+                gdex::block_on(call(client, "Sum", Some((3u64,).to_variant()))).unwrap();
+                assert!(!panics, "the test's planned panic");
+            })
+        }));
+        assert_eq!(outcome.is_err(), panics);
+        let folder = folder.lock().unwrap().take().unwrap();
+        assert!(
+            !folder.exists(),
+            "{} is still there (the body panicked: {panics})",
+            folder.display()
+        );
+    }
+}
+
 /// A call gets one answer (G3). One answered early through its
 /// `Invocation` is not answered again by its future, and a second answer
 /// through an `Invocation` is refused with an error, before or after the
@@ -523,6 +565,9 @@ struct Peer {
     server: gio::DBusServer,
     client: gio::DBusConnection,
     conn: gio::DBusConnection,
+    /// The socket's folder, removed when the peer is dropped (after the
+    /// server: fields drop in order).
+    _dir: common::TempDir,
 }
 
 impl Peer {
@@ -560,11 +605,10 @@ impl Peer {
 fn peer() -> Peer {
     let conns = Arc::new(Mutex::new(Vec::<gio::DBusConnection>::new()));
     let c = conns.clone();
-    let server = new_server(
-        &socket_address(),
-        gio::DBusServerFlags::NONE,
-        move |connection| c.lock().unwrap().push(connection.clone()),
-    );
+    let (dir, address) = socket_address();
+    let server = new_server(&address, gio::DBusServerFlags::NONE, move |connection| {
+        c.lock().unwrap().push(connection.clone())
+    });
     let client = connect(&server.client_address());
     pump_main_until(|| !conns.lock().unwrap().is_empty());
     let conn = conns.lock().unwrap()[0].clone();
@@ -572,6 +616,7 @@ fn peer() -> Peer {
         server,
         client,
         conn,
+        _dir: dir,
     }
 }
 
