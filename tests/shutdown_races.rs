@@ -746,3 +746,116 @@ fn a_shutdown_inside_a_drop_on_the_reaper_does_not_wait_for_itself() {
     let _one = serial();
     child_passes("child_shutdown_on_the_reaper", &[], 60);
 }
+
+/// How a blocking-lane spawn ended: its task's outcome, and whether its
+/// closure ran.
+fn lane_outcome(pool: &gdex::ThreadPool) -> (String, bool) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let task = pool.spawn_blocking(move || r.store(true, Ordering::SeqCst));
+    let outcome = match gdex::block_on(task) {
+        Ok(()) => "Ok".to_owned(),
+        Err(e) => format!("{e:?}"),
+    };
+    (outcome, ran.load(Ordering::SeqCst))
+}
+
+/// (S9, B2) `spawn_blocking` racing `shutdown()`: a spawn onto the
+/// blocking lane of a pool that is closed (`is_closed()` says so, and the
+/// pool's other spawns give `ShutDown`) gives `ShutDown` at once, its
+/// closure never run, as every spawn onto a shut-down pool does, whatever
+/// the lane is doing; and once either of two racing `shutdown()`s has
+/// returned, a job that was queued on the lane has resolved (`Cancelled`)
+/// and a new spawn gives `ShutDown`.
+///
+/// A spawner spins on `is_closed()` and spawns onto the lane the moment the
+/// pool closes, while the shutdown is still waking its workers; a second
+/// thread calls `shutdown()` too. The lane has one thread, held by a job,
+/// with a second job queued behind it.
+#[test]
+fn a_blocking_spawn_racing_shutdown_gives_shut_down() {
+    let _one = serial();
+    common::watchdog("blocking_spawn_racing_shutdown", 180, || {
+        let mut wrong = Vec::new();
+        for round in 0..common::stress(200) {
+            let pool = gdex::ThreadPool::builder()
+                .workers(2)
+                .max_blocking_threads(1)
+                .stall_threshold(Duration::ZERO)
+                .build()
+                .unwrap();
+            // The lane's one thread is busy until `release`; `queued` waits.
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let busy = pool.spawn_blocking(move || {
+                let _ = held.recv();
+            });
+            wait_until(|| pool.blocking_stats().threads == 1);
+            let queued = Arc::new(Mutex::new(pool.spawn_blocking(|| ())));
+            wait_until(|| pool.blocking_stats().queued == 1);
+
+            let ready = Arc::new(AtomicUsize::new(0));
+            let resolved_at_second = Arc::new(AtomicBool::new(false));
+            let racer = |second_shutdown: bool| {
+                let (pool, ready) = (pool.clone(), ready.clone());
+                let (queued, resolved) = (queued.clone(), resolved_at_second.clone());
+                std::thread::spawn(move || {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    while ready.load(Ordering::SeqCst) < 3 {
+                        std::hint::spin_loop();
+                    }
+                    if second_shutdown {
+                        pool.shutdown();
+                        let done = queued.lock().unwrap().is_finished();
+                        resolved.store(done, Ordering::SeqCst);
+                    } else {
+                        while !pool.is_closed() {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    lane_outcome(&pool)
+                })
+            };
+            let spawner = racer(false);
+            let second = racer(true);
+            ready.fetch_add(1, Ordering::SeqCst);
+            while ready.load(Ordering::SeqCst) < 3 {
+                std::hint::spin_loop();
+            }
+            pool.shutdown();
+            let resolved_at_first = queued.lock().unwrap().is_finished();
+            let after_first = lane_outcome(&pool);
+            let racing = spawner.join().unwrap();
+            let after_second = second.join().unwrap();
+            release.send(()).unwrap();
+            let resolved_at_second = resolved_at_second.load(Ordering::SeqCst);
+            let queued = Arc::try_unwrap(queued).ok().unwrap().into_inner().unwrap();
+            let queued = gdex::block_on(queued);
+            let _ = gdex::block_on(busy);
+            for (who, (outcome, ran)) in [
+                ("the spawn that saw is_closed()", racing),
+                ("a spawn after the first shutdown() returned", after_first),
+                ("a spawn after the second shutdown() returned", after_second),
+            ] {
+                if outcome != "ShutDown" || ran {
+                    wrong.push(format!(
+                        "round {round}: {who} gave {outcome} (its closure ran: {ran})"
+                    ));
+                }
+            }
+            let cancelled = matches!(queued, Err(gdex::Error::Cancelled));
+            if !(resolved_at_first && resolved_at_second && cancelled) {
+                wrong.push(format!(
+                    "round {round}: the queued job had resolved when the first shutdown() \
+                     returned: {resolved_at_first}, when the second did: {resolved_at_second}; \
+                     to {queued:?}"
+                ));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} wrong:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+    });
+}

@@ -114,6 +114,11 @@ impl ThreadPool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        // The pool's flag first, as every spawn onto the pool checks it: the
+        // lane closes a moment after the pool does (S9).
+        if self.handle.shared.is_closed() {
+            return crate::Task::failed(crate::Error::ShutDown);
+        }
         self.handle.shared.blocking.spawn(f)
     }
 

@@ -27,10 +27,12 @@
 //! # Shutdown
 //!
 //! 1. `closed` is set; from then on a spawn returns a task that resolves to
-//!    [`Error::ShutDown`](crate::Error::ShutDown).
+//!    [`Error::ShutDown`](crate::Error::ShutDown), one onto the blocking
+//!    lane too (`spawn_blocking` checks this flag before the lane's own).
 //! 2. Every worker's context is woken; each worker leaves its loop after the
-//!    current dispatch. The blocking lane drops its queued jobs; running ones
-//!    finish on their own.
+//!    current dispatch. The blocking lane closes: its queued jobs are
+//!    dropped (`Cancelled`), running ones finish on their own. Every caller
+//!    of `shutdown()` closes it, so it is closed when any of them returns.
 //! 3. Each worker cancels its fibers that are still alive (F4: their waits
 //!    return `Cancelled`) and runs them until they have returned, for up to
 //!    500 ms. Then it wakes every task of the pool that went idle on it
@@ -454,7 +456,12 @@ impl PoolShared {
         if self.closed.swap(true, Ordering::SeqCst) {
             // Someone else began: a plain thread waits until the workers are
             // joined (S9 holds when any shutdown() returns). A worker of the
-            // pool must not wait: the first caller may be joining it.
+            // pool must not wait: the first caller may be joining it. The
+            // lane is closed when any shutdown() returns: this one may be
+            // done joining before the first caller has closed it (the first
+            // close decides; a later one changes nothing).
+            self.blocking
+                .close(crate::blocking::CloseMode::CancelQueued);
             if worker::current_index(self).is_none() {
                 self.join_workers();
             }
@@ -468,7 +475,9 @@ impl PoolShared {
         for remote in self.remotes.iter() {
             remote.context.wakeup();
         }
-        // Running blocking jobs finish on their own; queued ones are dropped.
+        // Running blocking jobs finish on their own; queued ones are dropped
+        // (after the wake-ups: a dropped job's destructor may shut the pool
+        // down too, and join the workers).
         self.blocking
             .close(crate::blocking::CloseMode::CancelQueued);
         self.join_workers();
