@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -249,6 +249,63 @@ fn thread_per_core_keeps_tasks_home() {
             seen.lock().unwrap().len(),
             2,
             "outside spawns go to every worker"
+        );
+    });
+}
+
+/// B3: a submit racing `close(Drain)` is run (queued before the close: the
+/// drain runs it) or refused with `Closed` (after it: the pool was closed),
+/// never `Cancelled`: a drain cancels nothing, and a job the close kept
+/// out was never queued. A thread submits in a loop while the test thread
+/// closes the pool; the loop ends at the first submit that resolves at
+/// once to an error.
+#[test]
+fn a_submit_racing_a_drain_runs_or_gives_closed() {
+    common::watchdog("submit_racing_drain", 120, || {
+        let mut wrong = Vec::new();
+        for round in 0..common::stress(300) {
+            let pool = Arc::new(BlockingPool::new(1));
+            let started = Arc::new(AtomicBool::new(false));
+            let submitter = {
+                let (pool, started) = (pool.clone(), started.clone());
+                std::thread::spawn(move || {
+                    let mut jobs = Vec::new();
+                    loop {
+                        let ran = Arc::new(AtomicBool::new(false));
+                        let r = ran.clone();
+                        let mut task = pool.submit(move || r.store(true, Ordering::SeqCst));
+                        started.store(true, Ordering::SeqCst);
+                        // Resolved at once: refused (or already run).
+                        let early = match common::poll_with(&mut task, std::task::Waker::noop()) {
+                            std::task::Poll::Ready(outcome) => Some(outcome),
+                            std::task::Poll::Pending => None,
+                        };
+                        let refused = matches!(early, Some(Err(_)));
+                        jobs.push((task, early, ran));
+                        if refused {
+                            return jobs;
+                        }
+                    }
+                })
+            };
+            common::wait_until(|| started.load(Ordering::SeqCst));
+            gdex::block_on(pool.close(CloseMode::Drain));
+            for (i, (task, early, ran)) in submitter.join().unwrap().into_iter().enumerate() {
+                let outcome = early.unwrap_or_else(|| gdex::block_on(task));
+                let ran = ran.load(Ordering::SeqCst);
+                match (&outcome, ran) {
+                    (Ok(()), true) | (Err(gdex::Error::Closed), false) => {}
+                    _ => wrong.push(format!(
+                        "round {round}, job {i}: {outcome:?} (its closure ran: {ran})"
+                    )),
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} wrong:\n{}",
+            wrong.len(),
+            wrong.join("\n")
         );
     });
 }

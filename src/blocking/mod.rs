@@ -118,9 +118,10 @@ impl Lane {
             || "a blocking lane".into(),
         );
         let future = async move {
-            // Polled by `refuse`: no thread could start to run `f`.
+            // Polled by `refuse`: no thread could start to run `f`, or the
+            // lane closed before it took the job.
             if let Some(error) = REFUSAL.with(|r| r.borrow().clone()) {
-                return Err(Failure::error(Error::Failed(error)));
+                return Err(Failure::error(error));
             }
             job.await
         };
@@ -132,6 +133,11 @@ impl Lane {
 
     /// Queues a job; an idle thread takes it, or a new thread starts.
     ///
+    /// If the lane closed since `spawn` checked, the job is refused as a
+    /// spawn onto the closed lane is: its task resolves to the lane's
+    /// `closed_error` (not `Cancelled`, which is for jobs the close found
+    /// queued), and its closure never runs.
+    ///
     /// If no thread can start (the OS refuses) and none is alive, nothing
     /// would ever run the queue: every queued job, this one included, is
     /// refused (its task resolves to [`Error::Failed`] saying so, and its
@@ -140,10 +146,11 @@ impl Lane {
     fn submit(self: &Arc<Self>, job: Job) {
         let mut state = self.lock();
         if state.closed.is_some() {
-            // Closed between the check in `spawn` and now: the task resolves
-            // to Cancelled when its Runnable drops (after the lock is gone).
+            // Closed between the check in `spawn` and now: never queued, so
+            // refused as that check would have (outside the lock: the
+            // closure's drop is user code).
             drop(state);
-            drop(job);
+            Self::refuse(std::iter::once(job), &self.closed_error);
             return;
         }
         state.queue.push_back(job);
@@ -155,17 +162,17 @@ impl Lane {
                 if state.threads == 0 {
                     let stranded = std::mem::take(&mut state.queue);
                     drop(state);
-                    self.refuse(stranded, &e);
+                    let error = self.no_thread_error(&e);
+                    Self::refuse(stranded, &error);
                 }
             }
         }
     }
 
-    /// Resolves `jobs`, which no thread can run, to an error naming `cause`,
-    /// without running their closures. Called without the lock: a task's
-    /// completion may wake and run code.
-    fn refuse(&self, jobs: VecDeque<Job>, cause: &std::io::Error) {
-        let error = glib::Error::new(
+    /// The error of the jobs no thread can run: the OS refused to start
+    /// one (`cause`) and none is alive.
+    fn no_thread_error(&self, cause: &std::io::Error) -> Error {
+        Error::Failed(glib::Error::new(
             gio::IOErrorEnum::Failed,
             &format!(
                 "gdex: {} could not start a thread ({cause}) and none is running, so this \
@@ -173,9 +180,15 @@ impl Lane {
                  again), or raise the process's thread limit.",
                 self.name
             ),
-        );
+        ))
+    }
+
+    /// Resolves `jobs`, which no thread will run, to `error`, without
+    /// running their closures. Called without the lock: a task's
+    /// completion may wake and run code.
+    fn refuse(jobs: impl IntoIterator<Item = Job>, error: &Error) {
         for job in jobs {
-            // Only lane tasks (from `spawn`) are queued on a lane; their
+            // Only lane tasks (from `spawn`) are submitted to a lane; their
             // futures see REFUSAL on this poll and resolve to it. Restored
             // after each: dropping a refused closure runs its destructor,
             // which may submit to (and refuse on) another lane. `run` never
@@ -297,9 +310,9 @@ impl Lane {
 thread_local! {
     /// Test hook: lane threads that this thread starts fail to start.
     static FAIL_THREAD_STARTS: Cell<bool> = const { Cell::new(false) };
-    /// Set while `Lane::refuse` polls jobs that no thread can run: a lane
+    /// Set while `Lane::refuse` polls jobs that no thread will run: a lane
     /// task polled meanwhile resolves to this error instead of running.
-    static REFUSAL: RefCell<Option<glib::Error>> = const { RefCell::new(None) };
+    static REFUSAL: RefCell<Option<Error>> = const { RefCell::new(None) };
 }
 
 /// For gdex's own tests; not part of the API. While `fail` is true, every
