@@ -445,6 +445,232 @@ fn add_permits_that_would_overflow_panics_naming_the_count() {
     assert!(sem.try_acquire().is_some());
 }
 
+/// Polls `future` once with a waker that counts its wake-ups in `count`.
+fn poll_counting<F: Future + Unpin>(future: &mut F, count: &Arc<WakeCount>) -> Poll<F::Output> {
+    let waker = Waker::from(count.clone());
+    std::pin::Pin::new(future).poll(&mut Context::from_waker(&waker))
+}
+
+/// Closing wakes the waiters but hands them nothing: `Semaphore::new(0)`,
+/// three waiters, `close()`, and dropping them leaves 0 permits free (each
+/// used to give back a permit it never had: 3 free of 0). The count stays
+/// true, so `add_permits` up to `MAX_PERMITS` is accepted after that, and
+/// one more is refused with the message, in debug and release alike.
+#[test]
+fn close_wakes_the_waiters_without_handing_them_permits() {
+    let sem = gdex::Semaphore::new(0);
+    let mut waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let count = Arc::new(WakeCount(AtomicUsize::new(0)));
+            (Box::pin(sem.acquire()), count)
+        })
+        .collect();
+    for (acquire, count) in &mut waiters {
+        assert!(poll_counting(acquire, count).is_pending());
+    }
+    sem.close();
+    for (_, count) in &waiters {
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "close did not wake a waiter"
+        );
+    }
+    // One looks and is refused; the others go away unpolled.
+    let (mut first, count) = waiters.remove(0);
+    assert!(matches!(
+        poll_counting(&mut first, &count),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+    drop(first);
+    drop(waiters);
+    assert_eq!(
+        sem.available_permits(),
+        0,
+        "waiters woken by close gave back permits they were never handed"
+    );
+
+    sem.add_permits(gdex::Semaphore::MAX_PERMITS);
+    assert_eq!(sem.available_permits(), gdex::Semaphore::MAX_PERMITS);
+    let err = catch_unwind(AssertUnwindSafe(|| sem.add_permits(1)))
+        .expect_err("an add past MAX_PERMITS was accepted");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("add_permits(1)") && msg.contains("MAX_PERMITS"),
+        "unclear message: {msg}"
+    );
+    assert_eq!(sem.available_permits(), gdex::Semaphore::MAX_PERMITS);
+}
+
+/// A waiter handed a permit before `close()` (by a release, or by
+/// `add_permits`) and polled after it gets that permit, as in libdex, where
+/// the post resolved its wait: it used to get `Closed`, and the permit was
+/// lost. One dropped unpolled gives its permit back. Either way the free
+/// and held permits add up to the total.
+#[test]
+fn a_waiter_handed_a_permit_before_close_keeps_it() {
+    // Handed by a release, then polled.
+    let sem = gdex::Semaphore::new(1);
+    let held = sem.try_acquire().unwrap();
+    let mut waiting = Box::pin(sem.acquire());
+    assert!(poll_once(&mut waiting).is_pending());
+    drop(held);
+    sem.close();
+    let Poll::Ready(Ok(permit)) = poll_once(&mut waiting) else {
+        panic!("a waiter handed a permit before close lost it")
+    };
+    assert_eq!(sem.available_permits(), 0);
+    drop(permit);
+    assert_eq!(sem.available_permits(), 1, "the permit was not given back");
+    assert!(
+        sem.try_acquire().is_none(),
+        "a closed semaphore gave a permit"
+    );
+    assert!(matches!(
+        gdex::block_on(sem.acquire()),
+        Err(gdex::Error::Closed)
+    ));
+
+    // Handed by `add_permits` to the first of two, then dropped unpolled:
+    // the permit goes back to the free ones, not to the other waiter.
+    let sem = gdex::Semaphore::new(0);
+    let mut first = Box::pin(sem.acquire());
+    let mut second = Box::pin(sem.acquire());
+    assert!(poll_once(&mut first).is_pending() && poll_once(&mut second).is_pending());
+    sem.add_permits(1);
+    sem.close();
+    drop(first);
+    assert_eq!(sem.available_permits(), 1, "a handed permit was lost");
+    assert!(matches!(
+        poll_once(&mut second),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+    drop(second);
+    assert_eq!(sem.available_permits(), 1);
+}
+
+/// What one thread of the random interleaving holds when it stops.
+#[derive(Default)]
+struct Holdings<'a> {
+    permits: Vec<gdex::Permit>,
+    waiting: Vec<std::pin::Pin<Box<gdex::Acquire<'a>>>>,
+}
+
+/// One thread's random steps on `sem`; adds its `add_permits` to `total`.
+fn random_steps<'a>(
+    sem: &'a gdex::Semaphore,
+    seed: u64,
+    steps: usize,
+    close_at: Option<usize>,
+    total: &AtomicUsize,
+) -> Holdings<'a> {
+    let mut rng = common::Rng(seed);
+    let mut mine = Holdings::default();
+    let wakes = Arc::new(WakeCount(AtomicUsize::new(0)));
+    for step in 0..steps {
+        if close_at == Some(step) {
+            sem.close();
+        }
+        match rng.below(8) {
+            0 => mine.permits.extend(sem.try_acquire()),
+            1 | 2 => {
+                let mut acquire = Box::pin(sem.acquire());
+                match poll_counting(&mut acquire, &wakes) {
+                    Poll::Ready(Ok(p)) => mine.permits.push(p),
+                    Poll::Ready(Err(_)) => {}
+                    Poll::Pending => mine.waiting.push(acquire),
+                }
+            }
+            3 if !mine.waiting.is_empty() => {
+                let i = rng.below(mine.waiting.len() as u64) as usize;
+                match poll_counting(&mut mine.waiting[i], &wakes) {
+                    Poll::Ready(Ok(p)) => {
+                        mine.permits.push(p);
+                        drop(mine.waiting.swap_remove(i));
+                    }
+                    Poll::Ready(Err(_)) => drop(mine.waiting.swap_remove(i)),
+                    Poll::Pending => {}
+                }
+            }
+            4 if !mine.waiting.is_empty() => {
+                let i = rng.below(mine.waiting.len() as u64) as usize;
+                drop(mine.waiting.swap_remove(i));
+            }
+            5 | 6 if !mine.permits.is_empty() => {
+                let i = rng.below(mine.permits.len() as u64) as usize;
+                drop(mine.permits.swap_remove(i));
+            }
+            7 => {
+                let n = rng.below(3) as usize;
+                // Counted first: another thread may take these at once.
+                total.fetch_add(n, Ordering::SeqCst);
+                sem.add_permits(n);
+            }
+            _ => {}
+        }
+        if step % 16 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    mine
+}
+
+/// A seeded random interleaving of `acquire` (polled, re-polled, dropped),
+/// `try_acquire`, dropped permits, `add_permits` and `close` on four
+/// threads: at the end the free permits and the held ones add up to every
+/// permit there was, closed or not. (A close used to make permits up, and
+/// a handed permit polled after it was lost.) `GDEX_STRESS` scales the
+/// rounds; a failure names its seed.
+#[test]
+fn random_interleavings_conserve_permits() {
+    watchdog("random_interleavings_conserve_permits", 120, || {
+        for round in 0..common::stress(40) as u64 {
+            let seed = 0x5e3a_0000 + round;
+            let mut rng = common::Rng(seed);
+            let start = rng.below(3) as usize;
+            let sem = gdex::Semaphore::new(start);
+            let total = AtomicUsize::new(start);
+            // Half of the rounds close, at a random step of thread 0.
+            let close_at = (round % 2 == 1).then(|| rng.below(300) as usize);
+            let holdings: Vec<Holdings<'_>> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..4)
+                    .map(|t| {
+                        let (sem, total) = (&sem, &total);
+                        let seed = seed.wrapping_mul(31).wrapping_add(t + 1);
+                        let close_at = if t == 0 { close_at } else { None };
+                        s.spawn(move || random_steps(sem, seed, 300, close_at, total))
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            let total = total.load(Ordering::SeqCst);
+            let mut permits = Vec::new();
+            let mut waiting = Vec::new();
+            for h in holdings {
+                permits.extend(h.permits);
+                waiting.extend(h.waiting);
+            }
+            // Whatever is dropped or polled now: a handed permit is taken
+            // or passed on, never lost or doubled.
+            for mut acquire in waiting {
+                if let Poll::Ready(Ok(p)) = poll_once(&mut acquire) {
+                    permits.push(p);
+                }
+            }
+            assert_eq!(
+                sem.available_permits() + permits.len(),
+                total,
+                "seed {seed:#x} (closed: {}): {} free + {} held",
+                sem.is_closed(),
+                sem.available_permits(),
+                permits.len()
+            );
+            drop(permits);
+            assert_eq!(sem.available_permits(), total, "seed {seed:#x}");
+        }
+    });
+}
+
 /// libdex 1.2 `Limiter/basic`: an acquire takes the slot, a second waits
 /// until the first is released (`dex_limiter_acquire`/`_release`).
 #[test]
@@ -519,6 +745,29 @@ fn close_fails_waiting_and_later_acquires() {
             Err(gdex::Error::Closed)
         ));
     });
+}
+
+/// libdex 1.2 `Limiter/close`, for a slot already on its way: a `run`
+/// handed the slot a release gave back, but not yet polled when `close`
+/// comes, is refused (libdex's acquire finds the limiter closed when its
+/// permit arrives) and its job never starts; the slot is not lost.
+#[test]
+fn a_run_handed_a_slot_just_before_close_is_refused() {
+    let limiter = gdex::Limiter::new(1);
+    let held = gdex::block_on(limiter.acquire()).unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let s = started.clone();
+    let mut run = Box::pin(limiter.run(async move { s.store(true, Ordering::SeqCst) }));
+    assert!(poll_once(&mut run).is_pending());
+    held.release(); // the slot goes to `run`...
+    limiter.close(); // ...which has not looked yet
+    assert!(matches!(
+        poll_once(&mut run),
+        Poll::Ready(Err(gdex::Error::Closed))
+    ));
+    assert!(!started.load(Ordering::SeqCst), "a job started after close");
+    let mut drain = Box::pin(limiter.close_after_drain());
+    assert!(poll_once(&mut drain).is_ready());
 }
 
 /// libdex 1.2 `Limiter/close_after_drain`: the drain waits for the held

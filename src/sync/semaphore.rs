@@ -17,6 +17,12 @@ use crate::Error;
 /// permit handed to a future that is dropped before it sees it goes on to
 /// the next waiter. Nothing is swallowed.
 ///
+/// Permits are conserved: whatever is dropped, polled or closed, the free
+/// permits and the ones held (or handed to a waiter that has not yet taken
+/// them) add up to every permit the semaphore was made with or given by
+/// [`add_permits`](Semaphore::add_permits). [`close`](Semaphore::close)
+/// wakes the waiters without handing them anything.
+///
 /// ```
 /// let sem = gdex::Semaphore::new(1);
 /// let permit = gdex::block_on(sem.acquire()).unwrap();
@@ -42,11 +48,18 @@ struct State {
     /// can: `permits <= total` always.
     total: usize,
     closed: bool,
-    /// A notified waiter has been handed a permit.
+    /// A notified waiter has been handed a permit (and only that: `close`
+    /// wakes the waiters without notifying them).
     queue: WaitQueue,
 }
 
 impl Semaphore {
+    /// The most permits a semaphore can have in all, free and held (tokio's
+    /// `Semaphore::MAX_PERMITS`, which is smaller: gdex keeps no flag bits
+    /// in the count). [`add_permits`](Semaphore::add_permits) past it
+    /// panics.
+    pub const MAX_PERMITS: usize = usize::MAX;
+
     /// A semaphore with `permits` permits.
     pub fn new(permits: usize) -> Self {
         Semaphore {
@@ -66,7 +79,25 @@ impl Semaphore {
     }
 
     /// Waits for a permit, in arrival order. Fails with [`Error::Closed`]
-    /// once the semaphore is closed.
+    /// once the semaphore is closed, unless a permit was handed to it before
+    /// the close: then it gives that permit, as libdex's
+    /// `dex_semaphore_wait` does (its future was resolved by the post).
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::task::{Context, Poll};
+    ///
+    /// let sem = gdex::Semaphore::new(1);
+    /// let held = sem.try_acquire().unwrap();
+    /// let mut waiting = Box::pin(sem.acquire());
+    /// let waker = futures::task::noop_waker();
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    /// drop(held); // handed to `waiting`...
+    /// sem.close(); // ...before the close: it keeps it
+    /// assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+    /// assert!(matches!(gdex::block_on(sem.acquire()), Err(gdex::Error::Closed)));
+    /// ```
     pub fn acquire(&self) -> Acquire<'_> {
         Acquire {
             semaphore: self,
@@ -74,7 +105,8 @@ impl Semaphore {
         }
     }
 
-    /// A permit if one is free right now and nobody is queued for one.
+    /// A permit if one is free right now and nobody is queued for one;
+    /// `None` once the semaphore is closed.
     pub fn try_acquire(&self) -> Option<Permit> {
         let mut state = self.lock();
         if state.closed || state.permits == 0 {
@@ -91,19 +123,27 @@ impl Semaphore {
     /// wakes, whatever `n` is: `add_permits(usize::MAX / 2)` is as quick as
     /// `add_permits(1)`.
     ///
+    /// After [`close`](Semaphore::close) the permits are added to the free
+    /// ones, which nobody can take any more; the count is still checked.
+    ///
     /// # Panics
-    /// If the semaphore would then have more than `usize::MAX` permits in
-    /// all (free and held): the count is never allowed to wrap.
+    /// If the semaphore would then have more than
+    /// [`MAX_PERMITS`](Semaphore::MAX_PERMITS) permits in all (free and
+    /// held), in debug and release builds alike: the count is never
+    /// allowed to wrap. A refused add changes nothing.
     pub fn add_permits(&self, n: usize) {
         let mut state = self.lock();
         // Checked before anything changes, so a refused add leaves the
         // semaphore as it was.
+        // (`MAX_PERMITS` is `usize::MAX`: the checked add is the check.)
         let Some(total) = state.total.checked_add(n) else {
             let had = state.total;
             drop(state);
             panic!(
                 "gdex::Semaphore::add_permits({n}): the semaphore already has {had} permits \
-                 (free and held), and {n} more would overflow usize; add fewer"
+                 (free and held), and {n} more would overflow Semaphore::MAX_PERMITS ({}); \
+                 add fewer",
+                Self::MAX_PERMITS
             );
         };
         state.total = total;
@@ -115,9 +155,10 @@ impl Semaphore {
                 left -= 1;
             }
         }
-        // Cannot overflow: `permits <= total` held before, and both grew by
-        // at most `n`.
+        // Cannot overflow: `permits <= total` held before (permits are
+        // conserved), and both grew by at most `n`.
         state.permits += left;
+        debug_assert!(state.permits <= state.total, "a permit was made up");
     }
 
     /// Permits free now.
@@ -125,12 +166,36 @@ impl Semaphore {
         self.lock().permits
     }
 
-    /// Closes the semaphore: every waiter, and every later `acquire`, fails
-    /// with [`Error::Closed`]. Permits already held stay valid.
+    /// Closes the semaphore: every waiter, and every later `acquire` and
+    /// `try_acquire`, fails with [`Error::Closed`] (`None`). Permits already
+    /// held stay valid and go back to the free ones when dropped, where
+    /// nobody can take them.
+    ///
+    /// A waiter that had been handed a permit before the close (by a
+    /// release or an `add_permits`) and has not yet been polled keeps it:
+    /// its next poll gives it, as in libdex, where the post resolved its
+    /// wait. (tokio's `close` fails such a waiter and puts its permit back
+    /// with the free ones; either way no permit is lost or made up.) The
+    /// others are woken, handed nothing: dropping them gives nothing back.
+    ///
+    /// ```
+    /// use std::future::Future;
+    ///
+    /// let sem = gdex::Semaphore::new(0);
+    /// let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(sem.acquire())).collect();
+    /// let waker = futures::task::noop_waker();
+    /// for w in &mut waiters {
+    ///     assert!(w.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_pending());
+    /// }
+    /// sem.close();
+    /// drop(waiters);
+    /// assert_eq!(sem.available_permits(), 0);
+    /// ```
     pub fn close(&self) {
         let mut state = self.lock();
         state.closed = true;
-        state.queue.notify_all();
+        // Woken, not notified: a notification is a permit.
+        state.queue.wake_all();
     }
 
     /// True once [`close`](Semaphore::close) was called.
@@ -146,9 +211,12 @@ impl Inner {
 }
 
 impl State {
-    /// One permit back: to the longest waiter, or to the pool of permits.
+    /// One permit back: to the longest waiter, or to the free ones.
     fn release_one(&mut self) {
         if self.closed || !self.queue.notify_one() {
+            // Below `total`, since this permit was held or handed: cannot
+            // overflow.
+            debug_assert!(self.permits < self.total, "a permit was made up");
             self.permits += 1;
         }
     }
@@ -195,14 +263,15 @@ impl Future for Acquire<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut state = this.semaphore.lock();
-        if state.closed {
-            state.queue.remove(&mut this.key);
-            return Poll::Ready(Err(Error::Closed));
-        }
         let granted = if state.queue.is_notified(this.key) {
-            // Handed over by `release_one`.
+            // Handed over by `release_one` or `add_permits`, before any
+            // close (a closed semaphore hands nothing over): ours.
             state.queue.remove(&mut this.key);
             true
+        } else if state.closed {
+            // Woken by `close` (or never queued), handed nothing.
+            state.queue.remove(&mut this.key);
+            return Poll::Ready(Err(Error::Closed));
         } else if this.key.is_none() && state.permits > 0 {
             // Waiters exist only while no permit is free, so taking one
             // here never overtakes a waiter.
@@ -272,6 +341,9 @@ struct Shared {
 struct LimiterState {
     /// False once `close` or `close_after_drain` was called.
     accepting: bool,
+    /// True once `close` was called: a `run` future handed a slot before it
+    /// but not yet polled is refused all the same.
+    closed: bool,
     /// Futures made by `run` and `run_on_pool` while accepting that have
     /// not finished yet: unpolled, queued, running, or (`run_on_pool`)
     /// whose pool task still holds its slot. Once `accepting` is false it
@@ -295,6 +367,20 @@ impl Shared {
         }
         state.outstanding += 1;
         Some(Ticket(self.clone()))
+    }
+
+    /// Waits for a slot for a `run` or `run_on_pool` future.
+    async fn slot(&self) -> Result<Permit, Error> {
+        let permit = self.semaphore.acquire().await?;
+        // Handed a slot before a `close` and polled after it: refused all
+        // the same, as libdex's acquire refuses a permit that arrives once
+        // the limiter is closed. The slot goes back to the closed
+        // semaphore's free permits, where nobody takes it.
+        let closed = self.lock().closed;
+        if closed {
+            return Err(Error::Closed);
+        }
+        Ok(permit)
     }
 }
 
@@ -338,6 +424,7 @@ impl Limiter {
                 limit,
                 state: Mutex::new(LimiterState {
                     accepting: true,
+                    closed: false,
                     outstanding: 0,
                     drainers: WaitQueue::default(),
                 }),
@@ -368,7 +455,7 @@ impl Limiter {
         let shared = self.shared.clone();
         async move {
             let ticket = ticket.ok_or(Error::Closed)?;
-            let permit = shared.semaphore.acquire().await?;
+            let permit = shared.slot().await?;
             let _held = Held {
                 _permit: permit,
                 _ticket: ticket,
@@ -401,7 +488,7 @@ impl Limiter {
         let shared = self.shared.clone();
         async move {
             let ticket = ticket.ok_or(Error::Closed)?;
-            let permit = shared.semaphore.acquire().await?;
+            let permit = shared.slot().await?;
             let held = Held {
                 _permit: permit,
                 _ticket: ticket,
@@ -465,6 +552,7 @@ impl Limiter {
         // Under the limiter's lock, so that no ticket is handed out after.
         let mut state = self.shared.lock();
         state.accepting = false;
+        state.closed = true;
         self.shared.semaphore.close();
         // A drain still waits, for the running ones (their tickets).
         drop(state);

@@ -286,6 +286,22 @@ impl WaitQueue {
         while self.notify_one() {}
     }
 
+    /// Wakes every waiting future, in arrival order, without notifying it:
+    /// each stays parked, [`is_notified`](WaitQueue::is_notified) stays
+    /// false for it, and [`remove`](WaitQueue::remove) returns false (it
+    /// was handed nothing to pass on). For a primitive that closes: its
+    /// waiters must look again, but a notification is what it hands out (a
+    /// semaphore's permit) and closing hands out nothing.
+    pub(crate) fn wake_all(&mut self) {
+        for &(k, ticket) in &self.order {
+            if let Slot::Waiting(waker, t) = &self.slots[k] {
+                if *t == ticket {
+                    wake_unlocked(waker.clone());
+                }
+            }
+        }
+    }
+
     /// True if some future is waiting (not yet notified).
     #[cfg(test)]
     pub(crate) fn has_waiters(&self) -> bool {
@@ -406,6 +422,35 @@ mod tests {
         assert!(!q.has_waiters());
         assert_eq!(q.waiting, 0);
         assert!(!q.notify_one());
+    }
+
+    /// `wake_all` wakes every parked future once, in arrival order, and
+    /// notifies none of them: removing one passes nothing on, and a later
+    /// `notify_one` still goes to the first in line.
+    #[test]
+    fn wake_all_wakes_without_notifying() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Log(Arc<std::sync::Mutex<Vec<usize>>>, usize);
+        impl Wake for Log {
+            fn wake(self: Arc<Self>) {
+                self.0.lock().unwrap().push(self.1);
+            }
+        }
+        let mut q = WaitQueue::default();
+        let mut keys = [None, None, None];
+        for (i, k) in keys.iter_mut().enumerate() {
+            q.park(k, &Waker::from(Arc::new(Log(log.clone(), i))));
+        }
+        // One leaves first: it is not woken.
+        assert!(!q.remove(&mut keys[1]));
+        q.wake_all();
+        assert_eq!(*log.lock().unwrap(), [0, 2]);
+        assert!(!q.is_notified(keys[0]) && !q.is_notified(keys[2]));
+        assert!(!q.remove(&mut keys[2]), "woken, not handed anything");
+        assert!(q.notify_one());
+        assert!(q.is_notified(keys[0]));
+        assert!(q.remove(&mut keys[0]));
+        assert!(!q.has_waiters());
     }
 
     /// Wakers notified under primitive locks are woken once the thread
