@@ -790,6 +790,67 @@ fn a_drain_waits_for_held_permits_and_refuses_queued_acquires() {
     });
 }
 
+/// libdex 1.2 `dex_limiter_close_after_drain` closes at once: an acquire
+/// waiting while a permit is held is woken by the drain and fails with
+/// `Closed` before the permit comes back (it used to wait for the release,
+/// so a holder that awaited it before releasing deadlocked). Then the
+/// holder releases, and its drain returns.
+#[test]
+fn close_after_drain_refuses_a_waiting_acquire_while_a_permit_is_held() {
+    watchdog(
+        "close_after_drain_refuses_a_waiting_acquire_while_a_permit_is_held",
+        60,
+        || {
+            // Step by step: the drain wakes the waiter, which fails.
+            let limiter = gdex::Limiter::new(1);
+            let held = gdex::block_on(limiter.acquire()).unwrap();
+            let count = Arc::new(WakeCount(AtomicUsize::new(0)));
+            let mut waiting = Box::pin(limiter.acquire());
+            assert!(poll_counting(&mut waiting, &count).is_pending());
+            let mut drain = Box::pin(limiter.close_after_drain());
+            assert_eq!(
+                count.0.load(Ordering::SeqCst),
+                1,
+                "the drain did not wake the waiting acquire"
+            );
+            assert!(
+                matches!(
+                    poll_counting(&mut waiting, &count),
+                    Poll::Ready(Err(gdex::Error::Closed))
+                ),
+                "an acquire waiting when the drain began was not refused"
+            );
+            assert!(poll_once(&mut drain).is_pending(), "a permit is still held");
+            held.release();
+            assert!(poll_once(&mut drain).is_ready());
+
+            // Real threads: the waiter blocks in another thread; the holder
+            // waits for its answer, then releases and awaits the drain.
+            let limiter = gdex::Limiter::new(1);
+            let held = gdex::block_on(limiter.acquire()).unwrap();
+            let polled = Arc::new(AtomicUsize::new(0));
+            let (answer, answered) = std::sync::mpsc::channel();
+            let waiter = {
+                let acquire = common::after_first_poll(&polled, limiter.acquire());
+                std::thread::spawn(move || {
+                    let out = gdex::block_on(acquire).map(drop);
+                    let _ = answer.send(out);
+                })
+            };
+            wait_until(|| polled.load(Ordering::SeqCst) == 1);
+            let drain = limiter.close_after_drain();
+            let out = answered.recv_timeout(Duration::from_secs(20));
+            assert!(
+                matches!(out, Ok(Err(gdex::Error::Closed))),
+                "the waiting acquire was not refused while the permit was held: {out:?}"
+            );
+            waiter.join().unwrap();
+            held.release();
+            gdex::block_on(drain);
+        },
+    );
+}
+
 /// Permits and `run` share one limit and one arrival order: a `run` made
 /// before a drain still runs on the slot an acquire refused by the drain
 /// gave back.

@@ -351,6 +351,9 @@ struct LimiterState {
     outstanding: usize,
     /// The futures of `close_after_drain` waiting for the drain.
     drainers: WaitQueue,
+    /// The futures of `acquire` waiting for a slot, woken when the limiter
+    /// stops accepting: they fail then, whoever still holds a slot.
+    acquirers: WaitQueue,
 }
 
 impl Shared {
@@ -381,6 +384,36 @@ impl Shared {
             return Err(Error::Closed);
         }
         Ok(permit)
+    }
+}
+
+/// A [`Limiter::acquire`] waiting for its slot, on the limiter's list of
+/// them: woken, and refused, once the limiter stops accepting.
+struct Listening<'a> {
+    shared: &'a Shared,
+    key: Option<usize>,
+}
+
+impl Listening<'_> {
+    /// `Err(Closed)` once the limiter has stopped accepting; otherwise
+    /// listens (again) with `cx`'s waker.
+    fn check(&mut self, cx: &Context<'_>) -> Result<(), Error> {
+        let mut state = self.shared.lock();
+        if !state.accepting {
+            state.acquirers.remove(&mut self.key);
+            return Err(Error::Closed);
+        }
+        state.acquirers.park(&mut self.key, cx.waker());
+        Ok(())
+    }
+}
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            // A wake-up concerns this acquire only: every one is woken.
+            self.shared.lock().acquirers.remove(&mut self.key);
+        }
     }
 }
 
@@ -427,6 +460,7 @@ impl Limiter {
                     closed: false,
                     outstanding: 0,
                     drainers: WaitQueue::default(),
+                    acquirers: WaitQueue::default(),
                 }),
             }),
         }
@@ -510,13 +544,15 @@ impl Limiter {
     /// Acquires wait in arrival order with the futures of `run` and
     /// `run_on_pool`, and are cancel-safe: a dropped acquire leaves the
     /// queue and passes on a slot it was given but never took. As in
-    /// libdex 1.2, an acquire still waiting when the limiter is closed,
-    /// by [`close`](Limiter::close) or
-    /// [`close_after_drain`](Limiter::close_after_drain), fails with
-    /// [`Error::Closed`], and so does one made afterwards; a drain waits
-    /// for the permits already held. (A `run` future made before a drain
-    /// runs, by contrast: it is work already handed over, an acquire is a
-    /// request to start some.)
+    /// libdex 1.2 (`dex_limiter_acquire`), an acquire still waiting when
+    /// the limiter is closed, by [`close`](Limiter::close) or
+    /// [`close_after_drain`](Limiter::close_after_drain), is woken and
+    /// fails with [`Error::Closed`] at once, whoever still holds a slot
+    /// (so a holder may await it before releasing its own), and so does
+    /// one made or first polled afterwards; a drain waits for the permits
+    /// already held. (A `run` future made before a drain runs, by
+    /// contrast: it is work already handed over, an acquire is a request
+    /// to start some.)
     ///
     /// ```
     /// let limiter = gdex::Limiter::new(1);
@@ -527,15 +563,27 @@ impl Limiter {
     /// assert!(gdex::block_on(second).is_ok());
     /// ```
     pub fn acquire(&self) -> impl Future<Output = Result<LimiterPermit, Error>> + Send + 'static {
-        let open = self.shared.lock().accepting;
         let shared = self.shared.clone();
         async move {
-            if !open {
-                return Err(Error::Closed);
-            }
-            let permit = shared.semaphore.acquire().await?;
-            // A drain began while this one waited: refused, and the slot
-            // goes back to the queue (to a `run` future made before it).
+            let permit = {
+                let mut listening = Listening {
+                    shared: &shared,
+                    key: None,
+                };
+                let mut wait = std::pin::pin!(shared.semaphore.acquire());
+                // Listening first: a drain that begins after the check
+                // finds this acquire on its list and wakes it.
+                // A slot handed to it and never taken (it was refused)
+                // goes back to the queue as `wait` drops: to a `run`
+                // future made before the drain.
+                std::future::poll_fn(|cx| {
+                    listening.check(cx)?;
+                    wait.as_mut().poll(cx)
+                })
+                .await?
+            };
+            // A drain began since the last check: refused, and the slot
+            // goes back to the queue.
             let ticket = shared.ticket().ok_or(Error::Closed)?;
             Ok(LimiterPermit {
                 _held: Held {
@@ -546,37 +594,61 @@ impl Limiter {
         }
     }
 
-    /// Closes the limiter now: queued futures (made but not yet running)
-    /// and later ones fail with [`Error::Closed`]; running ones finish.
+    /// Closes the limiter now: queued futures (made but not yet running),
+    /// waiting acquires and later ones fail with [`Error::Closed`]; running
+    /// ones finish, and permits held stay valid (libdex's
+    /// `dex_limiter_close`).
     pub fn close(&self) {
         // Under the limiter's lock, so that no ticket is handed out after.
         let mut state = self.shared.lock();
         state.accepting = false;
         state.closed = true;
+        state.acquirers.notify_all();
         self.shared.semaphore.close();
         // A drain still waits, for the running ones (their tickets).
         drop(state);
     }
 
-    /// Stops accepting new futures at once (those made from now on fail
-    /// with [`Error::Closed`]), lets the queued and running ones finish,
-    /// then closes.
+    /// Stops accepting at once, lets the queued and running futures
+    /// finish, then closes: libdex's `dex_limiter_close_after_drain`, but
+    /// for the `run` futures already made.
+    ///
+    /// From this call on, futures of `run`, `run_on_pool` and `acquire`
+    /// made afterwards fail with [`Error::Closed`], and so does every
+    /// [`acquire`](Limiter::acquire) still waiting for a slot: it is woken
+    /// and fails at once, as libdex rejects its waiting acquires with
+    /// `DEX_ERROR_SEMAPHORE_CLOSED`, however long the permits held take to
+    /// come back. The returned future resolves once every permit held
+    /// ([`LimiterPermit`]) has been released and every queued future has
+    /// finished.
     ///
     /// "Queued" means every future made by [`run`](Limiter::run) or
     /// [`run_on_pool`](Limiter::run_on_pool) before this call that has not
-    /// finished or been dropped, polled yet or not (libdex rejects the
-    /// queued ones instead). The drain starts here, not when the returned
-    /// future is first polled; the returned future resolves once the last
-    /// of them has finished (for `run_on_pool`, once its pool task has).
+    /// finished or been dropped, polled yet or not: those run (libdex
+    /// rejects them, as all its runs are acquires). The drain starts here,
+    /// not when the returned future is first polled; it waits for the last
+    /// of them (for `run_on_pool`, for its pool task).
     ///
     /// Any number of callers may drain the same limiter: they share one
     /// drain, and all of them return once it is done. A
     /// [`close`](Limiter::close) meanwhile refuses the queued futures; the
     /// drain then ends when the running ones have finished. The returned
     /// future does not borrow the limiter.
+    ///
+    /// ```
+    /// let limiter = gdex::Limiter::new(1);
+    /// let held = gdex::block_on(limiter.acquire()).unwrap();
+    /// let waiting = limiter.acquire();
+    /// let drain = limiter.close_after_drain();
+    /// // Refused at once, though `held` still holds the only slot.
+    /// assert!(matches!(gdex::block_on(waiting), Err(gdex::Error::Closed)));
+    /// held.release();
+    /// gdex::block_on(drain);
+    /// ```
     pub fn close_after_drain(&self) -> impl Future<Output = ()> {
         let mut state = self.shared.lock();
         state.accepting = false;
+        state.acquirers.notify_all();
         if state.outstanding == 0 {
             // Nothing outstanding: drained already (a later drain finds
             // the semaphore closed; closing it twice is harmless).
