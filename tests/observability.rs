@@ -190,14 +190,15 @@ fn local_burst(scheduler: &gdex::Scheduler, tasks: usize, spin: Duration) {
     gdex::block_on(burst).unwrap();
 }
 
-/// Runs the child test `name` with `SYSPROF_TRACE_FD` on a fresh temp file
-/// (inherited by the child, as Sysprof's tracefd source hands it) and the
-/// extra environment `env`; checks that it passed and gives what its
-/// capture holds, with its output.
+/// A fresh temp file, in a directory named after `dir`, for a child to
+/// write its capture to, as
+/// Sysprof's tracefd source hands a profiled process: open, inheritable,
+/// its descriptor number being the child's `SYSPROF_TRACE_FD`. Keep the
+/// directory and the file until the child has ended.
 #[cfg(feature = "sysprof")]
-fn capture_of(name: &str, env: &[(&str, &str)]) -> (capture::Capture, String) {
+fn trace_file(dir: &str) -> (common::TempDir, std::path::PathBuf, std::fs::File) {
     use std::os::fd::AsRawFd;
-    let dir = common::TempDir::new(name);
+    let dir = common::TempDir::new(dir);
     let path = dir.0.join("capture.syscap");
     let file = std::fs::File::options()
         .read(true)
@@ -206,22 +207,46 @@ fn capture_of(name: &str, env: &[(&str, &str)]) -> (capture::Capture, String) {
         .open(&path)
         .unwrap();
     let fd = file.as_raw_fd();
-    // SAFETY: `fd` is open (owned by `file`, closed after the child ends);
-    // clearing FD_CLOEXEC lets the child inherit it.
+    // SAFETY: `fd` is open (owned by `file`, which the caller keeps until
+    // the child ends); clearing FD_CLOEXEC lets the child inherit it.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         assert!(flags >= 0 && libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == 0);
     }
-    let fd_text = fd.to_string();
+    (dir, path, file)
+}
+
+/// Runs the child test `name` with `SYSPROF_TRACE_FD` on a fresh temp file
+/// (inherited by the child, as Sysprof's tracefd source hands it) and the
+/// extra environment `env`; checks that it passed and gives what its
+/// capture holds, with its output.
+#[cfg(feature = "sysprof")]
+fn capture_of(name: &str, env: &[(&str, &str)]) -> (capture::Capture, String) {
+    let (_dir, path, file) = trace_file(name);
+    let (capture, _, out) = capture_and_size_of(name, &path, &file, env);
+    (capture, out)
+}
+
+/// [`capture_of`] with the file made by the caller ([`trace_file`]); gives
+/// the capture's size in bytes as well.
+#[cfg(feature = "sysprof")]
+fn capture_and_size_of(
+    name: &str,
+    path: &std::path::Path,
+    file: &std::fs::File,
+    env: &[(&str, &str)],
+) -> (capture::Capture, u64, String) {
+    use std::os::fd::AsRawFd;
+    let fd_text = file.as_raw_fd().to_string();
     let mut all_env = vec![("SYSPROF_TRACE_FD", fd_text.as_str())];
     all_env.extend_from_slice(env);
     let (status, out) = common::run_child(name, &all_env, 120);
-    drop(file);
     assert!(
         status.is_some_and(|s| s.success()) && out.contains("CHILD-OK"),
         "child {name} failed: {status:?}\n{out}"
     );
-    (capture::read(&path), out)
+    let size = std::fs::metadata(path).unwrap().len();
+    (capture::read(path), size, out)
 }
 
 /// Child: a named task that polls long twice around a timer, a fiber that
@@ -279,7 +304,9 @@ fn child_sysprof_workload() {
 #[test]
 fn sysprof_marks_each_tasks_life_and_its_long_polls() {
     watchdog("sysprof marks", 150, || {
-        let (capture, out) = capture_of("child_sysprof_workload", &[]);
+        // Every life marked, however short (the main scheduler's tasks
+        // live a few microseconds).
+        let (capture, out) = capture_of("child_sysprof_workload", &[("GDEX_SYSPROF_TASK_US", "0")]);
         let marks = &capture.marks;
         assert!(
             marks.iter().all(|m| m.group == "gdex"),
@@ -498,6 +525,134 @@ fn a_trace_fd_that_is_no_capture_is_refused() {
             "{named:?}: no binary capture among the messages: {out}"
         );
     }
+}
+
+/// How many tasks end before a signal stops the child that ran them.
+#[cfg(feature = "sysprof")]
+const ENDED_BEFORE_THE_SIGNAL: usize = 2_000;
+
+/// Child: 2,000 short tasks end; then it idles, as an app sits in its main
+/// loop, until a signal stops it (or its stdin closes: its parent is gone).
+#[cfg(feature = "sysprof")]
+#[test]
+#[ignore = "run by a_capture_keeps_every_task_that_ended_before_a_signal_stopped_the_app"]
+fn child_sysprof_until_signal() {
+    use std::io::{Read, Write};
+    let pool = ThreadPool::builder().workers(2).build().unwrap();
+    let tasks: Vec<_> = (0..ENDED_BEFORE_THE_SIGNAL)
+        .map(|i| {
+            pool.scheduler()
+                .spawn_named(&format!("ended-{i}"), gdex::yield_now())
+        })
+        .collect();
+    for task in tasks {
+        gdex::block_on(task).unwrap();
+    }
+    println!("ENDED");
+    std::io::stdout().flush().unwrap();
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_to_string(&mut rest);
+    println!("CHILD-OK");
+}
+
+/// Runs the child test `name` with a capture on a fresh temp file and
+/// `env`; once it prints `ENDED`, waits `before` and stops it with
+/// `signal` (no `atexit` handler runs), and gives what the capture holds.
+#[cfg(feature = "sysprof")]
+fn capture_until_signal(
+    name: &str,
+    env: &[(&str, &str)],
+    before: Duration,
+    signal: libc::c_int,
+) -> capture::Capture {
+    use std::io::{BufRead, Read};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let (_dir, path, file) = trace_file(&format!("{name}-{signal}"));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GDEX_TEST_CHILD", "1")
+        .env("SYSPROF_TRACE_FD", file.as_raw_fd().to_string())
+        .envs(env.iter().copied())
+        // Closed if this process dies first: the child then exits.
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    // (The harness prints the test's name on the same line.)
+    while !line.trim_end().ends_with("ENDED") {
+        line.clear();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            let status = child.wait().unwrap();
+            panic!(
+                "the child {name} ended ({status:?}) before its tasks did:\n{}",
+                errors.join().unwrap()
+            );
+        }
+    }
+    std::thread::sleep(before);
+    // SAFETY: kill(2) on our child's pid, not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    let status = child.wait().unwrap();
+    let errors = errors.join().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(signal),
+        "the signal stopped the child {name}, as it stops an app that does not handle it: \
+         {status:?}\n{errors}"
+    );
+    drop(child.stdin.take());
+    capture::read(&path)
+}
+
+/// A capture written through `SYSPROF_TRACE_FD` holds the mark of every
+/// task that ended 200 ms or more before a signal stopped the app
+/// (SIGTERM, or SIGINT: Ctrl-C, sysprof-cli's own included), although no
+/// `atexit` handler runs then: the writer is flushed while the app runs,
+/// not only at its exit (O1).
+#[cfg(feature = "sysprof")]
+#[test]
+fn a_capture_keeps_every_task_that_ended_before_a_signal_stopped_the_app() {
+    watchdog("sysprof signal", 150, || {
+        for (signal, named) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+            let capture = capture_until_signal(
+                "child_sysprof_until_signal",
+                &[],
+                Duration::from_millis(300),
+                signal,
+            );
+            let ended: std::collections::HashSet<&str> = capture
+                .marks
+                .iter()
+                .filter(|m| m.name == "task")
+                .filter_map(|m| m.message.split('"').nth(1))
+                .filter(|name| name.starts_with("ended-"))
+                .collect();
+            assert_eq!(
+                ended.len(),
+                ENDED_BEFORE_THE_SIGNAL,
+                "{named}: {} of the {ENDED_BEFORE_THE_SIGNAL} tasks that ended 300 ms before the \
+                 signal have their mark in the capture",
+                ended.len()
+            );
+        }
+    });
 }
 
 #[cfg(feature = "tracing")]

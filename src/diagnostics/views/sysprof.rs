@@ -6,7 +6,12 @@
 //! - `SYSPROF_TRACE_FD`: a file descriptor to write a whole capture to
 //!   (what GTK and GJS use; Sysprof merges it into its own capture, and a
 //!   test can point it at a plain file). Its writer is not thread-safe, so
-//!   one lock guards it; it is flushed when the process exits.
+//!   one lock guards it. It buffers what it is given; a `gdex-sysprof`
+//!   thread flushes it [`FLUSH_EVERY`] (100 ms) after a mark (or counter)
+//!   comes into an empty buffer, so that a capture keeps the marks of an
+//!   app stopped by a signal (Ctrl-C, SIGTERM: no `atexit` handler runs
+//!   then) but for the last 100 ms or so; it sleeps while nothing is
+//!   written. At a normal exit, an `atexit` handler flushes the rest.
 //! - `SYSPROF_CONTROL_FD`: the collector's socket, through which each
 //!   thread gets a ring buffer of its own (what GLib's `g_trace_mark`
 //!   uses).
@@ -18,8 +23,8 @@
 //! Marks, all in the group `gdex`:
 //! - `task`, `fiber`, `blocking`: a task's life, from its spawn to the
 //!   drop of its future, with its id, name, spawn site and scheduler (for
-//!   a task still alive when the process exits, its life so far, marked
-//!   "alive at exit");
+//!   a task still alive when the process exits normally, its life so far,
+//!   marked "alive at exit");
 //! - `poll`: a poll of a task longer than [`long_poll`] (1 ms, or
 //!   `GDEX_SYSPROF_POLL_US`), with the same message;
 //! - `main slice` / `context slice`: each slice of a context scheduler's
@@ -33,7 +38,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, CString};
 use std::ptr::NonNull;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerFigures;
@@ -125,7 +131,8 @@ enum Sink {
     Collector,
 }
 
-/// The writer, made once and never freed (it is flushed at exit).
+/// The writer, made once and never freed (flushed by [`flusher`] while the
+/// process runs, and at exit).
 struct WriterRef(NonNull<Writer>);
 
 // SAFETY: the writer is used only under the `Mutex` that holds this, one
@@ -174,6 +181,7 @@ fn open() -> Option<Sink> {
                 // SAFETY: `at_exit` is an `extern "C" fn()` that never
                 // unwinds.
                 unsafe { libc::atexit(at_exit) };
+                start_flusher();
                 return Some(Sink::Writer(Mutex::new(WriterRef(writer))));
             }
             None => glib::g_warning!(
@@ -205,8 +213,84 @@ fn open_collector() -> Option<Sink> {
     None
 }
 
-/// When the process exits (registered with `atexit`): marks the life so
-/// far of every task still alive (a capture would not show them
+/// How long a mark (or a counter's value) waits in the writer's buffer, at
+/// most, before [`flusher`] writes it to the capture: a signal that stops
+/// the app (Ctrl-C, SIGTERM; no `atexit` handler runs then) loses only
+/// what the last 100 ms or so wrote.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether the writer's buffer holds something written since the last
+/// flush, and what wakes [`flusher`] when it begins to.
+struct Pending {
+    written: AtomicBool,
+    wake: Mutex<()>,
+    woken: Condvar,
+}
+
+static PENDING: Pending = Pending {
+    written: AtomicBool::new(false),
+    wake: Mutex::new(()),
+    woken: Condvar::new(),
+};
+
+/// Something was put in the writer's buffer (after its lock was let go):
+/// the first thing since the last flush wakes [`flusher`]; the rest cost
+/// one atomic swap each.
+fn written() {
+    if !PENDING.written.swap(true, Ordering::AcqRel) {
+        let _wake = PENDING.wake.lock().unpoisoned();
+        PENDING.woken.notify_one();
+    }
+}
+
+/// Starts the `gdex-sysprof` thread ([`flusher`]); if it cannot start,
+/// says so: the capture is then flushed only at a normal exit.
+fn start_flusher() {
+    let started = std::thread::Builder::new()
+        .name("gdex-sysprof".into())
+        .spawn(flusher);
+    if let Err(err) = started {
+        glib::g_warning!(
+            "gdex",
+            "cannot start the gdex-sysprof thread ({}): the Sysprof capture on \
+             SYSPROF_TRACE_FD is written only at a normal exit, and an app stopped by a \
+             signal loses its last marks",
+            err
+        );
+    }
+}
+
+/// The `gdex-sysprof` thread: it sleeps until something is written, waits
+/// [`FLUSH_EVERY`] for more to gather, then flushes the writer (outside
+/// any signal handler: flushing writes and takes a lock). What is written
+/// while it flushes, or after, wakes it again.
+fn flusher() {
+    loop {
+        let mut wake = PENDING.wake.lock().unpoisoned();
+        while !PENDING.written.load(Ordering::Acquire) {
+            wake = PENDING.woken.wait(wake).unpoisoned();
+        }
+        drop(wake);
+        std::thread::sleep(FLUSH_EVERY);
+        // Cleared before the flush: whatever is written from here on
+        // sets it again, and is flushed this time or the next.
+        PENDING.written.store(false, Ordering::Release);
+        flush();
+    }
+}
+
+/// Writes the writer's buffer to its descriptor, if there is a writer.
+fn flush() {
+    if let Some(Some(Sink::Writer(writer))) = SINK.get() {
+        let writer = writer.lock().unpoisoned();
+        // SAFETY: the writer is live (never freed) and used under its
+        // lock.
+        unsafe { sysprof_capture_writer_flush(writer.0.as_ptr()) };
+    }
+}
+
+/// When the process exits normally (registered with `atexit`): marks the
+/// life so far of every task still alive (a capture would not show them
 /// otherwise: a task's mark is written when it ends), then flushes the
 /// writer.
 extern "C" fn at_exit() {
@@ -219,12 +303,7 @@ extern "C" fn at_exit() {
                 &format!("{} (alive at exit)", message(&entry)),
             );
         }
-        if let Some(Some(Sink::Writer(writer))) = SINK.get() {
-            let writer = writer.lock().unpoisoned();
-            // SAFETY: the writer is live (never freed) and used under its
-            // lock.
-            unsafe { sysprof_capture_writer_flush(writer.0.as_ptr()) };
-        }
+        flush();
     });
     drop(flushed); // a panic must not unwind into libc's exit
 }
@@ -286,6 +365,8 @@ fn mark(time: i64, duration: Duration, name: &std::ffi::CStr, message: &str) {
                     message.as_ptr(),
                 )
             };
+            drop(writer);
+            written();
         }
         // SAFETY: the collector is thread-safe; every string is
         // NUL-terminated.
@@ -442,6 +523,8 @@ fn define_counters(index: usize) -> c_uint {
                     3,
                 )
             };
+            drop(writer);
+            written();
         }
         // SAFETY: as above, through the thread-safe collector.
         Sink::Collector => unsafe { sysprof_collector_define_counters(counters.as_ptr(), 3) },
@@ -495,6 +578,8 @@ pub(crate) fn counters(figures: &WorkerFigures, throttled: bool) {
                     3,
                 )
             };
+            drop(writer);
+            written();
         }
         // SAFETY: as above, through the thread-safe collector.
         Sink::Collector => unsafe {
