@@ -631,9 +631,11 @@ fn capture_until_signal(
 fn a_capture_keeps_every_task_that_ended_before_a_signal_stopped_the_app() {
     watchdog("sysprof signal", 150, || {
         for (signal, named) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+            // Every task's life marked, however short (the default marks
+            // only lives of 1 ms or more).
             let capture = capture_until_signal(
                 "child_sysprof_until_signal",
-                &[],
+                &[("GDEX_SYSPROF_TASK_US", "0")],
                 Duration::from_millis(300),
                 signal,
             );
@@ -652,6 +654,85 @@ fn a_capture_keeps_every_task_that_ended_before_a_signal_stopped_the_app() {
                 ended.len()
             );
         }
+    });
+}
+
+/// Child: a spawn-heavy app. A task spawns tiny tasks one after another,
+/// awaiting each (each lives a few microseconds), beside a task that lives
+/// 20 ms; it prints the tiny tasks' spawn site and count.
+#[cfg(feature = "sysprof")]
+#[test]
+#[ignore = "run by a_spawn_heavy_capture_stays_small_unless_every_task_is_asked_for"]
+fn child_sysprof_spawn_heavy() {
+    let pool = ThreadPool::builder().workers(2).build().unwrap();
+    let count = common::stress(20_000);
+    let long = pool
+        .scheduler()
+        .spawn_named("lives-long", gdex::sleep(Duration::from_millis(20)));
+    let inner = pool.scheduler();
+    let heavy = pool.scheduler().spawn_named("spawns-many", async move {
+        let mut site = 0;
+        for _ in 0..count {
+            let (line, task) = (line!(), inner.spawn(async {}));
+            site = line;
+            task.await.unwrap();
+        }
+        site
+    });
+    let site = gdex::block_on(heavy).unwrap();
+    gdex::block_on(long).unwrap();
+    println!("TINY {}:{site}: {count}", file!());
+    drop(pool);
+    println!("CHILD-OK");
+}
+
+/// A spawn-heavy app's capture stays small: by default a task's life is a
+/// mark only if it lasts 1 ms or more, so tasks of a few microseconds
+/// leave none, while a task of 20 ms still has its mark; with
+/// `GDEX_SYSPROF_TASK_US=0` every task's life is a mark again (O1).
+#[cfg(feature = "sysprof")]
+#[test]
+fn a_spawn_heavy_capture_stays_small_unless_every_task_is_asked_for() {
+    watchdog("sysprof spawn-heavy", 300, || {
+        let name = "child_sysprof_spawn_heavy";
+        let run = |env: &[(&str, &str)]| {
+            let (_dir, path, file) = trace_file(&format!("{name}-{}", env.len()));
+            let (capture, size, out) = capture_and_size_of(name, &path, &file, env);
+            let tiny = out
+                .lines()
+                .find_map(|l| l.split_once("TINY ").map(|(_, tiny)| tiny))
+                .unwrap_or_else(|| panic!("no TINY line:\n{out}"));
+            let (site, count) = tiny.rsplit_once(' ').unwrap();
+            let count: usize = count.parse().unwrap();
+            let marked = capture
+                .marks
+                .iter()
+                .filter(|m| m.name == "task" && m.message.contains(&format!(" spawned at {site}")))
+                .count();
+            let long = capture
+                .marks
+                .iter()
+                .any(|m| m.name == "task" && m.message.contains("\"lives-long\""));
+            (count, marked, long, size)
+        };
+        let (count, marked, long, size) = run(&[]);
+        assert!(
+            marked < count / 10,
+            "by default the tiny tasks' lives are no marks (but for the few a preemption \
+             stretched past 1 ms): {marked} of {count}"
+        );
+        assert!(long, "a task of 20 ms has its mark by default");
+        let (count, every, long, all_size) = run(&[("GDEX_SYSPROF_TASK_US", "0")]);
+        assert_eq!(
+            every, count,
+            "GDEX_SYSPROF_TASK_US=0 marks every task's life"
+        );
+        assert!(long);
+        assert!(
+            size * 4 < all_size,
+            "the capture is a fraction of its size with every life marked: {size} bytes, \
+             {all_size} with every life"
+        );
     });
 }
 

@@ -21,10 +21,13 @@
 //! it).
 //!
 //! Marks, all in the group `gdex`:
-//! - `task`, `fiber`, `blocking`: a task's life, from its spawn to the
-//!   drop of its future, with its id, name, spawn site and scheduler (for
-//!   a task still alive when the process exits normally, its life so far,
-//!   marked "alive at exit");
+//! - `task`, `fiber`, `blocking`: a task's life of [`long_life`] or more
+//!   (1 ms, or `GDEX_SYSPROF_TASK_US`; 0: every task), from its spawn to
+//!   the drop of its future, with its id, name, spawn site and scheduler
+//!   (for a task still alive when the process exits normally, its life so
+//!   far, marked "alive at exit"). A spawn-heavy app's tasks of a few
+//!   microseconds would otherwise fill the capture (hundreds of megabytes
+//!   in seconds);
 //! - `poll`: a poll of a task longer than [`long_poll`] (1 ms, or
 //!   `GDEX_SYSPROF_POLL_US`), with the same message;
 //! - `main slice` / `context slice`: each slice of a context scheduler's
@@ -290,18 +293,21 @@ fn flush() {
 }
 
 /// When the process exits normally (registered with `atexit`): marks the
-/// life so far of every task still alive (a capture would not show them
-/// otherwise: a task's mark is written when it ends), then flushes the
-/// writer.
+/// life so far of every task still alive, if it is long enough (a capture
+/// would not show them otherwise: a task's mark is written when it ends),
+/// then flushes the writer.
 extern "C" fn at_exit() {
     let flushed = std::panic::catch_unwind(|| {
         for entry in crate::diagnostics::record::entries() {
-            mark(
-                time_of(entry.spawned),
-                entry.spawned.elapsed(),
-                kind_name(&entry),
-                &format!("{} (alive at exit)", message(&entry)),
-            );
+            let life = entry.spawned.elapsed();
+            if life >= long_life() {
+                mark(
+                    time_of(entry.spawned),
+                    life,
+                    kind_name(&entry),
+                    &format!("{} (alive at exit)", message(&entry)),
+                );
+            }
         }
         flush();
     });
@@ -392,17 +398,37 @@ fn message(entry: &Entry) -> String {
     )
 }
 
-/// A tracked task's future is gone: its life is one mark.
+/// A tracked task's future is gone: its life is one mark, if it lasted
+/// [`long_life`] or more.
 pub(crate) fn task_ended(entry: &Entry) {
     if !active() {
         return;
     }
+    let life = entry.spawned.elapsed();
+    if life < long_life() {
+        return;
+    }
     mark(
         time_of(entry.spawned),
-        entry.spawned.elapsed(),
+        life,
         kind_name(entry),
         &message(entry),
     );
+}
+
+/// Tasks that live at least this long get a mark of their life: 1 ms, or
+/// `GDEX_SYSPROF_TASK_US` microseconds (0: every task).
+pub(crate) fn long_life() -> Duration {
+    static THRESHOLD: OnceLock<Duration> = OnceLock::new();
+    *THRESHOLD.get_or_init(|| {
+        crate::util::env_setting(
+            "GDEX_SYSPROF_TASK_US",
+            "a number of microseconds",
+            || "tasks that live 1 ms or more get a mark".into(),
+            |text| text.parse::<u64>().ok(),
+        )
+        .map_or(Duration::from_millis(1), Duration::from_micros)
+    })
 }
 
 /// The mark's name for a task's life: its kind.
