@@ -262,9 +262,11 @@ fn a_task_woken_during_its_poll_is_queued_after_it() {
     );
 }
 
-/// Main-thread tasks, group members and fibers are tracked too, each with
-/// the line of its spawn (through `TaskGroup::spawn`, not inside gdex) and
-/// its kind of scheduler.
+/// Main-thread tasks, group members, fibers and bound tasks are tracked
+/// too, each with the line of its spawn (through `TaskGroup::spawn`, not
+/// inside gdex), its kind, and its scheduler (with what binds a bound
+/// task); a line of the dump reads "#7 (fiber) spawned at … on
+/// Scheduler::Pool { workers: 1 }".
 #[test]
 fn main_tasks_group_members_and_fibers_are_listed() {
     gdex::enable_task_dump();
@@ -283,11 +285,30 @@ fn main_tasks_group_members_and_fibers_are_listed() {
         let s = pool.scheduler();
         let fiber_line = line!() + 1;
         let fiber = s.spawn_fiber(move || gdex::fiber::wait(fiber_waits));
-        wait_until(|| {
-            gdex::dump().tasks().iter().any(|t| {
-                t.spawned_at().line() == fiber_line && t.scheduler().starts_with("fiber on")
-            })
-        });
+        let fiber_info = || {
+            gdex::dump()
+                .tasks()
+                .iter()
+                .find(|t| t.spawned_at().line() == fiber_line)
+                .cloned()
+        };
+        wait_until(|| fiber_info().is_some_and(|t| t.state() == TaskState::Waiting));
+        let info = fiber_info().unwrap();
+        assert_eq!(info.kind(), "fiber");
+        assert_eq!(info.scheduler(), "Scheduler::Pool { workers: 1 }");
+        // Its line names it as every view does (O1), its kind beside its
+        // id, and then says where it was spawned and on which scheduler.
+        let text = gdex::dump().to_string();
+        let fiber_text = text
+            .lines()
+            .find(|l| l.contains(&format!("dump.rs:{fiber_line}:")))
+            .unwrap_or_else(|| panic!("no line for the fiber:\n{text}"));
+        assert!(
+            fiber_text.contains(" (fiber) spawned at ")
+                && fiber_text
+                    .contains(" on Scheduler::Pool { workers: 1 } (thread gdex-worker-0), "),
+            "{fiber_text}"
+        );
         fiber_promise.resolve(3);
         assert_eq!(gdex::block_on(fiber).unwrap().unwrap(), 3);
         common::on_main(|| {
@@ -302,6 +323,20 @@ fn main_tasks_group_members_and_fibers_are_listed() {
             assert!(main.is_some(), "{}", gdex::dump());
             promise.resolve(4);
             assert_eq!(gdex::block_on(task).unwrap().unwrap(), 4);
+            // A task bound to an object (X2): its scheduler, and what binds
+            // it.
+            let object = glib::Object::new::<glib::Object>();
+            let bound = gdex::spawn_local_bound(&object, std::future::pending::<()>());
+            assert!(
+                gdex::dump()
+                    .tasks()
+                    .iter()
+                    .any(|t| t.scheduler() == "Scheduler::Main, bound to a GObject"),
+                "{}",
+                gdex::dump()
+            );
+            drop(object);
+            assert!(matches!(gdex::block_on(bound), Err(Error::Cancelled)));
         });
     });
 }

@@ -350,7 +350,13 @@ fn sysprof_marks_each_tasks_life_and_its_long_polls() {
             .find(|m| m.name == "fiber")
             .unwrap_or_else(|| panic!("no fiber mark: {marks:#?}"));
         assert!(fiber.duration >= 4_000_000, "two 2 ms waits: {fiber:?}");
-        assert!(fiber.message.contains("(fiber)"), "{fiber:?}");
+        assert!(
+            fiber.message.contains(" (fiber) spawned at ")
+                && fiber
+                    .message
+                    .ends_with(" on Scheduler::Pool { workers: 2 }"),
+            "a fiber's mark names its kind once, and its scheduler: {fiber:?}"
+        );
         let blocking = marks
             .iter()
             .find(|m| m.name == "blocking")

@@ -78,6 +78,7 @@ pub struct TaskDump {
 #[derive(Clone, Debug)]
 pub struct TaskInfo {
     id: u64,
+    kind: &'static str,
     name: Option<Arc<str>>,
     location: &'static Location<'static>,
     scheduler: Arc<str>,
@@ -96,6 +97,23 @@ impl TaskInfo {
     pub fn id(&self) -> u64 {
         self.id
     }
+    /// What it is: `"task"`, `"fiber"` or `"blocking"` (a job of a
+    /// blocking lane), as Sysprof marks (their name) and `tracing` spans
+    /// (their `kind`) tell it (O1).
+    ///
+    /// ```
+    /// gdex::enable_task_dump();
+    /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    /// let (_keep, waiting) = gdex::Promise::<u32>::new();
+    /// let fiber = pool.scheduler().spawn_fiber(move || gdex::fiber::wait(waiting));
+    /// let dump = gdex::dump();
+    /// let info = dump.tasks().iter().find(|t| t.kind() == "fiber").unwrap();
+    /// assert_eq!(info.scheduler(), "Scheduler::Pool { workers: 1 }");
+    /// # drop(fiber);
+    /// ```
+    pub fn kind(&self) -> &str {
+        self.kind
+    }
     /// The name given with `spawn_named`, if any.
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
@@ -104,7 +122,10 @@ impl TaskInfo {
     pub fn spawned_at(&self) -> &'static Location<'static> {
         self.location
     }
-    /// Its scheduler ("main", "pool gdex-worker-0..1", …).
+    /// Its scheduler, as its `Debug` names it (`"Scheduler::Main"`,
+    /// `"Scheduler::Pool { workers: 4 }"`), with what binds the task to an
+    /// object (`"Scheduler::Main, bound to a GtkButton"`, X2); a blocking
+    /// job's is `"a blocking lane"`.
     pub fn scheduler(&self) -> &str {
         &self.scheduler
     }
@@ -164,6 +185,7 @@ pub fn dump() -> TaskDump {
             let last = entry.last_poll.load(Ordering::Relaxed);
             TaskInfo {
                 id: entry.id,
+                kind: entry.kind.as_str(),
                 name: entry.name.clone(),
                 location: entry.location,
                 scheduler: entry.scheduler.clone(),
@@ -201,15 +223,18 @@ impl fmt::Display for TaskDump {
                 Some(d) => format!("last poll {} ms ago", d.as_millis()),
                 None => format!("never polled, spawned {} ms ago", task.age.as_millis()),
             };
+            // The task named as every view names it (O1): `#7 "fetch"
+            // (fiber)`, or `#7 (fiber)` without a name.
             writeln!(
                 f,
-                "  {:<8} #{} {} spawned at {} on {}{}, {}, {} polls, {} ms busy",
+                "  {:<8} #{}{} ({}) spawned at {} on {}{}, {}, {} polls, {} ms busy",
                 state,
                 task.id,
                 task.name
                     .as_deref()
-                    .map(|n| format!("\"{n}\""))
-                    .unwrap_or_else(|| "(unnamed)".into()),
+                    .map(|n| format!(" \"{n}\""))
+                    .unwrap_or_default(),
+                task.kind,
                 task.location,
                 task.scheduler,
                 task.thread

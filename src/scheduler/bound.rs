@@ -34,8 +34,9 @@ pin_project_lite::pin_project! {
 }
 
 impl<F, O: ObjectType> Bound<F, O> {
+    /// Binds `future`, to be spawned on `scheduler`, to `object`.
     #[track_caller]
-    fn new(object: &O, future: F) -> Bound<F, O> {
+    fn new(scheduler: &Scheduler, object: &O, future: F) -> Bound<F, O> {
         let disposed = Arc::new(Flag::default());
         // GLib's side holds one strong count of the flag, given back in
         // `on_dispose` or, if the task ends first, in `Drop`.
@@ -50,7 +51,10 @@ impl<F, O: ObjectType> Bound<F, O> {
             );
         }
         Bound {
-            future: CatchUnwind::new(future, || format!("bound to a {}", object.type_().name())),
+            // What the views say after "spawned at … on".
+            future: CatchUnwind::new(future, || {
+                format!("{scheduler:?}, bound to a {}", object.type_().name())
+            }),
             disposed,
             object: object.downgrade(),
         }
@@ -136,7 +140,7 @@ impl Scheduler {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.spawn_outcome(Bound::new(object, future))
+        self.spawn_outcome(Bound::new(self, object, future))
     }
 
     /// [`spawn_bound`](Scheduler::spawn_bound) for a `!Send` future, with
@@ -148,7 +152,10 @@ impl Scheduler {
         F: Future + 'static,
         F::Output: 'static,
     {
-        self.spawn_local_outcome("Scheduler::spawn_local_bound", Bound::new(object, future))
+        self.spawn_local_outcome(
+            "Scheduler::spawn_local_bound",
+            Bound::new(self, object, future),
+        )
     }
 }
 
@@ -179,9 +186,11 @@ where
     F: Future + 'static,
     F::Output: 'static,
 {
-    Scheduler::thread_default()
-        .unwrap_or_else(Scheduler::main)
-        .spawn_local_outcome("gdex::spawn_local_bound", Bound::new(object, future))
+    let scheduler = Scheduler::thread_default().unwrap_or_else(Scheduler::main);
+    scheduler.spawn_local_outcome(
+        "gdex::spawn_local_bound",
+        Bound::new(&scheduler, object, future),
+    )
 }
 
 /// Spawns a `Send` future bound to `object` (X2) on the default pool (as

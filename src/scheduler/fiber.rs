@@ -85,7 +85,7 @@ impl Builder {
         // SAFETY: `prepare`'s future may move to the thread that first polls
         // it (it holds only `Send` data until then), and
         // `spawn_pinned_waking` keeps it on that thread from then on.
-        let (task, waker) = unsafe { scheduler.spawn_pinned_waking(future, "fiber", true) };
+        let (task, waker) = unsafe { scheduler.spawn_pinned_waking(future, true) };
         Fiber::new(task, waker)
     }
 
@@ -104,7 +104,7 @@ impl Builder {
             crate::task::CatchUnwind::of_kind(
                 future,
                 crate::diagnostics::record::Kind::Fiber,
-                || format!("fiber on {scheduler:?}"),
+                || format!("{scheduler:?}"),
             ),
             true,
         );

@@ -422,7 +422,7 @@ impl Scheduler {
     {
         // SAFETY: a Deferred holds only `make` (Send) until its first poll,
         // and builds the !Send future on the thread that polls it.
-        unsafe { self.spawn_pinned_unchecked(Deferred::Make { make: Some(make) }, "pinned") }
+        unsafe { self.spawn_pinned_unchecked(Deferred::Make { make: Some(make) }) }
     }
 
     /// The default stack size for fibers spawned here.
@@ -439,16 +439,14 @@ impl Scheduler {
     /// Moving `future` to another thread before its first poll, and dropping
     /// it there if it is never polled, must be sound (what it holds until
     /// then must be `Send`).
-    ///
-    /// `kind` says what it is in the task dump ("pinned", "fiber").
     #[track_caller]
-    pub(crate) unsafe fn spawn_pinned_unchecked<F>(&self, future: F, kind: &str) -> Task<F::Output>
+    pub(crate) unsafe fn spawn_pinned_unchecked<F>(&self, future: F) -> Task<F::Output>
     where
         F: Future + 'static,
         F::Output: Send + 'static,
     {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.spawn_pinned_waking(future, kind, false).0 }
+        unsafe { self.spawn_pinned_waking(future, false).0 }
     }
 
     /// [`spawn_pinned_unchecked`](Self::spawn_pinned_unchecked), and, if
@@ -463,7 +461,6 @@ impl Scheduler {
     pub(crate) unsafe fn spawn_pinned_waking<F>(
         &self,
         future: F,
-        kind: &str,
         waking: bool,
     ) -> (Task<F::Output>, Option<std::task::Waker>)
     where
@@ -476,8 +473,10 @@ impl Scheduler {
         } else {
             crate::diagnostics::record::Kind::Task
         };
+        // The record tells the kind apart: its scheduler is the scheduler
+        // (the views say "spawned at … on Scheduler::Pool { workers: 2 }").
         let future = CatchUnwind::of_kind(ThreadBound::new(future), record_kind, || {
-            format!("{kind} on {self:?}")
+            format!("{self:?}")
         });
         let (runnable, task) = match &self.kind {
             Kind::Context(shared) => {
