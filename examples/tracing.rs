@@ -35,10 +35,21 @@ fn main() -> Result<(), gdex::Error> {
         .stall_threshold(Duration::from_millis(50))
         .build()?;
 
-    // A task woken from another thread: this one, through a promise.
+    // A task woken from another thread: this one, through a promise,
+    // resolved once the task waits for it. (The dump lists the tasks whose
+    // spans the subscriber takes: with a `RUST_LOG` that leaves out
+    // `gdex::task`, none, and there is no wake-up event to see either.)
     let (promise, waiting) = gdex::Promise::<u32>::new();
     let woken = pool.scheduler().spawn_named("waits-for-main", waiting);
-    std::thread::sleep(Duration::from_millis(10));
+    let not_waiting_yet = || {
+        gdex::dump()
+            .tasks()
+            .iter()
+            .any(|t| t.name() == Some("waits-for-main") && t.state() != gdex::TaskState::Waiting)
+    };
+    while not_waiting_yet() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     promise.resolve(7);
     // `??`: the task's error (cancelled, panicked), then the promise's
     // (dropped unresolved).

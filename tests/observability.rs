@@ -1603,3 +1603,124 @@ fn child_filter_of_events_alone() {
 fn a_filter_of_events_alone_gets_the_worker_and_fiber_events() {
     common::child_passes("child_filter_of_events_alone", &[], 60);
 }
+
+/// A line of output as the guide's samples are compared: every number
+/// becomes `N` (times, the pid, durations, counts, which worker) but a
+/// spawn site's line and column, a task's id and a pool's worker count,
+/// which are the same in every run; spaces between words count as one.
+#[cfg(feature = "tracing")]
+fn sample_line(line: &str) -> String {
+    const KEPT_AFTER: [&str; 6] = [
+        ".rs:",
+        "loc.line=",
+        "loc.col=",
+        "task.id=",
+        "#",
+        "workers: ",
+    ];
+    let mut out = String::new();
+    let mut rest = line;
+    // Where the last number kept ended: a column after its line is kept.
+    let mut kept_to = None;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        out.push_str(&rest[..start]);
+        let digits = &rest[start..];
+        let len = digits
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(digits.len());
+        let column = kept_to.is_some_and(|end| end + 1 == out.len()) && out.ends_with(':');
+        if column || KEPT_AFTER.iter().any(|k| out.ends_with(k)) {
+            out.push_str(&digits[..len]);
+            kept_to = Some(out.len());
+        } else {
+            out.push('N');
+        }
+        rest = &digits[len..];
+    }
+    out.push_str(rest);
+    // tracing-subscriber pads thread names to the longest seen so far.
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `docs/debugging.md` shows what gdex prints: each `text` sample that
+/// names `examples/tracing.rs` is lines that example prints (run with
+/// `GDEX_TASK_DUMP=1`, so that its stall report ends with the dump), but
+/// for the numbers that change from run to run ([`sample_line`]); and
+/// each spawn site (`file.rs:line:col`) the guide names in a file of this
+/// repository is where a spawn call is (O1: the views name a task by its
+/// spawn site). Rebuild the example before a filtered run (`cargo build
+/// --all-features --example tracing`); a plain `cargo test` does.
+#[cfg(feature = "tracing")]
+#[test]
+fn the_debugging_guides_samples_are_what_gdex_prints() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let guide = std::fs::read_to_string(root.join("docs/debugging.md")).unwrap();
+    let run = watchdog("the debugging guide's samples", 60, || {
+        std::process::Command::new(common::example_exe("tracing"))
+            .env("GDEX_TASK_DUMP", "1")
+            .env_remove("RUST_LOG")
+            .env_remove("GDEX_STALL_MS")
+            .output()
+            .unwrap()
+    });
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run.status.success(), "{printed}");
+    let lines: std::collections::HashSet<String> = printed.lines().map(sample_line).collect();
+    let mut samples = 0;
+    let mut block: Option<Vec<&str>> = None;
+    for line in guide.lines() {
+        match (&mut block, line) {
+            (None, "```text") => block = Some(Vec::new()),
+            (Some(_), "```") => {
+                let sample = block.take().unwrap();
+                if !sample.iter().any(|l| l.contains("examples/tracing.rs")) {
+                    continue;
+                }
+                samples += 1;
+                for line in sample {
+                    assert!(
+                        lines.contains(&sample_line(line)),
+                        "docs/debugging.md shows a line that examples/tracing.rs no longer \
+                         prints:\n{line}\nWhat it prints now:\n{printed}"
+                    );
+                }
+            }
+            (Some(sample), line) => sample.push(line),
+            (None, _) => {}
+        }
+    }
+    assert_eq!(
+        samples, 3,
+        "the stall report, the dump and the tracing events are samples of the example's output"
+    );
+    // Every `path.rs:line:col` of a file here points at a spawn call.
+    let mut sites = 0;
+    for (at, _) in guide.match_indices(".rs:") {
+        let path_start = guide[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
+            .map_or(0, |i| i + 1);
+        let path = &guide[path_start..at + 3];
+        let mut numbers = guide[at + 4..]
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<usize>());
+        let (Some(Ok(line)), Some(Ok(column))) = (numbers.next(), numbers.next()) else {
+            continue;
+        };
+        let Ok(source) = std::fs::read_to_string(root.join(path)) else {
+            continue; // an app of the reader's (src/app.rs)
+        };
+        let text = source.lines().nth(line - 1).unwrap_or_default();
+        let called: String = text.chars().skip(column - 1).collect();
+        assert!(
+            called.starts_with("spawn"),
+            "docs/debugging.md names {path}:{line}:{column} as a spawn site, but there is: \
+             {text:?}"
+        );
+        sites += 1;
+    }
+    assert!(sites >= 6, "the guide's spawn sites were found: {sites}");
+}
