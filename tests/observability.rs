@@ -191,10 +191,10 @@ fn local_burst(scheduler: &gdex::Scheduler, tasks: usize, spin: Duration) {
 }
 
 /// A fresh temp file, in a directory named after `dir`, for a child to
-/// write its capture to, as
-/// Sysprof's tracefd source hands a profiled process: open, inheritable,
-/// its descriptor number being the child's `SYSPROF_TRACE_FD`. Keep the
-/// directory and the file until the child has ended.
+/// write its capture to, as Sysprof's tracefd source hands a profiled
+/// process: open, inheritable, its descriptor number being the child's
+/// `SYSPROF_TRACE_FD`. Keep the directory and the file until the child
+/// has ended.
 #[cfg(feature = "sysprof")]
 fn trace_file(dir: &str) -> (common::TempDir, std::path::PathBuf, std::fs::File) {
     use std::os::fd::AsRawFd;
