@@ -540,6 +540,48 @@ fn a_panicking_waker_on_a_channel_receive_keeps_the_item_for_it() {
     child_passes("child_panicking_waker_on_a_channel_receive", &[], 60);
 }
 
+const WAKER_DROP_PANIC: &str = "a waker whose drop panics";
+
+/// Child body of [`a_waker_whose_drop_panics_is_reported_once_a_channel_lets_go_of_it`].
+#[test]
+#[ignore = "child process of a_waker_whose_drop_panics_is_reported_once_a_channel_lets_go_of_it"]
+fn child_waker_drop_panics_on_a_channel_receive() {
+    let _one = common::serial();
+    if !is_child() {
+        return;
+    }
+    events();
+    let (tx, rx) = gdex::channel::<u32>(1);
+    let mut recv = rx.recv();
+    let waker = common::waker_running_on_drop(|| panic!("{WAKER_DROP_PANIC}"));
+    assert!(poll_with(&mut recv, &waker).is_pending());
+    drop(waker);
+    // The receive lets go of the first waker: its drop panics, once the
+    // channel's lock is released, into the panic handler.
+    assert!(poll_with(&mut recv, Waker::noop()).is_pending());
+    let event = wait_for_event(WAKER_DROP_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    tx.try_send(3).unwrap();
+    assert!(matches!(
+        poll_with(&mut recv, Waker::noop()),
+        Poll::Ready(Ok(3))
+    ));
+    println!("CHILD-OK");
+}
+
+/// A waker whose drop panics, let go of by a channel's receive (a later
+/// poll came with another waker): the panic goes to the panic handler as
+/// [`gdex::PanicSource::Waker`] once the channel's lock is released, the
+/// poll returns as usual, and the channel works on (X5).
+#[test]
+fn a_waker_whose_drop_panics_is_reported_once_a_channel_lets_go_of_it() {
+    let _one = common::serial();
+    if is_child() {
+        return;
+    }
+    child_passes("child_waker_drop_panics_on_a_channel_receive", &[], 30);
+}
+
 /// Where the child's panic handler forwards the events.
 static FORWARD: OnceLock<gdex::Sender<String>> = OnceLock::new();
 

@@ -4,8 +4,9 @@
 //! waiters in arrival order even when `try_recv`/`try_send` race a woken
 //! waiter, a `BlockingPool` close future holds one waker however often it
 //! is polled, a late clone of a `PromiseFuture` resolves instead of
-//! panicking, and a one-worker pool's queue waits behind `blocking`, as
-//! documented.
+//! panicking, a one-worker pool's queue waits behind `blocking`, as
+//! documented, and the primitives run no user code (a waker's drop)
+//! under their own lock.
 
 use crate::common;
 
@@ -868,5 +869,47 @@ fn on_a_one_worker_pool_a_task_queued_during_blocking_waits_for_it() {
         );
         gdex::block_on(queued).unwrap();
         assert!(other_ran.load(Ordering::SeqCst));
+    });
+}
+
+// ---------------------------------------------------------------------------
+// No user code under a primitive's lock
+// ---------------------------------------------------------------------------
+
+/// A waker a channel's wait lets go of (replaced by the waker of a later
+/// poll, or dropped with the future) is dropped with the channel's lock
+/// released: a waker's drop is user code (the last reference to another
+/// executor's task), and one that uses the channel must not deadlock. The
+/// wait queue is the semaphore's, the promise's and the state machine's
+/// interruptions' too.
+#[test]
+fn a_waker_a_channel_lets_go_of_is_dropped_with_its_lock_released() {
+    watchdog("channel-waker-drop-unlocked", 30, || {
+        let (tx, rx) = gdex::channel::<u32>(1);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let probe = || {
+            let (tx, ran) = (tx.clone(), ran.clone());
+            common::waker_running_on_drop(move || {
+                let _ = tx.len();
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let mut recv = Box::pin(rx.recv());
+        assert!(poll_with(recv.as_mut(), &probe()).is_pending());
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "the receive keeps its waker");
+        assert!(poll_with(recv.as_mut(), &probe()).is_pending());
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "replaced: dropped");
+        let mut second = Box::pin(rx.recv());
+        assert!(poll_with(second.as_mut(), &probe()).is_pending());
+        drop(recv);
+        assert_eq!(ran.load(Ordering::SeqCst), 2, "its future dropped: dropped");
+        tx.try_send(7).unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 3, "woken: used up");
+        let (count, waker) = count_waker();
+        assert!(matches!(
+            poll_with(second.as_mut(), &waker),
+            Poll::Ready(Ok(7))
+        ));
+        assert_eq!(wakes(&count), 0);
     });
 }

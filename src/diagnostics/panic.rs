@@ -15,6 +15,9 @@
 //! panic: it does not unwind into gdex (which may be a pool worker, the
 //! watchdog's thread, a GLib callback or a primitive's lock), the wake-up
 //! counts as done, and the other waiters are woken as if nothing happened.
+//! So is a waker whose drop panics when a primitive lets go of it (a newer
+//! waker replaced it, or its future was dropped): the primitive drops it
+//! once its lock is released, and goes on.
 //!
 //! What gdex cannot contain: a panic in a callback that GLib calls through
 //! glib-rs (a closure attached as a GLib source, say with
@@ -50,7 +53,8 @@ pub enum PanicSource {
     /// The `wake` of a waker that gdex called to say a future is ready
     /// (the waker a [`Task`](crate::Task), a promise, channel, semaphore,
     /// timer or signal wait was last polled with). The wake-up counts as
-    /// done.
+    /// done. Also the drop of a waker that a promise, channel, semaphore,
+    /// task group or state machine let go of.
     Waker,
     /// The Rust callback of an [`AsyncResult`](crate::AsyncResult), which
     /// GIO calls from its main context, where a panic cannot unwind.
@@ -77,7 +81,7 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Drop => "a task panicked while being dropped",
             PanicSource::Output => "a task's output panicked while being dropped",
             PanicSource::Source => "a gdex source panicked",
-            PanicSource::Waker => "a waker panicked when gdex woke it",
+            PanicSource::Waker => "a waker panicked when gdex woke or dropped it",
             PanicSource::Callback => "an AsyncResult's callback panicked",
         };
         write!(f, "{what}: {}", self.message)

@@ -14,7 +14,8 @@ use std::mem::ManuallyDrop;
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
-/// This thread's primitive locks and the wakers they deferred.
+/// This thread's primitive locks and what they deferred to their release:
+/// wake-ups, and the drops of the wakers they let go of.
 ///
 /// It has no destructor (no field needs one), so its thread-local is never
 /// torn down: a primitive used while the thread's other thread-locals are
@@ -25,11 +26,38 @@ use std::task::Waker;
 struct Deferred {
     /// How many primitive locks ([`Locked`]) this thread holds.
     held: Cell<usize>,
-    /// The first waker notified under them (the common case: one per lock).
-    first: Cell<Option<ManuallyDrop<Waker>>>,
+    /// The first deferral made under them (the common case: one per lock).
+    first: Cell<Option<ManuallyDrop<Deferral>>>,
     /// The ones after it, in order: a box made for them, null when there
     /// are none.
-    rest: Cell<*mut VecDeque<Waker>>,
+    rest: Cell<*mut VecDeque<Deferral>>,
+}
+
+/// What a primitive lock defers to its release. Both are user code: a
+/// waker's `wake`, and its drop (the last reference to another executor's
+/// task may drop that task, and its future with it).
+enum Deferral {
+    Wake(Waker),
+    Drop(Waker),
+}
+
+impl Deferral {
+    /// Runs it, a panic going to the panic handler (X5).
+    fn run(self) {
+        match self {
+            Deferral::Wake(waker) => crate::diagnostics::panic::wake(waker),
+            Deferral::Drop(waker) => drop_waker(waker),
+        }
+    }
+}
+
+/// Drops `waker` now; a panic in its drop goes to the panic handler
+/// ([`PanicSource::Waker`](crate::diagnostics::panic::PanicSource::Waker)).
+fn drop_waker(waker: Waker) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(waker)));
+    if let Err(payload) = dropped {
+        crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Waker, payload);
+    }
 }
 
 thread_local! {
@@ -43,13 +71,15 @@ thread_local! {
 }
 
 impl Deferred {
-    fn push(&self, waker: Waker) {
+    fn push(&self, deferral: Deferral) {
         match self.first.take() {
             // The book is empty: `first` is free. (Once `first` has been
             // popped while `rest` still holds wakers, a new one goes behind
             // those: a wake that notifies more, re-entering, must not put
             // its waker ahead of the ones notified before it.)
-            None if self.rest.get().is_null() => self.first.set(Some(ManuallyDrop::new(waker))),
+            None if self.rest.get().is_null() => {
+                self.first.set(Some(ManuallyDrop::new(deferral)));
+            }
             first => {
                 self.first.set(first);
                 let mut rest = self.rest.get();
@@ -61,12 +91,12 @@ impl Deferred {
                 // (the cell is thread-local) and is freed only in `pop`,
                 // which nulls it; no other reference to it is alive (none
                 // outlives these calls).
-                unsafe { (*rest).push_back(waker) };
+                unsafe { (*rest).push_back(deferral) };
             }
         }
     }
 
-    fn pop(&self) -> Option<Waker> {
+    fn pop(&self) -> Option<Deferral> {
         if let Some(first) = self.first.take() {
             return Some(ManuallyDrop::into_inner(first));
         }
@@ -89,11 +119,13 @@ impl Deferred {
 
 /// A primitive's lock (a channel's, a promise's, a semaphore's...): a
 /// waker notified while this thread holds one is woken only after the
-/// thread has released every such lock. So neither the waker's `wake`
-/// (user code: another executor's) nor the panic handler that reports its
-/// panic (X5) runs under the primitive's lock, where using the same
-/// primitive again would deadlock. A poisoned lock is taken anyway: the
-/// primitives keep their state consistent across a panic.
+/// thread has released every such lock, and a waker it lets go of (a
+/// [`Parked`] replaced or removed, [`drop_unlocked`]) is dropped only then.
+/// So neither the waker's `wake` or drop (user code: another executor's)
+/// nor the panic handler that reports its panic (X5) runs under the
+/// primitive's lock, where using the same primitive again would deadlock.
+/// A poisoned lock is taken anyway: the primitives keep their state
+/// consistent across a panic.
 ///
 /// No user code may run while one is held (wakers are deferred; items and
 /// values are dropped after the release): a fiber that suspended inside
@@ -137,10 +169,11 @@ impl<T> Drop for Locked<'_, T> {
                 None
             }
         });
-        // One at a time, without holding the queue: a wake may lock a
-        // primitive again and defer more (its own release wakes those).
-        while let Some(waker) = next {
-            crate::diagnostics::panic::wake(waker);
+        // One at a time, without holding the queue: a wake (or a waker's
+        // drop) may lock a primitive again and defer more (its own release
+        // runs those).
+        while let Some(deferral) = next {
+            deferral.run();
             next = DEFERRED.with(|d| if d.held.get() == 0 { d.pop() } else { None });
         }
     }
@@ -150,23 +183,81 @@ impl<T> Drop for Locked<'_, T> {
 /// released (see [`Locked`]); a panic in its `wake` goes to the panic
 /// handler.
 pub(crate) fn wake_unlocked(waker: Waker) {
+    defer(Deferral::Wake(waker));
+}
+
+/// Drops `waker` now, or after the primitive locks this thread holds are
+/// released (see [`Locked`]); a panic in its drop goes to the panic
+/// handler.
+pub(crate) fn drop_unlocked(waker: Waker) {
+    defer(Deferral::Drop(waker));
+}
+
+fn defer(deferral: Deferral) {
     let now = DEFERRED.with(|d| {
         if d.held.get() > 0 {
-            d.push(waker);
+            d.push(deferral);
             None
         } else {
-            Some(waker)
+            Some(deferral)
         }
     });
-    if let Some(waker) = now {
-        crate::diagnostics::panic::wake(waker);
+    if let Some(deferral) = now {
+        deferral.run();
+    }
+}
+
+/// A waker a primitive keeps under its lock: dropping it (replaced by a
+/// newer one, or removed with its entry) drops the waker only once this
+/// thread holds no primitive lock ([`drop_unlocked`]), so that its drop
+/// (user code) never runs under one.
+pub(crate) struct Parked(Option<Waker>);
+
+impl Parked {
+    /// Keeps a clone of `waker`.
+    pub(crate) fn new(waker: &Waker) -> Parked {
+        Parked(Some(waker.clone()))
+    }
+
+    /// Keeps `waker` instead, unless the one kept would wake the same task.
+    pub(crate) fn update(&mut self, waker: &Waker) {
+        if !self.will_wake(waker) {
+            *self = Parked::new(waker);
+        }
+    }
+
+    /// True if the waker kept would wake the same task as `waker`.
+    pub(crate) fn will_wake(&self, waker: &Waker) -> bool {
+        self.0.as_ref().is_some_and(|w| w.will_wake(waker))
+    }
+
+    /// The waker, given up by the primitive: the caller wakes it (or drops
+    /// it) once the primitive's lock is released.
+    pub(crate) fn into_waker(mut self) -> Waker {
+        self.0
+            .take()
+            .expect("a Parked holds its waker until given up")
+    }
+
+    /// Wakes it once the thread's primitive locks are released
+    /// ([`wake_unlocked`]).
+    pub(crate) fn wake(self) {
+        wake_unlocked(self.into_waker());
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if let Some(waker) = self.0.take() {
+            drop_unlocked(waker);
+        }
     }
 }
 
 enum Slot {
     Free,
     /// Parked, with the ticket of its entry in `order`.
-    Waiting(Waker, u64),
+    Waiting(Parked, u64),
     Notified,
 }
 
@@ -195,13 +286,11 @@ impl WaitQueue {
         match *key {
             Some(k) => match &mut self.slots[k] {
                 Slot::Waiting(w, _) => {
-                    if !w.will_wake(waker) {
-                        w.clone_from(waker);
-                    }
+                    w.update(waker);
                     return;
                 }
                 slot @ Slot::Notified => {
-                    *slot = Slot::Waiting(waker.clone(), ticket);
+                    *slot = Slot::Waiting(Parked::new(waker), ticket);
                     self.order.push_back((k, ticket));
                 }
                 Slot::Free => unreachable!("a wait queue key outlived its slot"),
@@ -209,11 +298,11 @@ impl WaitQueue {
             None => {
                 let k = match self.free.pop() {
                     Some(k) => {
-                        self.slots[k] = Slot::Waiting(waker.clone(), ticket);
+                        self.slots[k] = Slot::Waiting(Parked::new(waker), ticket);
                         k
                     }
                     None => {
-                        self.slots.push(Slot::Waiting(waker.clone(), ticket));
+                        self.slots.push(Slot::Waiting(Parked::new(waker), ticket));
                         self.slots.len() - 1
                     }
                 };
@@ -274,7 +363,7 @@ impl WaitQueue {
                 // primitive's state half-updated (a channel's item pushed
                 // but not kept, a promise's other waiters never woken):
                 // its panic goes to the panic handler (X5).
-                wake_unlocked(waker);
+                waker.wake();
                 return true;
             }
         }

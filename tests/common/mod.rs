@@ -732,3 +732,22 @@ impl Baton {
         })
     }
 }
+
+/// A waker that does nothing when woken and runs `on_drop` when its last
+/// clone is dropped: user code that a primitive holding it must not run
+/// under its lock (a drop that uses the same primitive would deadlock).
+pub fn waker_running_on_drop(on_drop: impl FnOnce() + Send + 'static) -> std::task::Waker {
+    type OnDrop = Mutex<Option<Box<dyn FnOnce() + Send>>>;
+    struct RunOnDrop(OnDrop);
+    impl std::task::Wake for RunOnDrop {
+        fn wake(self: Arc<Self>) {}
+    }
+    impl Drop for RunOnDrop {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.lock().unwrap().take() {
+                f();
+            }
+        }
+    }
+    std::task::Waker::from(Arc::new(RunOnDrop(Mutex::new(Some(Box::new(on_drop))))))
+}
