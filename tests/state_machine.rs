@@ -1369,3 +1369,56 @@ fn waits_on_a_machine_whose_scheduler_shut_down_give_cancelled() {
         assert_eq!(block_on(m.wait_for_state(Initial)).unwrap(), Initial);
     });
 }
+
+/// The wakers a request or a wait for a state lets go of (replaced by the
+/// waker of a later poll, or dropped with the future) are dropped with the
+/// machine's lock released: a waker's drop is user code (the last
+/// reference to another executor's task), which may use the machine (M1).
+#[test]
+fn wakers_a_machine_lets_go_of_are_dropped_with_its_lock_released() {
+    watchdog("sm-waker-drops-unlocked", 30, || {
+        let pool = pool();
+        let (release, released) = gdex::Promise::<()>::new();
+        let released = Mutex::new(Some(released));
+        let m = builder(&pool)
+            .edge(Initial, Prepare, move |_cx| {
+                let released = released.lock().unwrap().take();
+                async move {
+                    if let Some(released) = released {
+                        let _ = released.await;
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        let running = m.transition(Prepare);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let probe = || {
+            let (m, ran) = (m.clone(), ran.clone());
+            common::waker_running_on_drop(move || {
+                let _ = m.state();
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let ran_now = || ran.load(Ordering::SeqCst);
+
+        // Queued behind the running one: pending.
+        let mut queued = m.transition(Ready);
+        assert!(common::poll_with(&mut queued, &probe()).is_pending());
+        assert!(common::poll_with(&mut queued, &probe()).is_pending());
+        assert_eq!(ran_now(), 1, "a request's replaced waker");
+        drop(queued);
+        assert_eq!(ran_now(), 2, "a withdrawn request's waker");
+
+        let mut wait = m.wait_for_state(Failed);
+        assert!(common::poll_with(&mut wait, &probe()).is_pending());
+        assert!(common::poll_with(&mut wait, &probe()).is_pending());
+        assert_eq!(ran_now(), 3, "a wait's replaced waker");
+        drop(wait);
+        assert_eq!(ran_now(), 4, "a dropped wait's waker");
+
+        release.resolve(());
+        assert_eq!(block_on(running).unwrap(), Prepare);
+    });
+}

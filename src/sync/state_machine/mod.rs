@@ -27,7 +27,8 @@
 //! [`StateMachine`]'s docs.
 //!
 //! The machine's lock is a primitive lock of `sync::wait_queue`: no user
-//! code runs under it, and wakers are woken after its release.
+//! code runs under it, and wakers are woken (and dropped) after its
+//! release.
 
 mod context;
 mod waits;
@@ -38,9 +39,8 @@ use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::Waker;
 
-use crate::sync::wait_queue::{lock, wake_unlocked};
+use crate::sync::wait_queue::{lock, Parked};
 use crate::{Error, Scheduler};
 
 pub use context::{Interrupted, TransitionContext};
@@ -101,13 +101,13 @@ struct Request<S> {
     /// outcome is dropped, not kept.
     abandoned: bool,
     outcome: Option<Result<S, Error>>,
-    waker: Option<Waker>,
+    waker: Option<Parked>,
 }
 
 struct Waiter<S> {
     want: S,
     outcome: Option<Result<S, Error>>,
-    waker: Option<Waker>,
+    waker: Option<Parked>,
 }
 
 impl<S: State> Inner<S> {
@@ -126,7 +126,7 @@ impl<S: State> Inner<S> {
         } else {
             request.outcome = Some(outcome);
             if let Some(waker) = request.waker.take() {
-                wake_unlocked(waker);
+                waker.wake();
             }
         }
     }
@@ -138,7 +138,7 @@ impl<S: State> Inner<S> {
             if waiter.want == state && waiter.outcome.is_none() {
                 waiter.outcome = Some(Ok(state));
                 if let Some(waker) = waiter.waker.take() {
-                    wake_unlocked(waker);
+                    waker.wake();
                 }
             }
         }
@@ -151,7 +151,7 @@ impl<S: State> Inner<S> {
             if waiter.outcome.is_none() {
                 waiter.outcome = Some(Err(Error::Cancelled));
                 if let Some(waker) = waiter.waker.take() {
-                    wake_unlocked(waker);
+                    waker.wake();
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::{Shared, State};
-use crate::sync::wait_queue::lock;
+use crate::sync::wait_queue::{lock, Parked};
 use crate::Error;
 
 /// A request for a transition ([`StateMachine::transition`](super::StateMachine::transition)): resolves
@@ -61,7 +61,7 @@ impl<S: State> Future for TransitionRequest<S> {
         }
         match &mut request.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+            slot => *slot = Some(Parked::new(cx.waker())),
         }
         Poll::Pending
     }
@@ -133,7 +133,7 @@ impl<S: State> Future for WaitForState<S> {
         }
         match &mut waiter.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+            slot => *slot = Some(Parked::new(cx.waker())),
         }
         Poll::Pending
     }
