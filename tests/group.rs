@@ -625,3 +625,105 @@ fn cancelling_a_group_reaches_a_leaf_of_nested_groups() {
         wait_until(|| cancelled(&leaf));
     });
 }
+
+/// An output whose `is_failure` panics: a bug in a user's `GroupOutput`.
+struct Verdict(bool);
+
+impl gdex::GroupOutput for Verdict {
+    type Value = ();
+    type Error = gdex::Error;
+    fn is_failure(&self) -> bool {
+        assert!(!self.0, "is_failure refused to judge");
+        false
+    }
+    fn into_result(self) -> Result<(), gdex::Error> {
+        Ok(())
+    }
+}
+
+/// `GroupOutput::is_failure` is user code, asked outside the group's lock:
+/// a panic in it is the member's failure (`Error::Panicked`, with its
+/// message, which cancels the others under `cancel_on_error`), and the
+/// close waiting for the member resolves.
+#[test]
+fn a_member_whose_is_failure_panics_has_failed_and_close_resolves() {
+    watchdog("group-is-failure-panics", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<Verdict>::builder()
+            .scheduler(p.scheduler())
+            .cancel_on_error(true)
+            .build();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let guard = Counted(dropped.clone());
+        group
+            .spawn(async move {
+                let _guard = guard;
+                std::future::pending::<Verdict>().await
+            })
+            .unwrap();
+        group.spawn(async { Verdict(true) }).unwrap();
+        match gdex::block_on(group.close()) {
+            Err(gdex::Error::Panicked(message)) => {
+                assert!(message.contains("is_failure refused"), "{message}");
+            }
+            other => panic!("close gave {other:?}, not the panic of is_failure"),
+        }
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the failure cancelled the other member"
+        );
+
+        // In a group that keeps results, it is that member's result.
+        let group = gdex::TaskGroup::<Verdict>::builder()
+            .scheduler(p.scheduler())
+            .keep_results(true)
+            .build();
+        group.spawn(async { Verdict(false) }).unwrap();
+        group.spawn(async { Verdict(true) }).unwrap();
+        let results = gdex::block_on(group.close_with_results());
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(
+            matches!(&results[1], Err(gdex::Error::Panicked(m)) if m.contains("is_failure refused")),
+            "{results:?}"
+        );
+    });
+}
+
+/// An output that asks its group how many members run, when judged and
+/// when it becomes a result.
+struct AsksItsGroup(gdex::TaskGroupRef<AsksItsGroup>);
+
+impl gdex::GroupOutput for AsksItsGroup {
+    type Value = usize;
+    type Error = gdex::Error;
+    fn is_failure(&self) -> bool {
+        // Asks too: the member has not left the group yet.
+        self.0.is_empty()
+    }
+    fn into_result(self) -> Result<usize, gdex::Error> {
+        Ok(self.0.len())
+    }
+}
+
+/// `is_failure`, `into_result` and the error's `From` are user code: the
+/// group calls them with its lock released, so one that uses the group
+/// does not deadlock.
+#[test]
+fn close_with_results_converts_each_result_with_the_groups_lock_released() {
+    watchdog("group-into-result-unlocked", 30, || {
+        let p = pool(2);
+        let group = gdex::TaskGroup::<AsksItsGroup>::builder()
+            .scheduler(p.scheduler())
+            .keep_results(true)
+            .build();
+        for _ in 0..2 {
+            group
+                .spawn(async { AsksItsGroup(gdex::TaskGroup::current().expect("inside a member")) })
+                .unwrap();
+        }
+        let results = gdex::block_on(group.close_with_results());
+        assert_eq!(results.len(), 2);
+        assert!(results.iter().all(|r| matches!(r, Ok(0))), "{results:?}");
+    });
+}

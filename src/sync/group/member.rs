@@ -9,7 +9,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use super::output::GroupOutput;
 use super::{lock, First, Outcome, Shared, Slot};
@@ -54,6 +54,9 @@ impl<T: GroupOutput> Guard<T> {
             }
             return;
         };
+        // The output's verdict is user code: asked before the lock is
+        // taken, and a panic in it is the member's failure.
+        let (outcome, failed) = judge(outcome);
         let mut detach = None;
         let mut cancel = Vec::new();
         let mut unread = None;
@@ -78,11 +81,7 @@ impl<T: GroupOutput> Guard<T> {
                 Slot::Done | Slot::Refused => unreachable!("a group member finishes once"),
             }
             state.live -= 1;
-            let failed = !state.cancelled
-                && match &outcome {
-                    Ok(output) => output.is_failure(),
-                    Err(_) => true,
-                };
+            let failed = failed && !state.cancelled;
             let first = failed && matches!(state.first, First::None);
             if shared.keep_results {
                 if first {
@@ -112,7 +111,26 @@ impl<T: GroupOutput> Guard<T> {
             Some(outcome) => drop_contained(outcome, PanicSource::Output),
             None => {}
         }
-        wakers.into_iter().for_each(Waker::wake);
+        wakers.into_iter().for_each(crate::diagnostics::panic::wake);
+    }
+}
+
+/// A member's outcome and whether it is a failure, asking the output's
+/// [`GroupOutput::is_failure`] (user code, so never under the group's
+/// lock). A panic in it makes the outcome [`Error::Panicked`] with its
+/// message, a failure: the output is dropped (its own panic contained).
+fn judge<T: GroupOutput>(outcome: Outcome<T>) -> (Outcome<T>, bool) {
+    let output = match outcome {
+        Ok(output) => output,
+        Err(error) => return (Err(error), true),
+    };
+    match catch_unwind(AssertUnwindSafe(|| output.is_failure())) {
+        Ok(failed) => (Ok(output), failed),
+        Err(payload) => {
+            let message = crate::diagnostics::panic::take_message(payload);
+            drop_contained(output, PanicSource::Output);
+            (Err(Error::Panicked(message)), true)
+        }
     }
 }
 
@@ -225,7 +243,7 @@ where
             state.live -= 1;
             state.take_wakers()
         };
-        wakers.into_iter().for_each(Waker::wake);
+        wakers.into_iter().for_each(crate::diagnostics::panic::wake);
     };
     let task = match catch_unwind(AssertUnwindSafe(|| spawn(&shared.scheduler, member))) {
         Ok(task) => task,

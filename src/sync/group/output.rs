@@ -38,6 +38,14 @@ use crate::Error;
 /// assert!(gdex::block_on(group.close()).is_ok());
 /// ```
 ///
+/// gdex calls these with the group's lock released, so they may use the
+/// group: `is_failure` once per member that finishes, on the thread where
+/// it finished (a panic in it is that member's failure,
+/// [`Error::Panicked`] with its message, and the output is dropped);
+/// `into_result` and `From` in [`close`](crate::TaskGroup::close) and
+/// [`close_with_results`](crate::TaskGroup::close_with_results), on the
+/// thread that polls them.
+///
 /// [`TaskGroup`]: crate::TaskGroup
 pub trait GroupOutput: Sized {
     /// What a member that succeeded gives back (with
@@ -47,7 +55,7 @@ pub trait GroupOutput: Sized {
     /// becomes one through `From`.
     type Error: From<Error>;
 
-    /// True if this output is a failure.
+    /// True if this output is a failure. A panic here counts as one.
     fn is_failure(&self) -> bool;
 
     /// The output as a result: `Err` exactly when

@@ -415,6 +415,8 @@ impl<T: GroupOutput> TaskGroup<T> {
             let mut state = lock(&closing.wait.shared);
             state.first = First::Taken;
             let results = std::mem::take(&mut state.results);
+            drop(state);
+            // `into_result` and `From` are user code: after the release.
             Poll::Ready(results.into_iter().flatten().map(deliver::<T>).collect())
         })
     }
