@@ -727,3 +727,60 @@ fn close_with_results_converts_each_result_with_the_groups_lock_released() {
         assert!(results.iter().all(|r| matches!(r, Ok(0))), "{results:?}");
     });
 }
+
+/// A waker that a close lets go of (replaced by the waker of a later poll)
+/// is dropped with the group's lock released: its drop is user code (the
+/// last reference to another executor's task), which may use the group.
+#[test]
+fn a_waker_a_close_lets_go_of_is_dropped_with_the_groups_lock_released() {
+    watchdog("group-waker-drop-unlocked", 30, || {
+        let p = pool(1);
+        let group = gdex::TaskGroup::<()>::on(p.scheduler());
+        let (release, released) = gdex::Promise::<()>::new();
+        group
+            .spawn(async move {
+                let _ = released.await;
+            })
+            .unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let probe = || {
+            let (handle, ran) = (group.handle(), ran.clone());
+            common::waker_running_on_drop(move || {
+                assert_eq!(handle.len(), 1);
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let mut close = Box::pin(group.close());
+        assert!(common::poll_with(&mut close, &probe()).is_pending());
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "the close keeps its waker");
+        assert!(common::poll_with(&mut close, &probe()).is_pending());
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            1,
+            "the first waker was let go of"
+        );
+        release.resolve(());
+        assert!(gdex::block_on(close).is_ok());
+    });
+}
+
+/// Formatting a group (`{:?}`) writes with the group's lock released: the
+/// formatter's sink is the caller's code, which may use the group.
+#[test]
+fn formatting_a_group_writes_with_its_lock_released() {
+    struct Log<'a>(&'a gdex::TaskGroup<()>, String);
+    impl std::fmt::Write for Log<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let _ = self.0.len();
+            self.1.push_str(s);
+            Ok(())
+        }
+    }
+    watchdog("group-debug-unlocked", 30, || {
+        let p = pool(1);
+        let group = gdex::TaskGroup::<()>::on(p.scheduler());
+        let mut log = Log(&group, String::new());
+        std::fmt::Write::write_fmt(&mut log, format_args!("{group:?}")).unwrap();
+        assert!(log.1.contains("live: 0"), "{}", log.1);
+    });
+}

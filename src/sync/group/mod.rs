@@ -38,7 +38,7 @@ use std::task::Waker;
 
 use slab::Slab;
 
-use super::wait_queue::Locked;
+use super::wait_queue::{Locked, Parked};
 use crate::diagnostics::panic::PanicSource;
 use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, Task};
@@ -76,8 +76,9 @@ struct State<T> {
     /// With `keep_results`: one entry per spawned member, in spawn order
     /// (`None` while it runs, and for a spawn that was refused).
     results: Vec<Option<Outcome<T>>>,
-    /// Futures waiting for `live == 0` (close, cancel).
-    waiters: Slab<Option<Waker>>,
+    /// Futures waiting for `live == 0` (close, cancel). A waker let go of
+    /// under the lock is dropped after its release ([`Parked`]).
+    waiters: Slab<Option<Parked>>,
 }
 
 enum Slot {
@@ -128,7 +129,7 @@ impl<T> State<T> {
         }
         self.waiters
             .iter_mut()
-            .filter_map(|(_, waker)| waker.take())
+            .filter_map(|(_, waker)| waker.take().map(Parked::into_waker))
             .collect()
     }
 }

@@ -13,6 +13,7 @@ use super::member::{add, drop_contained, CURRENT};
 use super::output::{deliver, GroupOutput};
 use super::{lock, First, Shared, State};
 use crate::diagnostics::panic::PanicSource;
+use crate::sync::wait_queue::Parked;
 use crate::{Error, Scheduler};
 
 /// A group of tasks (libdex's `DexTaskGroup`): spawn into it, then
@@ -452,13 +453,11 @@ impl<T> Wait<T> {
             return Poll::Ready(());
         }
         match self.key {
-            Some(key) => {
-                let slot = &mut state.waiters[key];
-                if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *slot = Some(cx.waker().clone());
-                }
-            }
-            None => self.key = Some(state.waiters.insert(Some(cx.waker().clone()))),
+            Some(key) => match &mut state.waiters[key] {
+                Some(parked) => parked.update(cx.waker()),
+                slot => *slot = Some(Parked::new(cx.waker())),
+            },
+            None => self.key = Some(state.waiters.insert(Some(Parked::new(cx.waker())))),
         }
         Poll::Pending
     }
@@ -504,11 +503,16 @@ impl<T> Drop for TaskGroup<T> {
 
 impl<T> std::fmt::Debug for TaskGroup<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = lock(&self.shared);
+        // Read, then written with the lock released: the formatter's sink
+        // is the caller's code.
+        let (live, closed, cancelled) = {
+            let state = lock(&self.shared);
+            (state.live, state.closed, state.cancelled)
+        };
         f.debug_struct("TaskGroup")
-            .field("live", &state.live)
-            .field("closed", &state.closed)
-            .field("cancelled", &state.cancelled)
+            .field("live", &live)
+            .field("closed", &closed)
+            .field("cancelled", &cancelled)
             .finish_non_exhaustive()
     }
 }
