@@ -5,8 +5,8 @@
 //! waiter, a `BlockingPool` close future holds one waker however often it
 //! is polled, a late clone of a `PromiseFuture` resolves instead of
 //! panicking, a one-worker pool's queue waits behind `blocking`, as
-//! documented, and the primitives run no user code (a waker's drop)
-//! under their own lock.
+//! documented, and the primitives run no user code (a waker's drop, a
+//! value's `clone`) under their own lock.
 
 use crate::common;
 
@@ -911,5 +911,32 @@ fn a_waker_a_channel_lets_go_of_is_dropped_with_its_lock_released() {
             Poll::Ready(Ok(7))
         ));
         assert_eq!(wakes(&count), 0);
+    });
+}
+
+/// A value whose `clone` drops a spare future of its own promise.
+struct CloneUsesItsPromise(Arc<std::sync::Mutex<Option<gdex::PromiseFuture<CloneUsesItsPromise>>>>);
+
+impl Clone for CloneUsesItsPromise {
+    fn clone(&self) -> Self {
+        drop(self.0.lock().unwrap().take());
+        CloneUsesItsPromise(self.0.clone())
+    }
+}
+
+/// A promise's waiters copy the value (`T::clone`, user code) with the
+/// promise's lock released: a `clone` that uses the same promise does not
+/// deadlock, and the last waiter still gets the value itself.
+#[test]
+fn a_promises_waiters_clone_the_value_with_its_lock_released() {
+    watchdog("promise-clone-unlocked", 30, || {
+        let (promise, last) = gdex::Promise::new();
+        let early = last.clone();
+        let spare = Arc::new(std::sync::Mutex::new(Some(last.clone())));
+        promise.resolve(CloneUsesItsPromise(spare.clone()));
+        let copy = gdex::block_on(early).expect("a copy");
+        assert!(spare.lock().unwrap().is_none(), "the clone ran");
+        let value = gdex::block_on(last).expect("the value");
+        assert!(Arc::ptr_eq(&copy.0, &value.0));
     });
 }

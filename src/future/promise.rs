@@ -43,7 +43,9 @@ struct Inner<T> {
 
 enum State<T> {
     Pending(WaitQueue),
-    Done(Result<T, Error>),
+    /// The result. The value is shared with the waiters copying it at the
+    /// moment: they do so with the lock released (`T::clone` is user code).
+    Done(Result<Arc<T>, Error>),
     /// The only future left took the result. A clone made from it
     /// afterwards gets the rejection again, or (`None`: the value was moved
     /// out) an error saying so (see `PromiseFuture`).
@@ -59,7 +61,7 @@ impl<T> Inner<T> {
         let mut state = self.lock();
         if let State::Pending(queue) = &mut *state {
             queue.notify_all();
-            *state = State::Done(result);
+            *state = State::Done(result.map(Arc::new));
         }
     }
 }
@@ -180,24 +182,30 @@ impl<T> Future for PromiseFuture<T> {
             State::Done(result) => {
                 this.key = None; // the queue is gone with Pending
                 let last = this.inner.futures.load(Ordering::Acquire) == 1;
-                if last {
+                let result = if last {
                     let left = result.as_ref().err().cloned();
                     let State::Done(result) = std::mem::replace(&mut *state, State::Taken(left))
                     else {
                         unreachable!()
                     };
-                    Poll::Ready(result)
+                    result
                 } else {
-                    let copy = this
-                        .inner
-                        .cloner
-                        .get()
-                        .expect("several PromiseFutures exist only through Clone");
-                    Poll::Ready(match result {
-                        Ok(value) => Ok(copy(value)),
-                        Err(error) => Err(error.clone()),
+                    result.clone()
+                };
+                drop(state);
+                // With the lock released: `T::clone` is user code. The last
+                // future (no other is alive, so none is copying) holds the
+                // only reference, and takes the value itself.
+                Poll::Ready(result.map(|value| {
+                    Arc::try_unwrap(value).unwrap_or_else(|shared| {
+                        let copy = this
+                            .inner
+                            .cloner
+                            .get()
+                            .expect("several PromiseFutures exist only through Clone");
+                        copy(&shared)
                     })
-                }
+                }))
             }
             State::Taken(_) if this.resolved => panic!(
                 "a gdex::PromiseFuture was polled again after it resolved; poll a future only \
