@@ -210,6 +210,30 @@ fn dropped_name_futures_let_go_of_their_wakers() {
     });
 }
 
+/// Formatting a name owner (`{:?}`) writes with its lock released: the
+/// formatter's sink is the caller's code, which may ask the owner (D4).
+#[test]
+fn formatting_a_name_owner_writes_with_its_lock_released() {
+    struct Log<'a>(&'a gdex::dbus::NameOwner, String);
+    impl std::fmt::Write for Log<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let _ = self.0.is_owned();
+            self.1.push_str(s);
+            Ok(())
+        }
+    }
+    watchdog("dbus-name-debug-unlocked", 60, || {
+        let bus = PrivateBus::start("name-debug");
+        on_own_context(|_| {
+            let connection = bus.connect();
+            let owner = gdex::dbus::own_name(&connection, NAME, gio::BusNameOwnerFlags::NONE);
+            let mut log = Log(&owner, String::new());
+            std::fmt::Write::write_fmt(&mut log, format_args!("{owner:?}")).unwrap();
+            assert!(log.1.contains(NAME), "{}", log.1);
+        });
+    });
+}
+
 /// Signals become a stream in a (pinned) pool task: those emitted before the first
 /// read are kept, in order; dropping the stream unsubscribes, so a signal
 /// emitted afterwards reaches its callback no more (D4).

@@ -225,9 +225,12 @@ fn unown(id: u32) {
 
 impl std::fmt::Debug for NameOwner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Read, then written with the lock released: the formatter's sink
+        // is the caller's code.
+        let owned = lock(&self.shared.state).owned;
         f.debug_struct("NameOwner")
             .field("name", &self.shared.name)
-            .field("owned", &lock(&self.shared.state).owned)
+            .field("owned", &owned)
             .finish()
     }
 }
