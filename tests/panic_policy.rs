@@ -231,3 +231,25 @@ fn panic_payloads_whose_drop_panics_are_contained() {
         gdex::reset_panic_handler();
     });
 }
+
+/// Replacing the panic handler drops the one it replaces with the
+/// handler's lock released: what that closure captured may report a panic
+/// as it goes (here the handle of a task that panicked, dropped unread),
+/// which reaches the new handler instead of deadlocking (X5).
+#[test]
+fn a_replaced_panic_handler_is_dropped_with_the_handlers_lock_released() {
+    let _one = common::serial();
+    watchdog("replaced-panic-handler", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let task = pool.scheduler().spawn(async { panic!("read by nobody") });
+        wait_until(|| task.is_finished());
+        gdex::set_panic_handler(move |_| {
+            let _ = &task;
+        });
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = seen.clone();
+        gdex::set_panic_handler(move |event| sink.lock().unwrap().push(event.message.clone()));
+        assert_eq!(*seen.lock().unwrap(), ["read by nobody"]);
+        gdex::reset_panic_handler();
+    });
+}

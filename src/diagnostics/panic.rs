@@ -116,12 +116,20 @@ pub fn set_panic_handler<F>(handler: F)
 where
     F: Fn(&PanicEvent) + Send + Sync + 'static,
 {
-    *HANDLER.write().unpoisoned() = Some(Arc::new(handler));
+    replace_handler(Some(Arc::new(handler)));
 }
 
 /// Goes back to the default handler (`g_critical`, keep running).
 pub fn reset_panic_handler() {
-    *HANDLER.write().unpoisoned() = None;
+    replace_handler(None);
+}
+
+/// Installs `handler`. The one it replaces is dropped with the lock
+/// released: its drop is user code (what the closure captured), which may
+/// report a panic, and so read the handler.
+fn replace_handler(handler: Option<Handler>) {
+    let old = std::mem::replace(&mut *HANDLER.write().unpoisoned(), handler);
+    drop(old);
 }
 
 /// Wakes `waker`; a panic in its `wake` goes to the panic handler
