@@ -53,36 +53,51 @@ impl TimerBook {
     /// token for as long as it waits here.
     pub(crate) fn note(&self, deadline: i64, flag: &Arc<Flag>) -> Arc<Noted> {
         let noted = Arc::new(Noted(flag.clone()));
+        let mut held = Vec::new();
         let mut book = self.lock();
         if book.entries.len() >= book.prune_at.max(MIN_PRUNE_AT) {
-            book.entries
-                .retain(|(_, n)| n.upgrade().is_some_and(|n| !n.0.is_raised()));
+            book.entries.retain(|(_, n)| {
+                let Some(n) = n.upgrade() else { return false };
+                let keep = !n.0.is_raised();
+                held.push(n);
+                keep
+            });
             book.prune_at = book.entries.len() * 2;
         }
         book.entries.push((deadline, Arc::downgrade(&noted)));
+        drop(book);
+        // After the lock: see `fire_due`.
+        drop(held);
         noted
     }
 
     /// Raises every noted timer whose deadline is at or before `now`, and
     /// forgets it; gives how many it raised.
     pub(crate) fn fire_due(&self, now: i64) -> usize {
+        // Every token upgraded under the lock is dropped after it: its
+        // timer may be dropped on another thread meanwhile, leaving ours the
+        // last reference to the timer's flag, and with it to the waker the
+        // timer was polled with, whose drop is user code.
+        let mut held = Vec::new();
         let due: Vec<Arc<Flag>> = {
             let mut book = self.lock();
             if book.entries.is_empty() {
                 return 0;
             }
             let mut due = Vec::new();
-            book.entries.retain(|(deadline, n)| match n.upgrade() {
-                None => false,
-                Some(n) if n.0.is_raised() => false,
-                Some(n) if *deadline <= now => {
+            book.entries.retain(|(deadline, n)| {
+                let Some(n) = n.upgrade() else { return false };
+                let waiting = !n.0.is_raised();
+                if waiting && *deadline <= now {
                     due.push(n.0.clone());
-                    false
                 }
-                Some(_) => true,
+                let keep = waiting && *deadline > now;
+                held.push(n);
+                keep
             });
             due
         };
+        drop(held);
         // Woken outside the lock: a wake-up schedules a task.
         for flag in &due {
             flag.raise();
