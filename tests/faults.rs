@@ -582,6 +582,48 @@ fn a_waker_whose_drop_panics_is_reported_once_a_channel_lets_go_of_it() {
     child_passes("child_waker_drop_panics_on_a_channel_receive", &[], 30);
 }
 
+/// Child body of [`a_waker_whose_drop_panics_is_reported_once_a_task_handle_lets_go_of_it`].
+#[test]
+#[ignore = "child process of a_waker_whose_drop_panics_is_reported_once_a_task_handle_lets_go_of_it"]
+fn child_waker_drop_panics_on_a_task_handle() {
+    let _one = common::serial();
+    if !is_child() {
+        return;
+    }
+    events();
+    let pool = quiet_pool(1);
+    let (release, released) = gdex::Promise::<()>::new();
+    let mut task = pool.scheduler().spawn(async move {
+        let _ = released.await;
+        7
+    });
+    let waker = common::waker_running_on_drop(|| panic!("{WAKER_DROP_PANIC}"));
+    assert!(poll_with(&mut task, &waker).is_pending());
+    drop(waker);
+    // The handle, polled with another waker, lets go of the first one.
+    assert!(poll_with(&mut task, Waker::noop()).is_pending());
+    let event = wait_for_event(WAKER_DROP_PANIC);
+    assert_eq!(event.source, gdex::PanicSource::Waker, "{event:?}");
+    release.resolve(());
+    assert_eq!(gdex::block_on(task).unwrap(), 7);
+    pool.shutdown();
+    println!("CHILD-OK");
+}
+
+/// A waker whose drop panics, let go of by a task handle polled since with
+/// another waker (async-task drops the one it replaces where unwinding
+/// aborts): the panic goes to the panic handler as
+/// [`gdex::PanicSource::Waker`], not an abort, and the handle resolves
+/// (X5).
+#[test]
+fn a_waker_whose_drop_panics_is_reported_once_a_task_handle_lets_go_of_it() {
+    let _one = common::serial();
+    if is_child() {
+        return;
+    }
+    child_passes("child_waker_drop_panics_on_a_task_handle", &[], 30);
+}
+
 /// Where the child's panic handler forwards the events.
 static FORWARD: OnceLock<gdex::Sender<String>> = OnceLock::new();
 

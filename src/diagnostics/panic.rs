@@ -15,9 +15,9 @@
 //! panic: it does not unwind into gdex (which may be a pool worker, the
 //! watchdog's thread, a GLib callback or a primitive's lock), the wake-up
 //! counts as done, and the other waiters are woken as if nothing happened.
-//! So is a waker whose drop panics when a primitive lets go of it (a newer
-//! waker replaced it, or its future was dropped): the primitive drops it
-//! once its lock is released, and goes on.
+//! So is a waker whose drop panics when gdex lets go of it (a primitive's
+//! or a `Task` handle's: a newer waker replaced it, or its future was
+//! dropped): a primitive drops it once its lock is released, and goes on.
 //!
 //! What gdex cannot contain: a panic in a callback that GLib calls through
 //! glib-rs (a closure attached as a GLib source, say with
@@ -53,8 +53,9 @@ pub enum PanicSource {
     /// The `wake` of a waker that gdex called to say a future is ready
     /// (the waker a [`Task`](crate::Task), a promise, channel, semaphore,
     /// timer or signal wait was last polled with). The wake-up counts as
-    /// done. Also the drop of a waker that a promise, channel, semaphore,
-    /// task group or state machine let go of.
+    /// done. Also the drop of a waker that gdex let go of: a promise,
+    /// channel, semaphore, task group or state machine's, or a
+    /// [`Task`](crate::Task) handle's, polled since with another waker.
     Waker,
     /// The Rust callback of an [`AsyncResult`](crate::AsyncResult), which
     /// GIO calls from its main context, where a panic cannot unwind.
@@ -138,6 +139,16 @@ fn replace_handler(handler: Option<Handler>) {
 /// (where unwinding aborts).
 pub(crate) fn wake(waker: std::task::Waker) {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+    if let Err(payload) = outcome {
+        contain(PanicSource::Waker, payload);
+    }
+}
+
+/// Drops `waker`; a panic in its drop goes to the panic handler
+/// ([`PanicSource::Waker`]) instead of unwinding into the caller: a
+/// waker's drop is user code as much as its `wake` is.
+pub(crate) fn drop_waker(waker: std::task::Waker) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(waker)));
     if let Err(payload) = outcome {
         contain(PanicSource::Waker, payload);
     }

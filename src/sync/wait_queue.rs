@@ -46,17 +46,8 @@ impl Deferral {
     fn run(self) {
         match self {
             Deferral::Wake(waker) => crate::diagnostics::panic::wake(waker),
-            Deferral::Drop(waker) => drop_waker(waker),
+            Deferral::Drop(waker) => crate::diagnostics::panic::drop_waker(waker),
         }
-    }
-}
-
-/// Drops `waker` now; a panic in its drop goes to the panic handler
-/// ([`PanicSource::Waker`](crate::diagnostics::panic::PanicSource::Waker)).
-fn drop_waker(waker: Waker) {
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(waker)));
-    if let Err(payload) = dropped {
-        crate::diagnostics::panic::contain(crate::diagnostics::panic::PanicSource::Waker, payload);
     }
 }
 

@@ -411,8 +411,8 @@ pub(super) fn contain_waker<R>(
     // its task alive once async-task has let the wrapper go.
     let cached = CONTAINED.with(|c| c.take());
     let kept = match cached.upgrade() {
-        Some(kept) if kept.0.will_wake(cx.waker()) => kept,
-        _ => Arc::new(ContainedWaker(cx.waker().clone())),
+        Some(kept) if kept.waker().will_wake(cx.waker()) => kept,
+        _ => Arc::new(ContainedWaker(Some(cx.waker().clone()))),
     };
     CONTAINED.with(|c| c.set(Arc::downgrade(&kept)));
     // The same Arc gives a waker async-task's `will_wake` recognises, so
@@ -421,19 +421,42 @@ pub(super) fn contain_waker<R>(
     poll(&mut Context::from_waker(&contained))
 }
 
-/// A waker whose `wake` never unwinds (see [`contain_waker`]).
-struct ContainedWaker(Waker);
+/// A waker whose `wake` never unwinds (see [`contain_waker`]), nor its
+/// drop: async-task drops the awaiter it replaces (a handle polled with
+/// another waker) inside its `abort_on_panic` too. `None` only once woken
+/// by value.
+struct ContainedWaker(Option<Waker>);
+
+impl ContainedWaker {
+    fn waker(&self) -> &Waker {
+        self.0
+            .as_ref()
+            .expect("a contained waker holds its waker until woken by value")
+    }
+}
 
 impl Wake for ContainedWaker {
     fn wake(self: Arc<Self>) {
         match Arc::try_unwrap(self) {
-            Ok(ContainedWaker(waker)) => crate::diagnostics::panic::wake(waker),
-            Err(this) => crate::diagnostics::panic::wake_by_ref(&this.0),
+            Ok(mut this) => {
+                if let Some(waker) = this.0.take() {
+                    crate::diagnostics::panic::wake(waker);
+                }
+            }
+            Err(this) => crate::diagnostics::panic::wake_by_ref(this.waker()),
         }
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        crate::diagnostics::panic::wake_by_ref(&self.0);
+        crate::diagnostics::panic::wake_by_ref(self.waker());
+    }
+}
+
+impl Drop for ContainedWaker {
+    fn drop(&mut self) {
+        if let Some(waker) = self.0.take() {
+            crate::diagnostics::panic::drop_waker(waker);
+        }
     }
 }
 
@@ -453,9 +476,9 @@ mod tests {
             }
         }
         let count = Arc::new(Count(AtomicUsize::new(0)));
-        let contained = std::task::Waker::from(Arc::new(super::ContainedWaker(
+        let contained = std::task::Waker::from(Arc::new(super::ContainedWaker(Some(
             std::task::Waker::from(count.clone()),
-        )));
+        ))));
         contained.wake_by_ref();
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "by reference");
         contained.wake();
