@@ -230,6 +230,14 @@ impl Parked {
             .expect("a Parked holds its waker until given up")
     }
 
+    /// Wakes a clone of it once the thread's primitive locks are released,
+    /// keeping it.
+    pub(crate) fn wake_clone(&self) {
+        if let Some(waker) = &self.0 {
+            wake_unlocked(waker.clone());
+        }
+    }
+
     /// Wakes it once the thread's primitive locks are released
     /// ([`wake_unlocked`]).
     pub(crate) fn wake(self) {
@@ -376,7 +384,7 @@ impl WaitQueue {
         for &(k, ticket) in &self.order {
             if let Slot::Waiting(waker, t) = &self.slots[k] {
                 if *t == ticket {
-                    wake_unlocked(waker.clone());
+                    waker.wake_clone();
                 }
             }
         }
