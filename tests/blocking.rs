@@ -502,3 +502,44 @@ fn two_drains_of_one_pool_both_resolve_after_the_running_job() {
         gdex::block_on(second);
     });
 }
+
+/// A close's future keeps its waiter's waker in the lane's book until the
+/// last thread leaves; the waker it replaces (polled again with another)
+/// and the one it holds when dropped are the caller's code, dropped after
+/// the lane's lock: a drop that uses the pool (here its counters) would
+/// deadlock on the lock.
+#[test]
+fn a_waker_a_close_lets_go_of_is_dropped_with_the_lanes_lock_released() {
+    use std::future::Future;
+    common::watchdog("close_waker_dropped_unlocked", 30, || {
+        let pool = Arc::new(BlockingPool::new(1));
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let busy = pool.submit(move || {
+            started_tx.send(()).unwrap();
+            gate_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let waker = |pool: &Arc<BlockingPool>| {
+            let (pool, dropped) = (pool.clone(), dropped.clone());
+            common::waker_running_on_drop(move || {
+                assert_eq!(pool.stats().threads, 1);
+                dropped.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let mut close = Box::pin(pool.close(CloseMode::Drain));
+        for _ in 0..2 {
+            let waker = waker(&pool);
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(close.as_mut().poll(&mut cx).is_pending());
+        }
+        // The first waker was replaced by the second.
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(close);
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+        gate_tx.send(()).unwrap();
+        gdex::block_on(busy).unwrap();
+        gdex::block_on(pool.close(CloseMode::Drain));
+    });
+}

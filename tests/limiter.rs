@@ -1028,3 +1028,44 @@ fn a_run_that_timed_out_running_drops_its_job_and_frees_the_slot() {
         assert_eq!(completed.load(Ordering::SeqCst), 0);
     });
 }
+
+/// `{:?}` of a semaphore or a limiter reads its state under its lock and
+/// writes to the formatter after it: the formatter's sink is the caller's
+/// code, and one that formats the same object again (a log line built from
+/// it) would deadlock on the lock.
+#[test]
+fn formatting_a_semaphore_or_a_limiter_writes_with_its_lock_released() {
+    struct Sink<'a> {
+        again: &'a dyn std::fmt::Debug,
+        nested: Option<String>,
+        out: String,
+    }
+    impl std::fmt::Write for Sink<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if self.nested.is_none() {
+                self.nested = Some(format!("{:?}", self.again));
+            }
+            self.out.push_str(s);
+            Ok(())
+        }
+    }
+    fn format_twice(object: &dyn std::fmt::Debug) -> (String, String) {
+        let mut sink = Sink {
+            again: object,
+            nested: None,
+            out: String::new(),
+        };
+        std::fmt::Write::write_fmt(&mut sink, format_args!("{object:?}")).unwrap();
+        (sink.out, sink.nested.unwrap())
+    }
+    watchdog("semaphore-debug-unlocked", 30, || {
+        let semaphore = gdex::Semaphore::new(2);
+        let (out, nested) = format_twice(&semaphore);
+        assert_eq!(out, nested);
+        assert!(out.contains("permits: 2"), "{out}");
+        let limiter = gdex::Limiter::new(3);
+        let (out, nested) = format_twice(&limiter);
+        assert_eq!(out, nested);
+        assert!(out.contains("limit: 3"), "{out}");
+    });
+}

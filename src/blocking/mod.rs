@@ -458,19 +458,23 @@ impl Future for CloseFuture {
         let entry = this
             .key
             .and_then(|key| state.on_exit.iter_mut().find(|(k, _)| *k == key));
-        match entry {
-            Some((_, stored)) => {
-                if !stored.will_wake(waker) {
-                    stored.clone_from(waker);
-                }
+        // The waker it replaces is the caller's code to drop: after the
+        // lock.
+        let replaced = match entry {
+            Some((_, stored)) if !stored.will_wake(waker) => {
+                Some(std::mem::replace(stored, waker.clone()))
             }
+            Some(_) => None,
             None => {
                 let key = state.next_exit_key;
                 state.next_exit_key += 1;
                 state.on_exit.push((key, waker.clone()));
                 this.key = Some(key);
+                None
             }
-        }
+        };
+        drop(state);
+        drop(replaced);
         Poll::Pending
     }
 }
@@ -479,7 +483,11 @@ impl Drop for CloseFuture {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             let mut state = self.lane.lock();
-            state.on_exit.retain(|(k, _)| *k != key);
+            let at = state.on_exit.iter().position(|(k, _)| *k == key);
+            let removed = at.map(|at| state.on_exit.swap_remove(at));
+            // Its waker is the caller's code to drop: after the lock.
+            drop(state);
+            drop(removed);
         }
     }
 }

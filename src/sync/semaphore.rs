@@ -224,10 +224,15 @@ impl State {
 
 impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.lock();
+        // Read under the lock, written after it: the formatter's sink is
+        // the caller's code.
+        let (permits, closed) = {
+            let state = self.lock();
+            (state.permits, state.closed)
+        };
         f.debug_struct("Semaphore")
-            .field("permits", &state.permits)
-            .field("closed", &state.closed)
+            .field("permits", &permits)
+            .field("closed", &closed)
             .finish()
     }
 }
@@ -683,11 +688,15 @@ impl std::fmt::Debug for LimiterPermit {
 
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.shared.lock();
+        // Read under the lock, written after it (the sink is user code).
+        let (accepting, outstanding) = {
+            let state = self.shared.lock();
+            (state.accepting, state.outstanding)
+        };
         f.debug_struct("Limiter")
             .field("limit", &self.shared.limit)
-            .field("accepting", &state.accepting)
-            .field("outstanding", &state.outstanding)
+            .field("accepting", &accepting)
+            .field("outstanding", &outstanding)
             .finish()
     }
 }
