@@ -553,6 +553,56 @@ fn a_call_is_answered_once_whoever_answers() {
     });
 }
 
+/// A handler that panics after its call was answered through its
+/// `Invocation` (in its future, or before it made one) has nobody left to
+/// read the panic: the caller has its answer. It goes to the panic handler
+/// (X5), as every panic nobody awaits does, not to a log line.
+#[test]
+fn a_panic_after_an_early_answer_goes_to_the_panic_handler() {
+    let _turn = common::panic_handler_lock();
+    let seen = common::record_panics("after its answer");
+    with_peer("dbus_panic_after_early_answer", 60, 1, |pool, p| {
+        let export = p.export(pool, move |call| {
+            let invocation = call.invocation().expect("the dispatching thread");
+            invocation
+                .return_value(None)
+                .expect("the first answer is sent");
+            assert_ne!(
+                call.method_name, "PanicEarly",
+                "the handler fell over after its answer"
+            );
+            async move {
+                assert_ne!(
+                    call.method_name, "Panic",
+                    "the future fell over after its answer"
+                );
+                Ok(None)
+            }
+        });
+        p.call("Panic", None, 10_000).unwrap();
+        p.call("PanicEarly", None, 10_000).unwrap();
+        pump_main_until(|| export.in_flight() == 0);
+        // The future's panic is reported as its task ends.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+            pump_main_during(Duration::from_millis(10));
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(
+            seen.iter().any(|m| m.contains("the future fell over")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter().any(|m| m.contains("the handler fell over")),
+            "{seen:?}"
+        );
+        drop(export);
+        p.server.stop();
+    });
+    gdex::reset_panic_handler();
+}
+
 // ---------------------------------------------------------------------------
 // What GIO would get wrong: replies it would not send, closures freed or
 // called on the wrong thread, drops and panics inside its dispatch. Each

@@ -37,6 +37,7 @@ use futures::FutureExt;
 use gio::prelude::*;
 use glib::translate::ToGlibPtr;
 
+use crate::diagnostics::panic::PanicSource;
 use crate::error::panic_message;
 use crate::util::Unpoisoned;
 use crate::{Error, Scheduler, TaskGroup};
@@ -187,7 +188,9 @@ impl MethodCall {
 /// outcome was sent, or another `return_*` came first) sends nothing and
 /// gives an error saying so; GIO itself would send a second reply. A call
 /// answered here has its future's outcome dropped: give `Ok(None)` from it
-/// (anything else is reported with a warning, as it is not sent).
+/// (anything else is reported with a warning, as it is not sent; a panic
+/// of the handler or of its future, which no caller reads then, goes to the
+/// panic handler, X5).
 /// The answer is checked as the future's is (its type against the method's
 /// out-arguments, its file descriptors from [`MethodCall::reply_fd`]
 /// against the connection).
@@ -501,19 +504,15 @@ where
         Err(payload) => {
             let message = panic_message(&*payload);
             crate::diagnostics::panic::drop_payload(payload);
-            reply.send(Err(Error::Panicked(message).into()));
+            reply.panicked(message);
             return;
         }
     };
     let member = async move {
-        let outcome = AssertUnwindSafe(future).catch_unwind().await;
-        let outcome = match outcome {
-            Ok(result) => result,
-            Err(payload) => {
-                Err(Error::Panicked(crate::diagnostics::panic::take_message(payload)).into())
-            }
-        };
-        reply.send(outcome);
+        match AssertUnwindSafe(future).catch_unwind().await {
+            Ok(outcome) => reply.send(outcome),
+            Err(payload) => reply.panicked(crate::diagnostics::panic::take_message(payload)),
+        }
     };
     // Only a handle is taken under the lock: a member refused (the
     // connection closed, the pool shut down) is dropped inside `spawn`, and
@@ -672,6 +671,18 @@ impl Reply {
                     );
                 }
             }
+        }
+    }
+
+    /// The handler (or its future) panicked: the caller's error, unless
+    /// the call was answered through an [`Invocation`] already; then nobody
+    /// reads the panic, and it goes to the panic handler (X5).
+    fn panicked(self, message: String) {
+        match self.0.take() {
+            Some(invocation) => self
+                .0
+                .send(invocation, Err(Error::Panicked(message).into())),
+            None => crate::diagnostics::panic::report(PanicSource::Task, message),
         }
     }
 }
