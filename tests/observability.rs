@@ -573,10 +573,25 @@ fn capture_until_signal(
 ) -> capture::Capture {
     use std::io::{BufRead, Read};
     use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
     use std::os::unix::process::ExitStatusExt;
     use std::process::{Command, Stdio};
     let (_dir, path, file) = trace_file(&format!("{name}-{signal}"));
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    // A process started in the background by a shell without job control
+    // (`cmd &`, nohup, some CI runners) ignores SIGINT, and an ignored
+    // signal stays ignored across exec: the child starts with the default
+    // action, as an app started from a terminal has, whatever this process
+    // was given.
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only signal(2), which is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = command
         .args([
             name,
             "--exact",
