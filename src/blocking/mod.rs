@@ -55,6 +55,9 @@ struct LaneState {
     on_exit: Vec<(u64, Waker)>,
     /// The key of the next close future that waits.
     next_exit_key: u64,
+    /// The thread dropping the jobs a `CancelQueued` close took, until it
+    /// has: a later close waits for it (`Lane::close`).
+    cancelling: Option<std::thread::ThreadId>,
 }
 
 pub(crate) struct Lane {
@@ -68,6 +71,8 @@ pub(crate) struct Lane {
     closed_error: Error,
     state: Mutex<LaneState>,
     cond: Condvar,
+    /// Signalled when the closer has dropped the jobs it took.
+    cancelled: Condvar,
 }
 
 impl Lane {
@@ -91,8 +96,10 @@ impl Lane {
                 closed: None,
                 on_exit: Vec::new(),
                 next_exit_key: 0,
+                cancelling: None,
             }),
             cond: Condvar::new(),
+            cancelled: Condvar::new(),
         })
     }
 
@@ -280,18 +287,38 @@ impl Lane {
     /// `CancelQueued` after a `Drain` does not cancel the jobs the drain
     /// promised to run (B3).
     pub(crate) fn close(&self, mode: CloseMode) {
+        let me = std::thread::current().id();
         let dropped = {
             let mut state = self.lock();
             if state.closed.is_some() {
+                // Closed already. Every close returns with the queued jobs
+                // resolved (S9: when any `shutdown()` returns), so wait for
+                // the closer still dropping them, unless this thread is that
+                // closer (a job's destructor closing again).
+                while state.cancelling.is_some_and(|closer| closer != me) {
+                    state = self.cancelled.wait(state).unpoisoned();
+                }
                 return;
             }
             state.closed = Some(mode);
             self.cond.notify_all();
             match mode {
-                CloseMode::CancelQueued => std::mem::take(&mut state.queue),
+                CloseMode::CancelQueued => {
+                    state.cancelling = Some(me);
+                    std::mem::take(&mut state.queue)
+                }
                 CloseMode::Drain => VecDeque::new(),
             }
         };
+        /// Ends the closer's turn, also if a destructor unwinds.
+        struct Cancelled<'a>(&'a Lane);
+        impl Drop for Cancelled<'_> {
+            fn drop(&mut self) {
+                self.0.lock().cancelling = None;
+                self.0.cancelled.notify_all();
+            }
+        }
+        let _turn = (mode == CloseMode::CancelQueued).then_some(Cancelled(self));
         // Dropped outside the lock: a future's destructor may spawn.
         drop(dropped);
     }
