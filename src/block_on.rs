@@ -41,7 +41,18 @@ impl Wake for Signal {
 
 /// Polls `future` on this thread whenever it is woken, and sleeps between
 /// wake-ups as `sleeper` says (iterating the context, or parked).
+///
+/// Each poll of `future` has a full cooperative budget (P11), as a task's
+/// does; everything else that runs meanwhile (the context's GLib callbacks,
+/// work items, another executor's tasks) is unconstrained, as at top level,
+/// whatever budget the caller's own poll had left.
 fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
+    let _unconstrained = crate::task::coop::enter_unconstrained();
+    poll_until_ready(sleeper, future)
+}
+
+/// [`run_until_ready`]'s loop.
+fn poll_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
     let signal = Arc::new(Signal {
         woken: AtomicBool::new(true),
         sleeper,
@@ -51,7 +62,11 @@ fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
     let mut future = pin!(future);
     loop {
         if signal.woken.swap(false, Ordering::AcqRel) {
-            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            let polled = {
+                let _budget = crate::task::coop::enter_poll();
+                future.as_mut().poll(&mut cx)
+            };
+            if let Poll::Ready(output) = polled {
                 return output;
             }
             // Woken during the poll (it yielded, or what it awaits finished

@@ -29,7 +29,12 @@
 //!   [`libdex`] page maps each libdex call to its gdex counterpart;
 //! - **stop means stopped**: every task has a `gio::Cancellable`
 //!   ([`current_cancellable`]) cancelled with it, and [`spawn_bound`] ties a
-//!   task to a GObject's life.
+//!   task to a GObject's life;
+//! - **a poll always ends** (P11): gdex's leaf futures (a channel's send or
+//!   receive) each spend one unit of their task's cooperative budget (128 a
+//!   poll) when they complete, so a loop over futures that are always ready yields to its
+//!   neighbours and to GTK's frames; [`unconstrained`] lifts it,
+//!   [`consume_budget`] is a yield point for long computations.
 //!
 //! - a **panic policy** ([`set_panic_handler`]), the **tokio** feature for
 //!   tokio-based crates inside gdex tasks, and `futures`' `Spawn` /
@@ -177,7 +182,9 @@ pub use sync::state_machine::{
     Interrupted, State, StateMachine, StateMachineBuilder, TransitionContext, TransitionRequest,
     WaitForState,
 };
-pub use task::{current_cancellable, yield_now, Task, YieldNow};
+pub use task::{
+    consume_budget, current_cancellable, unconstrained, yield_now, Task, Unconstrained, YieldNow,
+};
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use tokio_rt::tokio_handle;

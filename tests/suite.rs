@@ -13,6 +13,7 @@
 mod common;
 
 mod blocking;
+mod budget;
 mod cancellation;
 mod checksum;
 mod dbus;

@@ -229,6 +229,9 @@ where
             );
             let _task = crate::task::enter_running(ctx.meta.get());
             let _polling = crate::task::enter_polling(&waker);
+            // P11: a fiber's wait counts as its poll: a full budget for
+            // each resumption.
+            let _budget = crate::task::coop::enter_poll();
             let _guard = stack::enter(ctx.stack_map.get());
             let _current = CURRENT.enter(ctx);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| coroutine.resume(())))

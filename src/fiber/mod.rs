@@ -439,6 +439,8 @@ pub fn wait_output<F: IntoFuture>(future: F) -> Result<F::Output, Error> {
             {
                 wait.resumed();
                 resumed = true;
+                // A resumption as good as the scheduler's (P11).
+                crate::task::coop::refill();
                 continue;
             }
             cell.suspending();

@@ -37,6 +37,11 @@ use crate::Error;
 /// [`Receiver::close`] (or dropping every receiver) refuses further sends,
 /// which give their item back.
 ///
+/// Budget (P11): a send or receive that completes spends one unit of the
+/// running task's cooperative budget; once it is spent, the next one
+/// yields first (see [`unconstrained`](crate::unconstrained)), so a loop
+/// draining a full channel lets its neighbours run.
+///
 /// # Panics
 /// If `capacity` is 0 (use 1 for a hand-over channel).
 ///
@@ -379,6 +384,13 @@ impl<T> Future for SendFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_send(cx))
+    }
+}
+
+impl<T> SendFuture<'_, T> {
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), SendError<T>>> {
+        let this = self;
         let mut state = this.shared.lock();
         let item = this
             .item
@@ -466,8 +478,8 @@ impl<T> Future for RecvFuture<'_, T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut()
-            .poll_take(cx)
+        let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_take(cx))
             .map_ok(|mut one| one.pop_front().expect("one item taken"))
     }
 }
@@ -504,6 +516,7 @@ impl<T> Future for RecvAllFuture<'_, T> {
     type Output = Result<Vec<T>, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().0.poll_take(cx).map_ok(Vec::from)
+        let recv = &mut self.get_mut().0;
+        crate::task::coop::poll_leaf(cx, |cx| recv.poll_take(cx)).map_ok(Vec::from)
     }
 }

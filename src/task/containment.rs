@@ -142,6 +142,9 @@ pub(crate) type Outcome<T> = Result<Output<T>, Failure>;
 /// the process if a future's destructor unwinds, and S6 says a panic never
 /// takes a worker down. A destructor's panic goes to the panic handler.
 ///
+/// Each poll has a full cooperative budget (P11, `task::coop`): this is
+/// where every scheduler's polls of a task pass.
+///
 /// It also keeps the task's entry in the registry of idle tasks of the pool
 /// worker that polls it (S9, `task::registry`): made at the first `Pending`
 /// in a pool's run loop (a worker's dispatch, or that of a scheduler of a
@@ -307,6 +310,9 @@ impl<F: Future> Future for CatchUnwind<F> {
         // `self` (the Drop impl drops it in place), and `CatchUnwind` has no
         // `Unpin` impl of its own. `idle` is not pinned.
         let this = unsafe { self.get_unchecked_mut() };
+        // P11: every poll of every task starts with a full budget, the
+        // outer one (a nested poll's) back when it returns.
+        let _budget = super::coop::enter_poll();
         if this.idle.track() != 0 {
             return this.poll_tracked(cx);
         }

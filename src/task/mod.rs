@@ -19,10 +19,14 @@
 //!   ([`Outcome`]), and wakers whose panic is contained;
 //! - `handle.rs`: the spawner's [`Task<T>`], and cancellation (S5);
 //! - `yield_now.rs`: [`yield_now`];
+//! - `coop.rs`: the cooperative budget (P11): what a poll may complete
+//!   before gdex's leaf futures make it yield, [`unconstrained`] and
+//!   [`consume_budget`];
 //! - `registry.rs`: the book of tasks idle on a worker (S9);
 //! - `flag.rs`: a one-way flag a task waits on.
 
 mod containment;
+pub(crate) mod coop;
 pub(crate) mod flag;
 mod handle;
 mod job;
@@ -32,6 +36,7 @@ pub(crate) mod registry;
 mod yield_now;
 
 pub(crate) use containment::{enter_polling, CatchUnwind, Failure, Outcome};
+pub use coop::{consume_budget, unconstrained, Unconstrained};
 pub use handle::Task;
 pub(crate) use job::{Job, WorkVtable};
 pub use meta::current_cancellable;

@@ -437,6 +437,10 @@ impl ContextShared {
         let _slice = crate::diagnostics::views::slice(self.is_main);
         self.runner.busy();
         let local = self.local_queue_here();
+        // P11: each task's poll has its own budget; the dispatch itself,
+        // nested perhaps in a poll (a nested loop), is a top level: its
+        // work items are unconstrained.
+        let _unconstrained = crate::task::coop::enter_unconstrained();
         self.run_jobs(local.as_deref());
         self.runner.idle();
         // Work left: come back after the other sources. (`!Send` jobs of
