@@ -31,8 +31,9 @@
 //!   ([`current_cancellable`]) cancelled with it, and [`spawn_bound`] ties a
 //!   task to a GObject's life;
 //! - **a poll always ends** (P11): gdex's leaf futures (a channel's send or
-//!   receive) each spend one unit of their task's cooperative budget (128 a
-//!   poll) when they complete, so a loop over futures that are always ready yields to its
+//!   receive, a promise, a timer, a [`Task`] handle, ...) each spend one
+//!   unit of their task's cooperative budget (128 a poll) when they
+//!   complete, so a loop over futures that are always ready yields to its
 //!   neighbours and to GTK's frames; [`unconstrained`] lifts it,
 //!   [`consume_budget`] is a yield point for long computations.
 //!

@@ -28,8 +28,10 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
-use common::{on_main, on_own_context, watchdog};
+use common::{on_main, on_own_context, pump_until, watchdog, PrivateBus};
+use glib::prelude::StaticType;
 
 /// Ready operations per loop: many times the budget.
 const N: usize = 10_000;
@@ -348,6 +350,170 @@ fn a_loop_over_recv_all_yields() {
     });
 }
 
+#[test]
+fn a_loop_over_a_resolved_promise_yields() {
+    yields_on_a_context("promise", || {
+        let (promise, future) = gdex::Promise::new();
+        promise.resolve(7u32);
+        async move { over(N, |_| future.clone()).await }
+    });
+}
+
+#[test]
+fn a_loop_over_released_delayed_futures_yields() {
+    yields_on_a_context("Delayed", || async {
+        over(N, |i| {
+            let (delayed, release) = gdex::Delayed::new(async move { i });
+            release.release();
+            delayed
+        })
+        .await
+    });
+}
+
+#[test]
+fn a_loop_over_a_cancelled_cancellables_future_yields() {
+    yields_on_a_context("Cancellable::future", || {
+        let cancellable = gdex::Cancellable::new();
+        cancellable.cancel();
+        async move {
+            over(N, |_| {
+                let wait = cancellable.future::<()>();
+                async move { assert!(wait.await.is_err()) }
+            })
+            .await
+        }
+    });
+}
+
+#[test]
+fn a_loop_over_due_sleeps_yields() {
+    yields_on_a_context("sleep", || async {
+        over(N, |_| gdex::sleep(Duration::ZERO)).await
+    });
+}
+
+#[test]
+fn a_loop_over_due_reject_afters_yields() {
+    yields_on_a_context("reject_after", || async {
+        over(N, |_| gdex::reject_after::<()>(Duration::ZERO)).await
+    });
+}
+
+#[test]
+fn a_loop_over_elapsed_timeouts_yields() {
+    yields_on_a_context("timeout", || async {
+        over(N, |_| {
+            gdex::timeout(Duration::ZERO, std::future::pending::<()>())
+        })
+        .await
+    });
+}
+
+/// A timeout around a future that spends the last unit is still checked in
+/// that poll (as tokio's is): a deadline that has passed is not missed
+/// for the budget.
+#[test]
+fn a_timeout_fires_in_the_poll_whose_future_spent_the_budget() {
+    watchdog("timeout after the budget", 30, || {
+        on_own_context(|_| {
+            let task = gdex::spawn_local(async {
+                for _ in 0..BUDGET - 1 {
+                    gdex::consume_budget().await;
+                }
+                // The future spends the last unit and is pending: the
+                // deadline, long passed, is checked anyway.
+                let spends_the_last = std::future::poll_fn(|cx| {
+                    let _ = pin!(gdex::consume_budget()).poll(cx);
+                    Poll::<()>::Pending
+                });
+                let mut timed = pin!(gdex::timeout(Duration::ZERO, spends_the_last));
+                std::future::poll_fn(|cx| Poll::Ready(timed.as_mut().poll(cx).is_ready())).await
+            });
+            assert!(gdex::block_on(task).unwrap(), "the deadline waited a poll");
+        })
+    })
+}
+
+#[test]
+fn a_loop_over_a_ready_fd_yields() {
+    yields_on_a_context("unix_fd", || {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        async move {
+            let mut writable = gdex::unix_fd(&ours, glib::IOCondition::OUT);
+            (&mut writable).await.unwrap();
+            let ran = neighbour();
+            for _ in 0..N {
+                (&mut writable).await.unwrap();
+            }
+            drop(theirs);
+            ran.load(SeqCst)
+        }
+    });
+}
+
+/// A `unix_signal` that has arrived stays ready. (SIGWINCH: its default
+/// action is to be ignored, so a stray one harms no test.)
+#[test]
+fn a_loop_over_an_arrived_signal_yields() {
+    watchdog("unix_signal", 60, || {
+        let arrived = |signal: &mut gdex::UnixSignal| {
+            // The watch is on the default main context.
+            on_main(|| {
+                // SAFETY: raise(3) has no preconditions; GLib handles
+                // SIGWINCH while `signal` lives.
+                assert_eq!(unsafe { libc::raise(libc::SIGWINCH) }, 0);
+                gdex::block_on(&mut *signal);
+            })
+        };
+        let mut first = gdex::unix_signal(libc::SIGWINCH);
+        arrived(&mut first);
+        let mut second = gdex::unix_signal(libc::SIGWINCH);
+        arrived(&mut second);
+        let mut signals = [Some(first), Some(second)].into_iter();
+        yields_on_a_context("unix_signal", move || {
+            let mut signal = signals.next().flatten().expect("two runs");
+            async move {
+                let ran = neighbour();
+                for _ in 0..N {
+                    (&mut signal).await;
+                }
+                ran.load(SeqCst)
+            }
+        });
+    })
+}
+
+/// A `unix_signals` stream is ready once per arrival, so no loop over it
+/// is always ready: with the budget spent, an arrival waiting is given at
+/// the next poll, after a yield, and not lost.
+#[test]
+fn a_signal_stream_yields_when_the_budget_is_spent() {
+    watchdog("unix_signals", 60, || {
+        on_main(|| {
+            let mut signals = gdex::unix_signals(libc::SIGWINCH);
+            // SAFETY: raise(3) has no preconditions; GLib handles SIGWINCH
+            // while `signals` lives.
+            assert_eq!(unsafe { libc::raise(libc::SIGWINCH) }, 0);
+            // Until the main context has delivered it.
+            let context = glib::MainContext::default();
+            pump_until(&context, || {
+                format!("{signals:?}").contains("pending: true")
+            });
+            let task = gdex::Scheduler::main().spawn_local(async move {
+                let polls = spend_then_count_polls(signals.recv()).await;
+                drop(signals);
+                polls
+            });
+            assert_eq!(
+                gdex::block_on(task).unwrap(),
+                2,
+                "not given after one yield"
+            );
+        })
+    })
+}
+
 /// Spends the whole budget of this poll, then polls `leaf` until it is
 /// ready: how many polls that took.
 async fn spend_then_count_polls<F: Future>(leaf: F) -> usize {
@@ -362,6 +528,184 @@ async fn spend_then_count_polls<F: Future>(leaf: F) -> usize {
     })
     .await;
     polls
+}
+
+#[test]
+fn a_loop_over_refused_aio_operations_yields() {
+    let dir = common::TempDir::new("budget-aio");
+    let path = dir.file("data", b"some bytes");
+    yields_on_a_context("aio read_at", || {
+        let path = path.clone();
+        async move {
+            let file = gdex::aio::File::open(&path).await.unwrap();
+            // An offset no file has: refused at once, with no I/O.
+            over(N, |_| {
+                let read = file.read_at(Vec::with_capacity(16), u64::MAX);
+                async move { assert!(read.await.is_err()) }
+            })
+            .await
+        }
+    });
+}
+
+#[test]
+fn a_loop_over_finished_tasks_yields() {
+    yields_on_a_context("Task", || async {
+        let mut tasks: Vec<_> = (0..N)
+            .map(|i| gdex::spawn_local(async move { i }))
+            .collect();
+        while !tasks.iter().all(gdex::Task::is_finished) {
+            gdex::yield_now().await;
+        }
+        tasks.reverse();
+        over(N, |i| {
+            let task = tasks.pop().unwrap();
+            async move { assert_eq!(task.await.unwrap(), i) }
+        })
+        .await
+    });
+}
+
+#[test]
+fn a_loop_cancelling_finished_tasks_yields() {
+    yields_on_a_context("Task::cancel", || async {
+        let mut tasks: Vec<_> = (0..N)
+            .map(|i| gdex::spawn_local(async move { i }))
+            .collect();
+        while !tasks.iter().all(gdex::Task::is_finished) {
+            gdex::yield_now().await;
+        }
+        tasks.reverse();
+        over(N, |i| {
+            let task = tasks.pop().unwrap();
+            async move { assert_eq!(task.cancel().await, Some(i)) }
+        })
+        .await
+    });
+}
+
+#[test]
+fn a_loop_over_finished_fibers_yields() {
+    const FIBERS: usize = 1000;
+    yields_on_a_context("Fiber", || async {
+        let scheduler = gdex::Scheduler::thread_default().unwrap();
+        let mut fibers: Vec<_> = (0..FIBERS)
+            .map(|i| scheduler.spawn_fiber(move || i))
+            .collect();
+        while !fibers.iter().all(gdex::Fiber::is_finished) {
+            gdex::yield_now().await;
+        }
+        fibers.reverse();
+        over(FIBERS, |i| {
+            let fiber = fibers.pop().unwrap();
+            async move { assert_eq!(fiber.await.unwrap(), i) }
+        })
+        .await
+    });
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Light {
+    Off,
+    On,
+}
+
+fn machine() -> gdex::StateMachine<Light> {
+    gdex::StateMachine::builder(Light::Off)
+        .edge(Light::Off, Light::On, |_| std::future::ready(Ok(())))
+        .edge(Light::On, Light::Off, |_| std::future::ready(Ok(())))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_loop_waiting_for_the_current_state_yields() {
+    yields_on_a_context("wait_for_state", || {
+        let machine = machine();
+        async move {
+            over(N, |_| {
+                let wait = machine.wait_for_state(Light::Off);
+                async move { assert_eq!(wait.await.unwrap(), Light::Off) }
+            })
+            .await
+        }
+    });
+}
+
+#[test]
+fn a_loop_over_finished_transition_requests_yields() {
+    yields_on_a_context("transition", || async {
+        let machine = machine();
+        let targets = |i: usize| {
+            if i.is_multiple_of(2) {
+                Light::On
+            } else {
+                Light::Off
+            }
+        };
+        let mut requests: Vec<_> = (0..N).map(|i| machine.transition(targets(i))).collect();
+        // Requests run in order: once the last is done, all are.
+        let last = requests.pop().unwrap();
+        assert_eq!(last.await.unwrap(), targets(N - 1));
+        requests.reverse();
+        over(N - 1, |i| {
+            let request = requests.pop().unwrap();
+            async move { assert_eq!(request.await.unwrap(), targets(i)) }
+        })
+        .await
+    });
+}
+
+#[test]
+fn a_loop_over_an_ended_transitions_interruptions_yields() {
+    yields_on_a_context("TransitionContext::interrupted", || async {
+        let kept = Arc::new(std::sync::Mutex::new(None));
+        let keep = kept.clone();
+        let machine = gdex::StateMachine::builder(Light::Off)
+            .edge(Light::Off, Light::On, move |cx| {
+                *keep.lock().unwrap() = Some(cx);
+                std::future::ready(Ok(()))
+            })
+            .build()
+            .unwrap();
+        machine.transition(Light::On).await.unwrap();
+        let cx = kept.lock().unwrap().take().expect("the transition ran");
+        // Ended: each interruption future rejects at once.
+        over(N, |_| {
+            let interrupted = cx.interrupted();
+            async move { assert!(interrupted.await.is_err()) }
+        })
+        .await
+    });
+}
+
+#[test]
+fn a_loop_over_a_lost_d_bus_names_futures_yields() {
+    let bus = PrivateBus::start("budget-name");
+    let connection = bus.connect();
+    yields_on_a_context("D-Bus name lost", || {
+        let connection = connection.clone();
+        async move {
+            let owner =
+                gdex::dbus::own_name(&connection, "org.gdex.Budget", gio::BusNameOwnerFlags::NONE);
+            let mut lost: Vec<_> = (0..N).map(|_| owner.lost()).collect();
+            drop(owner); // released: every future is ready
+            over(N, |_| lost.pop().unwrap()).await
+        }
+    });
+}
+
+#[test]
+fn a_loop_over_a_complete_list_models_until_complete_yields() {
+    yields_on_a_context("ListModel::until_complete", || async {
+        let model = gdex::ListModel::from_stream(
+            glib::Object::static_type(),
+            futures::stream::empty::<u32>(),
+            |_| glib::Object::new::<glib::Object>(),
+        );
+        model.until_complete().await;
+        over(N, |_| model.until_complete()).await
+    });
 }
 
 /// `consume_budget` is the budget's yield point for code that awaits no

@@ -172,7 +172,9 @@ impl Op {
                     return Poll::Ready(Ok(Outcome::Opened(File::opened(early, path))));
                 }
                 Op::Lane(task) => {
-                    let outcome = std::task::ready!(Pin::new(task).poll(cx));
+                    // The operation's future spends the budget (P11), not
+                    // the lane's task too.
+                    let outcome = std::task::ready!(task.poll_result(cx));
                     *self = Op::Done;
                     return Poll::Ready(match outcome {
                         Ok(mut ran) => {
@@ -213,8 +215,11 @@ macro_rules! op_future {
         impl Future for $name {
             type Output = Result<$output, Error>;
 
+            /// A leaf (P11): a completed operation spends one unit of
+            /// the polling task's budget.
             fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-                let outcome = std::task::ready!(self.get_mut().op.poll(cx));
+                let op = &mut self.get_mut().op;
+                let outcome = std::task::ready!(crate::task::coop::poll_leaf(cx, |cx| op.poll(cx)));
                 Poll::Ready(outcome.map(|outcome| match outcome {
                     $outcome => $value,
                     _ => unreachable!("an operation gives its own kind of outcome"),

@@ -88,7 +88,9 @@ impl Cancellable {
         let mut future = std::pin::pin!(future);
         let mut cancelled = self.future::<()>();
         std::future::poll_fn(move |cx| {
-            if Pin::new(&mut cancelled).poll(cx).is_ready() {
+            // Not under the budget (P11): a cancellation is never missed
+            // for it, and the future's own leaves spend it.
+            if cancelled.poll_cancelled(cx).is_ready() {
                 return Poll::Ready(Err(Error::Cancelled));
             }
             future.as_mut().poll(cx).map(Ok)
@@ -129,13 +131,22 @@ impl<T> Future for CancelledFuture<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_cancelled(cx))
+            .map(|()| Err(Error::Cancelled))
+    }
+}
+
+impl<T> CancelledFuture<T> {
+    /// Ready once cancelled, outside the budget.
+    fn poll_cancelled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self;
         if this.handler.is_none() && !this.shared.set.load(Ordering::Acquire) {
             let shared = this.shared.clone();
             // Runs at once if already cancelled (and then returns None).
             this.handler = this.gio.connect_cancelled(move |_| shared.raise());
         }
         if this.shared.poll_raised(cx) {
-            Poll::Ready(Err(Error::Cancelled))
+            Poll::Ready(())
         } else {
             Poll::Pending
         }
@@ -258,6 +269,9 @@ impl<F: Future> Future for Delayed<F> {
             }
         }
         if this.output.is_some() && this.gate.poll_raised(cx) {
+            // A leaf (P11): the held output is given under the budget (the
+            // wrapped future, polled above, spends its own).
+            std::task::ready!(crate::task::coop::poll_proceed(cx)).made_progress();
             return Poll::Ready(this.output.take().expect("checked above"));
         }
         Poll::Pending

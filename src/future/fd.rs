@@ -118,6 +118,13 @@ impl Future for UnixFd<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_ready(cx))
+    }
+}
+
+impl UnixFd<'_> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<IOCondition, Error>> {
+        let this = self;
         if this.state.fired.poll_raised(cx) {
             return Poll::Ready(this.outcome());
         }

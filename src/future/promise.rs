@@ -173,6 +173,13 @@ impl<T> Future for PromiseFuture<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_result(cx))
+    }
+}
+
+impl<T> PromiseFuture<T> {
+    fn poll_result(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
+        let this = self;
         let mut state = this.inner.lock();
         let poll = match &mut *state {
             State::Pending(queue) => {

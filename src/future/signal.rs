@@ -155,6 +155,8 @@ impl Future for UnixSignal {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.fired.poll_raised(cx) {
+            // A leaf (P11): its arrival is given under the budget.
+            std::task::ready!(crate::task::coop::poll_proceed(cx)).made_progress();
             self.waiting.stop();
             Poll::Ready(())
         } else {
@@ -281,9 +283,14 @@ impl UnixSignals {
 
     /// `recv` as a poll function: `Ready` if the signal has arrived since
     /// the last arrival taken; otherwise the task is woken when it does.
+    /// An arrival taken spends one unit of the running task's cooperative
+    /// budget (P11); once it is spent, this gives `Pending` once, with the
+    /// task woken, and the arrival waits for the next poll.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let proceed = std::task::ready!(crate::task::coop::poll_proceed(cx));
         match self.arrivals.poll_take(cx) {
             Poll::Ready(()) => {
+                proceed.made_progress();
                 self.waiting.stop();
                 Poll::Ready(())
             }

@@ -20,6 +20,10 @@
 //! `glib::timeout_future`, stay on the context they were attached to, as in
 //! libdex: on a pool, that worker's.)
 //!
+//! A timer that fires spends one unit of its task's cooperative budget
+//! (P11): a loop over timers already due yields as one over ready channels
+//! does.
+//!
 //! Deadlines are kept in microseconds on GLib's monotonic clock, but GLib
 //! wakes a sleeping context with millisecond precision: a timer fires up to
 //! about a millisecond late when its context sleeps (a 100 µs sleep takes
@@ -177,7 +181,8 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.get_mut().timer.poll_fired(cx)
+        let timer = &mut self.get_mut().timer;
+        crate::task::coop::poll_leaf(cx, |cx| timer.poll_fired(cx))
     }
 }
 
@@ -216,10 +221,8 @@ impl<T> Future for RejectAfter<T> {
     type Output = Result<T, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut()
-            .timer
-            .poll_fired(cx)
-            .map(|()| Err(Error::TimedOut))
+        let timer = &mut self.get_mut().timer;
+        crate::task::coop::poll_leaf(cx, |cx| timer.poll_fired(cx)).map(|()| Err(Error::TimedOut))
     }
 }
 
@@ -322,10 +325,20 @@ impl<F: Future> Future for Timeout<F> {
         let Some(inner) = future.as_mut().as_pin_mut() else {
             return Poll::Ready(Err(Elapsed::new()));
         };
+        let had_budget = crate::task::coop::has_budget_remaining();
         if let Poll::Ready(value) = inner.poll(cx) {
             return Poll::Ready(Ok(value));
         }
-        match this.timer.poll_fired(cx) {
+        // The deadline spends a unit when it fires (P11), unless `future`
+        // spent the last one in this very poll: then it is checked anyway
+        // (as tokio's `timeout` does), or a future that keeps the budget
+        // spent would never be timed out.
+        let fired = if had_budget && !crate::task::coop::has_budget_remaining() {
+            this.timer.poll_fired(cx)
+        } else {
+            crate::task::coop::poll_leaf(cx, |cx| this.timer.poll_fired(cx))
+        };
+        match fired {
             Poll::Ready(()) => {
                 // Cancel the work now, not when the wrapper goes.
                 future.set(None);

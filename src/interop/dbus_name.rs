@@ -256,9 +256,10 @@ impl NameFuture {
 impl Future for NameFuture {
     type Output = ();
 
+    /// A leaf (P11): the outcome spends one unit of the task's budget.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        this.shared.poll_with(&mut this.key, cx, this.want)
+        crate::task::coop::poll_leaf(cx, |cx| this.shared.poll_with(&mut this.key, cx, this.want))
     }
 }
 

@@ -346,6 +346,10 @@ impl ListModel {
             loop {
                 let Some(model) = weak.upgrade() else { return };
                 if model.is_complete() {
+                    drop(model);
+                    // A leaf (P11): resolving at once spends a unit of the
+                    // budget, as the promise below does when it resolves.
+                    crate::task::consume_budget().await;
                     return;
                 }
                 let (promise, done) = crate::Promise::<()>::new();

@@ -163,7 +163,8 @@ pub(crate) fn poll_leaf<T>(
 /// the main thread, no frame is drawn meanwhile).
 ///
 /// Every gdex task's poll has a budget of 128 operations: a channel's send
-/// or receive and the other leaf futures each spend one when they complete, and once it is spent they
+/// or receive, a promise, a timer, a `Task` handle and the other leaf
+/// futures each spend one when they complete, and once it is spent they
 /// return `Pending` once, having woken the task, so a loop over futures
 /// that are always ready still lets its neighbours, the main loop's frames
 /// and its worker's timers run.

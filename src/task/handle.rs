@@ -122,7 +122,12 @@ impl<T> Task<T> {
         // The first poll closes the task; its GIO calls are cancelled after
         // that, so the future never runs on with a cancelled cancellable.
         let output = std::future::poll_fn(|cx| {
+            // A leaf (P11), checked before the first poll closes the task.
+            let proceed = std::task::ready!(super::coop::poll_proceed(cx));
             let poll = contain_waker(cx, false, |cx| cancel.as_mut().poll(cx));
+            if poll.is_ready() {
+                proceed.made_progress();
+            }
             if let Some(cancellable) = gio_cancel.take() {
                 cancellable.cancel();
             }
@@ -170,9 +175,20 @@ impl<T> Drop for Task<T> {
 impl<T> Future for Task<T> {
     type Output = Result<T, Error>;
 
+    /// A leaf (P11): taking the task's result spends one unit of the
+    /// polling task's budget.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // `Task` is `Unpin`: both fields are.
         let this = self.get_mut();
+        super::coop::poll_leaf(cx, |cx| this.poll_result(cx))
+    }
+}
+
+impl<T> Task<T> {
+    /// The task's result once it has one, outside the budget: for a leaf
+    /// future of gdex that waits on a task and spends the budget itself.
+    pub(crate) fn poll_result(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
+        let this = self;
         let task = this
             .task
             .as_mut()

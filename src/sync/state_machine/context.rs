@@ -287,8 +287,11 @@ impl Future for Interrupted {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        // A leaf (P11): checked before the interruption is taken.
+        let proceed = std::task::ready!(crate::task::coop::poll_proceed(cx));
         let mut inner = lock(&this.me.inner);
         if inner.interrupted || inner.ended {
+            proceed.made_progress();
             inner.wakers.remove(&mut this.key);
             return Poll::Ready(if inner.interrupted {
                 Ok(())

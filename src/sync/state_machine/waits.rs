@@ -48,12 +48,15 @@ impl<S: State> Future for TransitionRequest<S> {
             !self.done,
             "a TransitionRequest was polled after it resolved"
         );
+        // A leaf (P11): checked before the outcome is taken.
+        let proceed = std::task::ready!(crate::task::coop::poll_proceed(cx));
         let mut inner = lock(&self.shared.inner);
         let request = inner
             .requests
             .get_mut(&self.id)
             .expect("a pending request has its entry");
         if let Some(outcome) = request.outcome.take() {
+            proceed.made_progress();
             inner.requests.remove(&self.id);
             drop(inner);
             self.done = true;
@@ -114,7 +117,10 @@ impl<S: State> Future for WaitForState<S> {
     type Output = Result<S, Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A leaf (P11): checked before the outcome is taken.
+        let proceed = std::task::ready!(crate::task::coop::poll_proceed(cx));
         if let Some(ready) = self.ready.take() {
+            proceed.made_progress();
             return Poll::Ready(ready);
         }
         let Some(id) = self.id else {
@@ -126,6 +132,7 @@ impl<S: State> Future for WaitForState<S> {
             .get_mut(&id)
             .expect("a pending wait has its entry");
         if let Some(outcome) = waiter.outcome.take() {
+            proceed.made_progress();
             inner.waiters.remove(&id);
             drop(inner);
             self.id = None;
