@@ -45,9 +45,17 @@ impl Wake for Signal {
 /// Each poll of `future` has a full cooperative budget (P11), as a task's
 /// does; everything else that runs meanwhile (the context's GLib callbacks,
 /// work items, another executor's tasks) is unconstrained, as at top level,
-/// whatever budget the caller's own poll had left.
+/// whatever budget the caller's own poll had left. With the `tokio`
+/// feature, tokio's budget is unconstrained for the whole wait: a
+/// `block_on` inside a tokio task would otherwise spend that task's budget
+/// on every tokio future it polls, and once it is spent tokio defers their
+/// wake-ups until the tokio task yields, which it cannot while it waits
+/// here.
 fn run_until_ready<F: Future>(sleeper: Sleeper, future: F) -> F::Output {
     let _unconstrained = crate::task::coop::enter_unconstrained();
+    #[cfg(feature = "tokio")]
+    return crate::tokio_rt::unconstrained(|| poll_until_ready(sleeper, future));
+    #[cfg(not(feature = "tokio"))]
     poll_until_ready(sleeper, future)
 }
 

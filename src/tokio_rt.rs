@@ -21,6 +21,7 @@
 //! process exits, and then its thread simply stops with the process.
 
 use std::cell::OnceCell;
+use std::future::Future;
 use std::sync::OnceLock;
 
 use tokio::runtime::{EnterGuard, Handle, Runtime};
@@ -145,5 +146,31 @@ pub(crate) fn off_worker<R>(wait: impl FnOnce() -> R) -> R {
         tokio::task::block_in_place(wait)
     } else {
         wait()
+    }
+}
+
+/// Runs `f` with tokio's cooperative budget unconstrained on this thread
+/// (`tokio::task::coop::unconstrained`), then puts the previous one back.
+///
+/// For gdex's polls that may run inside a tokio task's poll (a `block_on`,
+/// or a dispatch of a context scheduler in a main loop run from a tokio
+/// task, as glib-rs's apps under `#[tokio::main]` do): without it, tokio
+/// futures polled there spend the outer tokio task's budget, and once it is
+/// spent (128 operations) tokio returns `Pending` and defers the wake-up
+/// until that tokio task yields, which it does not while the GLib loop runs
+/// inside it: the gdex task is never woken. (tokio offers no public way to
+/// give them a fresh budget instead; on gdex's own threads, where no tokio
+/// task runs, tokio's budget is unconstrained anyway.) One thread-local
+/// access each way, once per wait or dispatch, not per poll.
+pub(crate) fn unconstrained<R>(f: impl FnOnce() -> R) -> R {
+    let mut f = Some(f);
+    let once = std::future::poll_fn(move |_| {
+        let f = f.take().expect("polled once");
+        std::task::Poll::Ready(f())
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(tokio::task::coop::unconstrained(once)).poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => unreachable!("a poll_fn that is always ready"),
     }
 }

@@ -240,3 +240,143 @@ fn a_timeout_over_a_tokio_join_handle_takes_question_marks() {
         ran_on.recv().expect("the detached tokio task ran on");
     });
 }
+
+/// Messages per channel: many times tokio's budget of 128.
+const MESSAGES: usize = 20_000;
+
+/// P11 with the `tokio` feature (as in gtk-rs/gtk-rs-core#1251): a GLib
+/// loop run inside a tokio task (a `block_on` in a task of an app's
+/// current-thread runtime, or a `MainLoop` run in the runtime's
+/// `block_on`, as under `#[tokio::main]`) polls gdex tasks whose tokio
+/// futures would spend that tokio task's budget; once it was spent, tokio
+/// deferred their wake-ups until the tokio task yielded, which it cannot
+/// while the loop runs, and they stopped after 128 messages. Tokio
+/// channels carry many thousands of messages both ways there: between two
+/// gdex tasks of the nested loop's context, into `block_on`'s own future,
+/// and into a context scheduler's task of a `MainLoop`.
+#[test]
+fn tokio_channels_in_gdex_tasks_inside_a_tokio_task_go_past_the_budget() {
+    watchdog("tokio_channels_inside_a_tokio_task", 60, || {
+        common::on_own_context(|context| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            // Two gdex tasks, a ping and a pong over tokio channels, in the
+            // loop of a `block_on` inside a tokio task.
+            let pinged = runtime.block_on(async {
+                tokio::spawn(async {
+                    let (ping, mut pinged) = tokio::sync::mpsc::channel::<usize>(16);
+                    let (pong, mut ponged) = tokio::sync::mpsc::channel::<usize>(16);
+                    let echo = gdex::spawn_local(async move {
+                        while let Some(i) = pinged.recv().await {
+                            pong.send(i).await.unwrap();
+                        }
+                    });
+                    let pinger = gdex::spawn_local(async move {
+                        let mut sum = 0;
+                        for i in 0..MESSAGES {
+                            ping.send(i).await.unwrap();
+                            sum += ponged.recv().await.unwrap();
+                        }
+                        sum
+                    });
+                    let sum = gdex::block_on(pinger).unwrap();
+                    gdex::block_on(echo).unwrap();
+                    sum
+                })
+                .await
+                .unwrap()
+            });
+            assert_eq!(pinged, (0..MESSAGES).sum::<usize>());
+
+            // `block_on`'s own future, in the runtime's `block_on`.
+            let received = runtime.block_on(async {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                for i in 0..MESSAGES {
+                    tx.send(i).unwrap();
+                }
+                drop(tx);
+                gdex::block_on(async move {
+                    let mut n = 0;
+                    while rx.recv().await.is_some() {
+                        n += 1;
+                    }
+                    n
+                })
+            });
+            assert_eq!(received, MESSAGES);
+
+            // A `MainLoop` run in the runtime's `block_on`: a context
+            // scheduler's task takes every message, then quits the loop.
+            let main_loop = glib::MainLoop::new(Some(context), false);
+            let quit = main_loop.clone();
+            let received = runtime.block_on(async move {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                for i in 0..MESSAGES {
+                    tx.send(i).unwrap();
+                }
+                drop(tx);
+                let task = gdex::spawn_local(async move {
+                    let mut n = 0;
+                    while rx.recv().await.is_some() {
+                        n += 1;
+                    }
+                    quit.quit();
+                    n
+                });
+                main_loop.run();
+                gdex::block_on(task).unwrap()
+            });
+            assert_eq!(received, MESSAGES);
+        })
+    });
+}
+
+/// The other way round: gdex channels used in tokio tasks (of an app's
+/// current-thread runtime) carry many thousands of messages to and from a
+/// gdex pool. A gdex future polled by tokio has no gdex budget (it runs in
+/// no gdex poll), and tokio's budget does not apply to it.
+#[test]
+fn gdex_channels_inside_tokio_tasks_carry_many_thousands_of_messages() {
+    watchdog("gdex_channels_inside_tokio_tasks", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (to_tokio, from_gdex) = gdex::channel(16);
+        let (to_gdex, from_tokio) = gdex::channel(16);
+        let producer = pool.scheduler().spawn(async move {
+            for i in 0..MESSAGES {
+                to_tokio.send(i).await.unwrap();
+            }
+        });
+        let consumer = pool.scheduler().spawn(async move {
+            let mut sum = 0;
+            while let Ok(i) = from_tokio.recv().await {
+                sum += i;
+            }
+            sum
+        });
+        let (received, ()) = runtime.block_on(async move {
+            let receiving = tokio::spawn(async move {
+                let mut sum = 0;
+                while let Ok(i) = from_gdex.recv().await {
+                    sum += i;
+                }
+                sum
+            });
+            let sending = tokio::spawn(async move {
+                for i in 0..MESSAGES {
+                    to_gdex.send(i).await.unwrap();
+                }
+            });
+            (receiving.await.unwrap(), sending.await.unwrap())
+        });
+        let total = (0..MESSAGES).sum::<usize>();
+        assert_eq!(received, total);
+        gdex::block_on(producer).unwrap();
+        assert_eq!(gdex::block_on(consumer).unwrap(), total);
+    });
+}

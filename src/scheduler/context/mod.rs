@@ -439,8 +439,13 @@ impl ContextShared {
         let local = self.local_queue_here();
         // P11: each task's poll has its own budget; the dispatch itself,
         // nested perhaps in a poll (a nested loop), is a top level: its
-        // work items are unconstrained.
+        // work items are unconstrained. With the `tokio` feature, so is
+        // tokio's budget, which would otherwise be that of a tokio task
+        // running the loop (see `tokio_rt::unconstrained`).
         let _unconstrained = crate::task::coop::enter_unconstrained();
+        #[cfg(feature = "tokio")]
+        crate::tokio_rt::unconstrained(|| self.run_jobs(local.as_deref()));
+        #[cfg(not(feature = "tokio"))]
         self.run_jobs(local.as_deref());
         self.runner.idle();
         // Work left: come back after the other sources. (`!Send` jobs of
