@@ -360,6 +360,81 @@ fn a_loop_over_a_resolved_promise_yields() {
 }
 
 #[test]
+fn a_loop_over_a_free_semaphores_acquire_yields() {
+    yields_on_a_context("Semaphore::acquire", || {
+        let semaphore = gdex::Semaphore::new(1);
+        async move { over(N, |_| async { drop(semaphore.acquire().await.unwrap()) }).await }
+    });
+}
+
+#[test]
+fn a_loop_over_a_free_limiters_acquire_yields() {
+    yields_on_a_context("Limiter::acquire", || {
+        let limiter = gdex::Limiter::new(1);
+        async move { over(N, |_| async { drop(limiter.acquire().await.unwrap()) }).await }
+    });
+}
+
+#[test]
+fn a_loop_over_a_drained_limiters_close_after_drain_yields() {
+    yields_on_a_context("Limiter::close_after_drain", || {
+        let limiter = gdex::Limiter::new(1);
+        async move { over(N, |_| limiter.close_after_drain()).await }
+    });
+}
+
+#[test]
+fn a_loop_closing_empty_task_groups_yields() {
+    yields_on_a_context("TaskGroup::close", || async {
+        over(N, |_| async {
+            gdex::TaskGroup::<()>::new().close().await.unwrap()
+        })
+        .await
+    });
+    yields_on_a_context("TaskGroup::close_with_results", || async {
+        over(N, |_| async {
+            let group = gdex::TaskGroup::<()>::builder().keep_results(true).build();
+            assert!(group.close_with_results().await.is_empty());
+        })
+        .await
+    });
+    yields_on_a_context("TaskGroup::cancel", || async {
+        over(N, |_| async { gdex::TaskGroup::<()>::new().cancel().await }).await
+    });
+}
+
+#[test]
+fn a_loop_over_finished_threads_join_handles_yields() {
+    // A thread each: fewer than `N`, still over twice the budget.
+    const THREADS: usize = 3 * BUDGET;
+    yields_on_a_context("thread::spawn's JoinHandle", || {
+        let mut threads: Vec<_> = (0..THREADS)
+            .map(|i| gdex::thread::spawn("budget", move || i))
+            .collect();
+        while !threads.iter().all(gdex::thread::JoinHandle::is_finished) {
+            std::thread::yield_now();
+        }
+        threads.reverse();
+        async move {
+            over(THREADS, |i| {
+                let thread = threads.pop().unwrap();
+                async move { assert_eq!(thread.await.unwrap(), i) }
+            })
+            .await
+        }
+    });
+}
+
+#[test]
+fn a_loop_over_a_closed_blocking_pools_close_yields() {
+    yields_on_a_context("BlockingPool::close", || {
+        let pool = gdex::blocking::BlockingPool::new(1);
+        gdex::block_on(pool.close(gdex::blocking::CloseMode::Drain));
+        async move { over(N, |_| pool.close(gdex::blocking::CloseMode::Drain)).await }
+    });
+}
+
+#[test]
 fn a_loop_over_released_delayed_futures_yields() {
     yields_on_a_context("Delayed", || async {
         over(N, |i| {

@@ -474,7 +474,15 @@ impl Future for CloseFuture {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // A leaf future (P11): the budget is checked before the lock.
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_closed(cx))
+    }
+}
+
+impl CloseFuture {
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self;
         let mut state = this.lane.lock();
         if state.threads == 0 {
             // The last thread drained `on_exit` as it left.

@@ -113,8 +113,8 @@ impl<T> Future for JoinFuture<T> {
     type Output = Result<T, Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.result)
-            .poll(cx)
+        // A leaf future (P11).
+        crate::task::coop::poll_leaf(cx, |cx| Pin::new(&mut self.result).poll(cx))
             .map(|r| r.unwrap_or(Err(Error::Cancelled)))
     }
 }

@@ -266,7 +266,15 @@ impl Future for Acquire<'_> {
     type Output = Result<Permit, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A leaf future (P11): the budget is checked before the lock.
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_acquire(cx))
+    }
+}
+
+impl Acquire<'_> {
+    fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, Error>> {
+        let this = self;
         let mut state = this.semaphore.lock();
         let granted = if state.queue.is_notified(this.key) {
             // Handed over by `release_one` or `add_permits`, before any
@@ -712,7 +720,15 @@ impl Future for Drain {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // A leaf future (P11): the budget is checked before the lock.
         let this = self.get_mut();
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_drained(cx))
+    }
+}
+
+impl Drain {
+    fn poll_drained(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self;
         let mut state = this.shared.lock();
         // `accepting` is false for good, so `outstanding` only falls.
         if state.outstanding == 0 {

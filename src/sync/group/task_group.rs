@@ -340,39 +340,42 @@ impl<T: GroupOutput> TaskGroup<T> {
             wait: Wait { shared, key: None },
             owns: first,
         };
+        // A leaf future (P11): a close that is ready spends the budget.
         std::future::poll_fn(move |cx| {
-            if !closing.owns {
-                return Poll::Ready(Err(Error::Closed.into()));
-            }
-            std::task::ready!(closing.wait.poll_done(cx));
-            closing.owns = false;
-            let mut state = lock(&closing.wait.shared);
-            let failure = match std::mem::replace(&mut state.first, First::Taken) {
-                First::Here(outcome) => Some(outcome),
-                First::At(seq) => state.results[seq].take(),
-                First::None if state.cancelled => Some(Err(Error::Cancelled)),
-                First::None | First::Taken => None,
-            };
-            let results = std::mem::take(&mut state.results);
-            drop(state);
-            // A group that kept results, closed without them: its other
-            // panics have nobody to go to (X5).
-            for result in results.into_iter().flatten() {
-                match result {
-                    Err(Error::Panicked(message)) => {
-                        crate::diagnostics::panic::report(PanicSource::Task, message);
-                    }
-                    result => drop_contained(result, PanicSource::Output),
+            crate::task::coop::poll_leaf(cx, |cx| {
+                if !closing.owns {
+                    return Poll::Ready(Err(Error::Closed.into()));
                 }
-            }
-            Poll::Ready(match failure.map(deliver::<T>) {
-                None => Ok(()),
-                Some(Err(error)) => Err(error),
-                Some(Ok(_)) => panic!(
-                    "gdex::GroupOutput for {}: into_result() gave Ok for an output \
+                std::task::ready!(closing.wait.poll_done(cx));
+                closing.owns = false;
+                let mut state = lock(&closing.wait.shared);
+                let failure = match std::mem::replace(&mut state.first, First::Taken) {
+                    First::Here(outcome) => Some(outcome),
+                    First::At(seq) => state.results[seq].take(),
+                    First::None if state.cancelled => Some(Err(Error::Cancelled)),
+                    First::None | First::Taken => None,
+                };
+                let results = std::mem::take(&mut state.results);
+                drop(state);
+                // A group that kept results, closed without them: its other
+                // panics have nobody to go to (X5).
+                for result in results.into_iter().flatten() {
+                    match result {
+                        Err(Error::Panicked(message)) => {
+                            crate::diagnostics::panic::report(PanicSource::Task, message);
+                        }
+                        result => drop_contained(result, PanicSource::Output),
+                    }
+                }
+                Poll::Ready(match failure.map(deliver::<T>) {
+                    None => Ok(()),
+                    Some(Err(error)) => Err(error),
+                    Some(Ok(_)) => panic!(
+                        "gdex::GroupOutput for {}: into_result() gave Ok for an output \
                      whose is_failure() is true; they must agree",
-                    std::any::type_name::<T>()
-                ),
+                        std::any::type_name::<T>()
+                    ),
+                })
             })
         })
     }
@@ -407,18 +410,21 @@ impl<T: GroupOutput> TaskGroup<T> {
             wait: Wait { shared, key: None },
             owns: first,
         };
+        // A leaf future (P11), as `close`'s.
         std::future::poll_fn(move |cx| {
-            if !closing.owns {
-                return Poll::Ready(Vec::new());
-            }
-            std::task::ready!(closing.wait.poll_done(cx));
-            closing.owns = false;
-            let mut state = lock(&closing.wait.shared);
-            state.first = First::Taken;
-            let results = std::mem::take(&mut state.results);
-            drop(state);
-            // `into_result` and `From` are user code: after the release.
-            Poll::Ready(results.into_iter().flatten().map(deliver::<T>).collect())
+            crate::task::coop::poll_leaf(cx, |cx| {
+                if !closing.owns {
+                    return Poll::Ready(Vec::new());
+                }
+                std::task::ready!(closing.wait.poll_done(cx));
+                closing.owns = false;
+                let mut state = lock(&closing.wait.shared);
+                state.first = First::Taken;
+                let results = std::mem::take(&mut state.results);
+                drop(state);
+                // `into_result` and `From` are user code: after the release.
+                Poll::Ready(results.into_iter().flatten().map(deliver::<T>).collect())
+            })
         })
     }
 
@@ -433,7 +439,7 @@ impl<T: GroupOutput> TaskGroup<T> {
             shared: self.shared.clone(),
             key: None,
         };
-        std::future::poll_fn(|cx| wait.poll_done(cx)).await;
+        std::future::poll_fn(|cx| crate::task::coop::poll_leaf(cx, |cx| wait.poll_done(cx))).await;
     }
 }
 
