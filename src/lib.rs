@@ -119,10 +119,11 @@
 //! assert_eq!(answer, 3_628_800);
 //! ```
 //!
-//! The contracts this crate keeps (P1-P9 for the pool, S1-S11 for schedulers
-//! and tasks, F1-F6 for fibers, B1-B5 for blocking, X1-X7 beyond libdex) are
-//! numbered in `docs/architecture.md`, which says for each where it lives and
-//! which tests show it; rustdoc and tests cite them.
+//! The contracts this crate keeps (P for the pool, S for schedulers and
+//! tasks, F for fibers, B for blocking, X beyond libdex, and G, D, A, C, L,
+//! M, O, T for the rest) are numbered in `docs/architecture.md`, which says
+//! for each where it lives and which tests show it; rustdoc and tests cite
+//! them ("(S4)").
 //!
 //! [libdex]: https://gitlab.gnome.org/GNOME/libdex
 

@@ -184,6 +184,47 @@ fn each_sections_range_names_its_contracts() {
     );
 }
 
+/// A range of contracts that the README or the crate's page gives ("P1-P9
+/// for the pool") names them all: it ends at the last one
+/// docs/architecture.md states with that letter (a stale range there was
+/// "P1-P9" after P10 and P11 came).
+#[test]
+fn the_first_pages_ranges_of_contracts_are_whole() {
+    let stated = stated();
+    let mut stale = Vec::new();
+    for page in ["README.md", "src/lib.rs"] {
+        for (n, line) in read(page).lines().enumerate() {
+            for (at, _) in line.match_indices('-') {
+                let before = line[..at]
+                    .rsplit(|c: char| !c.is_ascii_alphanumeric())
+                    .next();
+                let after = line[at + 1..]
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .next();
+                let (Some(a), Some(b)) = (before, after) else {
+                    continue;
+                };
+                if !(is_code(a) && is_code(b) && a[..1] == b[..1]) {
+                    continue;
+                }
+                let last = stated
+                    .iter()
+                    .filter(|code| code[..1] == b[..1])
+                    .max_by_key(|code| code[1..].parse::<u32>().unwrap())
+                    .unwrap();
+                if last != b {
+                    stale.push(format!("  {page}:{}: {a}-{b}, but {last} is stated", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "these ranges of contracts end before the last one docs/architecture.md states:\n{}",
+        stale.join("\n")
+    );
+}
+
 /// The figures of `main_frame_gap` (gdex's and glib-rs's main-context
 /// executor's) that the README's first screen quotes are those of
 /// benches/RESULTS.md's table.
