@@ -65,20 +65,23 @@ fn citations(line: &str) -> Vec<String> {
             found.extend(words(inside).filter(|w| is_code(w)).map(str::to_owned));
         }
     }
-    for (at, _) in line.match_indices('-') {
-        let before = line[..at]
-            .rsplit(|c: char| !c.is_ascii_alphanumeric())
-            .next();
-        let after = line[at + 1..]
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .next();
-        if let (Some(a), Some(b)) = (before, after) {
-            if is_code(a) && is_code(b) && a[..1] == b[..1] {
-                found.extend([a.to_owned(), b.to_owned()]);
-            }
-        }
+    for (a, b) in ranges(line) {
+        found.extend([a.to_owned(), b.to_owned()]);
     }
     found
+}
+
+/// The ranges of contracts `line` gives ("X1-X9"): both ends, of one letter.
+fn ranges(line: &str) -> impl Iterator<Item = (&str, &str)> {
+    line.match_indices('-').filter_map(|(at, _)| {
+        let a = line[..at]
+            .rsplit(|c: char| !c.is_ascii_alphanumeric())
+            .next()?;
+        let b = line[at + 1..]
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .next()?;
+        (is_code(a) && is_code(b) && a[..1] == b[..1]).then_some((a, b))
+    })
 }
 
 /// The codes docs/architecture.md states: a `### CODE` heading, or a
@@ -194,19 +197,7 @@ fn the_first_pages_ranges_of_contracts_are_whole() {
     let mut stale = Vec::new();
     for page in ["README.md", "src/lib.rs"] {
         for (n, line) in read(page).lines().enumerate() {
-            for (at, _) in line.match_indices('-') {
-                let before = line[..at]
-                    .rsplit(|c: char| !c.is_ascii_alphanumeric())
-                    .next();
-                let after = line[at + 1..]
-                    .split(|c: char| !c.is_ascii_alphanumeric())
-                    .next();
-                let (Some(a), Some(b)) = (before, after) else {
-                    continue;
-                };
-                if !(is_code(a) && is_code(b) && a[..1] == b[..1]) {
-                    continue;
-                }
+            for (a, b) in ranges(line) {
                 let last = stated
                     .iter()
                     .filter(|code| code[..1] == b[..1])

@@ -26,6 +26,11 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// Every `.rs` file under `src/`, sorted.
 fn source_files() -> Vec<std::path::PathBuf> {
+    rs_files_under(&["src"])
+}
+
+/// Every `.rs` file under the crate's folders `dirs`, sorted.
+fn rs_files_under(dirs: &[&str]) -> Vec<std::path::PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -37,10 +42,9 @@ fn source_files() -> Vec<std::path::PathBuf> {
         }
     }
     let mut files = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    for dir in dirs {
+        walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
+    }
     files.sort();
     files
 }
@@ -528,22 +532,8 @@ fn the_first_pages_a_user_reads_have_no_nested_results() {
 /// refused.
 #[test]
 fn no_comment_cites_an_issue_number() {
-    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in ["src", "tests", "examples", "benches"] {
-        walk(&root.join(dir), &mut files);
-    }
-    files.sort();
+    let files = rs_files_under(&["src", "tests", "examples", "benches"]);
     let mut cited = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).unwrap();
