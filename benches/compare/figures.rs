@@ -307,6 +307,110 @@ pub fn main_frame_gap() -> Figure {
     }
 }
 
+/// Items already in a channel that one main-thread task drains (P11's
+/// always-ready flood).
+const READY_ITEMS: usize = 2_000_000;
+
+/// The longest gap between ticks of a redraw-priority source (16 ms) on the
+/// default main context while one task there drains `READY_ITEMS` items
+/// already in a channel, and the drain's own time. `prepare` fills the
+/// channel and gives what starts the drain, which stores true in its flag
+/// when it ends: the filling is not measured.
+fn ready_loop_gap(
+    prepare: impl FnOnce(Arc<AtomicBool>) -> Box<dyn FnOnce()>,
+) -> (Duration, Duration) {
+    let context = glib::MainContext::default();
+    let _owner = context.acquire().unwrap();
+    let ticks = Arc::new(Mutex::new(Vec::new()));
+    let t2 = ticks.clone();
+    let source = glib::timeout_source_new(
+        Duration::from_millis(16),
+        None,
+        glib::Priority::from(120), // GDK_PRIORITY_REDRAW
+        move || {
+            t2.lock().unwrap().push(Instant::now());
+            glib::ControlFlow::Continue
+        },
+    );
+    source.attach(Some(&context));
+    let done = Arc::new(AtomicBool::new(false));
+    let spawn = prepare(done.clone());
+    let start = Instant::now();
+    spawn();
+    while !done.load(Ordering::Relaxed) {
+        context.iteration(true);
+    }
+    let end = Instant::now();
+    source.destroy();
+    let mut last = start;
+    let mut worst = Duration::ZERO;
+    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
+        worst = worst.max(t.duration_since(last));
+        last = *t;
+    }
+    (worst, end.duration_since(start))
+}
+
+/// P11 on the main thread: the frame gap while a main task drains a
+/// channel whose items are all there (gdex's budget makes the loop yield
+/// every 128 items; glib-rs's executor polls it to its end in one go), and
+/// the drain's throughput.
+pub fn main_frame_gap_ready_loop() -> Vec<Figure> {
+    let gdex = ready_loop_gap(|done| {
+        let (tx, rx) = gdex::channel(READY_ITEMS);
+        for i in 0..READY_ITEMS {
+            tx.try_send(i).unwrap();
+        }
+        drop(tx);
+        Box::new(move || {
+            gdex::Scheduler::main()
+                .spawn_local(async move {
+                    while rx.recv().await.is_ok() {}
+                    done.store(true, Ordering::Relaxed);
+                })
+                .detach();
+        })
+    });
+    let glib = ready_loop_gap(|done| {
+        use futures::StreamExt;
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        for i in 0..READY_ITEMS {
+            tx.unbounded_send(i).unwrap();
+        }
+        drop(tx);
+        Box::new(move || {
+            drop(glib::MainContext::default().spawn_local(async move {
+                while rx.next().await.is_some() {}
+                done.store(true, Ordering::Relaxed);
+            }));
+        })
+    });
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let per_item = |d: Duration| d.as_secs_f64() * 1e9 / READY_ITEMS as f64;
+    vec![
+        Figure {
+            workload: "main_frame_gap_ready_loop",
+            unit: "ms",
+            values: vec![
+                ("gdex", format!("{:.1}", ms(gdex.0)), ms(gdex.0)),
+                ("glib-main", format!("{:.1}", ms(glib.0)), ms(glib.0)),
+            ],
+        },
+        Figure {
+            workload: "ready_loop_drain",
+            unit: "ns/item",
+            values: vec![
+                ("gdex", format!("{:.1}", per_item(gdex.1)), per_item(gdex.1)),
+                (
+                    "glib-main",
+                    format!("{:.1}", per_item(glib.1)),
+                    per_item(glib.1),
+                ),
+            ],
+        },
+    ]
+}
+
 /// The CPU time so far of this process's thread named `name` (the first
 /// one), from the scheduler's own account (`schedstat`, nanoseconds), or
 /// `stat`'s clock ticks where the kernel keeps no schedstat.
