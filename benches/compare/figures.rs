@@ -411,6 +411,71 @@ pub fn main_frame_gap_ready_loop() -> Vec<Figure> {
     ]
 }
 
+/// P11 on a pool of one worker: while a task drains `READY_ITEMS` ready
+/// items, a neighbour spawned from outside and a task sleeping 10 ms; how
+/// long the neighbour waited to start and how late the timer fired (the
+/// median of five runs each, each run's loop still draining when both
+/// were done).
+pub fn pool_ready_loop() -> Vec<Figure> {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let mut starts = Vec::new();
+    let mut lateness = Vec::new();
+    for _ in 0..5 {
+        let (tx, rx) = gdex::channel(READY_ITEMS);
+        for i in 0..READY_ITEMS {
+            tx.try_send(i).unwrap();
+        }
+        drop(tx);
+        let running = Arc::new(AtomicBool::new(false));
+        let flag = running.clone();
+        let drain = pool.scheduler().spawn(async move {
+            flag.store(true, Ordering::Relaxed);
+            while rx.recv().await.is_ok() {}
+            Instant::now()
+        });
+        while !running.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+        }
+        let spawned = Instant::now();
+        let neighbour = pool.scheduler().spawn(async { Instant::now() });
+        let timer = pool.scheduler().spawn(async {
+            let set = Instant::now();
+            gdex::sleep(Duration::from_millis(10)).await;
+            Instant::now()
+                .duration_since(set)
+                .saturating_sub(Duration::from_millis(10))
+        });
+        let started = gdex::block_on(neighbour).unwrap();
+        let late = gdex::block_on(timer).unwrap();
+        let done = Instant::now();
+        let drained = gdex::block_on(drain).unwrap();
+        assert!(
+            drained > done,
+            "pool_ready_loop: the drain ended before the neighbour and the timer were done: \
+             make READY_ITEMS larger"
+        );
+        starts.push(started.duration_since(spawned));
+        lateness.push(late);
+    }
+    pool.shutdown();
+    starts.sort();
+    lateness.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (start, late) = (ms(starts[2]), ms(lateness[2]));
+    vec![
+        Figure {
+            workload: "pool_neighbour_start_beside_ready_loop",
+            unit: "ms",
+            values: vec![("gdex", format!("{start:.2}"), start)],
+        },
+        Figure {
+            workload: "pool_timer_late_beside_ready_loop",
+            unit: "ms",
+            values: vec![("gdex", format!("{late:.2}"), late)],
+        },
+    ]
+}
+
 /// The CPU time so far of this process's thread named `name` (the first
 /// one), from the scheduler's own account (`schedstat`, nanoseconds), or
 /// `stat`'s clock ticks where the kernel keeps no schedstat.
