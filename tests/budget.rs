@@ -376,6 +376,28 @@ fn a_loop_over_a_free_limiters_acquire_yields() {
 }
 
 #[test]
+fn a_loop_over_a_closed_limiters_refusals_yields() {
+    yields_on_a_context("a closed Limiter's refusals", || {
+        let limiter = gdex::Limiter::new(1);
+        limiter.close();
+        async move {
+            over(N, |i| {
+                let limiter = &limiter;
+                async move {
+                    let refused = match i % 3 {
+                        0 => limiter.acquire().await.is_err(),
+                        1 => limiter.run(async {}).await.is_err(),
+                        _ => limiter.run_on_pool(async {}).await.is_err(),
+                    };
+                    assert!(refused);
+                }
+            })
+            .await
+        }
+    });
+}
+
+#[test]
 fn a_loop_over_a_drained_limiters_close_after_drain_yields() {
     yields_on_a_context("Limiter::close_after_drain", || {
         let limiter = gdex::Limiter::new(1);

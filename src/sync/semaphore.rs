@@ -400,6 +400,14 @@ impl Shared {
     }
 }
 
+/// The refusal of a closed limiter's `run` or `run_on_pool`: it completes
+/// the operation at once, so it spends a unit of the running task's budget
+/// as any leaf does (P11), and a loop that keeps asking still yields.
+async fn refused() -> Error {
+    crate::task::consume_budget().await;
+    Error::Closed
+}
+
 /// A [`Limiter::acquire`] waiting for its slot, on the limiter's list of
 /// them: woken, and refused, once the limiter stops accepting.
 struct Listening<'a> {
@@ -501,7 +509,10 @@ impl Limiter {
         let ticket = self.shared.ticket();
         let shared = self.shared.clone();
         async move {
-            let ticket = ticket.ok_or(Error::Closed)?;
+            let ticket = match ticket {
+                Some(ticket) => ticket,
+                None => return Err(refused().await),
+            };
             let permit = shared.slot().await?;
             let _held = Held {
                 _permit: permit,
@@ -534,7 +545,10 @@ impl Limiter {
         let ticket = self.shared.ticket();
         let shared = self.shared.clone();
         async move {
-            let ticket = ticket.ok_or(Error::Closed)?;
+            let ticket = match ticket {
+                Some(ticket) => ticket,
+                None => return Err(refused().await),
+            };
             let permit = shared.slot().await?;
             let held = Held {
                 _permit: permit,
@@ -590,7 +604,12 @@ impl Limiter {
                 // goes back to the queue as `wait` drops: to a `run`
                 // future made before the drain.
                 std::future::poll_fn(|cx| {
-                    listening.check(cx)?;
+                    if let Err(closed) = listening.check(cx) {
+                        // A refusal completes the operation: a leaf's
+                        // unit of the budget (P11), as the semaphore's.
+                        std::task::ready!(crate::task::coop::poll_proceed(cx)).made_progress();
+                        return Poll::Ready(Err(closed));
+                    }
                     wait.as_mut().poll(cx)
                 })
                 .await?
