@@ -251,12 +251,13 @@ pub fn idle_and_memory() -> Vec<Figure> {
 
 const FRAME_TASKS: usize = 100_000;
 
-/// The longest gap between ticks of a redraw-priority source (16 ms) on the
-/// default main context while `FRAME_TASKS` small tasks run there.
-fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
+/// Ticks a redraw-priority source (16 ms) on the default main context,
+/// calls `start`, and iterates the context until `done`: the longest gap
+/// between ticks (from `start`'s call to the end) and the time it all took.
+fn ticked_gap(start: impl FnOnce(), done: impl Fn() -> bool) -> (Duration, Duration) {
     let context = glib::MainContext::default();
     let _owner = context.acquire().unwrap();
-    let ticks = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ticks = Arc::new(Mutex::new(Vec::new()));
     let t2 = ticks.clone();
     let source = glib::timeout_source_new(
         Duration::from_millis(16),
@@ -268,6 +269,25 @@ fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
         },
     );
     source.attach(Some(&context));
+    let began = Instant::now();
+    start();
+    while !done() {
+        context.iteration(true);
+    }
+    let end = Instant::now();
+    source.destroy();
+    let mut last = began;
+    let mut worst = Duration::ZERO;
+    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
+        worst = worst.max(t.duration_since(last));
+        last = *t;
+    }
+    (worst, end.duration_since(began))
+}
+
+/// The longest gap between ticks of a redraw-priority source (16 ms) on the
+/// default main context while `FRAME_TASKS` small tasks run there.
+fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
     let done = Arc::new(AtomicUsize::new(0));
     for _ in 0..FRAME_TASKS {
         let done = done.clone();
@@ -276,19 +296,7 @@ fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
             done.fetch_add(1, Ordering::Relaxed);
         }));
     }
-    let start = Instant::now();
-    while done.load(Ordering::Relaxed) < FRAME_TASKS {
-        context.iteration(true);
-    }
-    let end = Instant::now();
-    source.destroy();
-    let mut last = start;
-    let mut worst = Duration::ZERO;
-    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
-        worst = worst.max(t.duration_since(last));
-        last = *t;
-    }
-    worst
+    ticked_gap(|| {}, || done.load(Ordering::Relaxed) >= FRAME_TASKS).0
 }
 
 pub fn main_frame_gap() -> Figure {
@@ -319,36 +327,9 @@ const READY_ITEMS: usize = 2_000_000;
 fn ready_loop_gap(
     prepare: impl FnOnce(Arc<AtomicBool>) -> Box<dyn FnOnce()>,
 ) -> (Duration, Duration) {
-    let context = glib::MainContext::default();
-    let _owner = context.acquire().unwrap();
-    let ticks = Arc::new(Mutex::new(Vec::new()));
-    let t2 = ticks.clone();
-    let source = glib::timeout_source_new(
-        Duration::from_millis(16),
-        None,
-        glib::Priority::from(120), // GDK_PRIORITY_REDRAW
-        move || {
-            t2.lock().unwrap().push(Instant::now());
-            glib::ControlFlow::Continue
-        },
-    );
-    source.attach(Some(&context));
     let done = Arc::new(AtomicBool::new(false));
-    let spawn = prepare(done.clone());
-    let start = Instant::now();
-    spawn();
-    while !done.load(Ordering::Relaxed) {
-        context.iteration(true);
-    }
-    let end = Instant::now();
-    source.destroy();
-    let mut last = start;
-    let mut worst = Duration::ZERO;
-    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
-        worst = worst.max(t.duration_since(last));
-        last = *t;
-    }
-    (worst, end.duration_since(start))
+    let start = prepare(done.clone());
+    ticked_gap(start, || done.load(Ordering::Relaxed))
 }
 
 /// P11 on the main thread: the frame gap while a main task drains a
