@@ -109,12 +109,33 @@ fn one_worker() -> gdex::ThreadPool {
     gdex::ThreadPool::builder().workers(1).build().unwrap()
 }
 
-/// A loop receiving `N` items already in a channel.
-fn draining() -> impl Future<Output = bool> + Send {
-    let (tx, rx) = gdex::channel(N);
-    for i in 0..N {
+/// A channel holding `n` items (0, 1, …), its sender gone.
+fn filled(n: usize) -> gdex::Receiver<usize> {
+    let (tx, rx) = gdex::channel(n);
+    for i in 0..n {
         tx.try_send(i).unwrap();
     }
+    rx
+}
+
+/// In a fiber: spawns a [`neighbour`], then waits for `N` receives from
+/// `rx` (under `gdex::unconstrained` if `free`): true if the neighbour ran
+/// meanwhile.
+fn fiber_drains(rx: &gdex::Receiver<usize>, free: bool) -> bool {
+    let ran = neighbour();
+    for _ in 0..N {
+        if free {
+            gdex::fiber::wait(gdex::unconstrained(rx.recv())).unwrap();
+        } else {
+            gdex::fiber::wait(rx.recv()).unwrap();
+        }
+    }
+    ran.load(SeqCst)
+}
+
+/// A loop receiving `N` items already in a channel.
+fn draining() -> impl Future<Output = bool> + Send {
+    let rx = filled(N);
     async move {
         over(N, |_| {
             let rx = &rx;
@@ -201,10 +222,7 @@ fn a_drain_under_block_on_lets_the_contexts_tasks_run() {
 fn wait_for_polls_with_a_budget_and_other_executors_without() {
     watchdog("wait_for, channel receive", 60, || {
         let drain_in_one_poll = || {
-            let (tx, rx) = gdex::channel(1000);
-            for i in 0..1000 {
-                tx.try_send(i).unwrap();
-            }
+            let rx = filled(1000);
             std::future::poll_fn(move |cx| {
                 let mut pending = 0;
                 let mut taken = 0;
@@ -242,28 +260,12 @@ fn a_fiber_draining_a_channel_on_a_pool_yields() {
     watchdog("fiber on a pool, channel receive", 60, || {
         let pool = one_worker();
         let fiber = |free: bool| {
-            let (tx, rx) = gdex::channel(N);
-            for i in 0..N {
-                tx.try_send(i).unwrap();
-            }
+            let rx = filled(N);
             pool.scheduler().spawn_fiber(move || {
                 // From here on the fiber is resumed by its worker's fiber
                 // scheduler, not in its task's first poll.
                 gdex::fiber::yield_fiber().unwrap();
-                let ran = Arc::new(AtomicBool::new(false));
-                let flag = ran.clone();
-                gdex::Scheduler::thread_default()
-                    .unwrap()
-                    .spawn(async move { flag.store(true, SeqCst) })
-                    .detach();
-                for _ in 0..N {
-                    if free {
-                        gdex::fiber::wait(gdex::unconstrained(rx.recv())).unwrap();
-                    } else {
-                        gdex::fiber::wait(rx.recv()).unwrap();
-                    }
-                }
-                ran.load(SeqCst)
+                fiber_drains(&rx, free)
             })
         };
         assert!(
@@ -284,26 +286,8 @@ fn a_fiber_draining_a_channel_on_a_context_yields() {
         on_own_context(|context| {
             let scheduler = gdex::Scheduler::for_context(context);
             let fiber = |free: bool| {
-                let (tx, rx) = gdex::channel(N);
-                for i in 0..N {
-                    tx.try_send(i).unwrap();
-                }
-                scheduler.spawn_fiber(move || {
-                    let ran = Arc::new(AtomicBool::new(false));
-                    let flag = ran.clone();
-                    gdex::Scheduler::thread_default()
-                        .unwrap()
-                        .spawn(async move { flag.store(true, SeqCst) })
-                        .detach();
-                    for _ in 0..N {
-                        if free {
-                            gdex::fiber::wait(gdex::unconstrained(rx.recv())).unwrap();
-                        } else {
-                            gdex::fiber::wait(rx.recv()).unwrap();
-                        }
-                    }
-                    ran.load(SeqCst)
-                })
+                let rx = filled(N);
+                scheduler.spawn_fiber(move || fiber_drains(&rx, free))
             };
             assert!(
                 gdex::block_on(fiber(false)).unwrap(),
@@ -822,10 +806,7 @@ fn a_loop_over_consume_budget_yields_once_per_budget() {
 fn yield_now_does_not_spend_the_budget() {
     watchdog("yield_now", 30, || {
         on_own_context(|_| {
-            let (tx, rx) = gdex::channel(N);
-            for i in 0..N {
-                tx.try_send(i).unwrap();
-            }
+            let rx = filled(N);
             let task = gdex::spawn_local(async move {
                 let mut budget_yields = 0;
                 for _ in 0..50 {
@@ -908,10 +889,7 @@ fn one_poll_of_a_thousand_ready_receives_is_cut_short() {
     watchdog("rt_common::coop", 30, || {
         let pool = one_worker();
         let task = pool.scheduler().spawn(async {
-            let (tx, rx) = gdex::channel(1000);
-            for i in 0..1000 {
-                tx.try_send(i).unwrap();
-            }
+            let rx = filled(1000);
             std::future::poll_fn(|cx| {
                 for _ in 0..1000 {
                     if pin!(rx.recv()).poll(cx).is_pending() {
@@ -932,10 +910,7 @@ fn one_unconstrained_poll_of_a_thousand_ready_receives_takes_them_all() {
     watchdog("rt_common::coop_unconstrained", 30, || {
         let pool = one_worker();
         let task = pool.scheduler().spawn(async {
-            let (tx, rx) = gdex::channel(1000);
-            for i in 0..1000 {
-                tx.try_send(i).unwrap();
-            }
+            let rx = filled(1000);
             gdex::unconstrained(std::future::poll_fn(|cx| {
                 for i in 0..1000 {
                     match pin!(rx.recv()).poll(cx) {
