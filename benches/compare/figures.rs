@@ -1,11 +1,12 @@
 //! The workloads that are not times per iteration (BENCH.md): timer
-//! lateness under load, idle CPU, memory per pending task, and the longest
-//! frame gap of a busy main loop. Each measures gdex and the peers that can
-//! run it, in one run. Idle CPU and memory are measured in child processes
+//! lateness under load, idle CPU, memory per pending task, a pool's
+//! neighbours beside a ready loop, and the stall monitor's cost (the frame
+//! gaps of a busy main loop are `frames.rs`'s). Each measures gdex and the
+//! peers that can run it, in one run. Idle CPU and memory are measured in child processes
 //! (this binary, re-run with `GDEX_BENCH_CHILD` set) so that nothing else
 //! counts.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ pub struct Figure {
     pub values: Vec<(&'static str, String, f64)>,
 }
 
-fn spin(d: Duration) {
+pub fn spin(d: Duration) {
     let t = Instant::now();
     while t.elapsed() < d {
         std::hint::spin_loop();
@@ -249,155 +250,13 @@ pub fn idle_and_memory() -> Vec<Figure> {
     vec![idle, memory]
 }
 
-const FRAME_TASKS: usize = 100_000;
-
-/// Ticks a redraw-priority source (16 ms) on the default main context,
-/// calls `start`, and iterates the context until `done`: the longest gap
-/// between ticks (from `start`'s call to the end) and the time it all took.
-fn ticked_gap(start: impl FnOnce(), done: impl Fn() -> bool) -> (Duration, Duration) {
-    let context = glib::MainContext::default();
-    let _owner = context.acquire().unwrap();
-    let ticks = Arc::new(Mutex::new(Vec::new()));
-    let t2 = ticks.clone();
-    let source = glib::timeout_source_new(
-        Duration::from_millis(16),
-        None,
-        glib::Priority::from(120), // GDK_PRIORITY_REDRAW
-        move || {
-            t2.lock().unwrap().push(Instant::now());
-            glib::ControlFlow::Continue
-        },
-    );
-    source.attach(Some(&context));
-    let began = Instant::now();
-    start();
-    while !done() {
-        context.iteration(true);
-    }
-    let end = Instant::now();
-    source.destroy();
-    let mut last = began;
-    let mut worst = Duration::ZERO;
-    for t in ticks.lock().unwrap().iter().chain(std::iter::once(&end)) {
-        worst = worst.max(t.duration_since(last));
-        last = *t;
-    }
-    (worst, end.duration_since(began))
-}
-
-/// The longest gap between ticks of a redraw-priority source (16 ms) on the
-/// default main context while `FRAME_TASKS` small tasks run there.
-fn frame_gap(spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> Duration {
-    let done = Arc::new(AtomicUsize::new(0));
-    for _ in 0..FRAME_TASKS {
-        let done = done.clone();
-        spawn(Box::new(move || {
-            spin(Duration::from_micros(2));
-            done.fetch_add(1, Ordering::Relaxed);
-        }));
-    }
-    ticked_gap(|| {}, || done.load(Ordering::Relaxed) >= FRAME_TASKS).0
-}
-
-pub fn main_frame_gap() -> Figure {
-    let gdex = frame_gap(|f| gdex::Scheduler::main().push(f));
-    let glib = frame_gap(|f| {
-        drop(glib::MainContext::default().spawn_local(async move { f() }));
-    });
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    Figure {
-        workload: "main_frame_gap",
-        unit: "ms",
-        values: vec![
-            ("gdex", format!("{:.1}", ms(gdex)), ms(gdex)),
-            ("glib-main", format!("{:.1}", ms(glib)), ms(glib)),
-        ],
-    }
-}
-
-/// Items already in a channel that one main-thread task drains (P11's
-/// always-ready flood).
-const READY_ITEMS: usize = 2_000_000;
-
-/// The longest gap between ticks of a redraw-priority source (16 ms) on the
-/// default main context while one task there drains `READY_ITEMS` items
-/// already in a channel, and the drain's own time. `prepare` fills the
-/// channel and gives what starts the drain, which stores true in its flag
-/// when it ends: the filling is not measured.
-fn ready_loop_gap(
-    prepare: impl FnOnce(Arc<AtomicBool>) -> Box<dyn FnOnce()>,
-) -> (Duration, Duration) {
-    let done = Arc::new(AtomicBool::new(false));
-    let start = prepare(done.clone());
-    ticked_gap(start, || done.load(Ordering::Relaxed))
-}
-
-/// P11 on the main thread: the frame gap while a main task drains a
-/// channel whose items are all there (gdex's budget makes the loop yield
-/// every 128 items; glib-rs's executor polls it to its end in one go), and
-/// the drain's throughput.
-pub fn main_frame_gap_ready_loop() -> Vec<Figure> {
-    let gdex = ready_loop_gap(|done| {
-        let (tx, rx) = gdex::channel(READY_ITEMS);
-        for i in 0..READY_ITEMS {
-            tx.try_send(i).unwrap();
-        }
-        drop(tx);
-        Box::new(move || {
-            gdex::Scheduler::main()
-                .spawn_local(async move {
-                    while rx.recv().await.is_ok() {}
-                    done.store(true, Ordering::Relaxed);
-                })
-                .detach();
-        })
-    });
-    let glib = ready_loop_gap(|done| {
-        use futures::StreamExt;
-        let (tx, mut rx) = futures::channel::mpsc::unbounded();
-        for i in 0..READY_ITEMS {
-            tx.unbounded_send(i).unwrap();
-        }
-        drop(tx);
-        Box::new(move || {
-            drop(glib::MainContext::default().spawn_local(async move {
-                while rx.next().await.is_some() {}
-                done.store(true, Ordering::Relaxed);
-            }));
-        })
-    });
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let per_item = |d: Duration| d.as_secs_f64() * 1e9 / READY_ITEMS as f64;
-    vec![
-        Figure {
-            workload: "main_frame_gap_ready_loop",
-            unit: "ms",
-            values: vec![
-                ("gdex", format!("{:.1}", ms(gdex.0)), ms(gdex.0)),
-                ("glib-main", format!("{:.1}", ms(glib.0)), ms(glib.0)),
-            ],
-        },
-        Figure {
-            workload: "ready_loop_drain",
-            unit: "ns/item",
-            values: vec![
-                ("gdex", format!("{:.1}", per_item(gdex.1)), per_item(gdex.1)),
-                (
-                    "glib-main",
-                    format!("{:.1}", per_item(glib.1)),
-                    per_item(glib.1),
-                ),
-            ],
-        },
-    ]
-}
-
 /// P11 on a pool of one worker: while a task drains `READY_ITEMS` ready
 /// items, a neighbour spawned from outside and a task sleeping 10 ms; how
 /// long the neighbour waited to start and how late the timer fired (the
 /// median of five runs each, each run's loop still draining when both
 /// were done).
 pub fn pool_ready_loop() -> Vec<Figure> {
+    const READY_ITEMS: usize = crate::frames::READY_ITEMS;
     let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
     let mut starts = Vec::new();
     let mut lateness = Vec::new();

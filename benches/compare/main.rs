@@ -10,7 +10,7 @@
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
 //! cargo bench --bench compare -- monitor   # only the stall monitor's cost
-//! cargo bench --bench compare -- frames    # only the ready-loop figures (X3, P11)
+//! cargo bench --bench compare -- frames    # only the frames under floods (X3, P11)
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
@@ -20,6 +20,7 @@
 
 mod fibers;
 mod figures;
+mod frames;
 mod io;
 mod runtimes;
 mod scaling;
@@ -44,9 +45,9 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "frames") {
-        // Only the frame gaps of a busy main loop (X3, P11).
-        let mut figures = vec![figures::main_frame_gap()];
-        figures.extend(figures::main_frame_gap_ready_loop());
+        // Only the frame gaps of a busy main loop (X3, P11) and the
+        // pool beside a ready loop (P11).
+        let mut figures = frames::run();
         figures.extend(figures::pool_ready_loop());
         table::print(&figures);
         return;
@@ -90,8 +91,7 @@ fn main() {
     }
     let mut figures = figures::timer_lateness(&all);
     figures.extend(figures::idle_and_memory());
-    figures.push(figures::main_frame_gap());
-    figures.extend(figures::main_frame_gap_ready_loop());
+    figures.extend(frames::run());
     figures.extend(figures::pool_ready_loop());
     figures.push(figures::monitor_cpu());
     table::print(&figures);
