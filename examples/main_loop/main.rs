@@ -7,6 +7,11 @@
 //!   (`gdex::spawn_blocking`, B2), its result back on the main thread.
 //! - *Stream*: pool work sends its progress through a `gdex::channel` to a
 //!   label.
+//! - *Ready loop*: a main task pushes items through a `gdex::channel` and
+//!   drains them for a second, every send and receive ready at once, so it
+//!   never waits; gdex's cooperative budget (P11) ends its poll every 128
+//!   of them, and the window keeps drawing. The label shows the longest
+//!   gap between frames meanwhile.
 //! - *Request*: a window makes a request through GIO (`gio::SocketClient`)
 //!   to a local server. The request is a task bound to that window
 //!   (`gdex::spawn_local_bound`, X2): closing the window mid-request
@@ -42,15 +47,25 @@ const PRIMES_BELOW: u64 = 1_000_000;
 const CHUNKS: u64 = 8;
 /// Messages the stream sends.
 const STREAM_LEN: u32 = 20;
+/// How long the ready loop runs, and the items it sends before it drains
+/// them (the channel's capacity).
+const READY_LOOP: Duration = Duration::from_secs(1);
+const READY_BATCH: usize = 1024;
 
 /// The window's widgets, all on the main thread.
 struct Ui {
     window: gtk::ApplicationWindow,
     server: String,
     spinner_frames: Rc<Cell<u64>>,
+    /// While the ready loop runs: when the last frame came, and the longest
+    /// gap between frames so far.
+    ready_frames: Rc<Cell<Option<(Instant, Duration)>>>,
+    /// The ready loop's last longest gap between frames.
+    ready_gap: Cell<Option<Duration>>,
     compute: Row,
     blocking: Row,
     stream: Row,
+    ready: Row,
     request: Row,
     status: Row,
     /// The open request window, if any (weak: closing it must free it).
@@ -105,18 +120,28 @@ fn build_ui(app: &gtk::Application) {
         compute: row("Compute", "count the primes on the pool"),
         blocking: row("Blocking call", "list a directory on the blocking lane"),
         stream: row("Stream", "pool work reports through a channel"),
+        ready: row(
+            "Ready loop",
+            "a main task loops over always-ready futures for a second",
+        ),
         request: row("Request", &format!("ask {server} in a window of its own")),
         status: row("Ask the server", "did the request's connection close?"),
         window: window.clone(),
         server,
         spinner_frames: Rc::new(Cell::new(0)),
+        ready_frames: Rc::new(Cell::new(None)),
+        ready_gap: Cell::new(None),
         request_window: glib::WeakRef::new(),
         stream_updates: Cell::new(0),
     });
     window.set_child(Some(&column));
-    let frames = ui.spinner_frames.clone();
+    let (frames, ready_frames) = (ui.spinner_frames.clone(), ui.ready_frames.clone());
     spinner.add_tick_callback(move |_, _| {
         frames.set(frames.get() + 1);
+        if let Some((last, worst)) = ready_frames.get() {
+            let now = Instant::now();
+            ready_frames.set(Some((now, worst.max(now.saturating_duration_since(last)))));
+        }
         glib::ControlFlow::Continue
     });
 
@@ -128,6 +153,8 @@ fn build_ui(app: &gtk::Application) {
         .connect_clicked(move |_| blocking_call(&u));
     let u = ui.clone();
     ui.stream.button.connect_clicked(move |_| stream(&u));
+    let u = ui.clone();
+    ui.ready.button.connect_clicked(move |_| ready_loop(&u));
     let u = ui.clone();
     ui.request
         .button
@@ -239,6 +266,52 @@ fn stream(ui: &Rc<Ui>) {
             ui.stream_updates.get()
         ));
         ui.stream.button.set_sensitive(true);
+    })
+    .detach();
+}
+
+/// *Ready loop*: a main task fills a channel and drains it, again and
+/// again for [`READY_LOOP`]. Every `send` and `recv` is ready at once, so
+/// the loop never waits: without gdex's cooperative budget (P11) its first
+/// poll would last the whole second and the window would draw nothing.
+/// With it, the task's poll ends after 128 of them and the main loop draws
+/// its frames between polls (X3). The label shows the longest gap between
+/// frames, from the loop's start to the first frame after its end.
+fn ready_loop(ui: &Rc<Ui>) {
+    ui.ready.button.set_sensitive(false);
+    ui.ready.label.set_text("looping…");
+    let ui = ui.clone();
+    gdex::spawn_local_bound(&ui.window.clone(), async move {
+        let (tx, rx) = gdex::channel(READY_BATCH);
+        let started = Instant::now();
+        ui.ready_frames.set(Some((started, Duration::ZERO)));
+        let mut items = 0u64;
+        while started.elapsed() < READY_LOOP {
+            for i in 0..READY_BATCH {
+                tx.send(i).await.expect("the receiver is here");
+            }
+            for _ in 0..READY_BATCH {
+                rx.recv().await.expect("the sender is here");
+            }
+            items += READY_BATCH as u64;
+        }
+        let looped = started.elapsed();
+        // The gap that the loop's end leaves open closes at the next frame.
+        let drawn = ui.spinner_frames.get();
+        while ui.spinner_frames.get() == drawn {
+            gdex::sleep(Duration::from_millis(2)).await;
+        }
+        let gap = ui
+            .ready_frames
+            .take()
+            .map_or(Duration::ZERO, |(_, gap)| gap);
+        ui.ready_gap.set(Some(gap));
+        ui.ready.label.set_text(&format!(
+            "ready loop done: {items} items in {} ms; the longest gap between frames {} ms",
+            looped.as_millis(),
+            gap.as_millis()
+        ));
+        ui.ready.button.set_sensitive(true);
     })
     .detach();
 }
@@ -378,6 +451,15 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
         format!("the stream row got {} updates", ui.stream_updates.get())
     })?;
 
+    // Ready loop: it ends, and the window drew meanwhile; the test bounds
+    // the longest gap between frames (printed below).
+    ui.ready.button.emit_clicked();
+    until("the ready loop's end", || {
+        ui.ready.label.text().starts_with("ready loop done")
+    })
+    .await?;
+    let ready_gap = ui.ready_gap.get().ok_or("the ready loop left no gap")?;
+
     // Request: open its window, wait for the request to be sent, close the
     // window: the request is cancelled, and the server saw its connection
     // close before it answered.
@@ -422,7 +504,9 @@ async fn self_test(ui: &Rc<Ui>, screenshot: &std::path::Path) -> Result<String, 
     .await?;
     save_screenshot(&ui.window, screenshot)?;
     Ok(format!(
-        "spinner_frames_while_computing={spun} stream_updates={} cancelled_after_ms={cancelled_ms}",
-        ui.stream_updates.get()
+        "spinner_frames_while_computing={spun} stream_updates={} \
+         ready_loop_longest_frame_gap_ms={} cancelled_after_ms={cancelled_ms}",
+        ui.stream_updates.get(),
+        ready_gap.as_secs_f64() * 1e3
     ))
 }
