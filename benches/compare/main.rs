@@ -11,6 +11,7 @@
 //! cargo bench --bench compare -- figures   # only the non-timing figures
 //! cargo bench --bench compare -- monitor   # only the stall monitor's cost
 //! cargo bench --bench compare -- frames    # only the ready-loop figures (X3, P11)
+//! cargo bench --bench compare -- priorities  # only the latency class behind a batch flood (P12)
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
@@ -21,6 +22,7 @@
 mod fibers;
 mod figures;
 mod io;
+mod priorities;
 mod runtimes;
 mod scaling;
 mod table;
@@ -49,6 +51,11 @@ fn main() {
         figures.extend(figures::main_frame_gap_ready_loop());
         figures.extend(figures::pool_ready_loop());
         table::print(&figures);
+        return;
+    }
+    if args.iter().any(|a| a == "priorities") {
+        // Only P12's pool figure: a latency task behind a batch flood.
+        table::print(&priorities::pool_latency_among_batch());
         return;
     }
     if args.iter().any(|a| a == "workers") {
@@ -93,6 +100,7 @@ fn main() {
     figures.push(figures::main_frame_gap());
     figures.extend(figures::main_frame_gap_ready_loop());
     figures.extend(figures::pool_ready_loop());
+    figures.extend(priorities::pool_latency_among_batch());
     figures.push(figures::monitor_cpu());
     table::print(&figures);
     io::print();
