@@ -341,6 +341,43 @@ fn main_tasks_group_members_and_fibers_are_listed() {
     });
 }
 
+/// P12: a task's priority shows in the dump: its scheduler's name says it
+/// (on a context, the GLib priority; on a pool, the latency class).
+#[test]
+fn a_tasks_priority_shows_in_the_dump() {
+    gdex::enable_task_dump();
+    watchdog("a_tasks_priority_shows_in_the_dump", 30, || {
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let (_keep, waiting) = Promise::<u32>::new();
+        let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+        let _urgent = latency.spawn_named("dump-latency", waiting);
+        wait_until(|| find("dump-latency").is_some_and(|t| t.state() == TaskState::Waiting));
+        let info = find("dump-latency").unwrap();
+        assert_eq!(
+            info.scheduler(),
+            "Scheduler::Pool { workers: 1, class: Latency }"
+        );
+        let context = glib::MainContext::new();
+        let idle =
+            gdex::Scheduler::for_context(&context).with_priority(glib::Priority::DEFAULT_IDLE);
+        let (_keep, waiting) = Promise::<u32>::new();
+        let _idle = idle.spawn_named("dump-idle", waiting);
+        let info = find("dump-idle").unwrap();
+        assert!(
+            info.scheduler()
+                .ends_with("priority: G_PRIORITY_DEFAULT_IDLE }"),
+            "{}",
+            info.scheduler()
+        );
+        let text = gdex::dump().to_string();
+        assert!(
+            text.lines()
+                .any(|l| l.contains("\"dump-latency\"") && l.contains("class: Latency")),
+            "{text}"
+        );
+    });
+}
+
 /// Child: tracking left off.
 #[test]
 #[ignore = "run by tracking_off_says_how_to_turn_it_on"]

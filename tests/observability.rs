@@ -268,6 +268,10 @@ fn child_sysprof_workload() {
         7
     });
     let blocking = pool.spawn_blocking(|| std::thread::sleep(Duration::from_millis(3)));
+    let latency = pool
+        .scheduler()
+        .with_priority(glib::Priority::HIGH)
+        .spawn_named("marked-latency", async {});
     // Under Sysprof every task is tracked: the dump says so and lists them
     // (without `GDEX_TASK_DUMP`).
     let dump = gdex::dump();
@@ -286,6 +290,7 @@ fn child_sysprof_workload() {
     gdex::block_on(slow).unwrap();
     assert_eq!(gdex::block_on(fiber).unwrap(), 7);
     gdex::block_on(blocking).unwrap();
+    gdex::block_on(latency).unwrap();
     // A task still waiting when the process exits, its pool alive.
     let (keep, waiting) = gdex::Promise::<u32>::new();
     let alive = pool.scheduler().spawn_named("alive-at-exit", waiting);
@@ -319,6 +324,14 @@ fn sysprof_marks_each_tasks_life_and_its_long_polls() {
         assert!(
             slow.message.contains(file!()) && slow.message.contains("on Scheduler::Pool"),
             "the life mark tells the spawn site and the scheduler: {slow:?}"
+        );
+        // P12: a task's mark tells its priority with its scheduler.
+        assert!(
+            marks.iter().any(|m| m.name == "task"
+                && m.message.contains("\"marked-latency\"")
+                && m.message
+                    .contains("on Scheduler::Pool { workers: 2, class: Latency }")),
+            "the latency task's mark names its class: {marks:#?}"
         );
         assert!(
             slow.duration >= 18_000_000,
@@ -933,6 +946,16 @@ fn each_task_has_a_span_entered_on_each_poll() {
         );
         assert_eq!((span.entered, span.exited), (4, 4), "four polls: {span:?}");
         assert!(span.closed, "the span closes with the task: {span:?}");
+        // P12: the scheduler field tells a task's priority (tokio-console
+        // shows it).
+        let pool = ThreadPool::builder().workers(1).build().unwrap();
+        let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+        gdex::block_on(latency.spawn_named("spanned-latency", async {})).unwrap();
+        let (_, span) = recorded::task_span("spanned-latency").expect("a span");
+        assert_eq!(
+            span.fields["scheduler"],
+            "Scheduler::Pool { workers: 1, class: Latency }"
+        );
     });
 }
 

@@ -28,6 +28,7 @@ mod limiter;
 mod mixed_executors;
 mod nested_loops;
 mod pool;
+mod priorities;
 mod random_programs;
 mod schedulers;
 mod shape;

@@ -10,7 +10,8 @@
 //! cargo bench --bench compare -- ping_pong # one group (no figures, no table)
 //! cargo bench --bench compare -- figures   # only the non-timing figures
 //! cargo bench --bench compare -- monitor   # only the stall monitor's cost
-//! cargo bench --bench compare -- frames    # only the frames under floods (X3, P11)
+//! cargo bench --bench compare -- frames    # only the frames under floods (X3, P11, P12)
+//! cargo bench --bench compare -- priorities  # only the latency class behind a batch flood (P12)
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
@@ -22,6 +23,7 @@ mod fibers;
 mod figures;
 mod frames;
 mod io;
+mod priorities;
 mod runtimes;
 mod scaling;
 mod table;
@@ -45,11 +47,16 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "frames") {
-        // Only the frame gaps of a busy main loop (X3, P11) and the
-        // pool beside a ready loop (P11).
+        // Only the frame gaps of a busy main loop (X3, P11, P12) and
+        // the pool beside a ready loop (P11).
         let mut figures = frames::run();
         figures.extend(figures::pool_ready_loop());
         table::print(&figures);
+        return;
+    }
+    if args.iter().any(|a| a == "priorities") {
+        // Only P12's pool figure: a latency task behind a batch flood.
+        table::print(&priorities::pool_latency_among_batch());
         return;
     }
     if args.iter().any(|a| a == "workers") {
@@ -93,6 +100,7 @@ fn main() {
     figures.extend(figures::idle_and_memory());
     figures.extend(frames::run());
     figures.extend(figures::pool_ready_loop());
+    figures.extend(priorities::pool_latency_among_batch());
     figures.push(figures::monitor_cpu());
     table::print(&figures);
     io::print();

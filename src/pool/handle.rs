@@ -278,6 +278,8 @@ impl ThreadPoolBuilder {
         let shared = Arc::new_cyclic(|me: &std::sync::Weak<PoolShared>| PoolShared {
             owner: crate::task::OwnerHeader::new::<PoolShared>(),
             injector: CachePadded::new(Injector::new()),
+            urgent: CachePadded::new(Injector::new()),
+            latency_home: Home::new(&Home::LATENCY, me.as_ptr(), 0),
             stealers: locals.iter().map(|w| w.stealer()).collect(),
             parking: Parking::new(n),
             remotes: (0..n)

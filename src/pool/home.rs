@@ -49,6 +49,15 @@ impl Home {
         push_pinned: Some(Home::push_fiber),
     };
 
+    /// The pool's latency class (P12): woken to the pool's urgent queue,
+    /// whatever thread wakes it. (Its `index` means nothing.)
+    pub(super) const LATENCY: crate::task::OwnerVtable = crate::task::OwnerVtable {
+        schedule: Home::schedule_latency,
+        retain: Home::retain,
+        release: Home::release,
+        push_pinned: None,
+    };
+
     pub(super) fn new(
         vtable: &'static crate::task::OwnerVtable,
         pool: *const PoolShared,
@@ -134,6 +143,27 @@ impl Home {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
+    }
+
+    /// P12: queues a latency-class task on the pool's urgent queue, which
+    /// every worker looks at before any other work.
+    ///
+    /// # Safety
+    /// As for [`schedule_pinned`](Self::schedule_pinned).
+    unsafe fn schedule_latency(
+        header: NonNull<crate::task::OwnerHeader>,
+        runnable: crate::task::Runnable,
+    ) {
+        // SAFETY: the block `runnable` keeps alive holds a count on the pool.
+        let home = unsafe { Self::from_header(header) };
+        // SAFETY: as above.
+        let pool = unsafe { &*home.pool };
+        // Once queued the task may run and free its block (and perhaps the
+        // last other count on the pool) before the push returns.
+        let job = Job::task(runnable);
+        let keep = job.task_owner();
+        pool.push_urgent(job);
+        drop(keep);
     }
 
     /// Queues the resumption of a fiber of this home (`fiber::sched`): on

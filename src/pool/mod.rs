@@ -153,6 +153,11 @@ pub(crate) struct PoolShared {
     /// How a task's block reaches this pool through one thin pointer.
     owner: crate::task::OwnerHeader,
     injector: CachePadded<Injector<Job>>,
+    /// The latency class's queue (P12): every worker looks here before any
+    /// other work, one job at a time; any thread pushes.
+    urgent: CachePadded<Injector<Job>>,
+    /// Where a latency-class task is woken to: `urgent`.
+    latency_home: Home,
     stealers: Box<[Stealer<Job>]>,
     parking: Parking,
     /// One cache line pair each: a worker bumps its counters on every job,
@@ -252,6 +257,33 @@ impl PoolShared {
         }
     }
 
+    /// Queues a latency-class job (P12) and wakes one sleeper if nobody is
+    /// already on the way: from any thread, a worker's own included (its
+    /// deque would put the job behind the batch work there).
+    pub(crate) fn push_urgent(&self, job: Job) {
+        self.urgent.push(job);
+        fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            // As for `inject`: shutdown step 5, the reaper drops it.
+            reaper::reap(Self::take_all(&self.urgent));
+            return;
+        }
+        match self.parking.request(None, worker::pseudo_random() as usize) {
+            Request::Wake(i) => self.unpark(i),
+            Request::Coalesced | Request::Marked(_) | Request::Nobody => {}
+        }
+    }
+
+    /// A reference to the pool's latency-class home (P12), for a task's
+    /// metadata ([`crate::task::builder_for`]).
+    pub(crate) fn latency_owner(self: &Arc<Self>) -> crate::task::OwnerRef {
+        debug_assert!(std::ptr::eq(self.latency_home.pool, Arc::as_ptr(self)));
+        let header = NonNull::from(&self.latency_home).cast::<crate::task::OwnerHeader>();
+        // SAFETY: as in `home_of`: the home is inside this live pool, and
+        // its vtable's retain and release keep the pool alive.
+        unsafe { crate::task::OwnerRef::retained(header) }
+    }
+
     /// After a spawn's first push: if the pool closed meanwhile, the job may
     /// have gone to the reaper (shutdown step 5). Wait until the reaper has
     /// dropped it, so that a spawn that raced the shutdown returns a task
@@ -309,7 +341,9 @@ impl PoolShared {
     /// moved to their inboxes.
     pub(crate) fn help_stuck_worker(&self, i: usize) {
         let n = self.workers();
-        if n < 2 || self.stealers[i].is_empty() && self.injector.is_empty() {
+        if n < 2
+            || self.stealers[i].is_empty() && self.injector.is_empty() && self.urgent.is_empty()
+        {
             return;
         }
         if self.thread_per_core {
@@ -439,6 +473,7 @@ impl PoolShared {
     }
 
     fn drain_injector(&self) {
+        Self::drain(&self.urgent);
         Self::drain(&self.injector);
     }
 

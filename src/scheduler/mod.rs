@@ -9,6 +9,7 @@ pub(crate) mod bound;
 pub(crate) mod context;
 mod fiber;
 mod owner_thread;
+mod priority;
 
 use owner_thread::{OnItsThread, ThreadBound};
 
@@ -35,6 +36,8 @@ use context::ContextShared;
 #[derive(Clone)]
 pub struct Scheduler {
     kind: Kind,
+    /// On a pool: its spawns and pushes go to the latency class (P12).
+    latency: bool,
 }
 
 #[derive(Clone)]
@@ -64,6 +67,7 @@ impl Scheduler {
     pub(crate) fn from_pool(pool: Arc<PoolShared>) -> Scheduler {
         Scheduler {
             kind: Kind::Pool(pool),
+            latency: false,
         }
     }
 
@@ -106,6 +110,7 @@ impl Scheduler {
     pub fn for_context(context: &glib::MainContext) -> Scheduler {
         Scheduler {
             kind: Kind::Context(ContextShared::for_context(context)),
+            latency: false,
         }
     }
 
@@ -128,8 +133,14 @@ impl Scheduler {
                 Arc::increment_strong_count(dispatching);
                 Arc::from_raw(dispatching)
             };
+            // P12: a spawn through it gets its context's default priority,
+            // whatever priority the dispatching task was spawned at.
+            if !shared.at_default_priority() {
+                return Some(Scheduler::for_context(shared.context()));
+            }
             return Some(Scheduler {
                 kind: Kind::Context(shared),
+                latency: false,
             });
         }
         if let Some(context) = glib::MainContext::thread_default() {
@@ -218,7 +229,11 @@ impl Scheduler {
                 if pool.is_closed() {
                     return Task::failed(Error::ShutDown);
                 }
-                if pool.thread_per_core() {
+                if self.latency {
+                    // P12: woken to the pool's urgent queue, homeless.
+                    task::builder_for(pool.latency_owner())
+                        .spawn(move |_| future, task::schedule_on_owner)
+                } else if pool.thread_per_core() {
                     // P9: the task keeps the worker it was placed on.
                     let home = pool.home_for_spawn();
                     task::builder_for(pool.home_of(home, true))
@@ -374,6 +389,7 @@ impl Scheduler {
                         std::thread::current().name().unwrap_or("<unnamed>")
                     )
                 };
+                self.refuse_latency(what);
                 if pool.is_closed() {
                     // A fiber or task still running during the shutdown:
                     // nothing new starts, as for every other spawn.
@@ -490,6 +506,11 @@ impl Scheduler {
                 }
             }
             Kind::Pool(pool) => {
+                self.refuse_latency(if waking {
+                    "a fiber"
+                } else {
+                    "Scheduler::spawn_pinned"
+                });
                 if pool.is_closed() {
                     return (Task::failed(Error::ShutDown), None);
                 }
@@ -530,10 +551,21 @@ impl Scheduler {
     where
         F: FnOnce() + Send + 'static,
     {
-        let job = Job::work(f);
         match &self.kind {
-            Kind::Context(shared) => shared.push(job),
+            // The main context's schedulers live as long as the process.
+            Kind::Context(shared) if shared.is_main() => shared.push(Job::work(f)),
+            Kind::Context(shared) => {
+                // A task's schedule function keeps its scheduler alive; a
+                // work item keeps its own, so that one pushed through a
+                // handle dropped at once still runs (S3).
+                let keep = shared.clone();
+                shared.push(Job::work(move || {
+                    let _keep = keep;
+                    f()
+                }))
+            }
             Kind::Pool(pool) => {
+                let job = Job::work(f);
                 if pool.is_closed() {
                     glib::g_critical!(
                         "gdex",
@@ -542,7 +574,11 @@ impl Scheduler {
                     );
                     return;
                 }
-                pool.schedule(job)
+                if self.latency {
+                    pool.push_urgent(job)
+                } else {
+                    pool.schedule(job)
+                }
             }
         }
     }
@@ -603,7 +639,7 @@ impl PartialEq for Scheduler {
     fn eq(&self, other: &Self) -> bool {
         match (&self.kind, &other.kind) {
             (Kind::Context(a), Kind::Context(b)) => Arc::ptr_eq(a, b),
-            (Kind::Pool(a), Kind::Pool(b)) => Arc::ptr_eq(a, b),
+            (Kind::Pool(a), Kind::Pool(b)) => Arc::ptr_eq(a, b) && self.latency == other.latency,
             _ => false,
         }
     }
@@ -613,11 +649,29 @@ impl Eq for Scheduler {}
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // P12: a priority other than the default is named.
+        let priority = |c: &ContextShared| context::priority_name(c.priority());
         match &self.kind {
-            Kind::Context(c) if c.is_main() => f.write_str("Scheduler::Main"),
-            Kind::Context(c) => f
+            Kind::Context(c) if c.at_default_priority() && c.is_main() => {
+                f.write_str("Scheduler::Main")
+            }
+            Kind::Context(c) if c.at_default_priority() => f
                 .debug_tuple("Scheduler::Context")
                 .field(c.context())
+                .finish(),
+            Kind::Context(c) if c.is_main() => f
+                .debug_struct("Scheduler::Main")
+                .field("priority", &format_args!("{}", priority(c)))
+                .finish(),
+            Kind::Context(c) => f
+                .debug_struct("Scheduler::Context")
+                .field("context", c.context())
+                .field("priority", &format_args!("{}", priority(c)))
+                .finish(),
+            Kind::Pool(p) if self.latency => f
+                .debug_struct("Scheduler::Pool")
+                .field("workers", &p.workers())
+                .field("class", &format_args!("Latency"))
                 .finish(),
             Kind::Pool(p) => f
                 .debug_struct("Scheduler::Pool")

@@ -222,6 +222,7 @@ impl Core {
             || !self.pinned.borrow().front()?.is_kind(kind)
             || !self.local.is_empty()
             || !self.shared.injector.is_empty()
+            || !self.shared.urgent.is_empty()
             || remote.has_mail()
             || !remote.inbox.is_empty()
             || self.shared.closed.load(Ordering::Relaxed)
@@ -575,10 +576,18 @@ impl Core {
         }
     }
 
-    /// Pinned work (fibers, pinned tasks) and stealable work take turns, so
+    /// The latency class's queue first (P12), then a task a timer woke;
+    /// then pinned work (fibers, pinned tasks) and stealable work take turns, so
     /// a fiber that yields forever cannot starve the deque, nor the reverse
     /// (P3, F6). Stealable work is P3-P5: own deque, injector, peers.
     fn find_job(&self, slice_start: bool) -> Option<Job> {
+        // P12: the latency class first, one job at a time (a batch taken
+        // into the deque would wait there behind batch work).
+        if !self.shared.urgent.is_empty() {
+            if let Some(job) = self.pull_urgent() {
+                return Some(job);
+            }
+        }
         let woken = self.woken.borrow_mut().take();
         if woken.is_some() {
             return woken;
@@ -596,6 +605,18 @@ impl Core {
             self.find_queued(slice_start).or_else(|| self.find_pinned())
         };
         job.or_else(|| self.steal())
+    }
+
+    /// One latency-class job (P12); with more behind it, a peer is asked
+    /// to help. Out of line: the queue is empty on most searches.
+    #[cold]
+    #[inline(never)]
+    fn pull_urgent(&self) -> Option<Job> {
+        let job = steal_one(|| self.shared.urgent.steal())?;
+        if !self.shared.urgent.is_empty() {
+            self.request_help();
+        }
+        Some(job)
     }
 
     /// Asked to help (P10): what the request was for comes before a pinned

@@ -91,6 +91,7 @@ impl Core {
             || self.shared.remotes[self.index].has_mail()
             || !self.shared.remotes[self.index].inbox.is_empty()
             || !self.shared.injector.is_empty()
+            || !self.shared.urgent.is_empty()
             // P9: in thread-per-core mode a peer's deque is not ours to
             // take (`steal` never does); counting it would keep this worker
             // searching, never parking, while the peer has backlog.

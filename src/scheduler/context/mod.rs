@@ -58,6 +58,39 @@ const DISPATCH_TIME: Duration = Duration::from_millis(4);
 /// and I/O (`G_PRIORITY_DEFAULT`); above default idle sources.
 pub(crate) const MAIN_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH_IDLE + 30;
 
+/// The priority of a context's scheduler unless another is asked for
+/// (P12): [`MAIN_PRIORITY`] on the default main context, GLib's default
+/// elsewhere.
+pub(crate) fn default_priority(is_main: bool) -> i32 {
+    if is_main {
+        MAIN_PRIORITY
+    } else {
+        glib::ffi::G_PRIORITY_DEFAULT
+    }
+}
+
+/// How gdex names a GLib priority (P12): after GLib's nearest constant at
+/// or above it, `"G_PRIORITY_HIGH_IDLE + 30"` for the main scheduler's.
+pub(crate) fn priority_name(priority: i32) -> String {
+    use glib::ffi::*;
+    let named = [
+        (G_PRIORITY_LOW, "G_PRIORITY_LOW"),
+        (G_PRIORITY_DEFAULT_IDLE, "G_PRIORITY_DEFAULT_IDLE"),
+        (G_PRIORITY_HIGH_IDLE, "G_PRIORITY_HIGH_IDLE"),
+        (G_PRIORITY_DEFAULT, "G_PRIORITY_DEFAULT"),
+        (G_PRIORITY_HIGH, "G_PRIORITY_HIGH"),
+    ];
+    match named.iter().find(|(value, _)| priority >= *value) {
+        Some((value, name)) if priority == *value => (*name).to_owned(),
+        // The difference of two i32s as an i64: it cannot overflow.
+        Some((value, name)) => format!("{name} + {}", i64::from(priority) - i64::from(*value)),
+        None => format!(
+            "G_PRIORITY_HIGH - {}",
+            i64::from(G_PRIORITY_HIGH) - i64::from(priority)
+        ),
+    }
+}
+
 /// S11: the longest a ready main-scheduler job waits behind other ready
 /// sources, on a thread that iterates the default main context.
 pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
@@ -96,6 +129,9 @@ pub(crate) struct ContextShared {
     /// lock and, from another thread, a wake-up write).
     wakeups: AtomicU64,
     is_main: bool,
+    /// The GLib priority of `source` (P12): [`MAIN_PRIORITY`] or
+    /// `G_PRIORITY_DEFAULT` unless the scheduler was made for another.
+    priority: i32,
     /// What the stall watchdog watches of this scheduler.
     runner: Arc<crate::diagnostics::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
@@ -132,11 +168,14 @@ const RETIRED: u8 = 2;
 /// (`Retire::finish`): a push hands the queue to the reaper.
 const FINISHED: u8 = 3;
 
-/// Schedulers by context address. A live entry keeps nothing alive: the
-/// `ContextShared` holds its context, so while the `Weak` upgrades the address
-/// cannot have been reused.
-fn registry() -> &'static Mutex<HashMap<usize, Weak<ContextShared>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<usize, Weak<ContextShared>>>> = OnceLock::new();
+/// Schedulers by context address and priority (P12). A live entry keeps
+/// nothing alive: the `ContextShared` holds its context, so while the
+/// `Weak` upgrades the address cannot have been reused.
+type Schedulers = HashMap<(usize, i32), Weak<ContextShared>>;
+
+/// The schedulers of every context.
+fn registry() -> &'static Mutex<Schedulers> {
+    static REGISTRY: OnceLock<Mutex<Schedulers>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 
@@ -212,14 +251,27 @@ impl Hooks for ProgressHooks {
 }
 
 impl ContextShared {
-    /// The scheduler of `context`, created on first use.
+    /// The scheduler of `context` at its default priority, created on
+    /// first use.
     pub(crate) fn for_context(context: &glib::MainContext) -> Arc<ContextShared> {
-        let key = context_key(context);
+        Self::at_priority(context, None)
+    }
+
+    /// The scheduler of `context` whose source runs at `priority` (P12;
+    /// `None`: the default, [`MAIN_PRIORITY`] on the default context,
+    /// `G_PRIORITY_DEFAULT` elsewhere), created on first use: one per
+    /// context and priority.
+    pub(crate) fn at_priority(
+        context: &glib::MainContext,
+        priority: Option<i32>,
+    ) -> Arc<ContextShared> {
+        let is_main = *context == glib::MainContext::default();
+        let priority = priority.unwrap_or(default_priority(is_main));
+        let key = (context_key(context), priority);
         let mut map = registry().lock().unpoisoned();
         if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
             return shared;
         }
-        let is_main = *context == glib::MainContext::default();
         let shared = Arc::new_cyclic(|weak: &Weak<ContextShared>| {
             let name: &'static CStr = if is_main {
                 c"[gdex-main]"
@@ -237,19 +289,18 @@ impl ContextShared {
                 // mark the source ready through its ready time.
                 true,
                 name,
-                if is_main {
-                    MAIN_PRIORITY
-                } else {
-                    glib::ffi::G_PRIORITY_DEFAULT
-                },
+                priority,
                 // A nested main loop (gdex::block_on inside a task, a modal
                 // dialog's loop) must still run this scheduler's other tasks.
                 true,
             );
             // A context scheduler runs at G_PRIORITY_DEFAULT: GLib
             // dispatches every ready source of that priority together, so
-            // only the main scheduler can be starved.
-            let progress = is_main.then(|| {
+            // only the main scheduler can be starved. (At another priority
+            // than its own, the main context's scheduler was asked for that
+            // place: below it, to wait until the loop is idle; above it,
+            // ahead of what it would starve.)
+            let progress = (is_main && priority == MAIN_PRIORITY).then(|| {
                 SourceRef::attach(
                     context,
                     Box::new(ProgressHooks {
@@ -272,11 +323,18 @@ impl ContextShared {
                 pending,
                 wakeups: AtomicU64::new(0),
                 is_main,
+                priority,
                 runner: crate::diagnostics::stall::Runner::new(
-                    if is_main {
-                        "the main scheduler".to_owned()
-                    } else {
-                        "a gdex context scheduler".to_owned()
+                    match (is_main, priority == default_priority(is_main)) {
+                        (true, true) => "the main scheduler".to_owned(),
+                        (true, false) => {
+                            format!("the main scheduler at priority {}", priority_name(priority))
+                        }
+                        (false, true) => "a gdex context scheduler".to_owned(),
+                        (false, false) => format!(
+                            "a gdex context scheduler at priority {}",
+                            priority_name(priority)
+                        ),
                     },
                     crate::diagnostics::stall::default_threshold(),
                     None,
@@ -290,6 +348,13 @@ impl ContextShared {
             }
         });
         map.insert(key, Arc::downgrade(&shared));
+        if is_main {
+            // The main context lives as long as the process, and so do its
+            // schedulers: a handle at a priority (P12) made for each spawn
+            // finds the same one, with its source attached once.
+            static KEPT: Mutex<Vec<Arc<ContextShared>>> = Mutex::new(Vec::new());
+            KEPT.lock().unpoisoned().push(shared.clone());
+        }
         // A pool worker's own context: the scheduler ends with the worker
         // (S9), or has ended already. Registered before the map's lock is
         // let go: nobody else has the scheduler yet.
@@ -316,6 +381,16 @@ impl ContextShared {
 
     pub(crate) fn is_main(&self) -> bool {
         self.is_main
+    }
+
+    /// The GLib priority of this scheduler's source (P12).
+    pub(crate) fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// Whether this is its context's scheduler at the default priority.
+    pub(crate) fn at_default_priority(&self) -> bool {
+        self.priority == default_priority(self.is_main)
     }
 
     /// Queues a job and wakes the context unless a wake-up is pending.
@@ -373,7 +448,12 @@ impl ContextShared {
                 .since
                 .store(crate::util::clock::now(), Ordering::Relaxed);
             self.source.set_ready();
-            self.wake_watch();
+            // X4 watches for a loop nobody runs; a scheduler asked to run
+            // below the main scheduler's place may wait for long on a busy
+            // loop that does run.
+            if self.priority <= MAIN_PRIORITY {
+                self.wake_watch();
+            }
         } else {
             self.source.set_ready();
         }
@@ -507,7 +587,7 @@ impl Drop for ContextShared {
         if let Some(progress) = &self.progress {
             progress.destroy();
         }
-        let key = context_key(&self.context);
+        let key = (context_key(&self.context), self.priority);
         let mut map = registry().lock().unpoisoned();
         if map.get(&key).is_some_and(|w| w.strong_count() == 0) {
             map.remove(&key);

@@ -1,0 +1,453 @@
+//! P12: task priorities. On the main scheduler and context schedulers a
+//! task runs at the GLib priority it was spawned with, among the context's
+//! other sources as GLib orders them; on a pool, the latency class runs
+//! before the batch class's queued work.
+
+use crate::common::{on_main, pump, quiet_pool, watchdog};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The names pushed by `record(name)`, in the order they ran.
+fn recorder() -> (Arc<Mutex<Vec<&'static str>>>, impl Fn(&'static str) + Clone) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let log = order.clone();
+    (order, move |name| log.lock().unwrap().push(name))
+}
+
+/// P12: work pushed through a handle at a priority runs even when the
+/// handle is dropped at once, as through the default one: nothing pushed
+/// is lost with a temporary handle.
+#[test]
+fn work_pushed_through_a_dropped_handle_still_runs() {
+    let context = glib::MainContext::new();
+    let (order, record) = recorder();
+    for (name, priority) in [
+        ("high", glib::Priority::HIGH),
+        ("default", glib::Priority::DEFAULT),
+        ("idle", glib::Priority::DEFAULT_IDLE),
+    ] {
+        let record = record.clone();
+        gdex::Scheduler::for_context(&context)
+            .with_priority(priority)
+            .push(move || record(name));
+    }
+    let record2 = record.clone();
+    gdex::Scheduler::for_context(&context).push(move || record2("plain"));
+    pump(&context);
+    assert_eq!(*order.lock().unwrap(), ["high", "default", "plain", "idle"]);
+}
+
+/// P12: a context scheduler's tasks take their place among the context's
+/// GLib sources by the priority they were spawned with: a `HIGH` task
+/// before a ready `G_PRIORITY_DEFAULT` source, a `DEFAULT_IDLE` one only
+/// once that source has stopped being ready.
+#[test]
+fn context_tasks_run_among_glib_sources_by_their_priority() {
+    let context = glib::MainContext::new();
+    let scheduler = gdex::Scheduler::for_context(&context);
+    let (order, record) = recorder();
+    let busy = record.clone();
+    let mut left = 3;
+    let source = glib::idle_source_new(None, glib::Priority::DEFAULT, move || {
+        busy("glib");
+        left -= 1;
+        if left == 0 {
+            glib::ControlFlow::Break
+        } else {
+            glib::ControlFlow::Continue
+        }
+    });
+    source.attach(Some(&context));
+    let mut tasks = Vec::new();
+    for (name, priority) in [
+        ("idle", glib::Priority::DEFAULT_IDLE),
+        ("high", glib::Priority::HIGH),
+    ] {
+        let record = record.clone();
+        tasks.push(
+            scheduler
+                .with_priority(priority)
+                .spawn(async move { record(name) }),
+        );
+    }
+    pump(&context);
+    assert!(tasks.iter().all(|t| t.is_finished()));
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["high", "glib", "glib", "glib", "idle"]
+    );
+}
+
+/// P12 on the main scheduler: a `HIGH` task runs before a source at GTK's
+/// redraw priority, a default one after it (X3: frames first), and the
+/// default is where it was.
+#[test]
+fn a_high_main_task_runs_before_the_redraw_and_a_default_one_after() {
+    on_main(|| {
+        let context = glib::MainContext::default();
+        // A loop that keeps up: work other tests left queued, waiting long
+        // enough for S11's catch-up slice (at G_PRIORITY_HIGH), runs first.
+        pump(&context);
+        let main = gdex::Scheduler::main();
+        let redraw = glib::Priority::from(glib::ffi::G_PRIORITY_HIGH_IDLE + 20);
+        assert_eq!(
+            main.priority(),
+            glib::Priority::from(glib::ffi::G_PRIORITY_HIGH_IDLE + 30)
+        );
+        let (order, record) = recorder();
+        let frame = record.clone();
+        let source = glib::idle_source_new(None, redraw, move || {
+            frame("redraw");
+            glib::ControlFlow::Break
+        });
+        source.attach(Some(&context));
+        let r = record.clone();
+        let default = main.spawn(async move { r("default") });
+        let r = record.clone();
+        let high = main
+            .with_priority(glib::Priority::HIGH)
+            .spawn_local(async move { r("high") });
+        pump(&context);
+        assert!(default.is_finished() && high.is_finished());
+        assert_eq!(*order.lock().unwrap(), ["high", "redraw", "default"]);
+    });
+}
+
+/// P12: a task keeps its priority for its whole life: woken again, it
+/// runs before default work queued ahead of its wake.
+#[test]
+fn a_task_woken_again_keeps_its_priority() {
+    let context = glib::MainContext::new();
+    let scheduler = gdex::Scheduler::for_context(&context);
+    let (order, record) = recorder();
+    let (tx, rx) = gdex::channel::<&'static str>(8);
+    let r = record.clone();
+    let high = scheduler
+        .with_priority(glib::Priority::HIGH)
+        .spawn(async move {
+            while let Ok(name) = rx.recv().await {
+                r(name);
+            }
+        });
+    pump(&context);
+    for round in ["one", "two"] {
+        let r = record.clone();
+        scheduler.push(move || r("default"));
+        let tx = tx.clone();
+        std::thread::spawn(move || gdex::block_on(tx.send(round)).unwrap())
+            .join()
+            .unwrap();
+        pump(&context);
+    }
+    drop(tx);
+    pump(&context);
+    assert!(high.is_finished());
+    assert_eq!(*order.lock().unwrap(), ["one", "default", "two", "default"]);
+}
+
+/// P12: priority is per spawn: inside a task spawned at `HIGH`, the
+/// thread's scheduler is its context's default, and so are its spawns.
+#[test]
+fn a_prioritised_tasks_own_spawns_get_the_default() {
+    let context = glib::MainContext::new();
+    let scheduler = gdex::Scheduler::for_context(&context);
+    let high = scheduler.with_priority(glib::Priority::HIGH);
+    let seen = high.spawn(async {
+        let here = gdex::Scheduler::thread_default().expect("inside a dispatch");
+        (here.priority(), here.spawn(async { 1 }))
+    });
+    pump(&context);
+    let (priority, child) = gdex::block_on(seen).unwrap();
+    assert_eq!(priority, glib::Priority::DEFAULT);
+    pump(&context);
+    assert_eq!(gdex::block_on(child).unwrap(), 1);
+}
+
+/// P12: `!Send` tasks and fibers run at a context priority too.
+#[test]
+fn local_tasks_and_fibers_run_at_their_priority() {
+    crate::common::on_own_context(|context| {
+        let scheduler = gdex::Scheduler::for_context(context);
+        let high = scheduler.with_priority(glib::Priority::HIGH);
+        let (order, record) = recorder();
+        let r = record.clone();
+        let plain = scheduler.spawn_local(async move { r("default") });
+        let local = std::rc::Rc::new("local");
+        let r = record.clone();
+        let first = high.spawn_local(async move { r(*local) });
+        let r = record.clone();
+        let fiber = high.spawn_fiber(move || r("fiber"));
+        pump(context);
+        assert!(plain.is_finished() && first.is_finished() && fiber.is_finished());
+        assert_eq!(*order.lock().unwrap(), ["local", "fiber", "default"]);
+    });
+}
+
+/// P12: schedulers at a priority are told apart and named: by `==`, by
+/// `priority()`, and by their `Debug` (which the task dump, tokio-console
+/// and Sysprof's marks show).
+#[test]
+fn a_priority_is_named_and_compared() {
+    let main = gdex::Scheduler::main();
+    assert_eq!(main.with_priority(main.priority()), main);
+    let high = main.with_priority(glib::Priority::HIGH);
+    assert_ne!(high, main);
+    assert_eq!(
+        high,
+        gdex::Scheduler::main().with_priority(glib::Priority::HIGH)
+    );
+    assert_eq!(format!("{main:?}"), "Scheduler::Main");
+    assert_eq!(
+        format!("{high:?}"),
+        "Scheduler::Main { priority: G_PRIORITY_HIGH }"
+    );
+    let context = glib::MainContext::new();
+    let odd = gdex::Scheduler::for_context(&context).with_priority(glib::Priority::from(-150));
+    assert!(
+        format!("{odd:?}").ends_with("priority: G_PRIORITY_HIGH - 50 }"),
+        "{odd:?}"
+    );
+    // A context's default, G_PRIORITY_DEFAULT, is not named.
+    let default = gdex::Scheduler::for_context(&context).with_priority(glib::Priority::DEFAULT);
+    assert!(format!("{default:?}").starts_with("Scheduler::Context(MainContext"));
+    for (value, name) in [
+        (50, "G_PRIORITY_DEFAULT + 50"),
+        (130, "G_PRIORITY_HIGH_IDLE + 30"),
+        (350, "G_PRIORITY_LOW + 50"),
+        (i32::MIN, "G_PRIORITY_HIGH - 2147483548"),
+        (i32::MAX, "G_PRIORITY_LOW + 2147483347"),
+    ] {
+        let s = gdex::Scheduler::for_context(&context).with_priority(value.into());
+        assert!(
+            format!("{s:?}").contains(&format!("priority: {name} ")),
+            "{s:?}"
+        );
+        assert_eq!(s.priority(), glib::Priority::from(value));
+    }
+    let pool = quiet_pool(1);
+    let batch = pool.scheduler();
+    let latency = batch.with_priority(glib::Priority::HIGH);
+    assert_eq!(batch.with_priority(glib::Priority::DEFAULT_IDLE), batch);
+    assert_eq!(batch.with_priority(glib::Priority::DEFAULT), batch);
+    assert_ne!(latency, batch);
+    assert_eq!(latency.priority(), glib::Priority::HIGH);
+    assert_eq!(batch.priority(), glib::Priority::DEFAULT);
+    assert_eq!(
+        format!("{latency:?}"),
+        "Scheduler::Pool { workers: 1, class: Latency }"
+    );
+}
+
+/// A one-worker pool held in one poll until the returned sender sends (or
+/// drops): what is spawned meanwhile queues up behind it.
+fn held_pool(thread_per_core: bool) -> (gdex::ThreadPool, std::sync::mpsc::Sender<()>) {
+    let pool = gdex::ThreadPool::builder()
+        .workers(1)
+        .thread_per_core(thread_per_core)
+        .stall_threshold(std::time::Duration::ZERO)
+        .build()
+        .unwrap();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    pool.scheduler()
+        .spawn(async move {
+            started_tx.send(()).unwrap();
+            let _ = gate.recv();
+        })
+        .detach();
+    started.recv().unwrap();
+    (pool, release)
+}
+
+/// P12 on a pool: a latency task (and a latency work item) spawned after a
+/// flood of batch tasks runs before any of them, on the plain and the
+/// thread-per-core pool; a batch task spawned after the flood runs after it.
+#[test]
+fn a_latency_task_runs_before_the_batch_flood_queued_ahead_of_it() {
+    watchdog("a_latency_task_runs_before_the_batch_flood", 60, || {
+        for thread_per_core in [false, true] {
+            let (pool, release) = held_pool(thread_per_core);
+            let batch = pool.scheduler();
+            let latency = batch.with_priority(glib::Priority::HIGH);
+            let done = Arc::new(AtomicUsize::new(0));
+            let flood: Vec<_> = (0..10_000)
+                .map(|_| {
+                    let done = done.clone();
+                    batch.spawn(async move {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            let d = done.clone();
+            let late_batch = batch.spawn(async move { d.load(Ordering::Relaxed) });
+            let d = done.clone();
+            let urgent = latency.spawn(async move { d.load(Ordering::Relaxed) });
+            let (item_tx, item) = std::sync::mpsc::channel();
+            let d = done.clone();
+            latency.push(move || item_tx.send(d.load(Ordering::Relaxed)).unwrap());
+            release.send(()).unwrap();
+            assert_eq!(gdex::block_on(urgent).unwrap(), 0, "tpc: {thread_per_core}");
+            assert_eq!(item.recv().unwrap(), 0, "tpc: {thread_per_core}");
+            assert_eq!(gdex::block_on(late_batch).unwrap(), 10_000);
+            for task in flood {
+                gdex::block_on(task).unwrap();
+            }
+        }
+    });
+}
+
+/// P12 on a pool of two workers busy with a flood spawned from inside the
+/// pool (on their own deques): a latency task spawned there, and woken
+/// again and again by a batch task, is polled within a few batch tasks of
+/// its wake, never after the flood. (Without the class it waits for about
+/// half the flood: it is at the back of a deque.)
+#[test]
+fn a_latency_task_woken_in_a_flood_runs_within_a_few_batch_tasks() {
+    watchdog("a_latency_task_woken_in_a_flood", 60, || {
+        let pool = quiet_pool(2);
+        let batch = pool.scheduler();
+        let latency = batch.with_priority(glib::Priority::HIGH);
+        let done = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = gdex::channel::<usize>(64);
+        let d = done.clone();
+        let listener = latency.spawn(async move {
+            let mut worst = 0;
+            while let Ok(sent_at) = rx.recv().await {
+                worst = worst.max(d.load(Ordering::Relaxed).saturating_sub(sent_at));
+            }
+            worst
+        });
+        let d = done.clone();
+        let flood = batch.spawn(async move {
+            // On this pool, from its worker: onto that worker's deque.
+            let here = gdex::Scheduler::thread_default().unwrap();
+            let tasks: Vec<_> = (0..20_000)
+                .map(|i| {
+                    let (d, tx) = (d.clone(), tx.clone());
+                    here.spawn(async move {
+                        // A little work each, as a real batch task has.
+                        let mut x = i as u64;
+                        for _ in 0..200 {
+                            x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
+                        }
+                        if i % 500 == 0 {
+                            tx.try_send(d.load(Ordering::Relaxed)).unwrap();
+                        }
+                        d.fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            drop(tx);
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        gdex::block_on(flood).unwrap();
+        let worst = gdex::block_on(listener).unwrap();
+        // A few batch tasks finish on the other worker, or on this one
+        // before its next search; never thousands. (Generous: a worker
+        // preempted by the OS lets its peer run on.)
+        assert!(worst < 1_000, "a wake waited for {worst} batch tasks");
+    });
+}
+
+/// P12: pinned work cannot be in a pool's latency class: each pinned spawn
+/// panics and says what to do.
+#[test]
+fn pinned_work_in_the_latency_class_panics_and_says_why() {
+    let pool = quiet_pool(1);
+    let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+    let message = |f: Box<dyn FnOnce()>| {
+        let payload =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("no panic");
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let l = latency.clone();
+    let pinned = message(Box::new(move || {
+        l.spawn_pinned(|| async {}).detach();
+    }));
+    assert!(
+        pinned.contains("Scheduler::spawn_pinned on a thread pool's latency class"),
+        "{pinned}"
+    );
+    assert!(
+        pinned.contains("Spawn a Send future with spawn()"),
+        "{pinned}"
+    );
+    let l = latency.clone();
+    let fiber = message(Box::new(move || {
+        drop(l.spawn_fiber(|| ()));
+    }));
+    assert!(
+        fiber.contains("a fiber on a thread pool's latency class"),
+        "{fiber}"
+    );
+    // From a worker, where spawn_local is otherwise allowed.
+    let l = latency.clone();
+    let local = gdex::block_on(pool.scheduler().spawn(async move {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            l.spawn_local(async {}).detach();
+        }))
+        .is_err()
+    }))
+    .unwrap();
+    assert!(local, "spawn_local in the latency class did not panic");
+}
+
+/// P12 and S9: a pool shut down with latency tasks queued (never polled)
+/// and waiting (polled, idle) resolves them all and drops their futures;
+/// a latency spawn afterwards gives `ShutDown`.
+#[test]
+fn shutdown_resolves_latency_tasks_in_every_state() {
+    watchdog("shutdown_resolves_latency_tasks", 60, || {
+        let (pool, release) = held_pool(false);
+        let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (_never_tx, never) = gdex::channel::<()>(1);
+        let idle: Vec<_> = (0..10)
+            .map(|_| {
+                let (guard, never) = (crate::common::Counted(dropped.clone()), never.clone());
+                latency.spawn(async move {
+                    let _guard = guard;
+                    let _ = never.recv().await;
+                })
+            })
+            .collect();
+        release.send(()).unwrap();
+        // Each idle task has been polled once: it waits on the channel.
+        crate::common::wait_until(|| pool.metrics().workers[0].tasks_run >= 11);
+        let (_gate_tx, gate) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        pool.scheduler()
+            .spawn(async move {
+                started_tx.send(()).unwrap();
+                let _ = gate.recv_timeout(std::time::Duration::from_millis(200));
+            })
+            .detach();
+        started.recv().unwrap();
+        let queued: Vec<_> = (0..10)
+            .map(|_| {
+                let guard = crate::common::Counted(dropped.clone());
+                latency.spawn(async move {
+                    let _guard = guard;
+                })
+            })
+            .collect();
+        pool.shutdown();
+        assert_eq!(dropped.load(Ordering::SeqCst), 20, "every future dropped");
+        for task in idle {
+            assert!(gdex::block_on(task).is_err());
+        }
+        for task in queued {
+            // Queued before the shutdown: run in the last slice, or dropped.
+            let _ = gdex::block_on(task);
+        }
+        assert!(matches!(
+            gdex::block_on(latency.spawn(async {})),
+            Err(gdex::Error::ShutDown)
+        ));
+    });
+}
