@@ -1,11 +1,13 @@
-//! Frames first against three floods (X3, P11): a redraw-priority
+//! Frames first against three floods (X3, P11, P12): a redraw-priority
 //! source on the default main context ticks every 16 ms, as GTK's frame
 //! clock would, while the main thread carries
 //! (a) 100,000 short queued tasks,
 //! (b) one task draining 2,000,000 items already in a channel (a loop over
 //!     always-ready futures), bare and with 0.2 µs of work an item, or
 //! (c) 1,000 batch tasks that spin 20 µs and yield, beside one latency
-//!     task woken from another thread every 16 ms,
+//!     task woken from another thread every 16 ms, at the default priority
+//!     and at `G_PRIORITY_HIGH` (gdex's `Scheduler::with_priority`,
+//!     glib-rs's `spawn_local_with_priority`; a `LocalSet` has none),
 //!
 //! each for gdex's main scheduler, glib-rs's executor
 //! (`MainContext::spawn_local`) and tokio's `LocalSet`, itself a future
@@ -112,8 +114,13 @@ impl Spawner {
     fn spawn(&self, f: impl Future<Output = ()> + 'static, high: bool) {
         match (self.peer, &self.local) {
             (Peer::Gdex, _) => {
-                assert!(!high, "gdex's task priorities are not measured here yet");
-                gdex::Scheduler::main().spawn_local(f).detach();
+                let main = gdex::Scheduler::main();
+                let main = if high {
+                    main.with_priority(glib::Priority::HIGH)
+                } else {
+                    main
+                };
+                main.spawn_local(f).detach();
             }
             (Peer::Glib, _) => {
                 let main = glib::MainContext::default();
@@ -428,8 +435,11 @@ pub fn run() -> Vec<Figure> {
             }
         })
         .collect();
-    let glib_high = latency_among_batch(Peer::Glib, true);
-    print(&columns, &glib_high);
+    let high = [
+        latency_among_batch(Peer::Gdex, true),
+        latency_among_batch(Peer::Glib, true),
+    ];
+    print(&columns, &high);
 
     let (gdex, glib) = (&columns[0], &columns[1]);
     let per_item = |f: &Frames| f.elapsed.as_secs_f64() * 1e9 / READY_ITEMS as f64;
@@ -463,7 +473,7 @@ pub fn run() -> Vec<Figure> {
     ]
 }
 
-fn print(columns: &[Column], glib_high: &Latency) {
+fn print(columns: &[Column], high: &[Latency; 2]) {
     println!();
     println!(
         "## Frames under floods (a redraw-priority source ticking every {} ms)",
@@ -514,25 +524,29 @@ fn print(columns: &[Column], glib_high: &Latency) {
     line(&latency, "wake-to-poll p50 / p99, ms", &|c| {
         delays(&c.latency.delays)
     });
-    let high = "(c) the latency task at `G_PRIORITY_HIGH`";
-    let f = glib_high.frames;
+    let flood = "(c) the latency task at `G_PRIORITY_HIGH`";
+    let [gdex, glib] = high.each_ref().map(|l| l.frames);
     println!(
-        "| {high} | longest gap, ms | — | {:.1} | — (no task priorities) |",
-        ms(f.worst)
+        "| {flood} | longest gap, ms | {:.1} | {:.1} | — (no task priorities) |",
+        ms(gdex.worst),
+        ms(glib.worst)
     );
     println!(
-        "| {high} | ticks a second | — | {:.0} (over {:.0} ms) | — |",
-        f.per_second(),
-        ms(f.elapsed)
+        "| {flood} | ticks a second | {:.0} (over {:.0} ms) | {:.0} (over {:.0} ms) | — |",
+        gdex.per_second(),
+        ms(gdex.elapsed),
+        glib.per_second(),
+        ms(glib.elapsed)
     );
     println!(
-        "| {high} | wake-to-poll p50 / p99, ms | — | {} | — |",
-        delays(&glib_high.delays)
+        "| {flood} | wake-to-poll p50 / p99, ms | {} | {} | — |",
+        delays(&high[0].delays),
+        delays(&high[1].delays)
     );
     println!();
 }
 
-/// "p50 / p99 (n wake-ups)", or why there is none.
+/// "p50 / p99 (n wake-ups, the longest)", or why there is none.
 fn delays(delays: &[Duration]) -> String {
     if delays.is_empty() {
         return "— (not woken once)".into();
@@ -540,10 +554,11 @@ fn delays(delays: &[Duration]) -> String {
     let mut sorted = delays.to_vec();
     sorted.sort();
     format!(
-        "{:.2} / {:.2} ({} wake-ups)",
+        "{:.2} / {:.2} ({} wake-ups, the longest {:.2})",
         ms(percentile(&sorted, 0.5)),
         ms(percentile(&sorted, 0.99)),
-        sorted.len()
+        sorted.len(),
+        ms(sorted[sorted.len() - 1])
     )
 }
 
