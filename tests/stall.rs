@@ -360,6 +360,46 @@ fn a_nested_loop_waiting_idly_is_no_stall() {
     });
 }
 
+/// B6 across priorities (P12): a `HIGH` main task that runs a nested
+/// loop (a modal dialog's, here a plain `MainLoop`) in which the default
+/// main scheduler's tasks keep running is suspended while they do: the
+/// schedulers of one context share one runner.
+#[test]
+fn a_nested_loop_running_another_prioritys_tasks_is_no_stall() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("a_nested_loop_running_another_prioritys_tasks", 60, || {
+        common::on_main(|| {
+            let main = gdex::Scheduler::main();
+            let busy = main.spawn(async {
+                // 600 short polls, back to back: the nested loop is in the
+                // default scheduler's dispatch nearly all the time.
+                for _ in 0..600 {
+                    spin(Duration::from_millis(1));
+                    gdex::yield_now().await;
+                }
+            });
+            let outer = main.with_priority(glib::Priority::HIGH).spawn_named(
+                "high-with-nested-loop",
+                async move {
+                    let main_loop = glib::MainLoop::new(None, false);
+                    let quit = main_loop.clone();
+                    gdex::Scheduler::main()
+                        .spawn(async move {
+                            busy.await.unwrap();
+                            quit.quit();
+                        })
+                        .detach();
+                    main_loop.run();
+                },
+            );
+            gdex::block_on(outer).unwrap();
+        });
+        let reports = warnings_naming("high-with-nested-loop");
+        assert!(reports.is_empty(), "{reports:?}");
+    });
+}
+
 /// Runs a task named `name` on a scheduler of a private context `c1`
 /// (iterated here, not thread-default); the task pushes another context
 /// `x` as thread-default and `block_on`s work there for about 600 ms in

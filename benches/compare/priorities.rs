@@ -100,38 +100,50 @@ pub fn pool_latency_among_batch() -> Vec<Figure> {
             .build()
             .unwrap(),
     );
-    let runs: [(&'static str, &dyn Spawner); 3] = [
-        ("gdex latency class", &gdex_side),
-        ("gdex batch class", &gdex_batch),
-        ("tokio", &tokio),
-    ];
-    let mut rows = [
-        ("p50", Vec::new()),
-        ("p99", Vec::new()),
-        ("max", Vec::new()),
-    ];
-    for (name, spawner) in runs {
-        let mut v = delays(spawner, trials);
-        v.sort();
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let at = |p: f64| us(v[((v.len() - 1) as f64 * p).round() as usize]);
-        for (row, value) in rows
-            .iter_mut()
-            .zip([at(0.5), at(0.99), us(*v.last().unwrap())])
-        {
-            row.1.push((name, format!("{value:.0}"), value));
+    let tokio_delays = delays(&tokio, trials);
+    let mut figures = Vec::new();
+    for (class, gdex_spawner, names) in [
+        (
+            "latency class",
+            &gdex_side,
+            [
+                "pool_latency_among_batch_p50",
+                "pool_latency_among_batch_p99",
+                "pool_latency_among_batch_max",
+            ],
+        ),
+        (
+            "batch class",
+            &gdex_batch,
+            [
+                "pool_latency_among_batch_p50 (gdex batch class)",
+                "pool_latency_among_batch_p99 (gdex batch class)",
+                "pool_latency_among_batch_max (gdex batch class)",
+            ],
+        ),
+    ] {
+        let ours = summary(delays(gdex_spawner, trials));
+        let theirs = summary(tokio_delays.clone());
+        eprintln!("gdex {class}: p50/p99/max {ours:?} µs; tokio {theirs:?} µs");
+        for (i, workload) in names.into_iter().enumerate() {
+            figures.push(Figure {
+                workload,
+                unit: "µs",
+                values: vec![
+                    ("gdex", format!("{:.0}", ours[i]), ours[i]),
+                    ("tokio", format!("{:.0}", theirs[i]), theirs[i]),
+                ],
+            });
         }
     }
     drop(pool);
-    rows.into_iter()
-        .map(|(row, values)| Figure {
-            workload: match row {
-                "p50" => "pool_latency_among_batch_p50",
-                "p99" => "pool_latency_among_batch_p99",
-                _ => "pool_latency_among_batch_max",
-            },
-            unit: "µs",
-            values,
-        })
-        .collect()
+    figures
+}
+
+/// p50, p99 and max, in microseconds.
+fn summary(mut v: Vec<Duration>) -> [f64; 3] {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |p: f64| us(v[((v.len() - 1) as f64 * p).round() as usize]);
+    [at(0.5), at(0.99), us(*v.last().unwrap())]
 }

@@ -272,6 +272,26 @@ impl ContextShared {
         if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
             return shared;
         }
+        // B6 across priorities (P12): the schedulers of one context share
+        // one runner, so that a nested loop of any of them suspends a job
+        // of any other. (Dropped after the map's lock: dropping the last
+        // reference to a scheduler takes it.)
+        let sibling = map
+            .iter()
+            .filter(|((context, _), _)| *context == key.0)
+            .find_map(|(_, weak)| weak.upgrade());
+        let runner = match &sibling {
+            Some(sibling) => sibling.runner.clone(),
+            None => crate::diagnostics::stall::Runner::new(
+                if is_main {
+                    "the main scheduler".to_owned()
+                } else {
+                    "a gdex context scheduler".to_owned()
+                },
+                crate::diagnostics::stall::default_threshold(),
+                None,
+            ),
+        };
         let shared = Arc::new_cyclic(|weak: &Weak<ContextShared>| {
             let name: &'static CStr = if is_main {
                 c"[gdex-main]"
@@ -324,21 +344,7 @@ impl ContextShared {
                 wakeups: AtomicU64::new(0),
                 is_main,
                 priority,
-                runner: crate::diagnostics::stall::Runner::new(
-                    match (is_main, priority == default_priority(is_main)) {
-                        (true, true) => "the main scheduler".to_owned(),
-                        (true, false) => {
-                            format!("the main scheduler at priority {}", priority_name(priority))
-                        }
-                        (false, true) => "a gdex context scheduler".to_owned(),
-                        (false, false) => format!(
-                            "a gdex context scheduler at priority {}",
-                            priority_name(priority)
-                        ),
-                    },
-                    crate::diagnostics::stall::default_threshold(),
-                    None,
-                ),
+                runner,
                 dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
                 me: weak.clone(),
                 watch: OnceLock::new(),
@@ -372,6 +378,8 @@ impl ContextShared {
         // FINISHED); a store of ON_WORKER would undo that, leaving our
         // pushes for a loop that never runs again. The stage only grows.
         shared.stage.fetch_max(stage, Ordering::Relaxed);
+        drop(map);
+        drop(sibling);
         shared
     }
 
