@@ -451,3 +451,37 @@ fn shutdown_resolves_latency_tasks_in_every_state() {
         ));
     });
 }
+
+/// P12: a context's more urgent scheduler does not wait for a less urgent
+/// one's slice: woken by the first job of a slice of default work, a
+/// `HIGH` task runs right after that job, not after the slice (GLib cannot
+/// end a dispatch; the slice ends itself once a more urgent sibling waits).
+#[test]
+fn a_high_task_woken_during_a_default_slice_runs_after_the_running_job() {
+    watchdog("a_high_task_woken_during_a_default_slice", 30, || {
+        let context = glib::MainContext::new();
+        let scheduler = gdex::Scheduler::for_context(&context);
+        let high = scheduler.with_priority(glib::Priority::HIGH);
+        let (order, record) = recorder();
+        let (tx, rx) = gdex::channel::<()>(1);
+        let r = record.clone();
+        let urgent = high.spawn(async move {
+            rx.recv().await.unwrap();
+            r("high");
+        });
+        pump(&context);
+        for i in 0..10 {
+            let (r, tx) = (record.clone(), tx.clone());
+            scheduler.push(move || {
+                r(["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8", "d9"][i]);
+                if i == 0 {
+                    tx.try_send(()).unwrap();
+                }
+            });
+        }
+        pump(&context);
+        assert!(urgent.is_finished());
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order[..3], ["d0", "high", "d1"], "{order:?}");
+    });
+}

@@ -26,6 +26,7 @@
 //! that reports main-scheduler work nobody runs (X4, `watch.rs`).
 
 mod local;
+mod siblings;
 mod watch;
 
 use std::collections::HashMap;
@@ -132,6 +133,9 @@ pub(crate) struct ContextShared {
     /// The GLib priority of `source` (P12): [`MAIN_PRIORITY`] or
     /// `G_PRIORITY_DEFAULT` unless the scheduler was made for another.
     priority: i32,
+    /// Its context's more urgent schedulers (P12), whose wait ends our
+    /// slices.
+    siblings: siblings::Siblings,
     /// What the stall watchdog watches of this scheduler.
     runner: Arc<crate::diagnostics::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
@@ -276,11 +280,12 @@ impl ContextShared {
         // one runner, so that a nested loop of any of them suspends a job
         // of any other. (Dropped after the map's lock: dropping the last
         // reference to a scheduler takes it.)
-        let sibling = map
+        let siblings: Vec<Arc<ContextShared>> = map
             .iter()
             .filter(|((context, _), _)| *context == key.0)
-            .find_map(|(_, weak)| weak.upgrade());
-        let runner = match &sibling {
+            .filter_map(|(_, weak)| weak.upgrade())
+            .collect();
+        let runner = match siblings.first() {
             Some(sibling) => sibling.runner.clone(),
             None => crate::diagnostics::stall::Runner::new(
                 if is_main {
@@ -344,6 +349,7 @@ impl ContextShared {
                 wakeups: AtomicU64::new(0),
                 is_main,
                 priority,
+                siblings: Default::default(),
                 runner,
                 dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
                 me: weak.clone(),
@@ -354,6 +360,13 @@ impl ContextShared {
             }
         });
         map.insert(key, Arc::downgrade(&shared));
+        for sibling in &siblings {
+            if sibling.priority > priority {
+                sibling.siblings.add(shared.pending.clone());
+            } else {
+                shared.siblings.add(sibling.pending.clone());
+            }
+        }
         if is_main {
             // The main context lives as long as the process, and so do its
             // schedulers: a handle at a priority (P12) made for each spawn
@@ -379,7 +392,7 @@ impl ContextShared {
         // pushes for a loop that never runs again. The stage only grows.
         shared.stage.fetch_max(stage, Ordering::Relaxed);
         drop(map);
-        drop(sibling);
+        drop(siblings);
         shared
     }
 
@@ -485,7 +498,7 @@ impl ContextShared {
             job.run();
             self.runner.leave_job();
             ran += 1;
-            if crate::util::clock::now() >= deadline {
+            if crate::util::clock::now() >= deadline || self.siblings.one_waits() {
                 break;
             }
         }
@@ -600,6 +613,18 @@ impl Drop for ContextShared {
         if map.get(&key).is_some_and(|w| w.strong_count() == 0) {
             map.remove(&key);
         }
+        // Our less urgent siblings stop looking at us (P12). Dropped after
+        // the lock, as in `at_priority`.
+        let siblings: Vec<Arc<ContextShared>> = map
+            .iter()
+            .filter(|((context, _), _)| *context == key.0)
+            .filter_map(|(_, weak)| weak.upgrade())
+            .collect();
+        for sibling in &siblings {
+            sibling.siblings.remove(&self.pending);
+        }
+        drop(map);
+        drop(siblings);
         // Jobs still queued are dropped here: their tasks resolve as
         // cancelled. (A queued job holds a strong reference to us through its
         // schedule function, so this only happens once the queue is empty or
