@@ -19,10 +19,13 @@ impl Scheduler {
     ///   urgent is ready. The default stays where it is
     ///   ([`priority`](Scheduler::priority) says where): for the main
     ///   scheduler `G_PRIORITY_HIGH_IDLE + 30`, below redraw (X3), with
-    ///   S11's catch-up slice; below that place there is no catch-up (such
-    ///   a task asked to wait for an idle loop) and no idle-loop warning
-    ///   (X4). Each priority runs its tasks in slices as the default does
-    ///   (S1).
+    ///   S11's catch-up slice, which every main-context priority above it
+    ///   has too (below `glib::Priority::HIGH`, where the catch-up runs), so
+    ///   that a task asked to run ahead of the default never waits longer
+    ///   than it behind a busy loop; below that place there is no catch-up
+    ///   (such a task asked to wait for an idle loop) and no idle-loop
+    ///   warning (X4). Each priority runs its tasks in slices as the
+    ///   default does (S1).
     /// - **On a thread pool** there are two classes: a priority more urgent
     ///   than `glib::Priority::DEFAULT` (numerically lower, as
     ///   `glib::Priority::HIGH`) is the **latency** class, anything else the

@@ -99,6 +99,14 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
 /// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
 const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
 
+/// Whether a main-context scheduler at `priority` has a progress source
+/// (S11, P12): at or above the main scheduler's place, below the progress
+/// source's own (a source there is dispatched with the sources that would
+/// starve it).
+fn catches_up(priority: i32) -> bool {
+    priority > PROGRESS_PRIORITY && priority <= MAIN_PRIORITY
+}
+
 /// The readiness of a scheduler's source, shared with its hooks so that
 /// their `prepare` (run on every iteration of the context) need not touch
 /// the scheduler itself.
@@ -119,7 +127,8 @@ struct Pending {
 pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
-    /// The main scheduler's progress source (S11); `None` elsewhere.
+    /// The progress source (S11) of a main-context scheduler at or above
+    /// the main scheduler's place ([`catches_up`]); `None` elsewhere.
     progress: Option<SourceRef>,
     queue: Injector<Job>,
     /// One queue of `!Send` jobs per owner thread (S10).
@@ -316,11 +325,13 @@ impl ContextShared {
             );
             // A context scheduler runs at G_PRIORITY_DEFAULT: GLib
             // dispatches every ready source of that priority together, so
-            // only the main scheduler can be starved. (At another priority
-            // than its own, the main context's scheduler was asked for that
-            // place: below it, to wait until the loop is idle; above it,
-            // ahead of what it would starve.)
-            let progress = (is_main && priority == MAIN_PRIORITY).then(|| {
+            // only the main context's schedulers can be starved. Below the
+            // main scheduler's place a task asked to wait until the loop is
+            // idle; at or above it (P12), up to the progress source's own
+            // priority, it is starved by what starves the default, and
+            // catches up as the default does: a task asked to run ahead of
+            // the default never waits longer than it.
+            let progress = (is_main && catches_up(priority)).then(|| {
                 SourceRef::attach(
                     context,
                     Box::new(ProgressHooks {
