@@ -405,6 +405,72 @@ fn a_latency_task_woken_in_a_flood_runs_within_a_few_batch_tasks() {
     });
 }
 
+/// P12 with P10 and B5, on the plain and the thread-per-core pool: a
+/// latency task whose wake-up reached a worker that then runs a long GLib
+/// callback of its context (at `G_PRIORITY_HIGH`, ahead of the worker's
+/// own source) is handed to its peer asleep in its poll: it has no home
+/// worker to wait for, in thread-per-core mode too (P9). Which sleeper a
+/// wake-up reaches is the pool's choice, so the test tries again and again
+/// with the callback on either worker. (Thread-per-core mode never handed
+/// it over: about a third of the tries waited for the whole callback.)
+#[test]
+fn a_latency_wake_held_by_a_worker_in_a_glib_callback_goes_to_its_peer() {
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+    watchdog(
+        "a_latency_wake_held_by_a_worker_in_a_glib_callback",
+        120,
+        || {
+            for thread_per_core in [false, true] {
+                let pool = gdex::ThreadPool::builder()
+                    .workers(2)
+                    .thread_per_core(thread_per_core)
+                    .stall_threshold(Duration::ZERO)
+                    .build()
+                    .unwrap();
+                // Pinned spawns go round-robin: one on each worker.
+                let contexts: Vec<glib::MainContext> = (0..2)
+                    .map(|_| {
+                        let here = pool.scheduler().spawn_pinned(|| async {
+                            glib::MainContext::thread_default().unwrap()
+                        });
+                        gdex::block_on(here).unwrap()
+                    })
+                    .collect();
+                assert_ne!(contexts[0], contexts[1]);
+                let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+                for round in 0..24 {
+                    crate::common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+                    let ran = Arc::new(AtomicBool::new(false));
+                    let r = ran.clone();
+                    let task = latency.spawn(async move { r.store(true, Ordering::SeqCst) });
+                    // Right behind the wake-up: if it went to this worker, the
+                    // callback runs before the worker's source.
+                    let (held_tx, held) = std::sync::mpsc::channel();
+                    let r = ran.clone();
+                    let callback = glib::idle_source_new(None, glib::Priority::HIGH, move || {
+                        // A bound, so that a failure fails rather than hangs.
+                        let start = Instant::now();
+                        while !r.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(5)
+                        {
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                        held_tx.send(r.load(Ordering::SeqCst)).unwrap();
+                        glib::ControlFlow::Break
+                    });
+                    callback.attach(Some(&contexts[round % 2]));
+                    assert!(
+                        held.recv().unwrap(),
+                        "tpc: {thread_per_core}, round {round}: the latency task waited 5 s for a \
+                     GLib callback on the worker its wake-up went to, while its peer slept"
+                    );
+                    gdex::block_on(task).unwrap();
+                }
+            }
+        },
+    );
+}
+
 /// P12: pinned work cannot be in a pool's latency class: each pinned spawn
 /// panics and says what to do.
 #[test]
