@@ -32,7 +32,6 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread;
 use std::time::Duration;
 
 use crossbeam_deque::Injector;
@@ -147,11 +146,9 @@ pub(crate) struct ContextShared {
     dispatch_ticks: u64,
     /// Ourselves, for the idle watch thread.
     me: Weak<ContextShared>,
-    /// The main scheduler's idle watch thread, started on the first push;
-    /// `None` inside if the report is turned off.
-    watch: OnceLock<Option<thread::Thread>>,
-    /// True while the idle watch thread sleeps for good.
-    watch_sleeping: AtomicBool,
+    /// Whether the idle watch (X4) knows this main-context scheduler: it
+    /// registers itself on its first push.
+    watched: AtomicBool,
     /// How far the scheduler is in ending with the worker whose context
     /// it runs on ([`ORDINARY`] on any other context): only grows.
     stage: AtomicU8,
@@ -358,8 +355,7 @@ impl ContextShared {
                 runner,
                 dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
                 me: weak.clone(),
-                watch: OnceLock::new(),
-                watch_sleeping: AtomicBool::new(false),
+                watched: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
                 registry: OnceLock::new(),
             }
@@ -622,6 +618,7 @@ impl Drop for ContextShared {
 pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+    use std::thread;
 
     /// Runs `body`; if it has not returned after `secs` seconds, says which
     /// test hung and aborts, so that a hang fails the run instead of
