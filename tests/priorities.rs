@@ -571,3 +571,189 @@ fn shutdown_resolves_latency_tasks_in_every_state() {
         ));
     });
 }
+
+/// P12 and S9: a pool worker's own context has schedulers at every
+/// priority, and each ends with the worker: at shutdown their idle tasks
+/// resolve as cancelled with their futures dropped, and what is spawned or
+/// pushed there afterwards is dropped, not run.
+#[test]
+fn a_worker_contexts_schedulers_at_every_priority_end_with_it() {
+    use crate::common::{after_first_poll, wait_until, Counted, SetOnDrop};
+    use std::sync::atomic::AtomicBool;
+    watchdog("a_worker_contexts_schedulers_at_every_priority", 60, || {
+        let pool = quiet_pool(1);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let polled = Arc::new(AtomicUsize::new(0));
+        let priorities = [
+            glib::Priority::HIGH,
+            glib::Priority::DEFAULT,
+            glib::Priority::DEFAULT_IDLE,
+            glib::Priority::LOW,
+        ];
+        let (d, p) = (dropped.clone(), polled.clone());
+        let (context, tasks) = gdex::block_on(pool.scheduler().spawn(async move {
+            let context = glib::MainContext::thread_default().unwrap();
+            let here = gdex::Scheduler::for_context(&context);
+            let tasks: Vec<_> = priorities
+                .iter()
+                .map(|&priority| {
+                    let guard = Counted(d.clone());
+                    here.with_priority(priority)
+                        .spawn(after_first_poll(&p, async move {
+                            let _guard = guard;
+                            std::future::pending::<()>().await
+                        }))
+                })
+                .collect();
+            (context, tasks)
+        }))
+        .unwrap();
+        wait_until(|| polled.load(Ordering::SeqCst) == priorities.len());
+        pool.shutdown();
+        assert_eq!(dropped.load(Ordering::SeqCst), priorities.len());
+        for task in tasks {
+            assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
+        }
+        for priority in priorities {
+            let there = gdex::Scheduler::for_context(&context).with_priority(priority);
+            let gone = Arc::new(AtomicBool::new(false));
+            let guard = SetOnDrop(gone.clone());
+            there.push(move || drop(guard));
+            let late = there.spawn(async {});
+            assert!(matches!(gdex::block_on(late), Err(gdex::Error::Cancelled)));
+            wait_until(|| gone.load(Ordering::SeqCst));
+        }
+    });
+}
+
+/// P12: a context's schedulers at a priority are made on first use and go
+/// with their last handle; handles made and dropped on three threads at
+/// once, each pushing or spawning through its handle while the context
+/// runs on a fourth, lose no work and deadlock nowhere (a scheduler dropped
+/// while another is made finds its sibling's stall runner under the
+/// registry's lock).
+#[test]
+fn schedulers_made_and_dropped_on_many_threads_lose_nothing() {
+    watchdog("schedulers_made_and_dropped_on_many_threads", 120, || {
+        let context = glib::MainContext::new();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let each = 5_000;
+        let priorities = [
+            glib::Priority::HIGH,
+            glib::Priority::DEFAULT_IDLE,
+            glib::Priority::from(7),
+            glib::Priority::LOW,
+        ];
+        let threads: Vec<_> = (0..3)
+            .map(|k| {
+                let (context, ran) = (context.clone(), ran.clone());
+                std::thread::spawn(move || {
+                    for i in 0..each {
+                        let there = gdex::Scheduler::for_context(&context)
+                            .with_priority(priorities[(i + k) % priorities.len()]);
+                        let ran = ran.clone();
+                        if i % 2 == 0 {
+                            there.push(move || {
+                                ran.fetch_add(1, Ordering::Relaxed);
+                            });
+                        } else {
+                            there
+                                .spawn(async move {
+                                    ran.fetch_add(1, Ordering::Relaxed);
+                                })
+                                .detach();
+                        }
+                    }
+                })
+            })
+            .collect();
+        crate::common::pump_polling(&context, || ran.load(Ordering::Relaxed) == 3 * each);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+    });
+}
+
+/// P12 and S9: latency spawns from two threads racing a shutdown, on the
+/// plain and the thread-per-core pool: every task resolves, and every
+/// future (idle, queued, yielding or never polled) is dropped exactly once.
+#[test]
+fn latency_spawns_racing_a_shutdown_resolve_and_drop_once() {
+    use crate::common::Counted;
+    watchdog("latency_spawns_racing_a_shutdown", 120, || {
+        for round in 0..20 {
+            let pool = gdex::ThreadPool::builder()
+                .workers(2)
+                .thread_per_core(round % 2 == 1)
+                .stall_threshold(std::time::Duration::ZERO)
+                .build()
+                .unwrap();
+            let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (_never_tx, never) = gdex::channel::<()>(1);
+            let spawners: Vec<_> = (0..2)
+                .map(|_| {
+                    let (latency, dropped, never) =
+                        (latency.clone(), dropped.clone(), never.clone());
+                    std::thread::spawn(move || {
+                        (0..200)
+                            .map(|i| {
+                                let (guard, never) = (Counted(dropped.clone()), never.clone());
+                                latency.spawn(async move {
+                                    let _guard = guard;
+                                    if i % 2 == 0 {
+                                        let _ = never.recv().await;
+                                    } else {
+                                        gdex::yield_now().await;
+                                    }
+                                })
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_micros(200 * (round % 5)));
+            pool.shutdown();
+            let tasks: Vec<_> = spawners
+                .into_iter()
+                .flat_map(|s| s.join().unwrap())
+                .collect();
+            let spawned = tasks.len();
+            for task in tasks {
+                let _ = gdex::block_on(task);
+            }
+            assert_eq!(dropped.load(Ordering::SeqCst), spawned, "round {round}");
+        }
+    });
+}
+
+/// P12 with X5: a panic in a prioritised context task, a latency task or a
+/// latency work item is contained like any other: the task resolves as
+/// panicked, and the next ones of its priority run.
+#[test]
+fn panics_at_a_priority_are_contained() {
+    watchdog("panics_at_a_priority_are_contained", 60, || {
+        let context = glib::MainContext::new();
+        let high = gdex::Scheduler::for_context(&context).with_priority(glib::Priority::HIGH);
+        let boom = high.spawn(async { panic!("a prioritised task that panics") });
+        let next = high.spawn(async { 5 });
+        pump(&context);
+        assert!(matches!(
+            gdex::block_on(boom),
+            Err(gdex::Error::Panicked(_))
+        ));
+        assert_eq!(gdex::block_on(next).unwrap(), 5);
+        let pool = quiet_pool(1);
+        let latency = pool
+            .scheduler()
+            .with_priority(glib::Priority::from(i32::MIN));
+        let boom = latency.spawn(async { panic!("a latency task that panics") });
+        latency.push(|| panic!("a latency work item that panics"));
+        let next = latency.spawn(async { 6 });
+        assert!(matches!(
+            gdex::block_on(boom),
+            Err(gdex::Error::Panicked(_))
+        ));
+        assert_eq!(gdex::block_on(next).unwrap(), 6);
+    });
+}
