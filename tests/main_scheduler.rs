@@ -385,3 +385,85 @@ fn child_main_work_nobody_runs() {
         println!("child: ok");
     });
 }
+
+const PRIORITIES_CHILD: &str = "GDEX_TEST_MAIN_IDLE_PRIORITIES_CHILD";
+
+/// X4 with P12: main-context work waiting at many priorities (each its own
+/// scheduler, kept for the process) while nobody iterates the default main
+/// context is watched by one `gdex-main-watch` thread and reported with one
+/// `g_warning`: the loop is what nobody runs. (A watch thread per priority
+/// left twelve threads, for the process's life, and twelve warnings.)
+#[test]
+fn main_work_waiting_at_many_priorities_has_one_watch_and_one_warning() {
+    watchdog("main_work_waiting_at_many_priorities", 60, || {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_main_work_waiting_at_many_priorities",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PRIORITIES_CHILD, "1")
+            .env("GDEX_MAIN_IDLE_WARN_MS", "100")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("child: ok"), "the child ran: {text}");
+    });
+}
+
+#[test]
+fn child_main_work_waiting_at_many_priorities() {
+    if std::env::var_os(PRIORITIES_CHILD).is_none() {
+        return;
+    }
+    watchdog("child_main_work_waiting_at_many_priorities", 30, || {
+        let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+        let w = warnings.clone();
+        glib::log_set_handler(
+            Some("gdex"),
+            glib::LogLevels::LEVEL_WARNING,
+            false,
+            false,
+            move |_, _, message| w.lock().unwrap().push(message.to_owned()),
+        );
+        let count = || warnings.lock().unwrap().len();
+        let watches = || {
+            common::thread_names()
+                .iter()
+                .filter(|name| *name == "gdex-main-watch")
+                .count()
+        };
+        // Nobody iterates the default main context. The main scheduler's
+        // default and eleven priorities above it, each watched (X4).
+        let main = gdex::Scheduler::main();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let priorities: Vec<glib::Priority> = std::iter::once(main.priority())
+            .chain((0..11).map(|k| glib::Priority::from(glib::ffi::G_PRIORITY_DEFAULT + 10 * k)))
+            .collect();
+        for &priority in &priorities {
+            let r = ran.clone();
+            main.with_priority(priority).push(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        let start = Instant::now();
+        while count() == 0 && start.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Deliberate: five warning delays in which no second warning may
+        // come, as in `child_main_work_nobody_runs`.
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(watches(), 1, "{:?}", common::thread_names());
+        assert_eq!(count(), 1, "{:?}", warnings.lock().unwrap());
+        // Someone runs the loop: every priority's work runs.
+        on_main(|| {
+            pump_until(&glib::MainContext::default(), || {
+                ran.load(Ordering::SeqCst) == priorities.len()
+            })
+        });
+        println!("child: ok");
+    });
+}

@@ -68,6 +68,9 @@ pub(crate) trait Worker: Send + Sync {
     fn fire_overdue_timers(&self);
     /// Hands the worker's queue to its peers and wakes them (P6).
     fn help(&self);
+    /// Wakes a peer for the pool's latency class (P12), which has no home
+    /// worker in thread-per-core mode either.
+    fn hand_over_latency(&self);
     /// The worker declared that it blocks (`gdex::blocking::blocking`).
     fn in_blocking(&self) -> bool;
     /// The worker was sent a wake-up (a request for help, or one for its
@@ -726,7 +729,8 @@ fn holds_wake_up(runner: &Runner) -> bool {
 /// is busy outside its run slice (in another source of its context: a GLib
 /// callback, a task of a context scheduler made for it), or its poll did
 /// not return. Past [`HAND_OVER_AFTER`], what may wait for it in its deque
-/// or the injector goes to a peer (the request it holds was for that); past
+/// or the injector goes to a peer (the request it holds was for that; in
+/// thread-per-core mode only the latency class's queue, P12); past
 /// the threshold, it is reported once per wake-up. True while it holds one
 /// (the monitor keeps watching).
 fn check_wake_up(runner: &Runner, now: Instant) -> bool {
@@ -740,8 +744,14 @@ fn check_wake_up(runner: &Runner, now: Instant) -> bool {
     }
     let since = *unwoken.0.get_or_insert(now);
     let waited = now.saturating_duration_since(since);
-    if runner.hands_over && waited >= HAND_OVER_AFTER && !worker.thread_per_core() {
-        worker.help();
+    if runner.hands_over && waited >= HAND_OVER_AFTER {
+        if !worker.thread_per_core() {
+            worker.help();
+        } else {
+            // P9 keeps the worker's own tasks home; the latency class
+            // (P12) its wake-up may have been for goes to a peer.
+            worker.hand_over_latency();
+        }
     }
     if !runner.threshold.is_zero() && waited >= runner.threshold && !unwoken.1 {
         unwoken.1 = true;

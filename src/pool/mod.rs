@@ -358,6 +358,22 @@ impl PoolShared {
         }
     }
 
+    /// Worker `i` holds a wake-up it has not acted on (its thread is busy
+    /// in another source of its context) in thread-per-core mode: its own
+    /// tasks stay home (P9), but latency-class work (P12) has no home, and
+    /// the wake-up may have been for it: a peer is asked to take it, as
+    /// [`help_stuck_worker`](Self::help_stuck_worker) asks on a plain pool.
+    pub(crate) fn hand_over_latency(&self, i: usize) {
+        let n = self.workers();
+        if n < 2 || self.urgent.is_empty() {
+            return;
+        }
+        fence(Ordering::SeqCst);
+        if let Request::Wake(j) = self.parking.request(Some(i), (i + 1) % n) {
+            self.unpark(j);
+        }
+    }
+
     /// The worker a new task calls home in thread-per-core mode (P9): the
     /// spawning worker, or the next one round-robin from outside the pool.
     pub(crate) fn home_for_spawn(&self) -> usize {

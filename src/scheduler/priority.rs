@@ -14,15 +14,22 @@ impl Scheduler {
     /// - **On the main scheduler and any context scheduler** the tasks run
     ///   from a source of their own at `priority`, among the context's
     ///   other sources as GLib orders them: at `glib::Priority::HIGH` they
-    ///   run before GTK's layout and redraw (keep them short: they delay
-    ///   frames), at `glib::Priority::DEFAULT_IDLE` only when nothing more
-    ///   urgent is ready. The default stays where it is
+    ///   run before GTK's layout and redraw, at
+    ///   `glib::Priority::DEFAULT_IDLE` only when nothing more urgent is
+    ///   ready. GLib's priorities are strict: a task at `HIGH` that stays
+    ///   ready (a `yield_now` loop, or a loop over ready futures, which the
+    ///   budget (P11) makes yield but not stop) holds every frame back
+    ///   until it has nothing ready; keep such work short or below
+    ///   redraw. The default stays where it is
     ///   ([`priority`](Scheduler::priority) says where): for the main
     ///   scheduler `G_PRIORITY_HIGH_IDLE + 30`, below redraw (X3), with
-    ///   S11's catch-up slice; below that place there is no catch-up (such
-    ///   a task asked to wait for an idle loop) and no idle-loop warning
-    ///   (X4). Each priority runs its tasks in slices as the default does
-    ///   (S1).
+    ///   S11's catch-up slice, which every main-context priority above it
+    ///   has too (below `glib::Priority::HIGH`, where the catch-up runs), so
+    ///   that a task asked to run ahead of the default never waits longer
+    ///   than it behind a busy loop; below that place there is no catch-up
+    ///   (such a task asked to wait for an idle loop) and no idle-loop
+    ///   warning (X4). Each priority runs its tasks in slices as the
+    ///   default does (S1).
     /// - **On a thread pool** there are two classes: a priority more urgent
     ///   than `glib::Priority::DEFAULT` (numerically lower, as
     ///   `glib::Priority::HIGH`) is the **latency** class, anything else the
@@ -32,7 +39,11 @@ impl Scheduler {
     ///   for the batch work queued before it. A latency task has no home
     ///   worker (in thread-per-core mode too, P9: it runs on whichever
     ///   worker is free first), and pinned work cannot be in the class:
-    ///   `spawn_local`, `spawn_pinned` and fibers panic there.
+    ///   `spawn_local`, `spawn_pinned` and fibers panic there. The classes
+    ///   are strict too: a latency task that stays ready (a `yield_now`
+    ///   loop, a loop over ready futures that spends its budget) keeps its
+    ///   worker from the batch class, on a one-worker pool from every batch
+    ///   task, until it waits for something.
     ///
     /// The priority shows in the scheduler's `Debug`, and so in the task
     /// dump, tokio-console and Sysprof's marks.

@@ -6,7 +6,9 @@ use std::task::{Context, Poll};
 
 /// Yields once to the scheduler: the task is queued again behind the work
 /// already waiting, so a loop on `yield_now` never starves its neighbours
-/// (P3).
+/// (P3) of its priority. (A task spawned at a more urgent priority, P12,
+/// is queued ahead of less urgent work again: GLib's priorities and a
+/// pool's latency class are strict.)
 ///
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();

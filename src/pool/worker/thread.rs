@@ -210,6 +210,12 @@ impl crate::diagnostics::stall::Worker for Watched {
         }
     }
 
+    fn hand_over_latency(&self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.hand_over_latency(self.index);
+        }
+    }
+
     fn in_blocking(&self) -> bool {
         self.pool
             .upgrade()

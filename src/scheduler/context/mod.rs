@@ -33,7 +33,6 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread;
 use std::time::Duration;
 
 use crossbeam_deque::Injector;
@@ -100,6 +99,14 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_millis(50);
 /// source a program normally has (GLib's own `G_PRIORITY_HIGH`).
 const PROGRESS_PRIORITY: i32 = glib::ffi::G_PRIORITY_HIGH;
 
+/// Whether a main-context scheduler at `priority` has a progress source
+/// (S11, P12): at or above the main scheduler's place, below the progress
+/// source's own (a source there is dispatched with the sources that would
+/// starve it).
+fn catches_up(priority: i32) -> bool {
+    priority > PROGRESS_PRIORITY && priority <= MAIN_PRIORITY
+}
+
 /// The readiness of a scheduler's source, shared with its hooks so that
 /// their `prepare` (run on every iteration of the context) need not touch
 /// the scheduler itself.
@@ -120,7 +127,8 @@ struct Pending {
 pub(crate) struct ContextShared {
     context: glib::MainContext,
     source: SourceRef,
-    /// The main scheduler's progress source (S11); `None` elsewhere.
+    /// The progress source (S11) of a main-context scheduler at or above
+    /// the main scheduler's place ([`catches_up`]); `None` elsewhere.
     progress: Option<SourceRef>,
     queue: Injector<Job>,
     /// One queue of `!Send` jobs per owner thread (S10).
@@ -142,11 +150,9 @@ pub(crate) struct ContextShared {
     dispatch_ticks: u64,
     /// Ourselves, for the idle watch thread.
     me: Weak<ContextShared>,
-    /// The main scheduler's idle watch thread, started on the first push;
-    /// `None` inside if the report is turned off.
-    watch: OnceLock<Option<thread::Thread>>,
-    /// True while the idle watch thread sleeps for good.
-    watch_sleeping: AtomicBool,
+    /// Whether the idle watch (X4) knows this main-context scheduler: it
+    /// registers itself on its first push.
+    watched: AtomicBool,
     /// How far the scheduler is in ending with the worker whose context
     /// it runs on ([`ORDINARY`] on any other context): only grows.
     stage: AtomicU8,
@@ -321,11 +327,13 @@ impl ContextShared {
             );
             // A context scheduler runs at G_PRIORITY_DEFAULT: GLib
             // dispatches every ready source of that priority together, so
-            // only the main scheduler can be starved. (At another priority
-            // than its own, the main context's scheduler was asked for that
-            // place: below it, to wait until the loop is idle; above it,
-            // ahead of what it would starve.)
-            let progress = (is_main && priority == MAIN_PRIORITY).then(|| {
+            // only the main context's schedulers can be starved. Below the
+            // main scheduler's place a task asked to wait until the loop is
+            // idle; at or above it (P12), up to the progress source's own
+            // priority, it is starved by what starves the default, and
+            // catches up as the default does: a task asked to run ahead of
+            // the default never waits longer than it.
+            let progress = (is_main && catches_up(priority)).then(|| {
                 SourceRef::attach(
                     context,
                     Box::new(ProgressHooks {
@@ -353,8 +361,7 @@ impl ContextShared {
                 runner,
                 dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
                 me: weak.clone(),
-                watch: OnceLock::new(),
-                watch_sleeping: AtomicBool::new(false),
+                watched: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
                 registry: OnceLock::new(),
             }
@@ -636,6 +643,7 @@ impl Drop for ContextShared {
 pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+    use std::thread;
 
     /// Runs `body`; if it has not returned after `secs` seconds, says which
     /// test hung and aborts, so that a hang fails the run instead of
