@@ -791,3 +791,45 @@ fn panics_at_a_priority_are_contained() {
         assert_eq!(gdex::block_on(next).unwrap(), 6);
     });
 }
+
+/// P12 and P3: the latency class cannot keep the batch class from a worker
+/// for good. On a one-worker pool a latency task that stays ready (a
+/// `yield_now` loop) lets a batch task start: after a slice's worth of
+/// latency jobs in a row (32) a worker runs one other job.
+#[test]
+fn a_latency_task_that_stays_ready_lets_the_batch_class_run() {
+    use std::sync::atomic::AtomicBool;
+    watchdog(
+        "a_latency_task_that_stays_ready_lets_the_batch_class_run",
+        60,
+        || {
+            let pool = quiet_pool(1);
+            let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+            let started = Arc::new(AtomicBool::new(false));
+            let s = started.clone();
+            let spinner = latency.spawn(async move {
+                let began = std::time::Instant::now();
+                let mut yields = 0u64;
+                while !s.load(Ordering::SeqCst)
+                    && began.elapsed() < std::time::Duration::from_secs(5)
+                {
+                    gdex::yield_now().await;
+                    yields += 1;
+                }
+                (s.load(Ordering::SeqCst), yields)
+            });
+            // The spinner holds the worker before the batch task is queued.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let s = started.clone();
+            let batch = pool
+                .scheduler()
+                .spawn(async move { s.store(true, Ordering::SeqCst) });
+            gdex::block_on(batch).unwrap();
+            let (saw, yields) = gdex::block_on(spinner).unwrap();
+            assert!(
+                saw,
+                "the batch task never ran beside the latency loop ({yields} yields)"
+            );
+        },
+    );
+}

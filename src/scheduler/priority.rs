@@ -39,11 +39,11 @@ impl Scheduler {
     ///   for the batch work queued before it. A latency task has no home
     ///   worker (in thread-per-core mode too, P9: it runs on whichever
     ///   worker is free first), and pinned work cannot be in the class:
-    ///   `spawn_local`, `spawn_pinned` and fibers panic there. The classes
-    ///   are strict too: a latency task that stays ready (a `yield_now`
-    ///   loop, a loop over ready futures that spends its budget) keeps its
-    ///   worker from the batch class, on a one-worker pool from every batch
-    ///   task, until it waits for something.
+    ///   `spawn_local`, `spawn_pinned` and fibers panic there. A latency
+    ///   task that stays ready (a `yield_now` loop, a loop over ready
+    ///   futures that spends its budget) cannot keep a worker from the
+    ///   batch class for good: after 32 latency jobs in a row a worker
+    ///   runs one batch job.
     ///
     /// The priority shows in the scheduler's `Debug`, and so in the task
     /// dump, tokio-console and Sysprof's marks.

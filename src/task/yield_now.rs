@@ -6,9 +6,10 @@ use std::task::{Context, Poll};
 
 /// Yields once to the scheduler: the task is queued again behind the work
 /// already waiting, so a loop on `yield_now` never starves its neighbours
-/// (P3) of its priority. (A task spawned at a more urgent priority, P12,
-/// is queued ahead of less urgent work again: GLib's priorities and a
-/// pool's latency class are strict.)
+/// (P3) of its priority. (A task spawned at a more urgent GLib priority,
+/// P12, is queued ahead of less urgent work again: GLib's priorities are
+/// strict. A pool's latency class runs one batch job after 32 of its own
+/// in a row.)
 ///
 /// ```
 /// let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();

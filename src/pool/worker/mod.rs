@@ -87,6 +87,10 @@ pub(crate) struct Core {
     searching: Cell<bool>,
     /// Inside `run_slice`: pushes come from the tasks it runs.
     in_slice: Cell<bool>,
+    /// Latency-class jobs (P12) this worker ran in a row: after [`SLICE`]
+    /// of them it runs one other job first, so that a latency task that
+    /// stays ready cannot keep the batch class from its worker for good.
+    urgent_run: Cell<usize>,
     /// The first job this worker's own thread queued outside a slice since
     /// the last one: a task woken by its context's other sources (a timer
     /// fired, a GIO call completed). It runs first in the next slice, so a
@@ -583,11 +587,14 @@ impl Core {
     fn find_job(&self, slice_start: bool) -> Option<Job> {
         // P12: the latency class first, one job at a time (a batch taken
         // into the deque would wait there behind batch work).
-        if !self.shared.urgent.is_empty() {
+        let urgent_first = self.urgent_run.get() < SLICE;
+        if urgent_first && !self.shared.urgent.is_empty() {
             if let Some(job) = self.pull_urgent() {
+                self.urgent_run.set(self.urgent_run.get() + 1);
                 return Some(job);
             }
         }
+        self.urgent_run.set(0);
         let woken = self.woken.borrow_mut().take();
         if woken.is_some() {
             return woken;
@@ -604,7 +611,9 @@ impl Core {
         } else {
             self.find_queued(slice_start).or_else(|| self.find_pinned())
         };
-        job.or_else(|| self.steal())
+        // The batch class's turn found nothing: the latency class again.
+        let urgent = || (!urgent_first).then(|| self.pull_urgent()).flatten();
+        job.or_else(|| self.steal()).or_else(urgent)
     }
 
     /// One latency-class job (P12); with more behind it, a peer is asked
