@@ -111,7 +111,7 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_pinned_local(pool, home.index, Job::task(runnable)) else {
+        let Err(job) = worker::push_pinned_local(pool, home.index, pool.task_job(runnable)) else {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
@@ -130,7 +130,8 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_local_if(pool, Some(home.index), Job::task(runnable)) else {
+        let Err(job) = worker::push_local_if(pool, Some(home.index), pool.task_job(runnable))
+        else {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);

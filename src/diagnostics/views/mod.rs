@@ -194,6 +194,14 @@ pub(crate) fn worker_slice(figures: impl FnOnce() -> WorkerFigures) {
     let _ = figures;
 }
 
+/// A scheduler whose latency histograms are on starts a slice of its jobs
+/// (a pool worker's, a context scheduler's dispatch): a sample for the
+/// views that chart them.
+#[inline]
+pub(crate) fn latency_slice(source: &dyn super::latency::LatencySource) {
+    let _ = source;
+}
+
 /// A wait of the fiber running here (F2), from its suspension to its
 /// resumption.
 pub(crate) struct FiberWait {

@@ -515,6 +515,7 @@ impl Core {
             self.woke(sleep.wake_up(self.index));
         }
         crate::diagnostics::views::worker_slice(|| self.figures());
+        let timed = super::latency::slice_starts(&self.shared);
         let mut ran = 0;
         // Spins since the last job: each time the worker runs dry it watches
         // for work once; a few fruitless spins in a row and it parks.
@@ -531,7 +532,7 @@ impl Core {
                 self.tokio.ensure();
                 self.runner.enter_job();
                 self.chain_left.set(SLICE - ran - 1);
-                job.run();
+                super::latency::run(timed, &self.counters().latency, job);
                 self.chain_left.set(0);
                 let chained = self.chained.replace(0);
                 self.runner.leave_job();

@@ -25,6 +25,7 @@
 //! `!Send` jobs, one queue per owner thread (S10, `local.rs`); the watch
 //! that reports main-scheduler work nobody runs (X4, `watch.rs`).
 
+mod latency;
 mod local;
 mod watch;
 
@@ -117,6 +118,8 @@ pub(crate) struct ContextShared {
     /// of our context) is not the pool's to wake and wait for at its
     /// shutdown. Set before the scheduler is published.
     registry: OnceLock<Arc<crate::task::registry::Registry>>,
+    /// The latency histograms (O1, `latency.rs`).
+    latency: latency::Histograms,
 }
 
 /// A scheduler of a context that is no pool worker's.
@@ -287,6 +290,7 @@ impl ContextShared {
                 watch_sleeping: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
                 registry: OnceLock::new(),
+                latency: Default::default(),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -307,6 +311,7 @@ impl ContextShared {
         // FINISHED); a store of ON_WORKER would undo that, leaving our
         // pushes for a loop that never runs again. The stage only grows.
         shared.stage.fetch_max(stage, Ordering::Relaxed);
+        shared.latency_by_default();
         shared
     }
 
@@ -320,7 +325,8 @@ impl ContextShared {
 
     /// Queues a job and wakes the context unless a wake-up is pending.
     #[inline]
-    pub(crate) fn push(&self, job: Job) {
+    pub(crate) fn push(&self, mut job: Job) {
+        self.latency.stamp(&mut job);
         self.queue.push(job);
         if self.stage.load(Ordering::Relaxed) != ORDINARY {
             // Pairs with the fence in `finish`: either its drain finds our
@@ -383,6 +389,7 @@ impl ContextShared {
     /// and the calling thread's `!Send` queue; `None` if both ran out.
     fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
         let deadline = crate::util::clock::now().wrapping_add(self.dispatch_ticks);
+        let timed = self.latency_slice();
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
@@ -394,10 +401,10 @@ impl ContextShared {
             };
             let job = job?;
             self.runner.enter_job();
-            job.run();
+            let ended = self.latency.run(timed, job);
             self.runner.leave_job();
             ran += 1;
-            if crate::util::clock::now() >= deadline {
+            if ended >= deadline {
                 break;
             }
         }
