@@ -357,12 +357,24 @@ impl fmt::Display for SchedulerMetrics {
 pub(crate) trait LatencySource: Send + Sync {
     /// Its histograms now.
     fn latency_metrics(&self) -> SchedulerMetrics;
+    /// Its switch.
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    fn latency_switch(&self) -> &Switch;
+    /// A short name for Sysprof's counters: `"pool"`, `"main"`, `"context"`.
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    fn short_name(&self) -> &'static str;
 }
 
 /// Whether a scheduler's histograms are on.
 #[derive(Default)]
 pub(crate) struct Switch {
     on: AtomicBool,
+    /// Its number among the schedulers that turned theirs on (from 1; 0
+    /// until then).
+    id: AtomicU64,
+    /// When Sysprof's view may sample it next (clock ticks).
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    next_sample: AtomicU64,
 }
 
 impl Switch {
@@ -378,9 +390,29 @@ impl Switch {
         if self.on.swap(true, Relaxed) {
             return;
         }
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        self.id.store(NEXT.fetch_add(1, Relaxed), Relaxed);
         let mut sources = sources().lock().unpoisoned();
         sources.retain(|s| s.strong_count() > 0);
         sources.push(source);
+    }
+
+    /// The scheduler's number among those whose histograms are on.
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    pub(crate) fn id(&self) -> u64 {
+        self.id.load(Relaxed)
+    }
+
+    /// True at most once per `every` ticks, for whoever asks first at or
+    /// after `now` ticks.
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    pub(crate) fn due(&self, now: u64, every: u64) -> bool {
+        let next = self.next_sample.load(Relaxed);
+        now >= next
+            && self
+                .next_sample
+                .compare_exchange(next, now.saturating_add(every), Relaxed, Relaxed)
+                .is_ok()
     }
 }
 

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Weak};
 
 use super::PoolShared;
-use crate::diagnostics::latency::{LatencySource, Recorder, SchedulerMetrics};
+use crate::diagnostics::latency::{LatencySource, Recorder, SchedulerMetrics, Switch};
 use crate::task::{Job, Runnable};
 
 /// A worker's slice starts: whether it times its jobs (the pool's flag,
@@ -74,5 +74,13 @@ impl LatencySource for PoolShared {
             wake_to_poll: summed.wake_to_poll,
             poll_durations: summed.poll_durations,
         }
+    }
+
+    fn latency_switch(&self) -> &Switch {
+        &self.latency
+    }
+
+    fn short_name(&self) -> &'static str {
+        "pool"
     }
 }

@@ -89,4 +89,16 @@ impl LatencySource for ContextShared {
             poll_durations: self.latency.recorder.poll_durations(),
         }
     }
+
+    fn latency_switch(&self) -> &Switch {
+        &self.latency.switch
+    }
+
+    fn short_name(&self) -> &'static str {
+        if self.is_main {
+            "main"
+        } else {
+            "context"
+        }
+    }
 }
