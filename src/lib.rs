@@ -159,6 +159,7 @@ pub use block_on::{block_on, wait_for};
 pub use blocking::thread;
 pub use blocking::LaneStats;
 pub use diagnostics::dump::{dump, enable_task_dump, TaskDump, TaskInfo, TaskState};
+pub use diagnostics::latency::{LatencyHistogram, SchedulerMetrics};
 pub use diagnostics::metrics::{PoolMetrics, WorkerMetrics};
 pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent, PanicSource};
 pub use error::{Elapsed, Error, ErrorCode, IntoResult};

@@ -503,6 +503,68 @@ fn a_stall_is_a_sysprof_mark_inside_its_poll() {
     });
 }
 
+/// Child: a pool and the main scheduler with their latency histograms on
+/// (`GDEX_LATENCY_HISTOGRAMS=1`), each running a 2 ms poll now and then,
+/// more than 10 ms apart, under Sysprof.
+#[cfg(feature = "sysprof")]
+#[test]
+#[ignore = "run by latency_histograms_are_sysprof_counters"]
+fn child_sysprof_latency() {
+    let pool = ThreadPool::builder().workers(1).build().unwrap();
+    let s = pool.scheduler();
+    let main = gdex::Scheduler::main();
+    glib::MainContext::default()
+        .with_thread_default(|| {
+            for _ in 0..6 {
+                let spin = || async { common::spin(Duration::from_millis(2)) };
+                gdex::block_on(s.spawn(spin())).unwrap();
+                gdex::block_on(main.spawn(spin())).unwrap();
+                std::thread::sleep(Duration::from_millis(12));
+            }
+        })
+        .unwrap();
+    drop(pool);
+    println!("CHILD-OK");
+}
+
+/// O1: a scheduler whose latency histograms are on has two Sysprof
+/// counters (category `gdex-pool-N`, `gdex-main-N`): the p99 of its
+/// wake-to-poll times and of its poll durations since they were last set,
+/// in microseconds; a 2 ms poll shows as 2000 or more.
+#[cfg(feature = "sysprof")]
+#[test]
+fn latency_histograms_are_sysprof_counters() {
+    watchdog("sysprof latency", 150, || {
+        let (capture, out) =
+            capture_of("child_sysprof_latency", &[("GDEX_LATENCY_HISTOGRAMS", "1")]);
+        for short in ["pool", "main"] {
+            let defined: Vec<&(String, String, u32)> = capture
+                .counters
+                .iter()
+                .filter(|(c, _, _)| c.starts_with(&format!("gdex-{short}-")))
+                .collect();
+            let names: Vec<&str> = defined.iter().map(|(_, n, _)| n.as_str()).collect();
+            assert_eq!(
+                names,
+                ["wake-to-poll p99 (us)", "poll p99 (us)"],
+                "{:?}\n{out}",
+                capture.counters
+            );
+            let poll_id = defined[1].2;
+            let polls: Vec<i64> = capture
+                .values
+                .iter()
+                .filter(|(id, _)| *id == poll_id)
+                .map(|(_, v)| *v)
+                .collect();
+            assert!(
+                polls.iter().any(|&v| v >= 2_000),
+                "{short}: a 2 ms poll's p99 is set: {polls:?}"
+            );
+        }
+    });
+}
+
 /// Child: the same workload with no Sysprof around.
 #[cfg(feature = "sysprof")]
 #[test]

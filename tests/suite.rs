@@ -24,6 +24,7 @@ mod fds;
 mod fibers;
 mod group;
 mod interop;
+mod latency;
 mod limiter;
 mod mixed_executors;
 mod nested_loops;

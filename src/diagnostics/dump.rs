@@ -72,6 +72,7 @@ impl TaskState {
 pub struct TaskDump {
     enabled: bool,
     tasks: Vec<TaskInfo>,
+    latency: Vec<super::latency::SchedulerMetrics>,
 }
 
 /// One task of a [`TaskDump`].
@@ -166,6 +167,12 @@ impl TaskDump {
     pub fn tasks(&self) -> &[TaskInfo] {
         &self.tasks
     }
+    /// The latency histograms (O1) of every live scheduler that has them
+    /// on, in the order they were turned on; the `Display` gives each one
+    /// line.
+    pub fn latency(&self) -> &[super::latency::SchedulerMetrics] {
+        &self.latency
+    }
 }
 
 /// Every live tracked task (X8): its id, its name, where it was spawned, its
@@ -174,7 +181,10 @@ impl TaskDump {
 /// or [`enable_task_dump`] (which track the tasks spawned after it), only
 /// the tasks another view tracks (a Sysprof capture, a `tracing`
 /// subscriber that takes their spans; O1) are listed; with none, the dump
-/// is empty and says how to turn tracking on.
+/// is empty and says how to turn tracking on. It ends with the latency
+/// histograms of every scheduler that has them on (O1: p50, p99 and max
+/// of its wake-to-poll times and poll durations, one line each; see
+/// [`Scheduler::enable_latency_histograms`](crate::Scheduler::enable_latency_histograms)).
 pub fn dump() -> TaskDump {
     let enabled = record::dump_on() || super::views::want_every_task();
     let entries = record::entries();
@@ -200,11 +210,28 @@ pub fn dump() -> TaskDump {
         .collect();
     tasks.sort_by_key(|t| std::cmp::Reverse(t.since_last_poll.unwrap_or(t.age)));
     let enabled = enabled || !tasks.is_empty();
-    TaskDump { enabled, tasks }
+    TaskDump {
+        enabled,
+        tasks,
+        latency: super::latency::every_scheduler(),
+    }
 }
 
 impl fmt::Display for TaskDump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_tasks(f)?;
+        if !self.latency.is_empty() {
+            writeln!(f, "gdex latency (wake-to-poll and poll durations):")?;
+            for scheduler in &self.latency {
+                writeln!(f, "  {scheduler}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TaskDump {
+    fn fmt_tasks(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.enabled {
             return writeln!(
                 f,

@@ -7,6 +7,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::latency::{LatencyHistogram, Recorder};
+
 /// One owner-written counter.
 #[derive(Default)]
 pub(crate) struct Counter(AtomicU64);
@@ -40,6 +42,9 @@ pub(crate) struct WorkerCounters {
     pub(crate) wake_requests_received: Counter,
     pub(crate) parks: Counter,
     pub(crate) context_iterations: Counter,
+    /// The worker's latency histograms (O1), written only while they are
+    /// on.
+    pub(crate) latency: Recorder,
 }
 
 impl WorkerCounters {
@@ -56,6 +61,8 @@ impl WorkerCounters {
             wake_requests_received: self.wake_requests_received.get(),
             parks: self.parks.get(),
             context_iterations: self.context_iterations.get(),
+            wake_to_poll: self.latency.wake_to_poll(),
+            poll_durations: self.latency.poll_durations(),
         }
     }
 }
@@ -96,6 +103,13 @@ pub struct WorkerMetrics {
     pub parks: u64,
     /// Iterations of this worker's `GMainContext`.
     pub context_iterations: u64,
+    /// From the spawn or wake-up of each task this worker polled to the
+    /// start of that poll (O1); empty unless the pool's latency histograms
+    /// are on ([`ThreadPoolBuilder::latency_histograms`](crate::ThreadPoolBuilder::latency_histograms)).
+    pub wake_to_poll: LatencyHistogram,
+    /// How long each job this worker ran took (O1: a task's poll, a work
+    /// item, a fiber's resumption); empty unless the histograms are on.
+    pub poll_durations: LatencyHistogram,
 }
 
 /// A snapshot of a pool's counters, from [`ThreadPool::metrics`](crate::ThreadPool::metrics).
@@ -110,9 +124,22 @@ pub struct PoolMetrics {
     pub external_wake_requests_sent: u64,
     /// Requests from outside the pool absorbed by one already pending.
     pub external_wake_requests_coalesced: u64,
+    /// Every worker's `wake_to_poll`, summed (O1).
+    pub wake_to_poll: LatencyHistogram,
+    /// Every worker's `poll_durations`, summed (O1).
+    pub poll_durations: LatencyHistogram,
 }
 
 impl PoolMetrics {
+    /// Fills the pool's histograms with the sums of its workers'.
+    pub(crate) fn summed(mut self) -> Self {
+        for worker in &self.workers {
+            self.wake_to_poll.merge(&worker.wake_to_poll);
+            self.poll_durations.merge(&worker.poll_durations);
+        }
+        self
+    }
+
     /// The sum of every worker's `tasks_run`.
     pub fn tasks_run(&self) -> u64 {
         self.workers.iter().map(|w| w.tasks_run).sum()

@@ -1,9 +1,10 @@
 //! What gdex tells about itself: the panic policy (X5), the pool's counters,
-//! the stall watchdog (B5, X4), the task dump (X8), and the per-task
-//! record those and the features' views (O1: Sysprof, `tracing`,
-//! tokio-console) read.
+//! the schedulers' latency histograms (O1), the stall watchdog (B5, X4),
+//! the task dump (X8), and the per-task record those and the features'
+//! views (O1: Sysprof, `tracing`, tokio-console) read.
 
 pub(crate) mod dump;
+pub(crate) mod latency;
 pub(crate) mod metrics;
 pub(crate) mod panic;
 pub(crate) mod record;

@@ -120,7 +120,7 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_pinned_local(pool, home.index, Job::task(runnable)) else {
+        let Err(job) = worker::push_pinned_local(pool, home.index, pool.task_job(runnable)) else {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
@@ -139,7 +139,8 @@ impl Home {
         let home = unsafe { Self::from_header(header) };
         // SAFETY: as above.
         let pool = unsafe { &*home.pool };
-        let Err(job) = worker::push_local_if(pool, Some(home.index), Job::task(runnable)) else {
+        let Err(job) = worker::push_local_if(pool, Some(home.index), pool.task_job(runnable))
+        else {
             return;
         };
         Self::push_inbox_keeping(pool, home.index, job);
@@ -160,7 +161,7 @@ impl Home {
         let pool = unsafe { &*home.pool };
         // Once queued the task may run and free its block (and perhaps the
         // last other count on the pool) before the push returns.
-        let job = Job::task(runnable);
+        let job = pool.task_job(runnable);
         let keep = job.task_owner();
         pool.push_urgent(job);
         drop(keep);

@@ -61,6 +61,7 @@
 
 mod handle;
 mod home;
+mod latency;
 #[cfg(all(test, gdex_loom))]
 mod loom_pool;
 pub(crate) mod parking;
@@ -181,6 +182,8 @@ pub(crate) struct PoolShared {
     blocking: Arc<Lane>,
     /// How long one poll may take before the stall watchdog reports it.
     stall_threshold: std::time::Duration,
+    /// Whether the workers keep latency histograms (O1, `latency.rs`).
+    latency: crate::diagnostics::latency::Switch,
 }
 
 /// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
@@ -200,7 +203,7 @@ unsafe impl crate::task::Owner for PoolShared {
         // keeps the pool alive after the push (the task may then finish and
         // go), and `push_local_if` only compares the pointer with the
         // worker's pool.
-        let local = worker::push_local_if(self, None, Job::task(runnable));
+        let local = worker::push_local_if(self, None, self.task_job(runnable));
         let Err(job) = local else { return None };
         // Not on one of its workers: hold the pool ourselves before the job
         // (and with it, perhaps, the last other reference) leaves; the
@@ -570,7 +573,10 @@ impl PoolShared {
             injected: self.inject_counters.injected.get(),
             external_wake_requests_sent: self.inject_counters.external_sent.get(),
             external_wake_requests_coalesced: self.inject_counters.external_coalesced.get(),
+            wake_to_poll: Default::default(),
+            poll_durations: Default::default(),
         }
+        .summed()
     }
 }
 

@@ -8,6 +8,7 @@
 pub(crate) mod bound;
 pub(crate) mod context;
 mod fiber;
+mod latency;
 mod owner_thread;
 mod priority;
 

@@ -18,25 +18,32 @@ use crate::diagnostics::panic::PanicSource;
 /// slot, or out of one, with a 16-byte load of what two 8-byte stores had
 /// just written: a store-forwarding stall at every push and pop, about 8%
 /// of a fiber switch and of the worker's dispatch loop.)
+///
+/// A task's job needs no vtable, so its second word is odd (a vtable's
+/// address is even) and carries the moment the task was queued, when its
+/// scheduler's latency histograms are on (O1, [`queued_at`](Self::queued_at)):
+/// the stamp travels with the job through every queue, and neither the
+/// task's block nor a queue's slot grows for it.
 pub(crate) struct Job {
     /// A task's `Runnable::into_raw`, or the closure itself if
     /// [`WorkOf::INLINE`], else a `Box` of it.
     data: std::mem::MaybeUninit<usize>,
-    /// [`TASK`] for a task; the closure's [`WorkOf::VTABLE`] otherwise.
-    vtable: &'static WorkVtable,
+    /// A task's: [`UNSTAMPED`], or `(ticks << 1) | 1` with `ticks` the
+    /// clock's reading when it was queued (never dereferenced: no
+    /// provenance). A work item's: its closure's [`WorkOf::VTABLE`].
+    kind: *const WorkVtable,
 }
 
 // SAFETY: a job holds a `Runnable` (which is `Send`: gdex's task metadata is
-// `Send` and `Sync`) or a closure that `Job::work` only takes if `Send`.
+// `Send` and `Sync`) or a closure that `Job::work` only takes if `Send`; its
+// `kind` is a `&'static` vtable or a number.
 unsafe impl Send for Job {}
 
-/// The vtable of a task's job. `run` and `drop` are never called through
-/// it: `Job::run` and `Job`'s drop tell a task by this address and handle
-/// its `Runnable` themselves.
-static TASK: WorkVtable = WorkVtable {
-    run: |_| unreachable!("a task's job runs through Job::run"),
-    drop: |_| unreachable!("a task's job drops through Job's drop"),
-};
+/// The `kind` word of a task's job that carries no stamp.
+const UNSTAMPED: usize = 1;
+
+// A vtable's address is even, so an odd `kind` is a task's.
+const _: () = assert!(std::mem::align_of::<WorkVtable>() >= 2);
 
 /// How to run or drop the closure a work item's [`Job`] holds, by its type
 /// (or, for [`Job::raw`], what its word is).
@@ -102,8 +109,39 @@ impl Job {
         }
         Job {
             data,
-            vtable: &TASK,
+            kind: std::ptr::without_provenance(UNSTAMPED),
         }
+    }
+
+    /// The job of a task's `Runnable`, queued at `ticks` (a reading of
+    /// [`clock::now`](crate::util::clock::now)): for a scheduler whose
+    /// latency histograms are on (O1).
+    #[inline]
+    pub(crate) fn task_queued_at(runnable: Runnable, ticks: u64) -> Job {
+        let mut job = Job::task(runnable);
+        job.stamp(ticks);
+        job
+    }
+
+    /// Stamps a task's job as queued at `ticks`, if it is a task's (a work
+    /// item's job has no room for a stamp, and keeps none). On a target
+    /// whose words are narrower than the clock's it keeps none either.
+    #[inline]
+    pub(crate) fn stamp(&mut self, ticks: u64) {
+        if self.is_task() && usize::BITS >= u64::BITS {
+            // A stamp of 0 would read as none: a reading of 0 is a tick
+            // later. The top bit goes: 2^63 ticks is decades of uptime.
+            let word = ((ticks.max(1) << 1) | 1) as usize;
+            self.kind = std::ptr::without_provenance(word);
+        }
+    }
+
+    /// When the task of this job was queued (its spawn or wake-up), in
+    /// clock ticks, if its scheduler stamped it ([`stamp`](Self::stamp)).
+    #[inline]
+    pub(crate) fn queued_at(&self) -> Option<u64> {
+        let word = self.kind.addr();
+        (self.is_task() && word != UNSTAMPED).then_some((word >> 1) as u64)
     }
 
     /// The raw `Runnable` a task's job holds.
@@ -143,7 +181,7 @@ impl Job {
         }
         Job {
             data,
-            vtable: &WorkOf::<F>::VTABLE,
+            kind: &WorkOf::<F>::VTABLE,
         }
     }
 
@@ -159,7 +197,7 @@ impl Job {
     pub(crate) unsafe fn raw(word: usize, vtable: &'static WorkVtable) -> Job {
         Job {
             data: std::mem::MaybeUninit::new(word),
-            vtable,
+            kind: vtable,
         }
     }
 
@@ -173,7 +211,7 @@ impl Job {
         }
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: a `raw` job's data is its word (only `raw` makes jobs of
-        // such a vtable: a task's is `TASK`, a closure's its `WorkOf`'s).
+        // such a vtable: a task's `kind` is odd, a closure's its `WorkOf`'s).
         Ok(unsafe { this.data.assume_init() })
     }
 
@@ -181,12 +219,24 @@ impl Job {
     /// job's, told apart by its vtable's address).
     #[inline]
     pub(crate) fn is_kind(&self, kind: *const ()) -> bool {
-        ptr::eq((self.vtable as *const WorkVtable).cast::<()>(), kind)
+        ptr::eq(self.kind.cast::<()>(), kind)
     }
 
+    /// A task's job: its `kind` is odd (a vtable's address is even).
     #[inline]
     fn is_task(&self) -> bool {
-        ptr::eq(self.vtable, &TASK)
+        self.kind.addr() & 1 != 0
+    }
+
+    /// The vtable of a work item's (or a raw) job.
+    ///
+    /// # Safety
+    /// `self` is not a task's job (`!is_task`).
+    #[inline]
+    unsafe fn vtable(&self) -> &'static WorkVtable {
+        // SAFETY: a job that is not a task's was made by `work` or `raw`
+        // from a `&'static WorkVtable` (caller).
+        unsafe { &*self.kind }
     }
 
     /// The task's `Runnable`, taken out of the job (which must not be used
@@ -232,7 +282,8 @@ impl Job {
                 crate::diagnostics::panic::contain(PanicSource::Drop, payload);
             }
         } else {
-            let vtable = this.vtable;
+            // SAFETY: not a task's job.
+            let vtable = unsafe { this.vtable() };
             // SAFETY: `vtable` is the one `work` chose for what `data`
             // holds, and `this` is never used again (ManuallyDrop: no drop).
             let run = || unsafe { (vtable.run)(&mut this.data) };
@@ -263,8 +314,10 @@ impl Drop for Job {
             drop(keep);
             return;
         }
+        // SAFETY: not a task's job.
+        let vtable = unsafe { self.vtable() };
         // SAFETY: dropped exactly once, here; `run` forgets `self`.
-        let drop_closure = || unsafe { (self.vtable.drop)(&mut self.data) };
+        let drop_closure = || unsafe { (vtable.drop)(&mut self.data) };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(drop_closure)) {
             crate::diagnostics::panic::contain(PanicSource::Drop, payload);
         }
@@ -335,6 +388,33 @@ mod size_tests {
             (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
             (3, 6)
         );
+    }
+
+    /// O1: a task's job carries the moment it was queued in its second
+    /// word, and is a task's job all the same (it runs its task); a work
+    /// item's keeps its vtable and no stamp; a stamp of 0 is a tick later.
+    #[test]
+    fn a_task_job_carries_its_stamp_and_a_work_item_none() {
+        let (runnable, task) = builder().spawn(|_| async { 5 }, |_| {});
+        let mut job = Job::task(runnable);
+        assert_eq!(job.queued_at(), None);
+        job.stamp(123_456);
+        assert_eq!(job.queued_at(), Some(123_456));
+        assert!(job.is_task());
+        job.stamp(0);
+        assert_eq!(job.queued_at(), Some(1));
+        job.run();
+        assert!(task.is_finished());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let mut work = Job::work(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        work.stamp(99);
+        assert_eq!(work.queued_at(), None);
+        assert!(!work.is_task());
+        work.run();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     /// A task's job runs its task once, or, dropped unrun, drops its future

@@ -3,7 +3,8 @@
 //! tasks run on a pool; the test reads the server's task updates with
 //! console-api's client, as `tokio-console` does, and checks each task's
 //! name, kind, spawn site, poll count, busy time, wake-ups, the wakers a
-//! waiting task holds, and its end.
+//! waiting task holds, the time a woken task waited for its poll, and its
+//! end.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -110,6 +111,20 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
         .spawn_fiber(|| gdex::fiber::wait(gdex::sleep(Duration::from_millis(5))));
     assert_eq!(gdex::block_on(polled).unwrap(), 9);
     gdex::block_on(fiber).unwrap().unwrap();
+    // On one worker: a task waits; the next one wakes it, then holds the
+    // worker for 30 ms (FIFO: the waiting one is polled first).
+    let one = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let (release, held) = gdex::Promise::<u32>::new();
+    let scheduled = one.scheduler().spawn_named("console-scheduled", held);
+    let busy = one.scheduler().spawn(async move {
+        release.resolve(5);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(30) {
+            std::hint::spin_loop();
+        }
+    });
+    gdex::block_on(busy).unwrap();
+    assert_eq!(gdex::block_on(scheduled).unwrap().unwrap(), 5);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -163,7 +178,10 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
             let woken_done = seen
                 .named("console-woken")
                 .is_some_and(|(_, s)| polls(s) == 2);
-            if polled_done && woken_done {
+            let scheduled_done = seen
+                .named("console-scheduled")
+                .is_some_and(|(_, s)| polls(s) == 2);
+            if polled_done && woken_done && scheduled_done {
                 break seen;
             }
         }
@@ -214,13 +232,22 @@ fn the_console_lists_gdex_tasks_with_their_figures() {
         "while it waited, the console counted the one waker the promise holds"
     );
 
+    // The console's scheduled time: from a wake-up (gdex's waker event)
+    // to the poll's start (the span entered around it).
+    let (_, stats) = seen.named("console-scheduled").unwrap();
+    let scheduled = stats.unwrap().scheduled_time.unwrap();
+    assert!(
+        scheduled.seconds > 0 || scheduled.nanos >= 30_000_000,
+        "woken behind a 30 ms poll, it waited that long: {stats:?}"
+    );
+
     assert!(
         seen.tasks
             .values()
             .any(|t| field(t, "kind").as_deref() == Some("fiber")),
         "the fiber is listed as a fiber"
     );
-    drop(pool);
+    drop((pool, one));
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     watchdog.join().unwrap();
 }

@@ -194,6 +194,19 @@ pub(crate) fn worker_slice(figures: impl FnOnce() -> WorkerFigures) {
     let _ = figures;
 }
 
+/// A scheduler whose latency histograms are on starts a slice of its jobs
+/// (a pool worker's, a context scheduler's dispatch): a sample for the
+/// views that chart them (Sysprof's counters, at most every 10 ms per
+/// scheduler).
+#[inline]
+pub(crate) fn latency_slice(source: &dyn super::latency::LatencySource) {
+    #[cfg(feature = "sysprof")]
+    if sysprof::active() {
+        sysprof::latency(source);
+    }
+    let _ = source;
+}
+
 /// A wait of the fiber running here (F2), from its suspension to its
 /// resumption.
 pub(crate) struct FiberWait {

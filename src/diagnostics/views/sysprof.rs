@@ -37,7 +37,12 @@
 //!
 //! Counters, per pool worker (category `gdex-worker-N`): its queued jobs,
 //! its parks and its steals, set when it steals or parks and, at most once
-//! a millisecond, when it starts a slice of its jobs.
+//! a millisecond, when it starts a slice of its jobs. Per scheduler whose
+//! latency histograms are on (category `gdex-pool-N`, `gdex-main-N`,
+//! `gdex-context-N`, N its number among those): the p99 of its
+//! wake-to-poll times and of its poll durations, in microseconds, over the
+//! last 10 ms or more (0 if nothing ran), set at most every 10 ms as one of
+//! its slices starts.
 
 use std::ffi::{c_char, c_int, c_uint, CString};
 use std::ptr::NonNull;
@@ -46,6 +51,7 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerFigures;
+use crate::diagnostics::latency::{LatencyHistogram, LatencySource};
 use crate::diagnostics::record::{Entry, Kind};
 use crate::util::Unpoisoned;
 
@@ -505,32 +511,42 @@ fn counter_ids(index: usize, now: i64, throttled: bool) -> Option<c_uint> {
 /// Defines worker `index`'s three counters; gives the first id (0 if
 /// there is no sink).
 fn define_counters(index: usize) -> c_uint {
+    define(
+        &format!("gdex-worker-{index}"),
+        &[
+            ("queued", "Jobs queued on the worker's own deque"),
+            ("parks", "Times the worker parked"),
+            ("steals", "Times the worker stole from a peer"),
+        ],
+    )
+}
+
+/// Defines counters of `category`, one per `(name, description)`, of
+/// consecutive ids; gives the first (0 if there is no sink).
+fn define(category: &str, named: &[(&str, &str)]) -> c_uint {
     let Some(sink) = sink() else { return 0 };
-    let names = ["queued", "parks", "steals"];
-    let descriptions = [
-        "Jobs queued on the worker's own deque",
-        "Times the worker parked",
-        "Times the worker stole from a peer",
-    ];
+    let n = named.len() as c_uint;
     let first = match sink {
         Sink::Writer(writer) => {
             let writer = writer.lock().unpoisoned();
             // SAFETY: the writer is live and used under its lock.
-            unsafe { sysprof_capture_writer_request_counter(writer.0.as_ptr(), 3) }
+            unsafe { sysprof_capture_writer_request_counter(writer.0.as_ptr(), n) }
         }
         // SAFETY: the collector is thread-safe.
-        Sink::Collector => unsafe { sysprof_collector_request_counters(3) },
+        Sink::Collector => unsafe { sysprof_collector_request_counters(n) },
     };
     if first == 0 {
         return 0;
     }
-    let counters: Vec<Counter> = (0..3)
-        .map(|k| Counter {
-            category: c_field(&format!("gdex-worker-{index}")),
-            name: c_field(names[k]),
-            description: c_field(descriptions[k]),
+    let counters: Vec<Counter> = named
+        .iter()
+        .zip(first..)
+        .map(|(&(name, description), id)| Counter {
+            category: c_field(category),
+            name: c_field(name),
+            description: c_field(description),
             // The type (SYSPROF_CAPTURE_COUNTER_INT64 = 0) in the top byte.
-            id_and_type: (first + k as c_uint) & 0x00ff_ffff,
+            id_and_type: id & 0x00ff_ffff,
             value: CounterValue { v64: 0 },
         })
         .collect();
@@ -538,7 +554,7 @@ fn define_counters(index: usize) -> c_uint {
         Sink::Writer(writer) => {
             let writer = writer.lock().unpoisoned();
             // SAFETY: the writer is live and used under its lock;
-            // `counters` holds three initialised counters.
+            // `counters` holds `n` initialised counters.
             unsafe {
                 sysprof_capture_writer_define_counters(
                     writer.0.as_ptr(),
@@ -546,14 +562,14 @@ fn define_counters(index: usize) -> c_uint {
                     -1,
                     libc::getpid(),
                     counters.as_ptr(),
-                    3,
+                    n,
                 )
             };
             drop(writer);
             written();
         }
         // SAFETY: as above, through the thread-safe collector.
-        Sink::Collector => unsafe { sysprof_collector_define_counters(counters.as_ptr(), 3) },
+        Sink::Collector => unsafe { sysprof_collector_define_counters(counters.as_ptr(), n) },
     }
     first
 }
@@ -575,24 +591,30 @@ pub(crate) fn counters(figures: &WorkerFigures, throttled: bool) {
     let Some(first) = counter_ids(figures.index, now, throttled) else {
         return;
     };
+    let wide = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    set(
+        first,
+        now,
+        &[
+            wide(figures.queued as u64),
+            wide(figures.parks),
+            wide(figures.steals),
+        ],
+    );
+}
+
+/// Sets the counters of consecutive ids from `first` to `values`, at
+/// `now`.
+fn set(first: c_uint, now: i64, values: &[i64]) {
     let Some(sink) = sink() else { return };
-    let ids = [first, first + 1, first + 2];
-    let values = [
-        CounterValue {
-            v64: i64::try_from(figures.queued).unwrap_or(i64::MAX),
-        },
-        CounterValue {
-            v64: i64::try_from(figures.parks).unwrap_or(i64::MAX),
-        },
-        CounterValue {
-            v64: i64::try_from(figures.steals).unwrap_or(i64::MAX),
-        },
-    ];
+    let n = values.len() as c_uint;
+    let ids: Vec<c_uint> = (first..first + n).collect();
+    let values: Vec<CounterValue> = values.iter().map(|&v64| CounterValue { v64 }).collect();
     match sink {
         Sink::Writer(writer) => {
             let writer = writer.lock().unpoisoned();
-            // SAFETY: the writer is live and used under its lock; three ids
-            // and three values.
+            // SAFETY: the writer is live and used under its lock; `n` ids
+            // and `n` values.
             unsafe {
                 sysprof_capture_writer_set_counters(
                     writer.0.as_ptr(),
@@ -601,7 +623,7 @@ pub(crate) fn counters(figures: &WorkerFigures, throttled: bool) {
                     libc::getpid(),
                     ids.as_ptr(),
                     values.as_ptr(),
-                    3,
+                    n,
                 )
             };
             drop(writer);
@@ -609,7 +631,61 @@ pub(crate) fn counters(figures: &WorkerFigures, throttled: bool) {
         }
         // SAFETY: as above, through the thread-safe collector.
         Sink::Collector => unsafe {
-            sysprof_collector_set_counters(ids.as_ptr(), values.as_ptr(), 3)
+            sysprof_collector_set_counters(ids.as_ptr(), values.as_ptr(), n)
         },
+    }
+}
+
+/// How often, at most, a scheduler's latency counters are set.
+const LATENCY_EVERY: Duration = Duration::from_millis(10);
+
+/// A scheduler whose latency histograms are on starts a slice: at most
+/// every [`LATENCY_EVERY`], its two counters (defined on first use) are
+/// set to the p99 of what it counted since they were last set.
+pub(crate) fn latency(source: &dyn LatencySource) {
+    static EVERY: OnceLock<u64> = OnceLock::new();
+    let every = *EVERY.get_or_init(|| crate::util::clock::ticks(LATENCY_EVERY));
+    let switch = source.latency_switch();
+    if !switch.due(crate::util::clock::now(), every) {
+        return;
+    }
+    /// Per scheduler (by its number): its counters' first id and its
+    /// histograms when they were last set.
+    type Sampled = (c_uint, LatencyHistogram, LatencyHistogram);
+    static SAMPLED: Mutex<Vec<(u64, Sampled)>> = Mutex::new(Vec::new());
+    let metrics = source.latency_metrics();
+    let id = switch.id();
+    let mut sampled = SAMPLED.lock().unpoisoned();
+    let at = match sampled.iter().position(|(of, _)| *of == id) {
+        Some(at) => at,
+        None => {
+            let first = define(
+                &format!("gdex-{}-{id}", source.short_name()),
+                &[
+                    ("wake-to-poll p99 (us)", "Tasks' waits to be polled, p99"),
+                    ("poll p99 (us)", "Jobs' run times, p99"),
+                ],
+            );
+            let empty = LatencyHistogram::default();
+            sampled.push((id, (first, empty.clone(), empty)));
+            sampled.len() - 1
+        }
+    };
+    let (first, waits, polls) = &mut sampled[at].1;
+    let p99 = |now: &LatencyHistogram, then: &LatencyHistogram| {
+        now.since(then)
+            .p99()
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+    };
+    let values = [
+        p99(&metrics.wake_to_poll, waits),
+        p99(&metrics.poll_durations, polls),
+    ];
+    let first = *first;
+    *waits = metrics.wake_to_poll;
+    *polls = metrics.poll_durations;
+    drop(sampled);
+    if first != 0 {
+        set(first, now_ns(), &values);
     }
 }

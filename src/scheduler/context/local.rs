@@ -41,7 +41,8 @@ pub(crate) struct LocalQueue {
 impl ContextShared {
     /// Queues a job of a `!Send` task on its owner thread's queue.
     #[inline]
-    pub(crate) fn push_local(&self, queue: &LocalQueue, job: Job) {
+    pub(crate) fn push_local(&self, queue: &LocalQueue, mut job: Job) {
+        self.latency.stamp(&mut job);
         if queue.gone.load(Ordering::Acquire) {
             drop_orphan(job);
             return;

@@ -25,6 +25,7 @@
 //! `!Send` jobs, one queue per owner thread (S10, `local.rs`); the watch
 //! that reports main-scheduler work nobody runs (X4, `watch.rs`).
 
+mod latency;
 mod local;
 mod siblings;
 mod watch;
@@ -163,6 +164,8 @@ pub(crate) struct ContextShared {
     /// of our context) is not the pool's to wake and wait for at its
     /// shutdown. Set before the scheduler is published.
     registry: OnceLock<Arc<crate::task::registry::Registry>>,
+    /// The latency histograms (O1, `latency.rs`).
+    latency: latency::Histograms,
 }
 
 /// A scheduler of a context that is no pool worker's.
@@ -364,6 +367,7 @@ impl ContextShared {
                 watched: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
                 registry: OnceLock::new(),
+                latency: Default::default(),
             }
         });
         map.insert(key, Arc::downgrade(&shared));
@@ -400,6 +404,7 @@ impl ContextShared {
         shared.stage.fetch_max(stage, Ordering::Relaxed);
         drop(map);
         drop(siblings);
+        shared.latency_by_default();
         shared
     }
 
@@ -423,7 +428,8 @@ impl ContextShared {
 
     /// Queues a job and wakes the context unless a wake-up is pending.
     #[inline]
-    pub(crate) fn push(&self, job: Job) {
+    pub(crate) fn push(&self, mut job: Job) {
+        self.latency.stamp(&mut job);
         self.queue.push(job);
         if self.stage.load(Ordering::Relaxed) != ORDINARY {
             // Pairs with the fence in `finish`: either its drain finds our
@@ -491,6 +497,7 @@ impl ContextShared {
     /// and the calling thread's `!Send` queue; `None` if both ran out.
     fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
         let deadline = crate::util::clock::now().wrapping_add(self.dispatch_ticks);
+        let timed = self.latency_slice();
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
@@ -502,10 +509,10 @@ impl ContextShared {
             };
             let job = job?;
             self.runner.enter_job();
-            job.run();
+            let ended = self.latency.run(timed, job);
             self.runner.leave_job();
             ran += 1;
-            if crate::util::clock::now() >= deadline || self.siblings.one_waits() {
+            if ended >= deadline || self.siblings.one_waits() {
                 break;
             }
         }

@@ -1,0 +1,481 @@
+//! Latency you can see (O1): per scheduler, a wake-to-poll histogram (from
+//! a task's spawn or wake-up to its poll's start) and a poll-duration
+//! histogram, on a pool (stealing and thread-per-core), a context scheduler
+//! pumped by hand and the main scheduler; off unless asked for; in the
+//! dump when on.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::common::{self, watchdog};
+
+/// The (wake-to-poll, poll) counts of `metrics`.
+fn counts(metrics: &gdex::SchedulerMetrics) -> (u64, u64) {
+    (metrics.wake_to_poll.count(), metrics.poll_durations.count())
+}
+
+/// Waits until `scheduler` has counted at least `want` (wake-to-poll,
+/// poll) (a worker counts a poll once it has returned from it, after the
+/// task's waiter may have been woken), or 10 s have passed, then gives
+/// what it counted, for the caller to check.
+fn settled(scheduler: &gdex::Scheduler, want: (u64, u64)) -> gdex::SchedulerMetrics {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = scheduler.metrics();
+        let (waits, polls) = counts(&metrics);
+        if waits >= want.0 && polls >= want.1 || std::time::Instant::now() > deadline {
+            return metrics;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A task that yields `yields` times: polled `yields + 1` times.
+async fn yielding(yields: usize) {
+    for _ in 0..yields {
+        gdex::yield_now().await;
+    }
+}
+
+/// How many values `histogram` counted from bucket `from` on.
+fn from_bucket(histogram: &gdex::LatencyHistogram, from: usize) -> u64 {
+    histogram.counts()[from..].iter().sum()
+}
+
+/// The bucket of 16.384 ms to 32.768 ms.
+fn bucket_16ms() -> usize {
+    gdex::LatencyHistogram::bucket_of(Duration::from_millis(17))
+}
+
+/// On a pool, each poll of each task is counted once in each histogram
+/// (tasks spawned from outside, from a worker and pinned), and each work
+/// item once among the poll durations (a work item carries no stamp: it
+/// has no wake-to-poll). The pool's histograms are its workers' summed.
+fn each_poll_counted_once_on(pool: gdex::ThreadPool) {
+    let s = pool.scheduler();
+    let mut tasks: Vec<gdex::Task<()>> = (0..50).map(|_| s.spawn(yielding(3))).collect();
+    let inner = s.clone();
+    let spawner = s.spawn(async move {
+        (0..50)
+            .map(|_| inner.spawn(yielding(3)))
+            .collect::<Vec<_>>()
+    });
+    tasks.extend(gdex::block_on(spawner).unwrap());
+    for _ in 0..10 {
+        tasks.push(pool.spawn_pinned(|| async {
+            let here = Rc::new(());
+            yielding(2).await;
+            drop(here);
+        }));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..20 {
+        let tx = tx.clone();
+        s.push(move || tx.send(()).unwrap());
+    }
+    for task in tasks {
+        gdex::block_on(task).unwrap();
+    }
+    for _ in 0..20 {
+        rx.recv().unwrap();
+    }
+    // 100 tasks of 4 polls, the spawner's one, 10 pinned of 3.
+    let waits = 100 * 4 + 1 + 10 * 3;
+    let metrics = settled(&s, (waits, waits + 20));
+    assert!(metrics.latency_histograms);
+    assert_eq!(
+        counts(&metrics),
+        (waits, waits + 20),
+        "each poll counted once: {metrics:?}"
+    );
+    let pool_metrics = pool.metrics();
+    let mut summed = (
+        gdex::LatencyHistogram::default(),
+        gdex::LatencyHistogram::default(),
+    );
+    for worker in &pool_metrics.workers {
+        summed.0.merge(&worker.wake_to_poll);
+        summed.1.merge(&worker.poll_durations);
+    }
+    assert_eq!(summed.0, pool_metrics.wake_to_poll);
+    assert_eq!(summed.1, pool_metrics.poll_durations);
+    assert_eq!(pool_metrics.wake_to_poll, metrics.wake_to_poll);
+}
+
+#[test]
+fn each_poll_is_counted_once_on_a_pool() {
+    watchdog("each_poll_is_counted_once_on_a_pool", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .latency_histograms(true)
+            .build()
+            .unwrap();
+        each_poll_counted_once_on(pool);
+    });
+}
+
+#[test]
+fn each_poll_is_counted_once_on_a_thread_per_core_pool() {
+    watchdog(
+        "each_poll_is_counted_once_on_a_thread_per_core_pool",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder()
+                .workers(2)
+                .thread_per_core(true)
+                .latency_histograms(true)
+                .build()
+                .unwrap();
+            each_poll_counted_once_on(pool);
+        },
+    );
+}
+
+/// Histograms turned on on a running pool count from each worker's next
+/// slice on (within 32 jobs: a slice reads the switch once), each poll
+/// once.
+#[test]
+fn a_pools_histograms_can_be_turned_on_while_it_runs() {
+    watchdog(
+        "a_pools_histograms_can_be_turned_on_while_it_runs",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let s = pool.scheduler();
+            gdex::block_on(s.spawn(yielding(2))).unwrap();
+            assert_eq!(counts(&s.metrics()), (0, 0));
+            s.enable_latency_histograms();
+            while counts(&s.metrics()).1 == 0 {
+                gdex::block_on(s.spawn(async {})).unwrap();
+            }
+            let before = s.metrics();
+            gdex::block_on(s.spawn(yielding(2))).unwrap();
+            let (waits, polls) = counts(&before);
+            let after = settled(&s, (waits + 3, polls + 3));
+            assert_eq!(
+                (
+                    after.wake_to_poll.since(&before.wake_to_poll).count(),
+                    after.poll_durations.since(&before.poll_durations).count()
+                ),
+                (3, 3)
+            );
+        },
+    );
+}
+
+/// On a context scheduler pumped by hand, each poll is counted once:
+/// `Send` tasks, `!Send` ones (their own queue) and a fiber, which is
+/// polled as a task there (each of its waits a poll); work items among the
+/// poll durations.
+#[test]
+fn each_poll_is_counted_once_on_a_context_scheduler() {
+    watchdog(
+        "each_poll_is_counted_once_on_a_context_scheduler",
+        60,
+        || {
+            common::on_own_context(|context| {
+                let s = gdex::Scheduler::for_context(context);
+                s.enable_latency_histograms();
+                let mut tasks: Vec<gdex::Task<()>> =
+                    (0..20).map(|_| s.spawn(yielding(3))).collect();
+                for _ in 0..10 {
+                    let here = Rc::new(());
+                    tasks.push(s.spawn_local(async move {
+                        yielding(2).await;
+                        drop(here);
+                    }));
+                }
+                let fiber = s.spawn_fiber(|| {
+                    for _ in 0..3 {
+                        gdex::fiber::wait(gdex::yield_now()).unwrap();
+                    }
+                });
+                for _ in 0..5 {
+                    s.push(|| {});
+                }
+                common::pump(context);
+                for task in tasks {
+                    assert!(task.is_finished());
+                }
+                assert!(fiber.is_finished());
+                let waits = 20 * 4 + 10 * 3 + 4;
+                let metrics = s.metrics();
+                assert!(metrics.latency_histograms);
+                assert_eq!(
+                    counts(&metrics),
+                    (waits, waits + 5),
+                    "each poll counted once: {metrics:?}"
+                );
+            })
+        },
+    );
+}
+
+/// A poll that takes 20 ms counts in a poll-duration bucket of 16 ms or
+/// more, on a pool and on a context scheduler.
+#[test]
+fn a_20ms_poll_lands_in_a_bucket_of_16ms_or_more() {
+    watchdog("a_20ms_poll_lands_in_a_bucket_of_16ms_or_more", 60, || {
+        let sleepy = || async { std::thread::sleep(Duration::from_millis(20)) };
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .latency_histograms(true)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        gdex::block_on(s.spawn(sleepy())).unwrap();
+        let context = glib::MainContext::new();
+        let c = gdex::Scheduler::for_context(&context);
+        c.enable_latency_histograms();
+        context.block_on(c.spawn(sleepy())).unwrap();
+        for metrics in [settled(&s, (1, 1)), c.metrics()] {
+            let polls = &metrics.poll_durations;
+            assert_eq!(polls.count(), 1, "{metrics:?}");
+            assert_eq!(from_bucket(polls, bucket_16ms()), 1, "{metrics:?}");
+            assert!(polls.max().unwrap() >= Duration::from_millis(20));
+            assert!(polls.p99().unwrap() >= Duration::from_millis(16));
+        }
+    });
+}
+
+/// A task woken while its one worker is busy in a 30 ms poll waits for
+/// that poll: its wake-to-poll counts in a bucket of 16 ms or more (its
+/// waker's task resolves it, then spins 30 ms).
+#[test]
+fn a_task_woken_behind_a_30ms_poll_waits_16ms_or_more() {
+    watchdog(
+        "a_task_woken_behind_a_30ms_poll_waits_16ms_or_more",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .stall_threshold(Duration::ZERO)
+                .latency_histograms(true)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            let (promise, waiting) = gdex::Promise::<u32>::new();
+            let polled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let woken = s.spawn(common::after_first_poll(&polled, waiting));
+            common::wait_until(|| polled.load(std::sync::atomic::Ordering::SeqCst) == 1);
+            let busy = s.spawn(async move {
+                promise.resolve(4);
+                common::spin(Duration::from_millis(30));
+            });
+            gdex::block_on(busy).unwrap();
+            assert_eq!(gdex::block_on(woken).unwrap().unwrap(), 4);
+            // The waiting task's two polls and the busy one's.
+            let metrics = settled(&s, (3, 3));
+            let waits = &metrics.wake_to_poll;
+            assert_eq!(waits.count(), 3, "{metrics:?}");
+            assert_eq!(
+                from_bucket(waits, bucket_16ms()),
+                1,
+                "the woken task waited out the 30 ms poll: {metrics:?}"
+            );
+            assert!(
+                waits.max().unwrap() >= Duration::from_millis(30),
+                "{metrics:?}"
+            );
+        },
+    );
+}
+
+/// Off by default (unless `GDEX_LATENCY_HISTOGRAMS=1`): a pool, its
+/// workers and a context scheduler count nothing.
+#[test]
+fn latency_histograms_are_off_by_default() {
+    watchdog("latency_histograms_are_off_by_default", 60, || {
+        assert!(
+            std::env::var_os("GDEX_LATENCY_HISTOGRAMS").is_none(),
+            "run this test without GDEX_LATENCY_HISTOGRAMS"
+        );
+        let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+        let s = pool.scheduler();
+        for _ in 0..10 {
+            gdex::block_on(s.spawn(yielding(2))).unwrap();
+        }
+        let metrics = pool.metrics();
+        assert!(metrics.tasks_run() >= 30);
+        assert!(metrics.wake_to_poll.is_empty() && metrics.poll_durations.is_empty());
+        assert!(metrics
+            .workers
+            .iter()
+            .all(|w| w.wake_to_poll.is_empty() && w.poll_durations.is_empty()));
+        let off = s.metrics();
+        assert!(!off.latency_histograms);
+        assert_eq!(counts(&off), (0, 0));
+        assert_eq!(off.wake_to_poll.p99(), None);
+        let context = glib::MainContext::new();
+        let c = gdex::Scheduler::for_context(&context);
+        context.block_on(c.spawn(yielding(2))).unwrap();
+        assert!(!c.metrics().latency_histograms);
+        assert_eq!(counts(&c.metrics()), (0, 0));
+    });
+}
+
+/// The main scheduler, on a thread of a child process that owns the
+/// default main context: each poll counted once.
+#[test]
+fn each_poll_is_counted_once_on_the_main_scheduler() {
+    common::child_passes("child_main_scheduler_counts_each_poll", &[], 60);
+}
+
+#[test]
+#[ignore = "run by each_poll_is_counted_once_on_the_main_scheduler"]
+fn child_main_scheduler_counts_each_poll() {
+    let body = || {
+        let main = gdex::Scheduler::main();
+        main.enable_latency_histograms();
+        let mut tasks: Vec<gdex::Task<()>> = (0..10).map(|_| main.spawn(yielding(3))).collect();
+        for _ in 0..5 {
+            let here = Rc::new(());
+            tasks.push(main.spawn_local(async move {
+                yielding(1).await;
+                drop(here);
+            }));
+        }
+        common::pump(&glib::MainContext::default());
+        assert!(tasks.iter().all(|t| t.is_finished()));
+        let metrics = main.metrics();
+        assert_eq!(metrics.scheduler, "Scheduler::Main");
+        assert_eq!(counts(&metrics), (10 * 4 + 5 * 2, 10 * 4 + 5 * 2));
+    };
+    std::thread::spawn(move || {
+        glib::MainContext::default()
+            .with_thread_default(body)
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    println!("CHILD-OK");
+}
+
+/// `gdex::dump()` ends with one line per scheduler whose histograms are
+/// on, naming it with p50, p99 and max of each histogram; without any, it
+/// has no such section.
+#[test]
+fn the_dump_shows_a_line_per_scheduler_with_histograms_on() {
+    let out = common::child_passes("child_dump_shows_latency_lines", &[], 60);
+    assert!(out.contains("dump lines checked"), "{out}");
+}
+
+#[test]
+#[ignore = "run by the_dump_shows_a_line_per_scheduler_with_histograms_on"]
+fn child_dump_shows_latency_lines() {
+    let before = gdex::dump().to_string();
+    assert!(!before.contains("latency"), "{before}");
+    assert!(gdex::dump().latency().is_empty());
+    let pool = gdex::ThreadPool::builder()
+        .workers(1)
+        .latency_histograms(true)
+        .build()
+        .unwrap();
+    let s = pool.scheduler();
+    for _ in 0..3 {
+        gdex::block_on(s.spawn(async {})).unwrap();
+    }
+    settled(&s, (3, 3));
+    let context = glib::MainContext::new();
+    let c = gdex::Scheduler::for_context(&context);
+    c.enable_latency_histograms();
+    context
+        .block_on(c.spawn(async { std::thread::sleep(Duration::from_millis(20)) }))
+        .unwrap();
+    let text = gdex::dump().to_string();
+    print!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "gdex latency (wake-to-poll and poll durations):")
+        .unwrap_or_else(|| panic!("no latency section: {text}"));
+    let section = &lines[at + 1..];
+    assert_eq!(section.len(), 2, "{text}");
+    assert!(
+        section[0].starts_with("  Scheduler::Pool { workers: 1 }: wake-to-poll 3, p50 ≤ ")
+            && section[0].contains("; poll 3, p50 ≤ "),
+        "{text}"
+    );
+    assert!(
+        section[1].starts_with("  Scheduler::Context(")
+            && section[1].contains(": wake-to-poll 1, p50 ≤ ")
+            && section[1].contains("; poll 1, p50 ≤ ")
+            && section[1].contains(" ms, max 2"),
+        "the 20 ms poll's line: {text}"
+    );
+    let latency = gdex::dump().latency().to_vec();
+    assert_eq!(latency.len(), 2);
+    assert_eq!(latency[0], s.metrics());
+    // A scheduler that ends leaves the dump.
+    drop((s, pool));
+    assert_eq!(gdex::dump().latency().len(), 1);
+    println!("dump lines checked");
+    println!("CHILD-OK");
+}
+
+/// `GDEX_LATENCY_HISTOGRAMS=1` turns them on for every scheduler from its
+/// start (a pool, the main scheduler, a context scheduler); the builder
+/// overrides it for a pool.
+#[test]
+fn the_environment_turns_every_schedulers_histograms_on() {
+    common::child_passes(
+        "child_environment_turns_histograms_on",
+        &[("GDEX_LATENCY_HISTOGRAMS", "1")],
+        60,
+    );
+}
+
+#[test]
+#[ignore = "run by the_environment_turns_every_schedulers_histograms_on"]
+fn child_environment_turns_histograms_on() {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let s = pool.scheduler();
+    gdex::block_on(s.spawn(async {})).unwrap();
+    assert_eq!(counts(&settled(&s, (1, 1))), (1, 1));
+    let off = gdex::ThreadPool::builder()
+        .workers(1)
+        .latency_histograms(false)
+        .build()
+        .unwrap();
+    assert!(!off.scheduler().metrics().latency_histograms);
+    assert!(gdex::Scheduler::main().metrics().latency_histograms);
+    let context = glib::MainContext::new();
+    let c = gdex::Scheduler::for_context(&context);
+    context.block_on(c.spawn(async {})).unwrap();
+    assert_eq!(counts(&c.metrics()), (1, 1));
+    println!("CHILD-OK");
+}
+
+/// O1 with P12: a pool's latency class is counted in its pool's
+/// histograms (its jobs are stamped when woken to the latency queue), and
+/// a context scheduler at a priority has histograms of its own, named
+/// with its priority.
+#[test]
+fn prioritised_schedulers_have_their_histograms() {
+    common::watchdog("prioritised_schedulers_have_their_histograms", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
+        latency.enable_latency_histograms();
+        for _ in 0..3 {
+            gdex::block_on(latency.spawn(async {})).unwrap();
+        }
+        let metrics = settled(&latency, (3, 3));
+        assert_eq!(counts(&metrics), (3, 3), "{metrics}");
+        let context = glib::MainContext::new();
+        let high = gdex::Scheduler::for_context(&context).with_priority(glib::Priority::HIGH);
+        high.enable_latency_histograms();
+        let task = high.spawn(async { 1 });
+        assert_eq!(context.block_on(task).unwrap(), 1);
+        let metrics = high.metrics();
+        assert_eq!(counts(&metrics), (1, 1), "{metrics}");
+        assert!(
+            metrics.to_string().contains("priority: G_PRIORITY_HIGH"),
+            "{metrics}"
+        );
+        // The default-priority scheduler of the same context is another.
+        assert_eq!(
+            counts(&gdex::Scheduler::for_context(&context).metrics()),
+            (0, 0)
+        );
+    });
+}
