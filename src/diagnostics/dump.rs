@@ -213,7 +213,10 @@ pub fn dump() -> TaskDump {
     TaskDump {
         enabled,
         tasks,
-        latency: super::latency::every_scheduler(),
+        latency: super::latency::listed()
+            .into_iter()
+            .map(|listed| listed.metrics)
+            .collect(),
     }
 }
 

@@ -6,8 +6,9 @@
 //! [`ThreadPoolBuilder::latency_histograms`](crate::ThreadPoolBuilder::latency_histograms),
 //! [`Scheduler::enable_latency_histograms`](crate::Scheduler::enable_latency_histograms)):
 //! on, each queued task carries the clock's reading in its job (`task::Job`)
-//! and the loop that runs it reads the clock before and after; off, it
-//! costs one branch on a flag the scheduler already has in hand.
+//! and the loop that runs it reads the clock once per job ([`Timer`]: a
+//! job's end is the next one's start); off, it costs one branch on a flag
+//! the scheduler already has in hand.
 //!
 //! The counts are kept by their one writer at a time (a pool worker; the
 //! thread dispatching a context scheduler, which GLib's ownership of the
@@ -41,66 +42,64 @@ fn bucket_of_nanos(ns: u64) -> usize {
 #[derive(Default)]
 struct Cells {
     counts: [AtomicU64; BUCKETS],
-    /// The largest value counted, in nanoseconds.
+    /// The largest value counted, in clock ticks.
     max: AtomicU64,
 }
 
 impl Cells {
-    /// Counts a value of `ns` nanoseconds. Only the cells' writer of the
-    /// moment calls this (see the module's comment).
+    /// Counts a value of `ticks` clock ticks, `micros_fp` being
+    /// [`clock::micros_fp`](crate::util::clock::micros_fp). Only the cells'
+    /// writer of the moment calls this (see the module's comment).
     #[inline]
-    fn count(&self, ns: u64) {
-        let cell = &self.counts[bucket_of_nanos(ns)];
+    fn count(&self, ticks: u64, micros_fp: u64) {
+        // Saturates past about an hour: the last bucket all the same.
+        let micros = ticks.saturating_mul(micros_fp) >> 32;
+        let bucket = ((u64::BITS - micros.leading_zeros()) as usize).min(BUCKETS - 1);
+        let cell = &self.counts[bucket];
         cell.store(cell.load(Relaxed).wrapping_add(1), Relaxed);
-        if ns > self.max.load(Relaxed) {
-            self.max.store(ns, Relaxed);
+        if ticks > self.max.load(Relaxed) {
+            self.max.store(ticks, Relaxed);
         }
     }
 
     fn read(&self) -> LatencyHistogram {
         LatencyHistogram {
             counts: std::array::from_fn(|i| self.counts[i].load(Relaxed)),
-            max_ns: self.max.load(Relaxed),
+            max_ns: crate::util::clock::nanos(self.max.load(Relaxed)),
         }
     }
 }
 
 /// One writer's histograms: a pool worker's, or a context scheduler's.
-#[derive(Default)]
 pub(crate) struct Recorder {
+    /// [`clock::micros_fp`](crate::util::clock::micros_fp), read once.
+    micros_fp: u64,
     wake_to_poll: Cells,
     polls: Cells,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            micros_fp: crate::util::clock::micros_fp(),
+            wake_to_poll: Cells::default(),
+            polls: Cells::default(),
+        }
+    }
 }
 
 impl Recorder {
     /// A job's run took `ticks` clock ticks (`util::clock`).
     #[inline]
     pub(crate) fn poll_took(&self, ticks: u64) {
-        self.polls.count(crate::util::clock::nanos(ticks));
+        self.polls.count(ticks, self.micros_fp);
     }
 
     /// A task waited `ticks` clock ticks between being queued and its
     /// poll's start.
     #[inline]
     pub(crate) fn waited(&self, ticks: u64) {
-        self.wake_to_poll.count(crate::util::clock::nanos(ticks));
-    }
-
-    /// Times one job: `run` runs it; `queued`, its task's stamp
-    /// (`Job::queued_at`), if it has one. Gives the clock's reading at its
-    /// end.
-    #[inline]
-    pub(crate) fn time(&self, queued: Option<u64>, run: impl FnOnce()) -> u64 {
-        let started = crate::util::clock::now();
-        run();
-        let ended = crate::util::clock::now();
-        self.poll_took(ended.saturating_sub(started));
-        if let Some(queued) = queued {
-            // Stamped on another thread perhaps, whose clock may read a
-            // little ahead: a wait of 0 then, never a wrapped difference.
-            self.waited(started.saturating_sub(queued));
-        }
-        ended
+        self.wake_to_poll.count(ticks, self.micros_fp);
     }
 
     /// The wake-to-poll histogram so far.
@@ -114,11 +113,81 @@ impl Recorder {
     }
 }
 
+/// Times the jobs of one pool worker's slice, or of one dispatch of a
+/// context scheduler, into its writer's [`Recorder`], with one clock
+/// reading per job: a job ends where the next one starts, unless the loop
+/// found no job in between (then its state is not `fresh`), when the next
+/// start is read afresh. So a job's time includes the look that found it (a deque
+/// pop, an injector pull, a steal: well under a microsecond, the first
+/// bucket's width), and a task's wait ends where that look began.
+pub(crate) struct Timer<'a> {
+    recorder: &'a Recorder,
+    /// The clock's reading at the last job's end (or the loop's start).
+    last: u64,
+    /// `last` is where the next job starts: no search came up empty since.
+    fresh: bool,
+}
+
+impl<'a> Timer<'a> {
+    /// A loop timed into `recorder` starts: at `now` if the caller has
+    /// just read the clock, else at its first job.
+    #[inline]
+    pub(crate) fn new(recorder: &'a Recorder, now: Option<u64>) -> Self {
+        Timer {
+            recorder,
+            last: now.unwrap_or(0),
+            fresh: now.is_some(),
+        }
+    }
+
+    /// A timer into `recorder` whose loop left it at `state` (see
+    /// [`state`](Self::state)).
+    #[inline]
+    pub(crate) fn resume(recorder: &'a Recorder, last: u64, fresh: bool) -> Self {
+        Timer {
+            recorder,
+            last,
+            fresh,
+        }
+    }
+
+    /// Where the next job starts, and whether that is the last job's end:
+    /// for a loop that keeps its timer between jobs elsewhere (a pool
+    /// worker's thread-local).
+    #[inline]
+    pub(crate) fn state(&self) -> (u64, bool) {
+        (self.last, self.fresh)
+    }
+
+    /// Runs a job (`run`), counting how long it ran and, if its task was
+    /// stamped `queued` (`Job::queued_at`), how long the task waited since;
+    /// gives the clock's reading at its end.
+    #[inline]
+    pub(crate) fn run(&mut self, queued: Option<u64>, run: impl FnOnce()) -> u64 {
+        let started = if self.fresh {
+            self.last
+        } else {
+            crate::util::clock::now()
+        };
+        run();
+        let ended = crate::util::clock::now();
+        self.recorder.poll_took(ended.saturating_sub(started));
+        if let Some(queued) = queued {
+            // Stamped on another thread perhaps, whose clock may read a
+            // little ahead: a wait of 0 then, never a wrapped difference.
+            self.recorder.waited(started.saturating_sub(queued));
+        }
+        self.last = ended;
+        self.fresh = true;
+        ended
+    }
+}
+
 /// A histogram of latencies: wake-to-poll times or poll durations (O1),
 /// from [`PoolMetrics`](crate::PoolMetrics), [`WorkerMetrics`](crate::WorkerMetrics)
 /// or [`SchedulerMetrics`].
 ///
-/// Its [`BUCKETS`] buckets are powers of two of microseconds (`[0, 1 µs)`,
+/// Its [`BUCKETS`](Self::BUCKETS) buckets are powers of two of microseconds (`[0, 1 µs)`,
 /// `[1, 2 µs)`, `[2, 4 µs)`, …, the last from 2^20 µs, about 1.05 s, on),
 /// so a value is known within a factor of two; the largest value counted is
 /// kept exactly. Counts only grow: compare two snapshots with
@@ -357,84 +426,77 @@ impl fmt::Display for SchedulerMetrics {
 pub(crate) trait LatencySource: Send + Sync {
     /// Its histograms now.
     fn latency_metrics(&self) -> SchedulerMetrics;
-    /// Its switch.
-    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
-    fn latency_switch(&self) -> &Switch;
     /// A short name for Sysprof's counters: `"pool"`, `"main"`, `"context"`.
     #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
     fn short_name(&self) -> &'static str;
 }
 
-/// Whether a scheduler's histograms are on.
+/// Whether a scheduler's histograms are on: one byte in the scheduler,
+/// beside the flags its hot path reads; the rest of what the histograms
+/// need is elsewhere ([`Recorder`]s, the list of [`listed`] schedulers).
 #[derive(Default)]
-pub(crate) struct Switch {
-    on: AtomicBool,
-    /// Its number among the schedulers that turned theirs on (from 1; 0
-    /// until then).
-    id: AtomicU64,
-    /// When Sysprof's view may sample it next (clock ticks).
-    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
-    next_sample: AtomicU64,
-}
+pub(crate) struct Switch(AtomicBool);
 
 impl Switch {
     /// Are the histograms on? A relaxed load.
     #[inline]
     pub(crate) fn is_on(&self) -> bool {
-        self.on.load(Relaxed)
+        self.0.load(Relaxed)
     }
 
     /// Turns the histograms of `source` (whose switch this is) on, for
-    /// good; the first time, lists it for the dump.
+    /// good; the first time, lists it for the dump and the views.
     pub(crate) fn turn_on(&self, source: Weak<dyn LatencySource>) {
-        if self.on.swap(true, Relaxed) {
+        if self.0.swap(true, Relaxed) {
             return;
         }
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        self.id.store(NEXT.fetch_add(1, Relaxed), Relaxed);
+        let id = NEXT.fetch_add(1, Relaxed);
         let mut sources = sources().lock().unpoisoned();
-        sources.retain(|s| s.strong_count() > 0);
-        sources.push(source);
-    }
-
-    /// The scheduler's number among those whose histograms are on.
-    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
-    pub(crate) fn id(&self) -> u64 {
-        self.id.load(Relaxed)
-    }
-
-    /// True at most once per `every` ticks, for whoever asks first at or
-    /// after `now` ticks.
-    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
-    pub(crate) fn due(&self, now: u64, every: u64) -> bool {
-        let next = self.next_sample.load(Relaxed);
-        now >= next
-            && self
-                .next_sample
-                .compare_exchange(next, now.saturating_add(every), Relaxed, Relaxed)
-                .is_ok()
+        sources.retain(|(_, s)| s.strong_count() > 0);
+        sources.push((id, source));
     }
 }
 
-/// The schedulers whose histograms are on, in the order they were turned
-/// on. Weak: a listed scheduler ends as it would have.
-fn sources() -> &'static Mutex<Vec<Weak<dyn LatencySource>>> {
-    static SOURCES: OnceLock<Mutex<Vec<Weak<dyn LatencySource>>>> = OnceLock::new();
+/// The schedulers whose histograms are on, each with its number (from 1),
+/// in the order they were turned on. Weak: a listed scheduler ends as it
+/// would have.
+type Sources = Mutex<Vec<(u64, Weak<dyn LatencySource>)>>;
+
+fn sources() -> &'static Sources {
+    static SOURCES: OnceLock<Sources> = OnceLock::new();
     SOURCES.get_or_init(Default::default)
 }
 
-/// The histograms of every live scheduler that has them on, in the order
-/// they were turned on.
-pub(crate) fn every_scheduler() -> Vec<SchedulerMetrics> {
+/// A live scheduler whose histograms are on, as [`listed`] gives it.
+pub(crate) struct Listed {
+    /// Its number among those turned on, from 1.
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    pub(crate) id: u64,
+    /// Its short name ([`LatencySource::short_name`]).
+    #[cfg_attr(not(feature = "sysprof"), allow(dead_code))]
+    pub(crate) short: &'static str,
+    pub(crate) metrics: SchedulerMetrics,
+}
+
+/// Every live scheduler whose histograms are on, in the order they were
+/// turned on.
+pub(crate) fn listed() -> Vec<Listed> {
     // Upgraded under the lock, read and let go after it: reading is gdex's
     // own code, but a last reference dropped here ends its scheduler.
-    let live: Vec<Arc<dyn LatencySource>> = sources()
+    let live: Vec<(u64, Arc<dyn LatencySource>)> = sources()
         .lock()
         .unpoisoned()
         .iter()
-        .filter_map(Weak::upgrade)
+        .filter_map(|(id, s)| Some((*id, s.upgrade()?)))
         .collect();
-    live.iter().map(|s| s.latency_metrics()).collect()
+    live.iter()
+        .map(|(id, s)| Listed {
+            id: *id,
+            short: s.short_name(),
+            metrics: s.latency_metrics(),
+        })
+        .collect()
 }
 
 /// `GDEX_LATENCY_HISTOGRAMS=1` (or `true`/`yes`/`on`) turns every
@@ -576,23 +638,40 @@ mod tests {
         assert!(big.since(&big).is_empty());
     }
 
-    /// The recorder's cells count what their writer times, from clock
-    /// ticks; a stamp later than the poll's start (another core's clock)
-    /// is a wait of 0.
+    /// A timer counts each job it runs in its recorder, from clock ticks,
+    /// a job ending where the next starts unless the loop went idle
+    /// between; a stamp later than the poll's start (another core's
+    /// clock) is a wait of 0.
     #[test]
-    fn a_recorder_counts_ticks_and_a_stamp_from_ahead_is_no_wait() {
+    fn a_timer_counts_each_job_and_a_stamp_from_ahead_is_no_wait() {
+        use crate::task::{builder, Job};
         let recorder = Recorder::default();
         let twenty = crate::util::clock::ticks(Duration::from_millis(20));
         recorder.poll_took(twenty);
         recorder.waited(0);
+        let job = |queued: Option<u64>| {
+            let (runnable, task) = builder().spawn(|_| async {}, |_| {});
+            let mut job = Job::task(runnable);
+            if let Some(at) = queued {
+                job.stamp(at);
+            }
+            (job, task)
+        };
+        let mut timer = Timer::new(&recorder, None);
         let ahead = crate::util::clock::now() + twenty * 50;
-        let mut ran = false;
-        recorder.time(Some(ahead), || ran = true);
-        assert!(ran);
+        let (first, t1) = job(Some(ahead));
+        let ended = timer.run(first.queued_at(), move || first.run());
+        assert!(t1.is_finished());
+        assert!(ended > 0);
+        let (second, _t2) = job(None);
+        // The loop went idle: the next start is read afresh.
+        let mut timer = Timer::resume(&recorder, timer.state().0, false);
+        timer.run(second.queued_at(), move || second.run());
         let polls = recorder.poll_durations();
-        assert_eq!(polls.count(), 2);
+        assert_eq!(polls.count(), 3);
         assert_eq!(polls.counts()[15], 1, "{polls:?}");
         let waits = recorder.wake_to_poll();
+        assert_eq!(waits.count(), 2, "the unstamped job has no wait: {waits:?}");
         assert_eq!(waits.counts()[0], 2, "{waits:?}");
         assert_eq!(waits.max(), Some(Duration::ZERO));
     }

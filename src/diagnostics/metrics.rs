@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::latency::{LatencyHistogram, Recorder};
+use crossbeam_utils::CachePadded;
 
 /// One owner-written counter.
 #[derive(Default)]
@@ -42,9 +43,6 @@ pub(crate) struct WorkerCounters {
     pub(crate) wake_requests_received: Counter,
     pub(crate) parks: Counter,
     pub(crate) context_iterations: Counter,
-    /// The worker's latency histograms (O1), written only while they are
-    /// on.
-    pub(crate) latency: Recorder,
 }
 
 impl WorkerCounters {
@@ -61,8 +59,8 @@ impl WorkerCounters {
             wake_requests_received: self.wake_requests_received.get(),
             parks: self.parks.get(),
             context_iterations: self.context_iterations.get(),
-            wake_to_poll: self.latency.wake_to_poll(),
-            poll_durations: self.latency.poll_durations(),
+            wake_to_poll: LatencyHistogram::default(),
+            poll_durations: LatencyHistogram::default(),
         }
     }
 }
@@ -131,9 +129,12 @@ pub struct PoolMetrics {
 }
 
 impl PoolMetrics {
-    /// Fills the pool's histograms with the sums of its workers'.
-    pub(crate) fn summed(mut self) -> Self {
-        for worker in &self.workers {
+    /// Fills each worker's histograms from its cells in `recorders` (by
+    /// index), and the pool's with their sums.
+    pub(crate) fn with_latency(mut self, recorders: &[CachePadded<Recorder>]) -> Self {
+        for (worker, recorder) in self.workers.iter_mut().zip(recorders) {
+            worker.wake_to_poll = recorder.wake_to_poll();
+            worker.poll_durations = recorder.poll_durations();
             self.wake_to_poll.merge(&worker.wake_to_poll);
             self.poll_durations.merge(&worker.poll_durations);
         }

@@ -184,6 +184,8 @@ pub(crate) struct PoolShared {
     stall_threshold: std::time::Duration,
     /// Whether the workers keep latency histograms (O1, `latency.rs`).
     latency: crate::diagnostics::latency::Switch,
+    /// Each worker's latency histograms, by index: lines of its own.
+    latency_cells: Box<[CachePadded<crate::diagnostics::latency::Recorder>]>,
 }
 
 /// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
@@ -576,7 +578,7 @@ impl PoolShared {
             wake_to_poll: Default::default(),
             poll_durations: Default::default(),
         }
-        .summed()
+        .with_latency(&self.latency_cells)
     }
 }
 

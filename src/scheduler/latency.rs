@@ -18,7 +18,8 @@ impl Scheduler {
     /// (within 32 jobs: a slice reads the switch once).
     ///
     /// Off, they cost a branch on a flag at each queueing and each
-    /// dispatch; on, two clock reads per job and one per queueing.
+    /// dispatch; on, a clock reading per queueing and one per job (its
+    /// end, which is the next job's start).
     ///
     /// ```
     /// let context = glib::MainContext::new();

@@ -31,7 +31,9 @@ pub(crate) struct Job {
     /// A task's: [`UNSTAMPED`], or `(ticks << 1) | 1` with `ticks` the
     /// clock's reading when it was queued (never dereferenced: no
     /// provenance). A work item's: its closure's [`WorkOf::VTABLE`].
-    kind: *const WorkVtable,
+    /// Never null, so that `Option<Job>` (what every queue's pop gives)
+    /// stays two words.
+    kind: NonNull<WorkVtable>,
 }
 
 // SAFETY: a job holds a `Runnable` (which is `Send`: gdex's task metadata is
@@ -41,6 +43,16 @@ unsafe impl Send for Job {}
 
 /// The `kind` word of a task's job that carries no stamp.
 const UNSTAMPED: usize = 1;
+
+/// The `kind` of a task's job whose word is `word`, which is odd (so never
+/// null): a pointer without provenance, never dereferenced.
+#[inline]
+fn task_kind(word: usize) -> NonNull<WorkVtable> {
+    debug_assert!(word & 1 == 1, "a task's kind word is odd");
+    NonNull::new(ptr::without_provenance_mut(word)).unwrap_or(NonNull::dangling())
+}
+
+const _: () = assert!(std::mem::size_of::<Option<Job>>() == 2 * std::mem::size_of::<usize>());
 
 // A vtable's address is even, so an odd `kind` is a task's.
 const _: () = assert!(std::mem::align_of::<WorkVtable>() >= 2);
@@ -109,7 +121,7 @@ impl Job {
         }
         Job {
             data,
-            kind: std::ptr::without_provenance(UNSTAMPED),
+            kind: task_kind(UNSTAMPED),
         }
     }
 
@@ -132,7 +144,7 @@ impl Job {
             // A stamp of 0 would read as none: a reading of 0 is a tick
             // later. The top bit goes: 2^63 ticks is decades of uptime.
             let word = ((ticks.max(1) << 1) | 1) as usize;
-            self.kind = std::ptr::without_provenance(word);
+            self.kind = task_kind(word);
         }
     }
 
@@ -140,7 +152,7 @@ impl Job {
     /// clock ticks, if its scheduler stamped it ([`stamp`](Self::stamp)).
     #[inline]
     pub(crate) fn queued_at(&self) -> Option<u64> {
-        let word = self.kind.addr();
+        let word = self.kind.as_ptr().addr();
         (self.is_task() && word != UNSTAMPED).then_some((word >> 1) as u64)
     }
 
@@ -181,7 +193,7 @@ impl Job {
         }
         Job {
             data,
-            kind: &WorkOf::<F>::VTABLE,
+            kind: NonNull::from(&WorkOf::<F>::VTABLE),
         }
     }
 
@@ -197,7 +209,7 @@ impl Job {
     pub(crate) unsafe fn raw(word: usize, vtable: &'static WorkVtable) -> Job {
         Job {
             data: std::mem::MaybeUninit::new(word),
-            kind: vtable,
+            kind: NonNull::from(vtable),
         }
     }
 
@@ -219,13 +231,13 @@ impl Job {
     /// job's, told apart by its vtable's address).
     #[inline]
     pub(crate) fn is_kind(&self, kind: *const ()) -> bool {
-        ptr::eq(self.kind.cast::<()>(), kind)
+        ptr::eq(self.kind.as_ptr().cast::<()>(), kind)
     }
 
     /// A task's job: its `kind` is odd (a vtable's address is even).
     #[inline]
     fn is_task(&self) -> bool {
-        self.kind.addr() & 1 != 0
+        self.kind.as_ptr().addr() & 1 != 0
     }
 
     /// The vtable of a work item's (or a raw) job.
@@ -236,7 +248,7 @@ impl Job {
     unsafe fn vtable(&self) -> &'static WorkVtable {
         // SAFETY: a job that is not a task's was made by `work` or `raw`
         // from a `&'static WorkVtable` (caller).
-        unsafe { &*self.kind }
+        unsafe { self.kind.as_ref() }
     }
 
     /// The task's `Runnable`, taken out of the job (which must not be used

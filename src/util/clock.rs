@@ -50,6 +50,13 @@ pub(crate) fn nanos(ticks: u64) -> u64 {
     u64::try_from((u128::from(ticks) * u128::from(per_tick)) >> 32).unwrap_or(u64::MAX)
 }
 
+/// Microseconds per tick, in 32.32 fixed point: `ticks * micros_fp() >> 32`
+/// is a count of ticks in microseconds with one multiplication (the
+/// latency histograms' buckets, O1).
+pub(crate) fn micros_fp() -> u64 {
+    (4_294_967_296.0 / per_micro()) as u64
+}
+
 /// Ticks per microsecond, calibrated once.
 fn per_micro() -> f64 {
     static PER_MICRO: OnceLock<f64> = OnceLock::new();

@@ -195,16 +195,15 @@ pub(crate) fn worker_slice(figures: impl FnOnce() -> WorkerFigures) {
 }
 
 /// A scheduler whose latency histograms are on starts a slice of its jobs
-/// (a pool worker's, a context scheduler's dispatch): a sample for the
-/// views that chart them (Sysprof's counters, at most every 10 ms per
-/// scheduler).
+/// (a pool worker's, a context scheduler's dispatch): a sample of every
+/// such scheduler's for the views that chart them (Sysprof's counters, at
+/// most every 10 ms).
 #[inline]
-pub(crate) fn latency_slice(source: &dyn super::latency::LatencySource) {
+pub(crate) fn latency_slice() {
     #[cfg(feature = "sysprof")]
     if sysprof::active() {
-        sysprof::latency(source);
+        sysprof::latency();
     }
-    let _ = source;
 }
 
 /// A wait of the fiber running here (F2), from its suspension to its

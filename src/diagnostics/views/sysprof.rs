@@ -41,17 +41,17 @@
 //! latency histograms are on (category `gdex-pool-N`, `gdex-main-N`,
 //! `gdex-context-N`, N its number among those): the p99 of its
 //! wake-to-poll times and of its poll durations, in microseconds, over the
-//! last 10 ms or more (0 if nothing ran), set at most every 10 ms as one of
-//! its slices starts.
+//! last 10 ms or more (0 if nothing ran), set at most every 10 ms as a
+//! slice of any of them starts.
 
 use std::ffi::{c_char, c_int, c_uint, CString};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::WorkerFigures;
-use crate::diagnostics::latency::{LatencyHistogram, LatencySource};
+use crate::diagnostics::latency::LatencyHistogram;
 use crate::diagnostics::record::{Entry, Kind};
 use crate::util::Unpoisoned;
 
@@ -640,52 +640,65 @@ fn set(first: c_uint, now: i64, values: &[i64]) {
 const LATENCY_EVERY: Duration = Duration::from_millis(10);
 
 /// A scheduler whose latency histograms are on starts a slice: at most
-/// every [`LATENCY_EVERY`], its two counters (defined on first use) are
-/// set to the p99 of what it counted since they were last set.
-pub(crate) fn latency(source: &dyn LatencySource) {
+/// every [`LATENCY_EVERY`], each such scheduler's two counters (defined on
+/// first use) are set to the p99 of what it counted since they were last
+/// set.
+pub(crate) fn latency() {
     static EVERY: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let every = *EVERY.get_or_init(|| crate::util::clock::ticks(LATENCY_EVERY));
-    let switch = source.latency_switch();
-    if !switch.due(crate::util::clock::now(), every) {
+    let now = crate::util::clock::now();
+    let next = NEXT.load(Ordering::Relaxed);
+    if now < next
+        || NEXT
+            .compare_exchange(
+                next,
+                now.saturating_add(every),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+    {
         return;
     }
     /// Per scheduler (by its number): its counters' first id and its
     /// histograms when they were last set.
     type Sampled = (c_uint, LatencyHistogram, LatencyHistogram);
     static SAMPLED: Mutex<Vec<(u64, Sampled)>> = Mutex::new(Vec::new());
-    let metrics = source.latency_metrics();
-    let id = switch.id();
-    let mut sampled = SAMPLED.lock().unpoisoned();
-    let at = match sampled.iter().position(|(of, _)| *of == id) {
-        Some(at) => at,
-        None => {
-            let first = define(
-                &format!("gdex-{}-{id}", source.short_name()),
-                &[
-                    ("wake-to-poll p99 (us)", "Tasks' waits to be polled, p99"),
-                    ("poll p99 (us)", "Jobs' run times, p99"),
-                ],
-            );
-            let empty = LatencyHistogram::default();
-            sampled.push((id, (first, empty.clone(), empty)));
-            sampled.len() - 1
+    for listed in crate::diagnostics::latency::listed() {
+        let mut sampled = SAMPLED.lock().unpoisoned();
+        let at = match sampled.iter().position(|(of, _)| *of == listed.id) {
+            Some(at) => at,
+            None => {
+                let first = define(
+                    &format!("gdex-{}-{}", listed.short, listed.id),
+                    &[
+                        ("wake-to-poll p99 (us)", "Tasks' waits to be polled, p99"),
+                        ("poll p99 (us)", "Jobs' run times, p99"),
+                    ],
+                );
+                let empty = LatencyHistogram::default();
+                sampled.push((listed.id, (first, empty.clone(), empty)));
+                sampled.len() - 1
+            }
+        };
+        let (first, waits, polls) = &mut sampled[at].1;
+        let p99 = |now: &LatencyHistogram, then: &LatencyHistogram| {
+            now.since(then)
+                .p99()
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        };
+        let metrics = listed.metrics;
+        let values = [
+            p99(&metrics.wake_to_poll, waits),
+            p99(&metrics.poll_durations, polls),
+        ];
+        let first = *first;
+        *waits = metrics.wake_to_poll;
+        *polls = metrics.poll_durations;
+        drop(sampled);
+        if first != 0 {
+            set(first, now_ns(), &values);
         }
-    };
-    let (first, waits, polls) = &mut sampled[at].1;
-    let p99 = |now: &LatencyHistogram, then: &LatencyHistogram| {
-        now.since(then)
-            .p99()
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-    };
-    let values = [
-        p99(&metrics.wake_to_poll, waits),
-        p99(&metrics.poll_durations, polls),
-    ];
-    let first = *first;
-    *waits = metrics.wake_to_poll;
-    *polls = metrics.poll_durations;
-    drop(sampled);
-    if first != 0 {
-        set(first, now_ns(), &values);
     }
 }

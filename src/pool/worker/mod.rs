@@ -537,7 +537,7 @@ impl Core {
                 self.tokio.ensure();
                 self.runner.enter_job();
                 self.chain_left.set(SLICE - ran - 1);
-                super::latency::run(timed, &self.counters().latency, job);
+                super::latency::run(timed, &self.shared, self.index, job);
                 self.chain_left.set(0);
                 let chained = self.chained.replace(0);
                 self.runner.leave_job();
@@ -551,6 +551,7 @@ impl Core {
                 }
                 continue;
             }
+            super::latency::idle(timed);
             if crate::current::take_loop_work() {
                 // Our context has work for its next turn (queued AIO
                 // requests, whose completions are our next jobs): take that

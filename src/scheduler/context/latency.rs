@@ -1,6 +1,7 @@
 //! A context scheduler's latency histograms (O1): its tasks' jobs stamped
 //! as they are queued (`push`, `push_local`), and each job of its
-//! dispatches timed.
+//! dispatches timed with the clock reading the dispatch makes after each
+//! job anyway (its deadline's).
 //!
 //! One writer at a time: the thread dispatching the scheduler, which holds
 //! the context (GLib lets one thread iterate a context at a time, and its
@@ -10,14 +11,15 @@
 use std::sync::{Arc, Weak};
 
 use super::ContextShared;
-use crate::diagnostics::latency::{LatencySource, Recorder, SchedulerMetrics, Switch};
+use crate::diagnostics::latency::{LatencySource, Recorder, SchedulerMetrics, Switch, Timer};
 use crate::task::Job;
 
-/// A context scheduler's switch and counts.
+/// A context scheduler's switch and counts (boxed: only the switch is on
+/// the push's path).
 #[derive(Default)]
 pub(super) struct Histograms {
     switch: Switch,
-    recorder: Recorder,
+    recorder: Box<Recorder>,
 }
 
 impl Histograms {
@@ -29,35 +31,37 @@ impl Histograms {
         }
     }
 
-    /// Runs `job`, timed if `timed` (the switch, read once a dispatch);
-    /// gives the clock's reading at its end either way (the dispatch's
-    /// deadline needs it).
+    /// Runs `job`, timed if the dispatch has a timer; gives the clock's
+    /// reading at its end either way (the dispatch's deadline needs it).
     #[inline]
-    pub(super) fn run(&self, timed: bool, job: Job) -> u64 {
-        if timed {
-            return self.run_timed(job);
+    pub(super) fn run(timer: &mut Option<Timer<'_>>, job: Job) -> u64 {
+        match timer {
+            Some(timer) => Self::run_timed(timer, job),
+            None => {
+                job.run();
+                crate::util::clock::now()
+            }
         }
-        job.run();
-        crate::util::clock::now()
     }
 
     /// Out of line: a dispatch's loop stays as it was when they are off.
     #[inline(never)]
-    fn run_timed(&self, job: Job) -> u64 {
-        self.recorder.time(job.queued_at(), move || job.run())
+    fn run_timed(timer: &mut Timer<'_>, job: Job) -> u64 {
+        timer.run(job.queued_at(), move || job.run())
     }
 }
 
 impl ContextShared {
-    /// A dispatch starts: whether it times its jobs, and if so, a sample
-    /// for the views that chart the histograms (Sysprof's counters).
+    /// A dispatch starts, at `now` (a clock reading): a timer for its jobs
+    /// if the histograms are on, and then a sample for the views that
+    /// chart them (Sysprof's counters).
     #[inline]
-    pub(super) fn latency_slice(&self) -> bool {
-        let timed = self.latency.switch.is_on();
-        if timed {
-            crate::diagnostics::views::latency_slice(self);
+    pub(super) fn latency_slice(&self, now: u64) -> Option<Timer<'_>> {
+        if !self.latency.switch.is_on() {
+            return None;
         }
-        timed
+        crate::diagnostics::views::latency_slice();
+        Some(Timer::new(&self.latency.recorder, Some(now)))
     }
 
     /// Turns this scheduler's histograms on, for good (the jobs queued
@@ -96,10 +100,6 @@ impl LatencySource for ContextShared {
             wake_to_poll: self.latency.recorder.wake_to_poll(),
             poll_durations: self.latency.recorder.poll_durations(),
         }
-    }
-
-    fn latency_switch(&self) -> &Switch {
-        &self.latency.switch
     }
 
     fn short_name(&self) -> &'static str {

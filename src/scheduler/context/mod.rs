@@ -496,8 +496,9 @@ impl ContextShared {
     /// Runs up to a batch of jobs, taking turns between the shared queue
     /// and the calling thread's `!Send` queue; `None` if both ran out.
     fn run_jobs(&self, local: Option<&LocalQueue>) -> Option<()> {
-        let deadline = crate::util::clock::now().wrapping_add(self.dispatch_ticks);
-        let timed = self.latency_slice();
+        let started = crate::util::clock::now();
+        let deadline = started.wrapping_add(self.dispatch_ticks);
+        let mut timer = self.latency_slice(started);
         let mut local_turn = false;
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
@@ -509,7 +510,7 @@ impl ContextShared {
             };
             let job = job?;
             self.runner.enter_job();
-            let ended = self.latency.run(timed, job);
+            let ended = latency::Histograms::run(&mut timer, job);
             self.runner.leave_job();
             ran += 1;
             if ended >= deadline || self.siblings.one_waits() {
