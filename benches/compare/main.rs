@@ -16,6 +16,10 @@
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
 //!
+//! `GDEX_LATENCY_HISTOGRAMS=1` in its environment measures gdex with its
+//! schedulers' latency histograms on (O1): the pools here are built with
+//! the builder's defaults, which read it.
+//!
 //! It ends by printing one Markdown table: every workload, gdex's figure,
 //! each peer's, and gdex / best peer.
 

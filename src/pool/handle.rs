@@ -273,9 +273,9 @@ impl ThreadPoolBuilder {
     /// read from [`ThreadPool::metrics`] (per worker and summed),
     /// [`Scheduler::metrics`](crate::Scheduler::metrics) and
     /// [`dump`](crate::dump). Off by default: on, a task's queueing and
-    /// each job's end read the clock (3 to 5% of the cost of the smallest
-    /// tasks, a spawn and an empty poll; nothing measurable on bigger
-    /// ones); off, they cost a branch on a flag.
+    /// each job's end read the clock (about 5% of the cost of the
+    /// smallest tasks, a spawn and an empty poll; less the more a poll
+    /// does); off, they cost a branch on a flag.
     ///
     /// ```
     /// let pool = gdex::ThreadPool::builder()
