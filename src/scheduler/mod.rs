@@ -553,18 +553,10 @@ impl Scheduler {
         F: FnOnce() + Send + 'static,
     {
         match &self.kind {
-            // The main context's schedulers live as long as the process.
-            Kind::Context(shared) if shared.is_main() => shared.push(Job::work(f)),
-            Kind::Context(shared) => {
-                // A task's schedule function keeps its scheduler alive; a
-                // work item keeps its own, so that one pushed through a
-                // handle dropped at once still runs (S3).
-                let keep = shared.clone();
-                shared.push(Job::work(move || {
-                    let _keep = keep;
-                    f()
-                }))
-            }
+            // (A work item does not keep its scheduler alive: it would keep
+            // it, and its context, for good on a context nobody iterates
+            // again. See `ContextShared`'s drop.)
+            Kind::Context(shared) => shared.push(Job::work(f)),
             Kind::Pool(pool) => {
                 let job = Job::work(f);
                 if pool.is_closed() {

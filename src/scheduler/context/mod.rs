@@ -640,10 +640,21 @@ impl Drop for ContextShared {
         }
         drop(map);
         drop(siblings);
-        // Jobs still queued are dropped here: their tasks resolve as
-        // cancelled. (A queued job holds a strong reference to us through its
-        // schedule function, so this only happens once the queue is empty or
-        // the context is being torn down.)
+        // Jobs still queued are dropped here. A queued task holds a strong
+        // reference to us through its schedule function, so what is left is
+        // work items (`Scheduler::push`): pushed through the last handle of
+        // a context's scheduler (not the main context's: those live for the
+        // process), they are dropped unrun with it. Said, not silent.
+        let unrun = self.queue.len();
+        if unrun > 0 {
+            glib::g_warning!(
+                "gdex",
+                "{unrun} work item(s) pushed with Scheduler::push to a context scheduler were \
+                 dropped without running: the last handle of that scheduler \
+                 (Scheduler::for_context, with_priority) was dropped before the context ran \
+                 them. Keep a handle while its work is queued, or spawn a task."
+            );
+        }
     }
 }
 
