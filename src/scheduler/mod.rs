@@ -642,25 +642,10 @@ impl Eq for Scheduler {}
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // P12: a priority other than the default is named.
-        let priority = |c: &ContextShared| context::priority_name(c.priority());
         match &self.kind {
-            Kind::Context(c) if c.at_default_priority() && c.is_main() => {
-                f.write_str("Scheduler::Main")
-            }
-            Kind::Context(c) if c.at_default_priority() => f
-                .debug_tuple("Scheduler::Context")
-                .field(c.context())
-                .finish(),
-            Kind::Context(c) if c.is_main() => f
-                .debug_struct("Scheduler::Main")
-                .field("priority", &format_args!("{}", priority(c)))
-                .finish(),
-            Kind::Context(c) => f
-                .debug_struct("Scheduler::Context")
-                .field("context", c.context())
-                .field("priority", &format_args!("{}", priority(c)))
-                .finish(),
+            // As `ContextShared` names itself (P12: with its priority unless
+            // it is the default).
+            Kind::Context(c) => std::fmt::Debug::fmt(&**c, f),
             Kind::Pool(p) if self.latency => f
                 .debug_struct("Scheduler::Pool")
                 .field("workers", &p.workers())

@@ -83,19 +83,7 @@ impl LatencySource for ContextShared {
     fn latency_metrics(&self) -> SchedulerMetrics {
         SchedulerMetrics {
             // As `Scheduler`'s `Debug` names it.
-            scheduler: match (self.is_main, self.at_default_priority()) {
-                (true, true) => "Scheduler::Main".to_owned(),
-                (false, true) => format!("Scheduler::Context({:?})", self.context),
-                (true, false) => format!(
-                    "Scheduler::Main {{ priority: {} }}",
-                    super::priority_name(self.priority)
-                ),
-                (false, false) => format!(
-                    "Scheduler::Context {{ context: {:?}, priority: {} }}",
-                    self.context,
-                    super::priority_name(self.priority)
-                ),
-            },
+            scheduler: format!("{self:?}"),
             latency_histograms: self.latency.switch.is_on(),
             wake_to_poll: self.latency.recorder.wake_to_poll(),
             poll_durations: self.latency.recorder.poll_durations(),

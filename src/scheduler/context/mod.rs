@@ -574,6 +574,31 @@ impl ContextShared {
     }
 }
 
+/// How `Scheduler`'s `Debug` (and so the task dump, the views and the
+/// latency histograms' lines) names a context's scheduler: a priority
+/// other than the context's default is named (P12).
+impl std::fmt::Debug for ContextShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let priority = || priority_name(self.priority);
+        match (self.is_main, self.at_default_priority()) {
+            (true, true) => f.write_str("Scheduler::Main"),
+            (false, true) => f
+                .debug_tuple("Scheduler::Context")
+                .field(&self.context)
+                .finish(),
+            (true, false) => f
+                .debug_struct("Scheduler::Main")
+                .field("priority", &format_args!("{}", priority()))
+                .finish(),
+            (false, false) => f
+                .debug_struct("Scheduler::Context")
+                .field("context", &self.context)
+                .field("priority", &format_args!("{}", priority()))
+                .finish(),
+        }
+    }
+}
+
 /// A scheduler of a pool worker's own context ends with the worker (S9):
 /// only that worker runs its tasks, so when the pool shuts down they resolve
 /// as cancelled, as the pool's own do.
