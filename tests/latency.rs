@@ -148,8 +148,17 @@ fn a_pools_histograms_can_be_turned_on_while_it_runs() {
             while counts(&s.metrics()).1 == 0 {
                 gdex::block_on(s.spawn(async {})).unwrap();
             }
-            let before = s.metrics();
-            gdex::block_on(s.spawn(yielding(2))).unwrap();
+            // Read on the worker, inside the measured task's first poll:
+            // every earlier job has been counted there (a worker counts a
+            // job as it ends, after its waiter may have woken), and this
+            // task's three polls are counted after.
+            let s2 = s.clone();
+            let before = gdex::block_on(s.spawn(async move {
+                let before = s2.metrics();
+                yielding(2).await;
+                before
+            }))
+            .unwrap();
             let (waits, polls) = counts(&before);
             let after = settled(&s, (waits + 3, polls + 3));
             assert_eq!(

