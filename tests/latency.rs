@@ -488,3 +488,167 @@ fn prioritised_schedulers_have_their_histograms() {
         );
     });
 }
+
+/// Sampled histograms (`one_in` 16) count about one task in 16: on a pool,
+/// spawned from outside and from a worker, the waits of about one task in
+/// 16 and the polls of those and of about one other job in 16; on a
+/// context scheduler, about one wait in 16 and every poll (its dispatch
+/// reads the clock after each job anyway).
+#[test]
+fn sampled_histograms_count_about_one_task_in_n() {
+    watchdog("sampled_histograms_count_about_one_task_in_n", 120, || {
+        const TASKS: usize = 16_000;
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .sampled_latency_histograms(16)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let outside: Vec<gdex::Task<()>> = (0..TASKS / 2).map(|_| s.spawn(async {})).collect();
+        let inner = s.clone();
+        let inside = gdex::block_on(s.spawn(async move {
+            (0..TASKS / 2)
+                .map(|_| inner.spawn(async {}))
+                .collect::<Vec<_>>()
+        }))
+        .unwrap();
+        for task in outside.into_iter().chain(inside) {
+            gdex::block_on(task).unwrap();
+        }
+        let metrics = settled(&s, (500, 1_000));
+        assert_eq!((metrics.sampling, metrics.latency_histograms), (16, true));
+        assert_eq!(pool.metrics().latency_sampling, 16);
+        let (waits, polls) = counts(&metrics);
+        // About 1,000 of 16,001 waits; about 2,000 polls (the sampled
+        // tasks' and one in 16 of the others').
+        assert!((500..2_000).contains(&waits), "{metrics}");
+        assert!((1_000..4_000).contains(&polls), "{metrics}");
+        assert!(
+            metrics.to_string().contains(", about 1 in 16 sampled: "),
+            "{metrics}"
+        );
+
+        let context = glib::MainContext::new();
+        let c = gdex::Scheduler::for_context(&context);
+        c.enable_sampled_latency_histograms(16);
+        for _ in 0..1_600 {
+            context.block_on(c.spawn(async {})).unwrap();
+        }
+        let metrics = c.metrics();
+        assert!(
+            (40..400).contains(&metrics.wake_to_poll.count()),
+            "{metrics}"
+        );
+        assert_eq!(metrics.poll_durations.count(), 1_600, "{metrics}");
+        // A later call changes the sampling; the counts so far stay.
+        c.enable_latency_histograms();
+        context.block_on(c.spawn(async {})).unwrap();
+        let after = c.metrics();
+        assert_eq!(after.sampling, 1);
+        assert_eq!(after.wake_to_poll.count(), metrics.wake_to_poll.count() + 1);
+    });
+}
+
+/// Sampled, a pool still sees long jobs it did not sample at their
+/// queueing: work items (which carry no stamp) and polls, each timed with
+/// the chance of one in `n`; 40 jobs of 300 µs at one in 4 are all missed
+/// once in about 10^5 runs (0.75^40).
+#[test]
+fn sampled_histograms_see_long_work_items_and_polls() {
+    watchdog(
+        "sampled_histograms_see_long_work_items_and_polls",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .sampled_latency_histograms(4)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            let long = Duration::from_micros(300);
+            let (tx, rx) = std::sync::mpsc::channel();
+            for _ in 0..40 {
+                let tx = tx.clone();
+                s.push(move || {
+                    common::spin(long);
+                    tx.send(()).unwrap();
+                });
+            }
+            for _ in 0..40 {
+                rx.recv().unwrap();
+            }
+            let long_bucket = gdex::LatencyHistogram::bucket_of(Duration::from_micros(256));
+            let metrics = settled(&s, (0, 1));
+            assert!(
+                from_bucket(&metrics.poll_durations, long_bucket) >= 1,
+                "{metrics}"
+            );
+            assert_eq!(
+                metrics.wake_to_poll.count(),
+                0,
+                "work items have no wait: {metrics}"
+            );
+            let tasks: Vec<_> = (0..40)
+                .map(|_| s.spawn(async move { common::spin(long) }))
+                .collect();
+            for task in tasks {
+                gdex::block_on(task).unwrap();
+            }
+            let before = metrics.poll_durations;
+            let metrics = settled(&s, (1, before.count() + 1));
+            assert!(
+                from_bucket(&metrics.poll_durations.since(&before), long_bucket) >= 1,
+                "{metrics}"
+            );
+        },
+    );
+}
+
+/// A sample of one in 0 is refused, saying what to pass instead.
+#[test]
+#[should_panic(
+    expected = "gdex: ThreadPoolBuilder::sampled_latency_histograms(0): a sample of one task in 0 \
+                means nothing; pass 1 to count every task, or n > 1 to count about one in n"
+)]
+fn a_pool_sampling_one_in_zero_is_refused() {
+    let _ = gdex::ThreadPool::builder().sampled_latency_histograms(0);
+}
+
+/// The same for a scheduler's call.
+#[test]
+#[should_panic(expected = "gdex: Scheduler::enable_sampled_latency_histograms(0): a sample of")]
+fn a_schedulers_sampling_one_in_zero_is_refused() {
+    let context = glib::MainContext::new();
+    gdex::Scheduler::for_context(&context).enable_sampled_latency_histograms(0);
+}
+
+/// `GDEX_LATENCY_HISTOGRAMS=1/8` turns every scheduler's histograms on,
+/// sampled about one task in 8.
+#[test]
+fn the_environment_can_sample_every_schedulers_histograms() {
+    common::child_passes(
+        "child_environment_samples_histograms",
+        &[("GDEX_LATENCY_HISTOGRAMS", "1/8")],
+        60,
+    );
+}
+
+#[test]
+#[ignore = "run by the_environment_can_sample_every_schedulers_histograms"]
+fn child_environment_samples_histograms() {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    assert_eq!(pool.scheduler().metrics().sampling, 8);
+    assert_eq!(gdex::Scheduler::main().metrics().sampling, 8);
+    let context = glib::MainContext::new();
+    let c = gdex::Scheduler::for_context(&context);
+    for _ in 0..800 {
+        context.block_on(c.spawn(async {})).unwrap();
+    }
+    let metrics = c.metrics();
+    assert_eq!(metrics.sampling, 8);
+    assert!(
+        (20..400).contains(&metrics.wake_to_poll.count()),
+        "{metrics}"
+    );
+    println!("CHILD-OK");
+}

@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -102,6 +102,18 @@ impl Recorder {
         self.wake_to_poll.count(ticks, self.micros_fp);
     }
 
+    /// A job started at clock reading `started` and ended at `ended`; its
+    /// task was stamped `queued` (`Job::queued_at`), if it was.
+    #[inline]
+    pub(crate) fn job_ran(&self, started: u64, ended: u64, queued: Option<u64>) {
+        self.poll_took(ended.saturating_sub(started));
+        if let Some(queued) = queued {
+            // Stamped on another thread perhaps, whose clock may read a
+            // little ahead: a wait of 0 then, never a wrapped difference.
+            self.waited(started.saturating_sub(queued));
+        }
+    }
+
     /// The wake-to-poll histogram so far.
     pub(crate) fn wake_to_poll(&self) -> LatencyHistogram {
         self.wake_to_poll.read()
@@ -113,13 +125,14 @@ impl Recorder {
     }
 }
 
-/// Times the jobs of one pool worker's slice, or of one dispatch of a
-/// context scheduler, into its writer's [`Recorder`], with one clock
-/// reading per job: a job ends where the next one starts, unless the loop
-/// found no job in between (then its state is not `fresh`), when the next
-/// start is read afresh. So a job's time includes the look that found it (a deque
-/// pop, an injector pull, a steal: well under a microsecond, the first
-/// bucket's width), and a task's wait ends where that look began.
+/// Times the jobs of one dispatch of a context scheduler into its
+/// [`Recorder`], with one clock reading per job: a job ends where the next
+/// one starts, unless the loop found no job in between (then its state is
+/// not `fresh`), when the next start is read afresh. So a job's time
+/// includes the look that found it (a queue pop: well under a microsecond,
+/// the first bucket's width), and a task's wait ends where that look
+/// began. A pool worker times its jobs the same way, with its state in
+/// thread-locals (`pool::latency`).
 pub(crate) struct Timer<'a> {
     recorder: &'a Recorder,
     /// The clock's reading at the last job's end (or the loop's start).
@@ -140,25 +153,6 @@ impl<'a> Timer<'a> {
         }
     }
 
-    /// A timer into `recorder` whose loop left it at `state` (see
-    /// [`state`](Self::state)).
-    #[inline]
-    pub(crate) fn resume(recorder: &'a Recorder, last: u64, fresh: bool) -> Self {
-        Timer {
-            recorder,
-            last,
-            fresh,
-        }
-    }
-
-    /// Where the next job starts, and whether that is the last job's end:
-    /// for a loop that keeps its timer between jobs elsewhere (a pool
-    /// worker's thread-local).
-    #[inline]
-    pub(crate) fn state(&self) -> (u64, bool) {
-        (self.last, self.fresh)
-    }
-
     /// Runs a job (`run`), counting how long it ran and, if its task was
     /// stamped `queued` (`Job::queued_at`), how long the task waited since;
     /// gives the clock's reading at its end.
@@ -171,12 +165,7 @@ impl<'a> Timer<'a> {
         };
         run();
         let ended = crate::util::clock::now();
-        self.recorder.poll_took(ended.saturating_sub(started));
-        if let Some(queued) = queued {
-            // Stamped on another thread perhaps, whose clock may read a
-            // little ahead: a wait of 0 then, never a wrapped difference.
-            self.recorder.waited(started.saturating_sub(queued));
-        }
+        self.recorder.job_ran(started, ended, queued);
         self.last = ended;
         self.fresh = true;
         ended
@@ -400,23 +389,36 @@ pub struct SchedulerMetrics {
     pub scheduler: String,
     /// Whether its latency histograms are on: off, they stay empty.
     pub latency_histograms: bool,
+    /// How many tasks they count: 1, every one; `n`, about one in `n`
+    /// ([`Scheduler::enable_sampled_latency_histograms`](crate::Scheduler::enable_sampled_latency_histograms));
+    /// 0 while off.
+    pub sampling: u32,
     /// From each task's spawn or wake-up to the start of its poll: how
-    /// long it waited in the scheduler's queues.
+    /// long it waited in the scheduler's queues. Sampled, about one
+    /// queueing in [`sampling`](Self::sampling).
     pub wake_to_poll: LatencyHistogram,
     /// How long each job ran: a task's poll, a work item, a fiber's
     /// resumption on a pool worker (with the resumptions it hands straight
-    /// on to, which run as one job).
+    /// on to, which run as one job). Sampled, on a pool: the jobs of the
+    /// sampled queueings and about one other job in
+    /// [`sampling`](Self::sampling); on a context scheduler every job (its
+    /// dispatch reads the clock after each job anyway).
     pub poll_durations: LatencyHistogram,
 }
 
 /// `"Scheduler::Main: wake-to-poll 1234, p50 ≤ 8 µs, p99 ≤ 64 µs, max 210
-/// µs; poll 1240, p50 ≤ 4 µs, p99 ≤ 16 µs, max 20.3 ms"`: the dump's line.
+/// µs; poll 1240, p50 ≤ 4 µs, p99 ≤ 16 µs, max 20.3 ms"`: the dump's line
+/// (`"Scheduler::Main, about 1 in 16 sampled: …"` when sampled).
 impl fmt::Display for SchedulerMetrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.scheduler)?;
+        if self.sampling > 1 {
+            write!(f, ", about 1 in {} sampled", self.sampling)?;
+        }
         write!(
             f,
-            "{}: wake-to-poll {}; poll {}",
-            self.scheduler, self.wake_to_poll, self.poll_durations
+            ": wake-to-poll {}; poll {}",
+            self.wake_to_poll, self.poll_durations
         )
     }
 }
@@ -431,23 +433,35 @@ pub(crate) trait LatencySource: Send + Sync {
     fn short_name(&self) -> &'static str;
 }
 
-/// Whether a scheduler's histograms are on: one byte in the scheduler,
-/// beside the flags its hot path reads; the rest of what the histograms
-/// need is elsewhere ([`Recorder`]s, the list of [`listed`] schedulers).
+/// Whether a scheduler's histograms are on, and how many tasks they count:
+/// one word in the scheduler, beside the flags its hot path reads (0: off;
+/// 1: every task; `n`: about one in `n`, `sampling`); the rest of what the
+/// histograms need is elsewhere ([`Recorder`]s, the list of [`listed`]
+/// schedulers).
 #[derive(Default)]
-pub(crate) struct Switch(AtomicBool);
+pub(crate) struct Switch(AtomicU32);
 
 impl Switch {
     /// Are the histograms on? A relaxed load.
     #[inline]
     pub(crate) fn is_on(&self) -> bool {
+        self.sampling() != 0
+    }
+
+    /// 0 if the histograms are off, else about one task in how many they
+    /// count (1: every one). A relaxed load.
+    #[inline]
+    pub(crate) fn sampling(&self) -> u32 {
         self.0.load(Relaxed)
     }
 
     /// Turns the histograms of `source` (whose switch this is) on, for
-    /// good; the first time, lists it for the dump and the views.
-    pub(crate) fn turn_on(&self, source: Weak<dyn LatencySource>) {
-        if self.0.swap(true, Relaxed) {
+    /// good, counting about one task in `one_in` (at least 1, checked by
+    /// the public calls; a later call changes it); the first time, lists
+    /// it for the dump and the views.
+    pub(crate) fn turn_on(&self, source: Weak<dyn LatencySource>, one_in: u32) {
+        debug_assert!(one_in >= 1);
+        if self.0.swap(one_in, Relaxed) != 0 {
             return;
         }
         static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -456,6 +470,18 @@ impl Switch {
         sources.retain(|(_, s)| s.strong_count() > 0);
         sources.push((id, source));
     }
+}
+
+/// Checks the `one_in` of a public call that turns sampled histograms on.
+///
+/// # Panics
+/// If it is 0, naming `call`.
+pub(crate) fn check_one_in(call: &str, one_in: u32) {
+    assert!(
+        one_in >= 1,
+        "gdex: {call}(0): a sample of one task in 0 means nothing; pass 1 to count every \
+         task, or n > 1 to count about one in n"
+    );
 }
 
 /// The schedulers whose histograms are on, each with its number (from 1),
@@ -500,24 +526,35 @@ pub(crate) fn listed() -> Vec<Listed> {
 }
 
 /// `GDEX_LATENCY_HISTOGRAMS=1` (or `true`/`yes`/`on`) turns every
-/// scheduler's histograms on from its start; `0`/`false`/`no`/`off` or
-/// unset leaves them off; anything else is reported once with
-/// `g_warning` and ignored.
-pub(crate) fn on_by_default() -> bool {
-    static DEFAULT: OnceLock<bool> = OnceLock::new();
+/// scheduler's histograms on from its start, counting every task;
+/// `GDEX_LATENCY_HISTOGRAMS=1/n` (`n` ≥ 1) counts about one task in `n`;
+/// `0`/`false`/`no`/`off` or unset leaves them off; anything else is
+/// reported once with `g_warning` and ignored. 0: off; else the sampling.
+pub(crate) fn on_by_default() -> u32 {
+    static DEFAULT: OnceLock<u32> = OnceLock::new();
     *DEFAULT.get_or_init(|| {
         crate::util::env_setting(
             "GDEX_LATENCY_HISTOGRAMS",
-            "a usable switch (use 1 or 0)",
+            "a usable setting (use 1 to count every task, 1/16 to count about one in 16, \
+             or 0)",
             || "latency histograms stay off".to_owned(),
-            |text| match text.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => Some(true),
-                "0" | "false" | "no" | "off" | "" => Some(false),
-                _ => None,
-            },
+            parse_setting,
         )
-        .unwrap_or(false)
+        .unwrap_or(0)
     })
+}
+
+/// `GDEX_LATENCY_HISTOGRAMS`'s value: 0 (off), 1 (every task) or `n`
+/// (about one in `n`), or `None` if it is none of its forms.
+fn parse_setting(text: &str) -> Option<u32> {
+    match text.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(1),
+        "0" | "false" | "no" | "off" | "" => Some(0),
+        other => {
+            let n: u32 = other.strip_prefix("1/")?.trim().parse().ok()?;
+            (n >= 1).then_some(n)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -665,7 +702,7 @@ mod tests {
         assert!(ended > 0);
         let (second, _t2) = job(None);
         // The loop went idle: the next start is read afresh.
-        let mut timer = Timer::resume(&recorder, timer.state().0, false);
+        let mut timer = Timer::new(&recorder, None);
         timer.run(second.queued_at(), move || second.run());
         let polls = recorder.poll_durations();
         assert_eq!(polls.count(), 3);
@@ -682,6 +719,7 @@ mod tests {
         let mut m = SchedulerMetrics {
             scheduler: "Scheduler::Main".into(),
             latency_histograms: true,
+            sampling: 1,
             ..Default::default()
         };
         m.wake_to_poll.record(us(3));
@@ -691,5 +729,33 @@ mod tests {
             "Scheduler::Main: wake-to-poll 1, p50 ≤ 3 µs, p99 ≤ 3 µs, max 3 µs; \
              poll 1, p50 ≤ 2.0 ms, p99 ≤ 2.0 ms, max 2.0 ms"
         );
+        m.sampling = 16;
+        assert!(
+            m.to_string()
+                .starts_with("Scheduler::Main, about 1 in 16 sampled: wake-to-poll 1,"),
+            "{m}"
+        );
+    }
+
+    /// `GDEX_LATENCY_HISTOGRAMS`'s forms: on, off, one in `n`; anything
+    /// else (one in 0 included) is no setting.
+    #[test]
+    fn the_environments_setting_reads_on_off_and_one_in_n() {
+        for (text, parsed) in [
+            ("1", Some(1)),
+            ("ON", Some(1)),
+            ("0", Some(0)),
+            ("off", Some(0)),
+            ("", Some(0)),
+            ("1/16", Some(16)),
+            ("1/ 64", Some(64)),
+            ("1/1", Some(1)),
+            ("1/0", None),
+            ("1/x", None),
+            ("16", None),
+            ("2/16", None),
+        ] {
+            assert_eq!(parse_setting(text), parsed, "{text:?}");
+        }
     }
 }

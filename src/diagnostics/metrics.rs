@@ -126,6 +126,9 @@ pub struct PoolMetrics {
     pub wake_to_poll: LatencyHistogram,
     /// Every worker's `poll_durations`, summed (O1).
     pub poll_durations: LatencyHistogram,
+    /// How many tasks the histograms count: 0 while off, 1 every one, `n`
+    /// about one in `n` ([`ThreadPoolBuilder::sampled_latency_histograms`](crate::ThreadPoolBuilder::sampled_latency_histograms)).
+    pub latency_sampling: u32,
 }
 
 impl PoolMetrics {

@@ -8,6 +8,7 @@ pub(crate) mod latency;
 pub(crate) mod metrics;
 pub(crate) mod panic;
 pub(crate) mod record;
+pub(crate) mod sampling;
 pub(crate) mod stall;
 pub(crate) mod tracking;
 pub(crate) mod views;

@@ -577,6 +577,7 @@ impl PoolShared {
             external_wake_requests_coalesced: self.inject_counters.external_coalesced.get(),
             wake_to_poll: Default::default(),
             poll_durations: Default::default(),
+            latency_sampling: self.latency.sampling(),
         }
         .with_latency(&self.latency_cells)
     }

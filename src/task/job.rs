@@ -125,16 +125,6 @@ impl Job {
         }
     }
 
-    /// The job of a task's `Runnable`, queued at `ticks` (a reading of
-    /// [`clock::now`](crate::util::clock::now)): for a scheduler whose
-    /// latency histograms are on (O1).
-    #[inline]
-    pub(crate) fn task_queued_at(runnable: Runnable, ticks: u64) -> Job {
-        let mut job = Job::task(runnable);
-        job.stamp(ticks);
-        job
-    }
-
     /// Stamps a task's job as queued at `ticks`, if it is a task's (a work
     /// item's job has no room for a stamp, and keeps none). On a target
     /// whose words are narrower than the clock's it keeps none either.

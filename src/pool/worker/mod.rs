@@ -520,7 +520,7 @@ impl Core {
             self.woke(sleep.wake_up(self.index));
         }
         crate::diagnostics::views::worker_slice(|| self.figures());
-        let timed = super::latency::slice_starts(&self.shared);
+        let sampling = super::latency::slice_starts(&self.shared);
         let mut ran = 0;
         // Spins since the last job: each time the worker runs dry it watches
         // for work once; a few fruitless spins in a row and it parks.
@@ -537,7 +537,7 @@ impl Core {
                 self.tokio.ensure();
                 self.runner.enter_job();
                 self.chain_left.set(SLICE - ran - 1);
-                super::latency::run(timed, &self.shared, self.index, job);
+                super::latency::run(sampling, &self.shared, self.index, job);
                 self.chain_left.set(0);
                 let chained = self.chained.replace(0);
                 self.runner.leave_job();
@@ -551,7 +551,7 @@ impl Core {
                 }
                 continue;
             }
-            super::latency::idle(timed);
+            super::latency::idle(sampling);
             if crate::current::take_loop_work() {
                 // Our context has work for its next turn (queued AIO
                 // requests, whose completions are our next jobs): take that

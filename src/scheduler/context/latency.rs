@@ -23,10 +23,12 @@ pub(super) struct Histograms {
 }
 
 impl Histograms {
-    /// Stamps a task's job being queued now, if the histograms are on.
+    /// Stamps a task's job being queued now, if the histograms are on and
+    /// count it (sampled, about one queueing in `n`).
     #[inline]
     pub(super) fn stamp(&self, job: &mut Job) {
-        if self.switch.is_on() {
+        let sampling = self.switch.sampling();
+        if sampling != 0 && crate::diagnostics::sampling::stamp_this_queueing(sampling) {
             job.stamp(crate::util::clock::now());
         }
     }
@@ -64,17 +66,19 @@ impl ContextShared {
         Some(Timer::new(&self.latency.recorder, Some(now)))
     }
 
-    /// Turns this scheduler's histograms on, for good (the jobs queued
-    /// before carry no stamp: their waits are not counted).
-    pub(crate) fn enable_latency_histograms(&self) {
+    /// Turns this scheduler's histograms on, for good, counting about one
+    /// task in `one_in` (1: every one; the jobs queued before carry no
+    /// stamp: their waits are not counted).
+    pub(crate) fn enable_latency_histograms(&self, one_in: u32) {
         let weak: Weak<dyn LatencySource> = self.me.clone() as Weak<ContextShared>;
-        self.latency.switch.turn_on(weak);
+        self.latency.switch.turn_on(weak, one_in);
     }
 
-    /// With `GDEX_LATENCY_HISTOGRAMS=1`, a new scheduler's are on.
+    /// With `GDEX_LATENCY_HISTOGRAMS` set, a new scheduler's are on.
     pub(super) fn latency_by_default(self: &Arc<Self>) {
-        if crate::diagnostics::latency::on_by_default() {
-            self.enable_latency_histograms();
+        match crate::diagnostics::latency::on_by_default() {
+            0 => {}
+            one_in => self.enable_latency_histograms(one_in),
         }
     }
 }
@@ -85,6 +89,7 @@ impl LatencySource for ContextShared {
             // As `Scheduler`'s `Debug` names it.
             scheduler: format!("{self:?}"),
             latency_histograms: self.latency.switch.is_on(),
+            sampling: self.latency.switch.sampling(),
             wake_to_poll: self.latency.recorder.wake_to_poll(),
             poll_durations: self.latency.recorder.poll_durations(),
         }
