@@ -185,6 +185,7 @@ pub use sync::state_machine::{
     Interrupted, State, StateMachine, StateMachineBuilder, TransitionContext, TransitionRequest,
     WaitForState,
 };
+pub use sync::tracker::{TaskTracker, Tracked};
 pub use task::{
     consume_budget, current_cancellable, unconstrained, yield_now, Task, Unconstrained, YieldNow,
 };

@@ -462,7 +462,15 @@ fn child_environment_turns_histograms_on() {
 #[test]
 fn prioritised_schedulers_have_their_histograms() {
     common::watchdog("prioritised_schedulers_have_their_histograms", 60, || {
-        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        // On from the pool's start: turned on later, a worker counts from
+        // its next slice, and a slice it began before the call (a new
+        // pool's first one, slow to end on a loaded machine) would run the
+        // first task uncounted.
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .latency_histograms(true)
+            .build()
+            .unwrap();
         let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
         latency.enable_latency_histograms();
         for _ in 0..3 {

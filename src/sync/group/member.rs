@@ -36,7 +36,8 @@ pub(super) fn drop_contained<V>(value: V, source: PanicSource) {
 struct Guard<T: GroupOutput> {
     group: Weak<Shared<T>>,
     key: usize,
-    /// Its index in `results` (groups that keep results).
+    /// Its place in spawn order (its key in `results`, in groups that
+    /// keep results).
     seq: usize,
     started: bool,
     done: bool,
@@ -63,6 +64,7 @@ impl<T: GroupOutput> Guard<T> {
         let wakers;
         {
             let mut state = lock(&shared);
+            let mut aborted = false;
             match std::mem::replace(&mut state.slots[self.key], Slot::Done) {
                 Slot::Reserved if dropped && !self.started => {
                     // Dropped unpolled while its spawner still hands it over:
@@ -77,17 +79,22 @@ impl<T: GroupOutput> Guard<T> {
                 }
                 Slot::Taken => {
                     state.slots.remove(self.key);
+                    aborted = true;
                 }
                 Slot::Done | Slot::Refused => unreachable!("a group member finishes once"),
             }
             state.live -= 1;
-            let failed = failed && !state.cancelled;
+            // A member the group cancelled (`cancel`, `abort_all`) did not
+            // fail: the group stopped it.
+            let stopped = aborted && matches!(outcome, Err(Error::Cancelled));
+            let failed = failed && !state.cancelled && !stopped;
             let first = failed && matches!(state.first, First::None);
             if shared.keep_results {
                 if first {
                     state.first = First::At(self.seq);
                 }
-                state.results[self.seq] = Some(outcome);
+                state.results.insert(self.seq, outcome);
+                state.completed.push_back(self.seq);
             } else if first {
                 state.first = First::Here(outcome);
             } else {
@@ -220,10 +227,8 @@ where
         }
         let key = state.slots.insert(Slot::Reserved);
         state.live += 1;
-        let seq = state.results.len();
-        if shared.keep_results {
-            state.results.push(None);
-        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
         (key, seq)
     };
     let member = Member {

@@ -16,8 +16,8 @@
 //!   the member right there, and the member's guard takes the lock);
 //! - `Filled(task)`: the spawner stored the handle;
 //! - `Taken`: a canceller took the handle (and drops it, which cancels the
-//!   member); the member's guard frees the slot when the member's future
-//!   is dropped;
+//!   member: `cancel`, `abort_all`); the member's guard frees the slot
+//!   when the member's future is dropped;
 //! - `Done`: the member finished while its spawner still held `Reserved`;
 //!   the spawner frees the slot;
 //! - `Refused`: the scheduler dropped the member unpolled while its spawner
@@ -27,12 +27,15 @@
 //! The parts: the group's state (this file); what a member gives, seen by
 //! the group ([`GroupOutput`], `output.rs`); a member's future and its
 //! guard, and the spawn that reserves its slot (`member.rs`); the public
-//! [`TaskGroup`], its builder and [`TaskGroupRef`] (`task_group.rs`).
+//! [`TaskGroup`], its builder and [`TaskGroupRef`] (`task_group.rs`); its
+//! members in the order they finish, and `abort_all` (`join.rs`).
 
+mod join;
 mod member;
 mod output;
 mod task_group;
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::task::Waker;
 
@@ -73,12 +76,39 @@ struct State<T> {
     close_called: bool,
     /// The first failure; in a group that keeps results, where it is.
     first: First<T>,
-    /// With `keep_results`: one entry per spawned member, in spawn order
-    /// (`None` while it runs, and for a spawn that was refused).
-    results: Vec<Option<Outcome<T>>>,
+    /// The number the next member spawned gets: its place in spawn order.
+    next_seq: usize,
+    /// With `keep_results`: the outcome of each member that finished and
+    /// was not yet collected, by spawn order (what `close_with_results`
+    /// gives, in that order).
+    results: BTreeMap<usize, Outcome<T>>,
+    /// With `keep_results`: the members of `results` in the order they
+    /// finished (what `join_next` gives, in that order; one collected by
+    /// `close_with_results` is skipped).
+    completed: VecDeque<usize>,
     /// Futures waiting for `live == 0` (close, cancel). A waker let go of
     /// under the lock is dropped after its release ([`Parked`]).
     waiters: Slab<Option<Parked>>,
+    /// Futures waiting for the next member to finish (`join_next`, the
+    /// group's `Stream`).
+    joiners: Slab<Option<Parked>>,
+}
+
+/// A registration for the next member to finish: what
+/// [`TaskGroup::join_next`]'s future and the group's `Stream` share (its
+/// polling is in `join.rs`).
+struct Joiner<T> {
+    key: Option<usize>,
+    _members: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Default for Joiner<T> {
+    fn default() -> Self {
+        Joiner {
+            key: None,
+            _members: std::marker::PhantomData,
+        }
+    }
 }
 
 enum Slot {
@@ -107,6 +137,36 @@ impl<T> State<T> {
     fn cancel_members(&mut self) -> Vec<Task<()>> {
         self.closed = true;
         self.cancelled = true;
+        self.abort_members()
+    }
+
+    /// Wakes whoever waits for a member to finish (after one did), and
+    /// whoever waits for the last member, once there is none.
+    fn take_wakers(&mut self) -> Vec<Waker> {
+        let mut wakers: Vec<Waker> = self
+            .joiners
+            .iter_mut()
+            .filter_map(|(_, waker)| waker.take().map(Parked::into_waker))
+            .collect();
+        if self.live != 0 {
+            return wakers;
+        }
+        if self.slots.is_empty() && self.slots.capacity() > 64 {
+            // A burst of members is over: give its memory back.
+            self.slots = Slab::new();
+        }
+        wakers.extend(
+            self.waiters
+                .iter_mut()
+                .filter_map(|(_, waker)| waker.take().map(Parked::into_waker)),
+        );
+        wakers
+    }
+
+    /// Takes the handle of every member that has one, for the caller to
+    /// drop once the lock is released (which cancels them), leaving the
+    /// group open: [`TaskGroup::abort_all`].
+    fn abort_members(&mut self) -> Vec<Task<()>> {
         let mut tasks = Vec::new();
         for (_, slot) in self.slots.iter_mut() {
             if matches!(slot, Slot::Filled(_)) {
@@ -116,21 +176,6 @@ impl<T> State<T> {
             }
         }
         tasks
-    }
-
-    /// Wakes whoever waits for the last member, once there is none.
-    fn take_wakers(&mut self) -> Vec<Waker> {
-        if self.live != 0 {
-            return Vec::new();
-        }
-        if self.slots.is_empty() && self.slots.capacity() > 64 {
-            // A burst of members is over: give its memory back.
-            self.slots = Slab::new();
-        }
-        self.waiters
-            .iter_mut()
-            .filter_map(|(_, waker)| waker.take().map(Parked::into_waker))
-            .collect()
     }
 }
 
@@ -142,7 +187,7 @@ impl<T> Drop for Shared<T> {
         if let First::Here(Err(Error::Panicked(message))) = &mut state.first {
             crate::diagnostics::panic::report(PanicSource::Task, std::mem::take(message));
         }
-        for result in state.results.iter_mut().flatten() {
+        for result in state.results.values_mut() {
             if let Err(Error::Panicked(message)) = result {
                 crate::diagnostics::panic::report(PanicSource::Task, std::mem::take(message));
             }

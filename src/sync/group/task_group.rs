@@ -11,7 +11,7 @@ use slab::Slab;
 
 use super::member::{add, drop_contained, CURRENT};
 use super::output::{deliver, GroupOutput};
-use super::{lock, First, Shared, State};
+use super::{lock, First, Joiner, Shared, State};
 use crate::diagnostics::panic::PanicSource;
 use crate::sync::wait_queue::Parked;
 use crate::{Error, Scheduler};
@@ -55,7 +55,9 @@ use crate::{Error, Scheduler};
 /// assert_eq!(squares, [0, 1, 4, 9]);
 /// ```
 pub struct TaskGroup<T> {
-    shared: Arc<Shared<T>>,
+    pub(super) shared: Arc<Shared<T>>,
+    /// The group's own registration as a `Stream` (`join.rs`).
+    pub(super) joiner: Joiner<T>,
 }
 
 /// A handle on a [`TaskGroup`] that does not own it, from
@@ -133,6 +135,7 @@ impl<T> TaskGroupBuilder<T> {
             .scheduler
             .unwrap_or_else(|| crate::ThreadPool::default().scheduler());
         TaskGroup {
+            joiner: Joiner::default(),
             shared: Arc::new(Shared {
                 scheduler,
                 cancel_on_error: self.cancel_on_error,
@@ -144,8 +147,11 @@ impl<T> TaskGroupBuilder<T> {
                     cancelled: false,
                     close_called: false,
                     first: First::None,
-                    results: Vec::new(),
+                    next_seq: 0,
+                    results: Default::default(),
+                    completed: Default::default(),
                     waiters: Slab::new(),
+                    joiners: Slab::new(),
                 }),
             }),
         }
@@ -351,15 +357,16 @@ impl<T: GroupOutput> TaskGroup<T> {
                 let mut state = lock(&closing.wait.shared);
                 let failure = match std::mem::replace(&mut state.first, First::Taken) {
                     First::Here(outcome) => Some(outcome),
-                    First::At(seq) => state.results[seq].take(),
+                    First::At(seq) => state.results.remove(&seq),
                     First::None if state.cancelled => Some(Err(Error::Cancelled)),
                     First::None | First::Taken => None,
                 };
                 let results = std::mem::take(&mut state.results);
+                state.completed.clear();
                 drop(state);
                 // A group that kept results, closed without them: its other
                 // panics have nobody to go to (X5).
-                for result in results.into_iter().flatten() {
+                for result in results.into_values() {
                     match result {
                         Err(Error::Panicked(message)) => {
                             crate::diagnostics::panic::report(PanicSource::Task, message);
@@ -421,9 +428,10 @@ impl<T: GroupOutput> TaskGroup<T> {
                 let mut state = lock(&closing.wait.shared);
                 state.first = First::Taken;
                 let results = std::mem::take(&mut state.results);
+                state.completed.clear();
                 drop(state);
                 // `into_result` and `From` are user code: after the release.
-                Poll::Ready(results.into_iter().flatten().map(deliver::<T>).collect())
+                Poll::Ready(results.into_values().map(deliver::<T>).collect())
             })
         })
     }
@@ -495,6 +503,7 @@ impl<T> Drop for Closing<T> {
 
 impl<T> Drop for TaskGroup<T> {
     fn drop(&mut self) {
+        self.joiner.drop_in(&self.shared);
         let tasks = {
             let mut state = lock(&self.shared);
             if state.close_called {
