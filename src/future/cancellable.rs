@@ -55,6 +55,53 @@ impl Cancellable {
         &self.gio
     }
 
+    /// A new cancellable that is cancelled when this one is (tokio-util's
+    /// `CancellationToken::child_token`): born cancelled if this one is
+    /// already; cancelling the child leaves this one alone. Children of
+    /// children follow the whole line. It is a `gio::Cancellable` of its
+    /// own, so GIO calls given it stop when any of its ancestors is
+    /// cancelled, from any thread.
+    ///
+    /// A child keeps its parent alive (so a grandchild still follows the
+    /// root when the child between them was dropped), but a parent does not
+    /// keep its children: once a child is gone (its last reference, GIO's
+    /// included, dropped) its link to this one goes too, so a long-lived
+    /// parent with many short-lived children does not grow.
+    ///
+    /// ```
+    /// let app = gdex::Cancellable::new();
+    /// let search = app.child();
+    /// let request = search.child();
+    /// search.cancel(); // a new search: the old one's requests stop
+    /// assert!(request.is_cancelled() && !app.is_cancelled());
+    /// let next = app.child();
+    /// app.cancel(); // quitting: everything stops
+    /// assert!(next.is_cancelled());
+    /// assert!(app.child().is_cancelled(), "born cancelled");
+    /// ```
+    pub fn child(&self) -> Cancellable {
+        let child = gio::Cancellable::new();
+        let weak_child = child.downgrade();
+        // Runs at once, and gives no handler, if this is cancelled already.
+        let handler = self.gio.connect_cancelled(move |_| {
+            if let Some(child) = weak_child.upgrade() {
+                child.cancel();
+            }
+        });
+        if let Some(id) = handler {
+            // The handler holds the child weakly; the child holds this one
+            // (through this notification, which lives as long as the child)
+            // and when it goes, takes its handler with it, on the thread
+            // that let go of it (`disconnect` never waits for an emission
+            // under way, which may be the one that let go of it).
+            let parent = self.gio.clone();
+            // The notification owns its data and is freed when it runs:
+            // nothing to keep here.
+            let _notify = child.add_weak_ref_notify(move || disconnect(&parent, id));
+        }
+        Cancellable { gio: child }
+    }
+
     /// A future that never resolves and rejects with [`Error::Cancelled`]
     /// once this is cancelled. Its value type is whatever the futures it
     /// races with need, so it fits in [`first`](crate::first).
