@@ -86,7 +86,8 @@ fn a_future_is_tracked_until_its_drop_has_run() {
                 .spawn_on(&doomed.scheduler(), pending(&dropped))
                 .detach();
         }
-        assert_eq!(tracker.len(), 7);
+        // The panicking task may have run (and let go) already.
+        assert!((6..=7).contains(&tracker.len()), "{tracker:?}");
         tracker.close();
         drop(cancelled);
         assert!(matches!(
