@@ -416,14 +416,24 @@ fn build(gtk_app: &gtk::Application, folder: PathBuf, glib_mode: bool) {
         frames: RefCell::new(Vec::new()),
     });
 
-    entry.connect_changed({
+    // Search as you type: the entry's texts as a stream (its `changed`
+    // signal), of which only the latest matters: a capacity of 1 keeps the
+    // newest text if the loop is busy. The stream ends with the entry.
+    let mut texts = gdex::signal_stream_local(&entry, "changed", |args| {
+        let entry = args[0].get::<gtk::Entry>().expect("the signal's object");
+        entry.text().to_string()
+    })
+    .with_capacity(1);
+    gdex::spawn_local({
         let app = Rc::downgrade(&app);
-        move |entry| {
-            if let Some(app) = app.upgrade() {
-                start(&app, entry.text().to_string());
+        async move {
+            while let Some(text) = futures::StreamExt::next(&mut texts).await {
+                let Some(app) = app.upgrade() else { break };
+                start(&app, text);
             }
         }
-    });
+    })
+    .detach();
     choose.connect_clicked({
         let app = Rc::downgrade(&app);
         move |_| {

@@ -173,6 +173,9 @@ pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sl
 pub use interop::async_result::AsyncResult;
 pub use interop::dbus;
 pub use interop::list_model::ListModel;
+pub use interop::signal_stream::{
+    signal_stream, signal_stream_local, LocalSignalStream, SignalStream, DEFAULT_SIGNAL_CAPACITY,
+};
 pub use pool::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 pub use scheduler::bound::{spawn_bound, spawn_local_bound};
 pub use scheduler::Scheduler;

@@ -23,6 +23,7 @@ mod directed_wakeups;
 mod docs;
 mod fds;
 mod fibers;
+mod gobject_signals;
 mod group;
 mod interop;
 mod latency;

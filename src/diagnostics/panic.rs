@@ -58,7 +58,9 @@ pub enum PanicSource {
     /// [`Task`](crate::Task) handle's, polled since with another waker.
     Waker,
     /// The Rust callback of an [`AsyncResult`](crate::AsyncResult), which
-    /// GIO calls from its main context, where a panic cannot unwind.
+    /// GIO calls from its main context, where a panic cannot unwind; or the
+    /// `map` of a [`signal_stream`](crate::signal_stream), which runs in
+    /// the signal's emission (that emission gives no item).
     Callback,
 }
 
@@ -83,7 +85,9 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Output => "a task's output panicked while being dropped",
             PanicSource::Source => "a gdex source panicked",
             PanicSource::Waker => "a waker panicked when gdex woke or dropped it",
-            PanicSource::Callback => "an AsyncResult's callback panicked",
+            PanicSource::Callback => {
+                "a callback GLib called (an AsyncResult's, a signal stream's map) panicked"
+            }
         };
         write!(f, "{what}: {}", self.message)
     }

@@ -751,3 +751,12 @@ pub fn waker_running_on_drop(on_drop: impl FnOnce() + Send + 'static) -> std::ta
     }
     std::task::Waker::from(Arc::new(RunOnDrop(Mutex::new(Some(Box::new(on_drop))))))
 }
+
+/// The message of a caught panic (a `String` or a `&str` payload).
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
