@@ -652,3 +652,87 @@ fn child_environment_samples_histograms() {
     );
     println!("CHILD-OK");
 }
+
+/// Two schedulers sampled at different rates, fed in turn by one thread,
+/// each count about one of their own tasks in their own `n`: a thread's
+/// countdown between stamps is shared by every scheduler it queues to, so
+/// it must not be one scheduler's gap spent on another's tasks. 20,000
+/// tasks each, one in 2 and one in 256: about 10,000 and 78 waits. The
+/// ranges are more than ten and five standard deviations wide (a false
+/// failure about once in 10^8 runs).
+#[test]
+fn schedulers_sampled_at_different_rates_each_count_their_own_share() {
+    watchdog(
+        "schedulers_sampled_at_different_rates_each_count_their_own_share",
+        60,
+        || {
+            const TASKS: usize = 20_000;
+            let (often, rarely) = (glib::MainContext::new(), glib::MainContext::new());
+            let a = gdex::Scheduler::for_context(&often);
+            let b = gdex::Scheduler::for_context(&rarely);
+            a.enable_sampled_latency_histograms(2);
+            b.enable_sampled_latency_histograms(256);
+            for round in 0..TASKS {
+                a.spawn(async {}).detach();
+                b.spawn(async {}).detach();
+                if round % 1_000 == 999 {
+                    common::pump(&often);
+                    common::pump(&rarely);
+                }
+            }
+            let (a, b) = (a.metrics(), b.metrics());
+            assert_eq!(a.poll_durations.count(), TASKS as u64, "{a}");
+            assert_eq!(b.poll_durations.count(), TASKS as u64, "{b}");
+            assert!(
+                (9_000..11_000).contains(&a.wake_to_poll.count()),
+                "one in 2 of {TASKS}: {a}"
+            );
+            assert!(
+                (30..160).contains(&b.wake_to_poll.count()),
+                "one in 256 of {TASKS}: {b}"
+            );
+        },
+    );
+}
+
+/// A thread's first queueing is no likelier to be sampled than its others:
+/// 1,600 threads that each spawn one task onto a pool sampled one in 16
+/// get about 100 of their waits counted, not all of them. The range is
+/// six standard deviations either side (Binomial(1,600, 1/16): mean 100,
+/// deviation 9.7).
+#[test]
+fn a_threads_first_queueing_is_sampled_one_time_in_n() {
+    watchdog(
+        "a_threads_first_queueing_is_sampled_one_time_in_n",
+        120,
+        || {
+            const THREADS: usize = 1_600;
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .sampled_latency_histograms(16)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            for _ in 0..THREADS / 8 {
+                let spawners: Vec<_> = (0..8)
+                    .map(|_| {
+                        let s = s.clone();
+                        std::thread::spawn(move || s.spawn(async {}))
+                    })
+                    .collect();
+                for spawner in spawners {
+                    gdex::block_on(spawner.join().unwrap()).unwrap();
+                }
+            }
+            // Every job ended (a worker counts a job as it ends, after its
+            // waiter may have woken): a last one's poll read on the worker.
+            let s2 = s.clone();
+            gdex::block_on(s.spawn(async move { s2.metrics() })).unwrap();
+            let metrics = s.metrics();
+            assert!(
+                (40..160).contains(&metrics.wake_to_poll.count()),
+                "about one in 16 of {THREADS}: {metrics}"
+            );
+        },
+    );
+}
