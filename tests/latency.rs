@@ -660,3 +660,423 @@ fn child_environment_samples_histograms() {
     );
     println!("CHILD-OK");
 }
+
+/// Two schedulers sampled at different rates, fed in turn by one thread,
+/// each count about one of their own tasks in their own `n`: a thread's
+/// countdown between stamps is shared by every scheduler it queues to, so
+/// it must not be one scheduler's gap spent on another's tasks. 20,000
+/// tasks each, one in 2 and one in 256: about 10,000 and 78 waits. The
+/// ranges are more than ten and five standard deviations wide (a false
+/// failure about once in 10^8 runs).
+#[test]
+fn schedulers_sampled_at_different_rates_each_count_their_own_share() {
+    watchdog(
+        "schedulers_sampled_at_different_rates_each_count_their_own_share",
+        60,
+        || {
+            const TASKS: usize = 20_000;
+            let (often, rarely) = (glib::MainContext::new(), glib::MainContext::new());
+            let a = gdex::Scheduler::for_context(&often);
+            let b = gdex::Scheduler::for_context(&rarely);
+            a.enable_sampled_latency_histograms(2);
+            b.enable_sampled_latency_histograms(256);
+            for round in 0..TASKS {
+                a.spawn(async {}).detach();
+                b.spawn(async {}).detach();
+                if round % 1_000 == 999 {
+                    common::pump(&often);
+                    common::pump(&rarely);
+                }
+            }
+            let (a, b) = (a.metrics(), b.metrics());
+            assert_eq!(a.poll_durations.count(), TASKS as u64, "{a}");
+            assert_eq!(b.poll_durations.count(), TASKS as u64, "{b}");
+            assert!(
+                (9_000..11_000).contains(&a.wake_to_poll.count()),
+                "one in 2 of {TASKS}: {a}"
+            );
+            assert!(
+                (30..160).contains(&b.wake_to_poll.count()),
+                "one in 256 of {TASKS}: {b}"
+            );
+        },
+    );
+}
+
+/// A thread's first queueing is no likelier to be sampled than its others:
+/// 1,600 threads that each spawn one task onto a pool sampled one in 16
+/// get about 100 of their waits counted, not all of them. The range is
+/// six standard deviations either side (Binomial(1,600, 1/16): mean 100,
+/// deviation 9.7).
+#[test]
+fn a_threads_first_queueing_is_sampled_one_time_in_n() {
+    watchdog(
+        "a_threads_first_queueing_is_sampled_one_time_in_n",
+        120,
+        || {
+            const THREADS: usize = 1_600;
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .sampled_latency_histograms(16)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            for _ in 0..THREADS / 8 {
+                let spawners: Vec<_> = (0..8)
+                    .map(|_| {
+                        let s = s.clone();
+                        std::thread::spawn(move || s.spawn(async {}))
+                    })
+                    .collect();
+                for spawner in spawners {
+                    gdex::block_on(spawner.join().unwrap()).unwrap();
+                }
+            }
+            // Every job ended (a worker counts a job as it ends, after its
+            // waiter may have woken): a last one's poll read on the worker.
+            let s2 = s.clone();
+            gdex::block_on(s.spawn(async move { s2.metrics() })).unwrap();
+            let metrics = s.metrics();
+            assert!(
+                (40..160).contains(&metrics.wake_to_poll.count()),
+                "about one in 16 of {THREADS}: {metrics}"
+            );
+        },
+    );
+}
+
+/// The samplings a test cycles a scheduler through while it runs.
+const SAMPLINGS: [u32; 4] = [1, 4, 64, u32::MAX];
+
+/// While threads spawn onto a pool from outside, another changes its
+/// sampling back and forth (every task, one in 4, in 64, in `u32::MAX`)
+/// and a third reads its metrics and the dump: every task runs, and each
+/// worker's counts stay consistent (a wait is counted only with its poll,
+/// a poll only for a job the worker ran). Then, back to every task, each
+/// poll is counted once again: the worker's timing keeps no state from its
+/// sampled slices (a sampled job's end is no exact job's start).
+fn sampling_changed_under_load_on(pool: gdex::ThreadPool) {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    let s = pool.scheduler();
+    let done = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (s, done) = (s.clone(), done.clone());
+        std::thread::spawn(move || {
+            for i in 0.. {
+                if done.load(SeqCst) && i >= SAMPLINGS.len() {
+                    break;
+                }
+                s.enable_sampled_latency_histograms(SAMPLINGS[i % SAMPLINGS.len()]);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    let reader = {
+        let (s, done) = (s.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                let metrics = s.metrics();
+                assert!(metrics.latency_histograms && metrics.sampling >= 1);
+                let (waits, polls) = counts(&metrics);
+                assert!(waits <= polls, "{metrics}");
+                assert!(gdex::dump().to_string().contains("Scheduler::Pool"));
+            }
+        })
+    };
+    let spawners: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let tasks: Vec<_> = (0..500).map(|_| s.spawn(yielding(2))).collect();
+                for task in tasks {
+                    gdex::block_on(task).unwrap();
+                }
+            })
+        })
+        .collect();
+    for spawner in spawners {
+        spawner.join().unwrap();
+    }
+    done.store(true, SeqCst);
+    flipper.join().unwrap();
+    reader.join().unwrap();
+    for worker in pool.metrics().workers {
+        let (waits, polls) = (worker.wake_to_poll.count(), worker.poll_durations.count());
+        assert!(waits <= polls && polls <= worker.tasks_run, "{worker:?}");
+    }
+
+    s.enable_latency_histograms();
+    assert_eq!(s.metrics().sampling, 1);
+    // A slice reads the sampling once, at its start, and runs 32 jobs at
+    // most: after 33 jobs in a row on the one worker, its slices count
+    // every job.
+    for _ in 0..33 {
+        gdex::block_on(s.spawn(async {})).unwrap();
+    }
+    // Read on the worker in the measured task's first poll (see
+    // a_pools_histograms_can_be_turned_on_while_it_runs): it then yields
+    // twice, spawns 10 tasks that yield twice, one pinned task that yields
+    // once and pushes 5 work items.
+    let (s2, (tx, rx)) = (s.clone(), std::sync::mpsc::channel());
+    let (before, tasks) = gdex::block_on(s.spawn(async move {
+        let before = s2.metrics();
+        let mut tasks: Vec<gdex::Task<()>> = (0..10).map(|_| s2.spawn(yielding(2))).collect();
+        tasks.push(s2.spawn_pinned(|| yielding(1)));
+        for _ in 0..5 {
+            let tx = tx.clone();
+            s2.push(move || tx.send(()).unwrap());
+        }
+        yielding(2).await;
+        (before, tasks)
+    }))
+    .unwrap();
+    for task in tasks {
+        gdex::block_on(task).unwrap();
+    }
+    for _ in 0..5 {
+        rx.recv().unwrap();
+    }
+    let waits = 3 + 10 * 3 + 2;
+    let (w0, p0) = counts(&before);
+    let after = settled(&s, (w0 + waits, p0 + waits + 5));
+    assert_eq!(
+        (
+            after.wake_to_poll.since(&before.wake_to_poll).count(),
+            after.poll_durations.since(&before.poll_durations).count()
+        ),
+        (waits, waits + 5),
+        "each poll counted once after the sampling went back to every task: {after}"
+    );
+}
+
+#[test]
+fn exact_counts_survive_sampling_changes_under_load() {
+    watchdog(
+        "exact_counts_survive_sampling_changes_under_load",
+        120,
+        || {
+            for thread_per_core in [false, true] {
+                let pool = gdex::ThreadPool::builder()
+                    .workers(1)
+                    .thread_per_core(thread_per_core)
+                    .sampled_latency_histograms(4)
+                    .build()
+                    .unwrap();
+                sampling_changed_under_load_on(pool);
+            }
+        },
+    );
+}
+
+/// Spawns a task onto its scheduler when dropped, sending the task out.
+struct SpawnWhenDropped(gdex::Scheduler, std::sync::mpsc::Sender<gdex::Task<u32>>);
+
+impl Drop for SpawnWhenDropped {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0.spawn(async { 7 }));
+    }
+}
+
+thread_local! {
+    static SPAWN_AT_EXIT: std::cell::RefCell<Option<SpawnWhenDropped>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A task queued from a thread-local's destructor, as its thread exits,
+/// onto a pool sampled one in 2 (so the queueing consults the thread's
+/// countdown, whose thread-locals may be gone): it runs. From a thread
+/// that never used gdex before, from one that queued 100 tasks before, and
+/// from a pool worker exiting as its pool shuts down.
+#[test]
+fn a_task_queued_as_its_thread_exits_runs_on_a_sampled_pool() {
+    watchdog(
+        "a_task_queued_as_its_thread_exits_runs_on_a_sampled_pool",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .sampled_latency_histograms(2)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            let (tx, rx) = std::sync::mpsc::channel();
+            for queued_before in [0, 100] {
+                let (s, tx) = (s.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    // Registered first: destroyed after gdex's own, perhaps.
+                    SPAWN_AT_EXIT.with(|t| *t.borrow_mut() = Some(SpawnWhenDropped(s.clone(), tx)));
+                    for _ in 0..queued_before {
+                        s.spawn(async {}).detach();
+                    }
+                })
+                .join()
+                .unwrap();
+                assert_eq!(gdex::block_on(rx.recv().unwrap()).unwrap(), 7);
+            }
+            let other = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let (s2, tx2) = (s.clone(), tx.clone());
+            gdex::block_on(other.scheduler().spawn(async move {
+                SPAWN_AT_EXIT.with(|t| *t.borrow_mut() = Some(SpawnWhenDropped(s2, tx2)));
+            }))
+            .unwrap();
+            drop(other);
+            assert_eq!(gdex::block_on(rx.recv().unwrap()).unwrap(), 7);
+            assert!(settled(&s, (0, 1)).poll_durations.count() >= 1);
+        },
+    );
+}
+
+/// A pool sampled one in 2 shut down with stamped tasks still queued (a
+/// worker busy in a long job, 1,000 tasks behind it): the queued tasks
+/// resolve as cancelled, and the pool's metrics and the dump still read
+/// after.
+#[test]
+fn a_sampled_pool_shuts_down_with_stamped_tasks_queued() {
+    watchdog(
+        "a_sampled_pool_shuts_down_with_stamped_tasks_queued",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .sampled_latency_histograms(2)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            let (started, running) = std::sync::mpsc::channel();
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let busy = s.spawn(async move {
+                started.send(()).unwrap();
+                let _ = released.recv();
+            });
+            running.recv().unwrap();
+            let queued: Vec<_> = (0..1_000).map(|_| s.spawn(async {})).collect();
+            let shutdown = std::thread::spawn(move || drop(pool));
+            std::thread::sleep(Duration::from_millis(10));
+            release.send(()).unwrap();
+            shutdown.join().unwrap();
+            let _ = gdex::block_on(busy);
+            let cancelled = queued
+                .into_iter()
+                .map(gdex::block_on)
+                .filter(Result::is_err)
+                .count();
+            let metrics = s.metrics();
+            assert_eq!(metrics.sampling, 2);
+            assert!(metrics.wake_to_poll.count() <= metrics.poll_durations.count());
+            assert!(
+                metrics.poll_durations.count() as usize <= 1 + 1_000 - cancelled,
+                "{metrics}"
+            );
+            let _ = gdex::dump().to_string();
+        },
+    );
+}
+
+/// `GDEX_LATENCY_HISTOGRAMS`'s odd forms: spaces around it are trimmed,
+/// and inside it after the slash; one in 0, a negative `n` and one too
+/// large for a `u32` are each reported once with a `g_warning` naming the
+/// value, and leave the histograms off; one in `u32::MAX` is a sampling.
+#[test]
+fn the_environments_odd_forms_work_or_are_reported() {
+    for (value, sampling) in [
+        (" 1/16 ", Some(16)),
+        ("1/ 16", Some(16)),
+        ("1/4294967295", Some(u32::MAX)),
+        ("1/0", None),
+        ("1/-3", None),
+        ("1/99999999999", None),
+    ] {
+        let out = common::child_passes(
+            "child_environment_reads_its_sampling",
+            &[("GDEX_LATENCY_HISTOGRAMS", value)],
+            60,
+        );
+        let warning = format!("GDEX_LATENCY_HISTOGRAMS={value:?} is not a usable setting");
+        let seen = format!("sampling {}", sampling.unwrap_or(0));
+        assert!(out.contains(&seen), "{value:?}: {out}");
+        assert_eq!(
+            out.matches(&warning).count(),
+            usize::from(sampling.is_none()),
+            "{value:?}: {out}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by the_environments_odd_forms_work_or_are_reported"]
+fn child_environment_reads_its_sampling() {
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let sampling = pool.scheduler().metrics().sampling;
+    let context = glib::MainContext::new();
+    assert_eq!(
+        gdex::Scheduler::for_context(&context).metrics().sampling,
+        sampling
+    );
+    assert_eq!(gdex::Scheduler::main().metrics().sampling, sampling);
+    println!("sampling {sampling}");
+    println!("CHILD-OK");
+}
+
+/// No periodic pattern of the workload decides what a sample sees: two
+/// tasks that yield in turn on one worker sampled one in 8, one spinning
+/// 300 µs a poll and the other empty, 600 polls each, get about as many
+/// polls timed each (about 140: the sampled queueings' and one in 8 of the
+/// others'), and about one wait in 8 of all (about 150); a task alone
+/// that yields 8,000 times gets about one wait in 16 at one in 16 (about
+/// 500). The ranges are half the expected count either side, seven
+/// standard deviations or more (a false failure about once in 10^11
+/// runs; an empty poll preempted past 256 µs counts as the long task's, a
+/// few at most).
+#[test]
+fn sampling_sees_tasks_that_take_turns_alike() {
+    watchdog("sampling_sees_tasks_that_take_turns_alike", 120, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .sampled_latency_histograms(8)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let long = Duration::from_micros(300);
+        let (go, gate) = gdex::Promise::<()>::new();
+        let spinner = s.spawn({
+            let gate = gate.clone();
+            async move {
+                let _ = gate.await;
+                for _ in 0..600 {
+                    common::spin(long);
+                    gdex::yield_now().await;
+                }
+            }
+        });
+        let empty = s.spawn(async move {
+            let _ = gate.await;
+            yielding(600).await;
+        });
+        let before = settled(&s, (0, 0));
+        go.resolve(());
+        gdex::block_on(spinner).unwrap();
+        gdex::block_on(empty).unwrap();
+        let after = settled(&s, (before.wake_to_poll.count() + 75, 0));
+        let polls = after.poll_durations.since(&before.poll_durations);
+        let long_bucket = gdex::LatencyHistogram::bucket_of(Duration::from_micros(256));
+        let (long_polls, short_polls) = (
+            from_bucket(&polls, long_bucket),
+            polls.count() - from_bucket(&polls, long_bucket),
+        );
+        assert!((70..210).contains(&long_polls), "{after}: {polls:?}");
+        assert!((70..210).contains(&short_polls), "{after}: {polls:?}");
+        let waits = after.wake_to_poll.since(&before.wake_to_poll).count();
+        assert!((75..225).contains(&waits), "{after}");
+
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .sampled_latency_histograms(16)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        gdex::block_on(s.spawn(yielding(8_000))).unwrap();
+        let waits = settled(&s, (250, 0)).wake_to_poll.count();
+        assert!((250..750).contains(&waits), "{waits} of 8,001");
+    });
+}

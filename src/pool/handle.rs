@@ -305,9 +305,11 @@ impl ThreadPoolBuilder {
     /// `one_in` apart on average) are timed from their queueing to the
     /// end of their poll; each worker also times about one other job in
     /// `one_in`, so a long work item or a long poll of a task not sampled
-    /// shows too, by that chance. Counts are of samples (about `1/one_in`
-    /// of the tasks run); percentiles estimate those of every task. One in
-    /// 16 costs about 2% of the smallest tasks' spawn and poll.
+    /// shows too, by that chance. Counts are of samples: waits, about
+    /// `1/one_in` of the queueings; polls, about twice that (the sampled
+    /// tasks' and one in `one_in` of the other jobs'). Percentiles
+    /// estimate those of every task. One in 16 costs about 3% of the
+    /// smallest tasks' spawn and poll.
     ///
     /// ```
     /// let pool = gdex::ThreadPool::builder()

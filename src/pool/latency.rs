@@ -27,7 +27,7 @@ thread_local! {
     /// starts).
     static FRESH: Cell<bool> = const { Cell::new(false) };
     /// Sampled: this worker's unstamped jobs left before it times one.
-    static UNSTAMPED: Cell<u64> = const { Cell::new(0) };
+    static UNSTAMPED: Cell<sampling::Countdown> = const { Cell::new(sampling::Countdown::NEW) };
 }
 
 /// A worker's slice starts: 0 if it times no job, else the pool's
