@@ -22,10 +22,11 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use crate::diagnostics::sampling::Sampling;
 use crate::util::Unpoisoned;
 
 /// How many buckets a [`LatencyHistogram`] has.
@@ -439,20 +440,27 @@ pub(crate) trait LatencySource: Send + Sync {
 /// histograms need is elsewhere ([`Recorder`]s, the list of [`listed`]
 /// schedulers).
 #[derive(Default)]
-pub(crate) struct Switch(AtomicU32);
+pub(crate) struct Switch(AtomicU64);
 
 impl Switch {
     /// Are the histograms on? A relaxed load.
     #[inline]
     pub(crate) fn is_on(&self) -> bool {
-        self.sampling() != 0
+        self.load().is_on()
     }
 
     /// 0 if the histograms are off, else about one task in how many they
     /// count (1: every one). A relaxed load.
     #[inline]
     pub(crate) fn sampling(&self) -> u32 {
-        self.0.load(Relaxed)
+        self.load().one_in
+    }
+
+    /// The sampling as the hot path uses it (one load: the rate and its
+    /// countdown step).
+    #[inline]
+    pub(crate) fn load(&self) -> Sampling {
+        Sampling::unpack(self.0.load(Relaxed))
     }
 
     /// Turns the histograms of `source` (whose switch this is) on, for
@@ -461,7 +469,7 @@ impl Switch {
     /// it for the dump and the views.
     pub(crate) fn turn_on(&self, source: Weak<dyn LatencySource>, one_in: u32) {
         debug_assert!(one_in >= 1);
-        if self.0.swap(one_in, Relaxed) != 0 {
+        if self.0.swap(Sampling::new(one_in).pack(), Relaxed) != 0 {
             return;
         }
         static NEXT: AtomicU64 = AtomicU64::new(1);

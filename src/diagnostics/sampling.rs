@@ -27,31 +27,55 @@ use std::cell::Cell;
 /// A gap, in the countdown's fixed point.
 const GAP: u64 = 1 << 32;
 
-/// A countdown to the next sampled event (see the module's comment).
-#[derive(Clone, Copy)]
-pub(crate) struct Countdown {
-    /// What is left of the gap to the next sampled event, in `1 / GAP`
-    /// parts of a mean gap: above 0 between events.
-    left: i64,
-    /// The sampling `step` is for; 0 before the first event.
-    one_in: u32,
-    /// `GAP / one_in`: what an event takes off `left` (at most half a
-    /// gap, `one_in` being 2 or more).
+/// A scheduler's sampling as its hot path reads it, in one word: about one
+/// task in `one_in` (0: off; 1: every one), and what each of its events
+/// takes off a countdown (`GAP / one_in`: at most half a gap, `one_in`
+/// being 2 or more; 0 when `one_in` is 0 or 1, which never count down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sampling {
+    pub(crate) one_in: u32,
     step: u32,
 }
 
-impl Countdown {
-    /// A countdown that has counted nothing yet.
-    pub(crate) const NEW: Countdown = Countdown {
-        left: 0,
-        one_in: 0,
-        step: 0,
-    };
+impl Sampling {
+    /// About one in `one_in` (0: off; 1: every one).
+    pub(crate) const fn new(one_in: u32) -> Sampling {
+        let step = if one_in >= 2 {
+            (GAP / one_in as u64) as u32
+        } else {
+            0
+        };
+        Sampling { one_in, step }
+    }
+
+    /// The word a scheduler's switch keeps.
+    pub(crate) const fn pack(self) -> u64 {
+        self.one_in as u64 | (self.step as u64) << 32
+    }
+
+    /// The sampling a switch's word holds.
+    #[inline]
+    pub(crate) const fn unpack(word: u64) -> Sampling {
+        Sampling {
+            one_in: word as u32,
+            step: (word >> 32) as u32,
+        }
+    }
+
+    /// Whether the histograms are on.
+    #[inline]
+    pub(crate) const fn is_on(self) -> bool {
+        self.one_in != 0
+    }
 }
+
+/// A countdown to the next sampled event, in `1 / GAP` parts of a mean
+/// gap: above 0 between events, 0 before the first.
+pub(crate) type Countdown = Cell<i64>;
 
 thread_local! {
     /// This thread's countdown to the next queueing it stamps.
-    static QUEUEINGS: Cell<Countdown> = const { Cell::new(Countdown::NEW) };
+    static QUEUEINGS: Countdown = const { Cell::new(0) };
     /// This thread's random state (xorshift), seeded on first use.
     static RANDOM: Cell<u64> = const { Cell::new(0) };
 }
@@ -76,53 +100,53 @@ fn random() -> u64 {
 /// A gap between two sampled events, in `1 / GAP` parts of a mean gap:
 /// uniform in `GAP / 2 .. 3 * GAP / 2` (mean `GAP`). At least half a gap,
 /// so at one in 2 or more (a step of half a gap or less) one event never
-/// passes two sampled points. Out of line: drawn about once in `n`
-/// events.
-#[inline(never)]
+/// passes two sampled points.
 fn gap() -> i64 {
     (GAP / 2 + random()) as i64
 }
 
-/// Whether the countdown `countdown` has reached the next sampled event,
-/// for an event of a scheduler sampling one in `one_in` (2 or more; one in
-/// 1 is every event, which callers check first).
+/// Whether `countdown` has reached the next sampled event, for an event of
+/// a scheduler sampling `sampling` (one in 2 or more; one in 1 is every
+/// event, which callers check first). The fast path is a subtraction and
+/// a branch; the rest is out of line, about once in `n` events.
 #[inline]
-pub(crate) fn take(countdown: &Cell<Countdown>, one_in: u32) -> bool {
-    debug_assert!(one_in >= 2);
-    let mut c = countdown.get();
-    if c.one_in != one_in {
-        c = retuned(c, one_in);
+pub(crate) fn take(countdown: &Countdown, sampling: Sampling) -> bool {
+    debug_assert!(sampling.one_in >= 2);
+    let step = i64::from(sampling.step);
+    let left = countdown.get() - step;
+    if left > 0 {
+        countdown.set(left);
+        return false;
     }
-    c.left -= i64::from(c.step);
-    let taken = c.left <= 0;
-    if taken {
-        c.left += gap();
-    }
-    countdown.set(c);
-    taken
+    reached(countdown, left, step)
 }
 
-/// `countdown` for events sampled one in `one_in`: what is left of its gap
-/// stays (a gap is the same length whatever the sampling), and a fresh
-/// one starts anywhere in a gap. Out of line: on a thread that queues to
-/// schedulers of one sampling, this happens once.
+/// `countdown` reached 0 or below (`left`, after an event of `step`): a
+/// sampled event and a new gap; or, if it had not started (it was 0, and
+/// between events it is above 0, so only then is `left` exactly `-step`),
+/// a start at a random point of a gap, so that a thread's first event is
+/// sampled with chance `step / GAP`, as any other.
 #[inline(never)]
-fn retuned(mut countdown: Countdown, one_in: u32) -> Countdown {
-    if countdown.one_in == 0 {
-        // Uniform in `1..=GAP`: the first event is sampled with chance
-        // `step / GAP`, as any other is.
-        countdown.left = random() as i64 + 1;
+fn reached(countdown: &Countdown, left: i64, step: i64) -> bool {
+    let left = if left == -step {
+        // Uniform in `1..=GAP`, then this event.
+        random() as i64 + 1 - step
+    } else {
+        left
+    };
+    if left > 0 {
+        countdown.set(left);
+        return false;
     }
-    countdown.one_in = one_in;
-    countdown.step = (GAP / u64::from(one_in)) as u32;
-    countdown
+    countdown.set(left + gap());
+    true
 }
 
 /// Whether a task queued now on this thread is stamped, its scheduler
-/// counting about one task in `one_in` (1: every one).
+/// sampling `sampling` (on: one in 1 is every task).
 #[inline]
-pub(crate) fn stamp_this_queueing(one_in: u32) -> bool {
-    one_in == 1 || QUEUEINGS.with(|left| take(left, one_in))
+pub(crate) fn stamp_this_queueing(sampling: Sampling) -> bool {
+    sampling.one_in == 1 || QUEUEINGS.with(|left| take(left, sampling))
 }
 
 #[cfg(test)]
@@ -141,12 +165,12 @@ mod tests {
         let mean = draws.iter().map(|&g| g as f64).sum::<f64>() / draws.len() as f64;
         assert!((mean / GAP as f64 - 1.0).abs() <= 0.01, "mean gap {mean}");
         for n in [2u64, 16, 1000] {
-            let countdown = Cell::new(Countdown::NEW);
+            let countdown: Countdown = Cell::new(0);
             let mut gaps = Vec::new();
             let mut since = 0;
             for _ in 0..1_250 * n {
                 since += 1;
-                if take(&countdown, n as u32) {
+                if take(&countdown, Sampling::new(n as u32)) {
                     gaps.push(since);
                     since = 0;
                 }
@@ -164,17 +188,15 @@ mod tests {
     /// overflows nor stalls at a sampled event.
     #[test]
     fn one_in_u32_max_neither_overflows_nor_stalls() {
-        let countdown = Cell::new(Countdown::NEW);
+        let countdown: Countdown = Cell::new(0);
+        let most = Sampling::new(u32::MAX);
         for _ in 0..1_000 {
-            take(&countdown, u32::MAX);
+            take(&countdown, most);
         }
-        assert_eq!(countdown.get().step, 1);
-        let due = Cell::new(Countdown {
-            left: 1,
-            ..countdown.get()
-        });
-        assert!(take(&due, u32::MAX));
-        assert!(due.get().left >= GAP as i64 / 2);
+        assert_eq!(most.step, 1);
+        let due: Countdown = Cell::new(1);
+        assert!(take(&due, most));
+        assert!(due.get() >= GAP as i64 / 2);
     }
 
     /// One countdown fed in turn by events of one in 2 and one in 256
@@ -182,11 +204,11 @@ mod tests {
     /// 128,000 and 1,000; ranges of nine standard deviations or more).
     #[test]
     fn events_of_different_samplings_are_each_sampled_one_in_their_n() {
-        let countdown = Cell::new(Countdown::NEW);
+        let countdown: Countdown = Cell::new(0);
         let (mut often, mut rarely) = (0, 0);
         for _ in 0..256_000 {
-            often += usize::from(take(&countdown, 2));
-            rarely += usize::from(take(&countdown, 256));
+            often += usize::from(take(&countdown, Sampling::new(2)));
+            rarely += usize::from(take(&countdown, Sampling::new(256)));
         }
         assert!((124_000..132_000).contains(&often), "{often}");
         assert!((700..1_300).contains(&rarely), "{rarely}");
@@ -198,7 +220,7 @@ mod tests {
     #[test]
     fn a_fresh_countdowns_first_event_is_sampled_one_time_in_n() {
         let first = (0..16_000)
-            .filter(|_| take(&Cell::new(Countdown::NEW), 16))
+            .filter(|_| take(&Cell::new(0), Sampling::new(16)))
             .count();
         assert!((810..1_190).contains(&first), "{first}");
     }
@@ -207,8 +229,10 @@ mod tests {
     /// pattern of the caller.
     #[test]
     fn about_one_queueing_in_n_is_stamped() {
-        let stamped = (0..64_000).filter(|_| stamp_this_queueing(16)).count();
+        let stamped = (0..64_000)
+            .filter(|_| stamp_this_queueing(Sampling::new(16)))
+            .count();
         assert!((3_000..5_000).contains(&stamped), "{stamped} of 64,000");
-        assert!((0..10).all(|_| stamp_this_queueing(1)));
+        assert!((0..10).all(|_| stamp_this_queueing(Sampling::new(1))));
     }
 }

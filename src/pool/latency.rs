@@ -16,7 +16,7 @@ use std::sync::{Arc, Weak};
 
 use super::PoolShared;
 use crate::diagnostics::latency::{LatencySource, SchedulerMetrics};
-use crate::diagnostics::sampling;
+use crate::diagnostics::sampling::{self, Sampling};
 use crate::task::{Job, Runnable};
 
 thread_local! {
@@ -27,16 +27,16 @@ thread_local! {
     /// starts).
     static FRESH: Cell<bool> = const { Cell::new(false) };
     /// Sampled: this worker's unstamped jobs left before it times one.
-    static UNSTAMPED: Cell<sampling::Countdown> = const { Cell::new(sampling::Countdown::NEW) };
+    static UNSTAMPED: sampling::Countdown = const { Cell::new(0) };
 }
 
 /// A worker's slice starts: 0 if it times no job, else the pool's
 /// sampling (read once a slice); if on, a sample for the views that chart
 /// the histograms (Sysprof's counters).
 #[inline]
-pub(super) fn slice_starts(pool: &PoolShared) -> u32 {
-    let sampling = pool.latency.sampling();
-    if sampling != 0 {
+pub(super) fn slice_starts(pool: &PoolShared) -> Sampling {
+    let sampling = pool.latency.load();
+    if sampling.is_on() {
         FRESH.set(false);
         crate::diagnostics::views::latency_slice();
     }
@@ -49,8 +49,8 @@ pub(super) fn slice_starts(pool: &PoolShared) -> u32 {
 /// out-of-line timing function made every job pay for that function's
 /// frame).
 #[inline(always)]
-pub(super) fn run(sampling: u32, pool: &PoolShared, worker: usize, job: Job) {
-    if sampling == 0 {
+pub(super) fn run(sampling: Sampling, pool: &PoolShared, worker: usize, job: Job) {
+    if !sampling.is_on() {
         // Off: the loop as it was without the histograms.
         job.run();
         return;
@@ -71,9 +71,9 @@ pub(super) fn run(sampling: u32, pool: &PoolShared, worker: usize, job: Job) {
 /// Sampled, a timed job's start is read afresh: jobs timed back to back
 /// are rare then, and the untimed ones need not mark the last end stale.
 #[inline(always)]
-fn starts(sampling: u32, job: &Job) -> Option<(u64, Option<u64>)> {
+fn starts(sampling: Sampling, job: &Job) -> Option<(u64, Option<u64>)> {
     let queued = job.queued_at();
-    if sampling == 1 {
+    if sampling.one_in == 1 {
         let started = if FRESH.get() {
             LAST.get()
         } else {
@@ -100,8 +100,8 @@ fn ends(pool: &PoolShared, worker: usize, started: u64, queued: Option<u64>) {
 
 /// A worker's slice found no job: the next one it finds starts when found.
 #[inline(always)]
-pub(super) fn idle(sampling: u32) {
-    if sampling != 0 {
+pub(super) fn idle(sampling: Sampling) {
+    if sampling.is_on() {
         FRESH.set(false);
     }
 }
@@ -113,8 +113,8 @@ impl PoolShared {
     #[inline]
     pub(crate) fn task_job(&self, runnable: Runnable) -> Job {
         let mut job = Job::task(runnable);
-        let sampling = self.latency.sampling();
-        if sampling != 0 && sampling::stamp_this_queueing(sampling) {
+        let sampling = self.latency.load();
+        if sampling.is_on() && sampling::stamp_this_queueing(sampling) {
             job.stamp(crate::util::clock::now());
         }
         job

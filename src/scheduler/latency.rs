@@ -42,7 +42,7 @@ impl Scheduler {
     /// Turns this scheduler's latency histograms on (O1), for good,
     /// counting about one task in `one_in` (1: every one, as
     /// [`enable_latency_histograms`](Self::enable_latency_histograms)):
-    /// cheap enough to leave on in production (`GDEX_LATENCY_HISTOGRAMS=1/16`
+    /// cheap enough to leave on in production (`GDEX_LATENCY_HISTOGRAMS=1/64`
     /// does it for every scheduler). The queueings counted are drawn at
     /// random, `one_in` apart on average; each is timed from its queueing
     /// to its poll's end. A pool's workers also time about one other job in

@@ -27,8 +27,8 @@ impl Histograms {
     /// count it (sampled, about one queueing in `n`).
     #[inline]
     pub(super) fn stamp(&self, job: &mut Job) {
-        let sampling = self.switch.sampling();
-        if sampling != 0 && crate::diagnostics::sampling::stamp_this_queueing(sampling) {
+        let sampling = self.switch.load();
+        if sampling.is_on() && crate::diagnostics::sampling::stamp_this_queueing(sampling) {
             job.stamp(crate::util::clock::now());
         }
     }
