@@ -12,6 +12,7 @@
 
 mod common;
 
+mod batched_spawn;
 mod blocking;
 mod budget;
 mod cancellation;

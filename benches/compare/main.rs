@@ -23,6 +23,7 @@
 //! It ends by printing one Markdown table: every workload, gdex's figure,
 //! each peer's, and gdex / best peer.
 
+mod batch;
 mod fibers;
 mod figures;
 mod frames;
@@ -90,6 +91,7 @@ fn main() {
     .configure_from_args();
     let all = runtimes::All::new();
     workloads::compare(&mut c, &all);
+    batch::spawn_batch(&mut c, &all);
     fibers::fibers(&mut c);
     io::reads(&mut c, &all);
     c.final_summary();

@@ -27,6 +27,12 @@ impl Counter {
         self.0.fetch_add(1, Relaxed);
     }
 
+    /// Adds `n` from any thread.
+    #[inline]
+    pub(crate) fn add_shared_n(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }

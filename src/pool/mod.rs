@@ -262,6 +262,44 @@ impl PoolShared {
         }
     }
 
+    /// Queues the first jobs of freshly spawned tasks
+    /// ([`Scheduler::spawn_many`](crate::Scheduler::spawn_many)): on the
+    /// calling worker's deque if it is one of ours, else on the injector
+    /// with one fence and one wake-up request for them all (the worker
+    /// woken pulls a batch and asks a peer for help while backlog remains,
+    /// P6), where `inject` pays both per job.
+    pub(crate) fn schedule_spawned(&self, runnables: Vec<crate::task::Runnable>) {
+        let mut outside = Vec::new();
+        for runnable in runnables {
+            if let Err(job) = worker::push_local_if(self, None, self.task_job(runnable)) {
+                outside.push(job);
+            }
+        }
+        if outside.is_empty() {
+            return;
+        }
+        self.inject_counters
+            .injected
+            .add_shared_n(outside.len() as u64);
+        for job in outside {
+            self.injector.push(job);
+        }
+        fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            // As for `inject`: shutdown step 5, the reaper drops them.
+            reaper::reap(Self::take_all(&self.injector));
+            return;
+        }
+        match self.parking.request(None, worker::pseudo_random() as usize) {
+            Request::Wake(i) => {
+                self.inject_counters.external_sent.add_shared();
+                self.unpark(i);
+            }
+            Request::Coalesced => self.inject_counters.external_coalesced.add_shared(),
+            Request::Marked(_) | Request::Nobody => {}
+        }
+    }
+
     /// Queues a latency-class job (P12) and wakes one sleeper if nobody is
     /// already on the way: from any thread, a worker's own included (its
     /// deque would put the job behind the batch work there).

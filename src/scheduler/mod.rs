@@ -5,6 +5,7 @@
 //! or a thread pool. The handle is cheap to clone and `Send + Sync`; spawning
 //! through it is the same call whatever is behind it.
 
+mod batch;
 pub(crate) mod bound;
 pub(crate) mod context;
 mod fiber;
