@@ -165,11 +165,15 @@ pub use diagnostics::panic::{reset_panic_handler, set_panic_handler, PanicEvent,
 pub use error::{Elapsed, Error, ErrorCode, IntoResult};
 pub use fiber::Fiber;
 pub use future::cancellable::{Cancellable, CancelledFuture, Delayed, Release};
+pub use future::clock::{ClockAttachment, TestClock};
 pub use future::fd::{unix_fd, UnixFd};
 pub use future::promise::{Promise, PromiseFuture};
 pub use future::sets::{all, all_race, any, first};
 pub use future::signal::{unix_signal, unix_signals, UnixSignal, UnixSignals, UnixSignalsRecv};
-pub use future::time::{reject_after, sleep, timeout, timeout_at, RejectAfter, Sleep, Timeout};
+pub use future::time::{
+    interval, interval_at, now, reject_after, sleep, timeout, timeout_at, Interval, RejectAfter,
+    Sleep, Timeout,
+};
 pub use interop::async_result::AsyncResult;
 pub use interop::dbus;
 pub use interop::list_model::ListModel;

@@ -31,6 +31,7 @@ mod latency;
 mod limiter;
 mod mixed_executors;
 mod nested_loops;
+mod paused_clock;
 mod pool;
 mod priorities;
 mod random_programs;

@@ -2,6 +2,7 @@
 //! cancellables, delayed results, Unix signals and file descriptors.
 
 pub(crate) mod cancellable;
+pub(crate) mod clock;
 pub(crate) mod fd;
 pub(crate) mod promise;
 pub(crate) mod sets;

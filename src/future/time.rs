@@ -20,6 +20,10 @@
 //! `glib::timeout_future`, stay on the context they were attached to, as in
 //! libdex: on a pool, that worker's.)
 //!
+//! A timer polled on a context that a [`TestClock`](crate::TestClock)
+//! drives waits on that clock instead of a source (see `clock`), and
+//! [`interval`] ticks on it too.
+//!
 //! A timer that fires spends one unit of its task's cooperative budget
 //! (P11): a loop over timers already due yields as one over ready channels
 //! does.
@@ -37,22 +41,40 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::error::Elapsed;
+use crate::future::clock::{self, ClockInner};
 use crate::source::{Hooks, SourceRef};
 use crate::task::flag::Flag;
 use crate::{Error, Scheduler};
 
-/// A one-shot timer on a GLib context.
-struct Timer {
-    /// Microseconds on GLib's monotonic clock.
+/// A one-shot timer on a GLib context, or on a [`TestClock`](crate::TestClock).
+pub(crate) struct Timer {
+    /// Microseconds on GLib's monotonic clock (or, once on a test clock,
+    /// on that clock's time, which has the same scale).
     deadline: i64,
+    /// The duration asked for, in µs: a timer made where no test clock
+    /// runs and first polled where one does counts it from that poll.
+    length: i64,
     fired: Arc<Flag>,
-    /// The source it waits on, that source's context, and on a pool worker
-    /// its entry in the worker's book of timers (see `pool::timers`).
-    source: Option<(
-        SourceRef,
-        glib::MainContext,
-        Option<Arc<crate::pool::timers::Noted>>,
-    )>,
+    waiting: Waiting,
+}
+
+enum Waiting {
+    /// Not polled yet, or polled only when due.
+    No,
+    /// On a source of `context`, and on a pool worker in the worker's book
+    /// of timers (see `pool::timers`).
+    Source {
+        source: SourceRef,
+        context: glib::MainContext,
+        /// Held, never read: the entry lives while the timer waits here.
+        _noted: Option<Arc<crate::pool::timers::Noted>>,
+    },
+    /// On a test clock; `entry` is its number in the clock's book once it
+    /// waits there (`None`: not yet, or it was due at its first poll).
+    Clock {
+        clock: Arc<ClockInner>,
+        entry: Option<u64>,
+    },
 }
 
 impl Hooks for Arc<Flag> {
@@ -62,33 +84,122 @@ impl Hooks for Arc<Flag> {
     }
 }
 
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX / 2)
+}
+
 impl Timer {
-    fn after(duration: Duration) -> Timer {
-        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX / 2);
+    pub(crate) fn after(duration: Duration) -> Timer {
+        let length = micros(duration);
+        // Made where a test clock runs: on its time from now.
+        if let Some(clock) = clock_here() {
+            return Timer {
+                deadline: clock.now_us().saturating_add(length),
+                length,
+                fired: Arc::default(),
+                waiting: Waiting::Clock { clock, entry: None },
+            };
+        }
         Timer {
-            deadline: glib::monotonic_time().saturating_add(micros),
+            deadline: glib::monotonic_time().saturating_add(length),
+            length,
             fired: Arc::default(),
-            source: None,
+            waiting: Waiting::No,
         }
     }
 
     fn at(deadline: Instant) -> Timer {
-        Timer::after(deadline.saturating_duration_since(Instant::now()))
+        let now = match clock_here() {
+            Some(clock) => clock.now(),
+            None => Instant::now(),
+        };
+        Timer::after(deadline.saturating_duration_since(now))
+    }
+
+    /// On its test clock, the clock's time; otherwise GLib's monotonic time.
+    fn now(&self) -> i64 {
+        match &self.waiting {
+            Waiting::Clock { clock, .. } => clock.now_us(),
+            _ => glib::monotonic_time(),
+        }
+    }
+
+    /// The `Instant` of `deadline`, given the timer's time `now`.
+    fn instant_at(&self, deadline: i64, now: i64) -> Instant {
+        match &self.waiting {
+            Waiting::Clock { clock, .. } => clock.instant_at(deadline),
+            _ => {
+                let ago = Duration::from_micros(now.saturating_sub(deadline).max(0) as u64);
+                let real = Instant::now();
+                real.checked_sub(ago).unwrap_or(real)
+            }
+        }
+    }
+
+    /// Sets the deadline anew (an interval's next tick): `deadline` on the
+    /// timer's clock's scale. Leaves what it waited on.
+    fn reset(&mut self, deadline: i64, length: i64) {
+        self.stop_waiting();
+        self.deadline = deadline;
+        self.length = length;
+        self.fired = Arc::default();
+    }
+
+    fn stop_waiting(&mut self) {
+        match &mut self.waiting {
+            Waiting::No => {}
+            Waiting::Source { source, .. } => {
+                source.destroy();
+                self.waiting = Waiting::No;
+            }
+            Waiting::Clock { clock, entry } => {
+                if let Some(entry) = entry.take() {
+                    clock.forget(self.deadline, entry);
+                }
+            }
+        }
     }
 
     fn poll_fired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.fired.poll_raised(cx) {
             return Poll::Ready(());
         }
+        if let Waiting::Clock { clock, entry } = &mut self.waiting {
+            if entry.is_some() {
+                return Poll::Pending; // its clock raises it
+            }
+            return match clock.note(self.deadline, &self.fired) {
+                None => Poll::Ready(()), // due
+                Some(noted) => {
+                    *entry = Some(noted);
+                    if self.fired.poll_raised(cx) {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                }
+            };
+        }
         let here = waiting_context();
-        if matches!(&self.source, Some((_, home, _)) if *home == here) {
+        if matches!(&self.waiting, Waiting::Source { context, .. } if *context == here) {
             return Poll::Pending;
         }
         // First poll, or polled on another context than the one we wait on:
         // our task moved (its first worker may be stuck in one poll, or
         // gone). Wait here instead.
-        if let Some((source, _, _)) = self.source.take() {
-            source.destroy();
+        let first = matches!(self.waiting, Waiting::No);
+        self.stop_waiting();
+        if first {
+            // First polled where a test clock runs: its whole length on
+            // that clock, from now.
+            if let Some(clock) = clock::any_driven()
+                .then(|| clock::for_context(&here))
+                .flatten()
+            {
+                self.deadline = clock.now_us().saturating_add(self.length);
+                self.waiting = Waiting::Clock { clock, entry: None };
+                return self.poll_fired(cx);
+            }
         }
         if glib::monotonic_time() >= self.deadline {
             return Poll::Ready(());
@@ -104,7 +215,11 @@ impl Timer {
         source.set_ready_time(self.deadline);
         // On a pool worker: in case the worker gets stuck in one poll.
         let noted = crate::pool::note_timer(self.deadline, &self.fired);
-        self.source = Some((source, here, noted));
+        self.waiting = Waiting::Source {
+            source,
+            context: here,
+            _noted: noted,
+        };
         if self.fired.poll_raised(cx) {
             Poll::Ready(())
         } else {
@@ -115,9 +230,43 @@ impl Timer {
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        if let Some((source, _, _)) = &self.source {
-            source.destroy();
-        }
+        self.stop_waiting();
+    }
+}
+
+/// The test clock of the context a timer polled here waits on, if a clock
+/// drives it. One relaxed load while no clock drives any context.
+fn clock_here() -> Option<Arc<ClockInner>> {
+    if !clock::any_driven() {
+        return None;
+    }
+    clock::for_context(&waiting_context())
+}
+
+/// The time now on the clock that drives the context a timer polled here
+/// waits on (a pool task's worker, an attached context): the paused time
+/// of a [`TestClock`], or [`Instant::now`] where no clock drives the
+/// context. Code that computes what is left of a deadline it set with a
+/// gdex timer should read this, not `Instant::now`, to be testable on a
+/// paused clock.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let clock = gdex::TestClock::paused();
+/// let pool = gdex::ThreadPool::builder().workers(1).clock(&clock).build().unwrap();
+/// let task = pool.scheduler().spawn(async {
+///     let start = gdex::now();
+///     gdex::sleep(Duration::from_secs(3600)).await;
+///     gdex::now() - start
+/// });
+/// clock.advance(Duration::from_secs(3600)); // once the task waits
+/// assert_eq!(gdex::block_on(task).unwrap(), Duration::from_secs(3600));
+/// ```
+pub fn now() -> Instant {
+    match clock_here() {
+        Some(clock) => clock.now(),
+        None => Instant::now(),
     }
 }
 
@@ -354,6 +503,113 @@ impl<F> std::fmt::Debug for Timeout<F> {
         f.debug_struct("Timeout")
             .field("deadline_us", &self.timer.deadline)
             .field("dropped", &self.future.is_none())
+            .finish()
+    }
+}
+
+/// A stream of ticks `period` apart (tokio's `interval`): the first tick
+/// completes at once, the next ones one period after the tick before.
+///
+/// A tick that comes late (its task was busy, or the thread slept past
+/// it) is given at once, and the ticks missed meanwhile are skipped: the
+/// next one keeps the phase, at the first multiple of `period` after now
+/// (tokio's `MissedTickBehavior::Skip`; GLib's `g_timeout_add` drifts
+/// instead). On a [`TestClock`](crate::TestClock), an advance by ten
+/// periods gives one tick, not ten.
+///
+/// ```
+/// use futures::StreamExt;
+/// use std::time::Duration;
+///
+/// let ticks = gdex::interval(Duration::from_millis(1)).take(3);
+/// let times: Vec<_> = gdex::block_on(ticks.collect());
+/// assert!(times[2] - times[0] >= Duration::from_millis(2));
+/// ```
+///
+/// # Panics
+/// If `period` is zero.
+pub fn interval(period: Duration) -> Interval {
+    Interval::new(Timer::after(Duration::ZERO), period)
+}
+
+/// [`interval`] whose first tick is at `start` (tokio's `interval_at`).
+///
+/// # Panics
+/// If `period` is zero.
+pub fn interval_at(start: Instant, period: Duration) -> Interval {
+    Interval::new(Timer::at(start), period)
+}
+
+/// The stream of [`interval`] and [`interval_at`]: a
+/// [`Stream`](futures::Stream) of the `Instant`s the ticks were due at.
+#[must_use = "streams do nothing unless polled"]
+pub struct Interval {
+    timer: Timer,
+    period: i64,
+}
+
+impl Interval {
+    fn new(timer: Timer, period: Duration) -> Interval {
+        assert!(
+            !period.is_zero(),
+            "gdex::interval: the period must be above zero (to run on every \
+             turn of the loop, use gdex::yield_now in a loop)"
+        );
+        Interval {
+            timer,
+            period: micros(period).max(1),
+        }
+    }
+
+    /// Waits for the next tick; gives the `Instant` it was due at.
+    pub async fn tick(&mut self) -> Instant {
+        std::future::poll_fn(|cx| self.poll_tick(cx)).await
+    }
+
+    /// Polls for the next tick (for hand-written futures).
+    pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
+        let timer = &mut self.timer;
+        match crate::task::coop::poll_leaf(cx, |cx| timer.poll_fired(cx)) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                let due = self.timer.deadline;
+                let now = self.timer.now();
+                let at = self.timer.instant_at(due, now);
+                // The next tick after now, in phase with this one.
+                let late = now.saturating_sub(due).max(0);
+                let next = due.saturating_add((late / self.period + 1).saturating_mul(self.period));
+                self.timer.reset(next, next.saturating_sub(now));
+                Poll::Ready(at)
+            }
+        }
+    }
+
+    /// The time between ticks.
+    pub fn period(&self) -> Duration {
+        Duration::from_micros(self.period as u64)
+    }
+
+    /// The next tick comes one period from now.
+    pub fn reset(&mut self) {
+        let now = self.timer.now();
+        self.timer
+            .reset(now.saturating_add(self.period), self.period);
+    }
+}
+
+impl futures::Stream for Interval {
+    type Item = Instant;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Instant>> {
+        self.get_mut().poll_tick(cx).map(Some)
+    }
+}
+
+impl std::fmt::Debug for Interval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interval")
+            .field("period", &self.period())
+            .field("next_us", &self.timer.deadline)
             .finish()
     }
 }

@@ -196,6 +196,17 @@ pub struct ThreadPoolBuilder {
     blocking_keep_alive: Option<std::time::Duration>,
     /// 0: off; 1: every task; `n`: about one in `n`.
     latency_histograms: Option<u32>,
+    clock: Option<ClockHook>,
+}
+
+/// The builder's test clock (see `crate::TestClock`), opaque to the pool.
+#[derive(Clone)]
+struct ClockHook(Arc<dyn super::PoolClock>);
+
+impl std::fmt::Debug for ClockHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TestClock")
+    }
 }
 
 impl ThreadPoolBuilder {
@@ -338,6 +349,12 @@ impl ThreadPoolBuilder {
         self
     }
 
+    /// For `crate::TestClock`'s `ThreadPoolBuilder::clock`.
+    pub(crate) fn with_clock(mut self, clock: Arc<dyn super::PoolClock>) -> Self {
+        self.clock = Some(ClockHook(clock));
+        self
+    }
+
     /// Starts the pool's threads.
     ///
     /// Fails with [`Error::Failed`] if the OS refuses to create a thread; the
@@ -395,7 +412,12 @@ impl ThreadPoolBuilder {
             ),
             latency: Default::default(),
             latency_cells: (0..n).map(|_| Default::default()).collect(),
+            clock: self.clock.as_ref().map(|clock| clock.0.clone()),
         });
+        if let Some(clock) = &self.clock {
+            let contexts = shared.remotes.iter().map(|r| r.context.clone()).collect();
+            clock.0.drive_pool(Arc::downgrade(&shared), contexts);
+        }
         match self
             .latency_histograms
             .unwrap_or_else(crate::diagnostics::latency::on_by_default)

@@ -88,9 +88,17 @@ use parking::{Directed, Parking, Request};
 
 pub use handle::{ThreadPool, ThreadPoolBuilder, MAX_WORKERS};
 use home::Home;
-pub(crate) use retire::{at_worker_exit, Retire, WorkerContext};
+pub(crate) use retire::{at_worker_exit, is_worker_context, Retire, WorkerContext};
 use retire::{context_key, worker_contexts, Retiring};
 pub(crate) use worker::{current_index, current_pool, note_timer};
+
+/// Whether the calling thread is a worker of one of `pools`.
+pub(crate) fn on_a_worker_of(pools: &[std::sync::Weak<PoolShared>]) -> bool {
+    pools
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .any(|pool| current_index(&pool).is_some())
+}
 
 /// What peers and outside threads may touch of one worker.
 pub(crate) struct Remote {
@@ -186,6 +194,19 @@ pub(crate) struct PoolShared {
     latency: crate::diagnostics::latency::Switch,
     /// Each worker's latency histograms, by index: lines of its own.
     latency_cells: Box<[CachePadded<crate::diagnostics::latency::Recorder>]>,
+    /// The test clock that drives the workers' gdex timers, if any
+    /// ([`crate::TestClock`]): told when a worker goes to sleep.
+    clock: Option<Arc<dyn PoolClock>>,
+}
+
+/// What a pool needs of a test clock (`crate::TestClock`, made above the
+/// pool): it tells the clock when a worker goes to sleep.
+pub(crate) trait PoolClock: Send + Sync {
+    /// The pool is built: its workers' contexts are the clock's.
+    fn drive_pool(&self, pool: std::sync::Weak<PoolShared>, contexts: Vec<glib::MainContext>);
+    /// A worker is about to sleep in its poll; called from the worker's
+    /// poll function, so it runs no user code.
+    fn pool_went_idle(&self);
 }
 
 /// A stealable task of the pool is woken: like [`PoolShared::schedule`] in
@@ -371,6 +392,33 @@ impl PoolShared {
     /// `diagnostics::stall::add_context_service`).
     pub(crate) fn service_stuck_ring(&self, i: usize) {
         crate::diagnostics::stall::service_stuck_context(&self.remotes[i].context);
+    }
+
+    /// Whether every task of the pool waits (for a [`crate::TestClock`]):
+    /// every worker asleep in its poll with no wake-up to act on, nothing
+    /// queued anywhere, and no job in the blocking lane. A snapshot: work
+    /// may come at any moment after.
+    pub(crate) fn is_idle(&self) -> bool {
+        if !self.parking.all_asleep() {
+            return false;
+        }
+        let queued = !self.injector.is_empty()
+            || !self.urgent.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
+            || self
+                .remotes
+                .iter()
+                .any(|r| !r.inbox.is_empty() || r.has_mail());
+        if queued {
+            return false;
+        }
+        let lane = self.blocking.stats();
+        lane.threads == lane.idle && lane.queued == 0
+    }
+
+    /// The test clock that drives the workers' timers.
+    pub(crate) fn clock(&self) -> Option<&Arc<dyn PoolClock>> {
+        self.clock.as_ref()
     }
 
     pub(crate) fn in_blocking(&self, i: usize) -> bool {

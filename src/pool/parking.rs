@@ -468,6 +468,15 @@ impl Parking {
         s & PARKED != 0 && s & (NOTIFIED | DIRECTED) != 0
     }
 
+    /// True if every worker sleeps in its poll and holds no wake-up: the
+    /// pool has nothing to run (for a test clock's auto-advance). A
+    /// snapshot, read word by word.
+    pub(crate) fn all_asleep(&self) -> bool {
+        self.states
+            .iter()
+            .all(|s| s.load(SeqCst) == PARKED | IN_POLL)
+    }
+
     /// True if worker `i` is parked (with or without a request).
     #[inline]
     pub(crate) fn is_parked(&self, i: usize) -> bool {

@@ -56,6 +56,14 @@ pub(super) fn context_key(context: &glib::MainContext) -> usize {
     context.as_ptr() as usize
 }
 
+/// Whether `context` is a worker's of a live pool.
+pub(crate) fn is_worker_context(context: &glib::MainContext) -> bool {
+    worker_contexts()
+        .lock()
+        .unpoisoned()
+        .contains_key(&context_key(context))
+}
+
 /// If `context` is a pool worker's own context, has `retire` retired on
 /// that worker's thread when it exits (unless it has exited already: then
 /// says so, and the caller retires it now). A scheduler made for a worker's

@@ -413,6 +413,10 @@ impl Core {
                     self.woke(sleep.wake_up(self.index));
                     (false, 0)
                 } else {
+                    if let Some(clock) = self.shared.clock() {
+                        // Perhaps the last to sleep: the clock may move.
+                        clock.pool_went_idle();
+                    }
                     (true, timeout)
                 }
             }

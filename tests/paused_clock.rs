@@ -1,0 +1,432 @@
+//! Time a test controls: a `gdex::TestClock` drives gdex's own timers
+//! (`sleep`, `timeout`, `timeout_at`, `reject_after`, `interval`) on a pool
+//! built with it and on contexts attached to it. Paused, it moves only when
+//! advanced (after letting its pools settle); with auto-advance, it jumps
+//! to the next deadline once every pool and attached context is idle, and
+//! never while a task runs or a blocking job is in its pool's lane. GLib's
+//! own timeout sources keep real time.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use common::{pump, watchdog};
+use futures::StreamExt;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn pool_on(clock: &gdex::TestClock, workers: usize) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+/// Waits (yielding) until `n` timers wait on the clock.
+fn until_pending(clock: &gdex::TestClock, n: usize) {
+    while clock.pending_timers() != n {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_sleep_fires_only_when_advanced_past_its_deadline() {
+    watchdog(
+        "a_sleep_fires_only_when_advanced_past_its_deadline",
+        30,
+        || {
+            let clock = gdex::TestClock::paused();
+            let pool = pool_on(&clock, 2);
+            // Made on this thread (no clock here): it counts its hour from its
+            // first poll on the pool.
+            let task = pool.scheduler().spawn(gdex::sleep(HOUR));
+            clock.advance(HOUR - Duration::from_micros(1));
+            clock.settle();
+            assert!(!task.is_finished());
+            assert_eq!(clock.pending_timers(), 1);
+            clock.advance(Duration::from_micros(1));
+            gdex::block_on(task).unwrap();
+            assert_eq!(clock.pending_timers(), 0);
+            assert_eq!(clock.elapsed(), HOUR);
+        },
+    );
+}
+
+#[test]
+fn every_timer_kind_waits_on_the_clock() {
+    watchdog("every_timer_kind_waits_on_the_clock", 30, || {
+        let clock = gdex::TestClock::paused();
+        let pool = pool_on(&clock, 2);
+        let s = pool.scheduler();
+        let timeout = s.spawn(gdex::timeout(HOUR, std::future::pending::<()>()));
+        let rejected = s.spawn(gdex::reject_after::<u8>(HOUR));
+        let at = s.spawn(async {
+            // A deadline on the clock's time, made on the pool.
+            let deadline = gdex::now() + HOUR;
+            gdex::timeout_at(deadline, std::future::pending::<()>()).await
+        });
+        let ticks = s.spawn(async {
+            let mut interval = gdex::interval(HOUR);
+            let first = interval.tick().await;
+            let second = interval.tick().await;
+            second - first
+        });
+        clock.settle();
+        assert_eq!(clock.pending_timers(), 4);
+        for task in [&timeout, &at] {
+            assert!(!task.is_finished());
+        }
+        clock.advance(HOUR);
+        assert!(gdex::block_on(timeout).unwrap().is_err());
+        assert!(matches!(
+            gdex::block_on(rejected).unwrap(),
+            Err(gdex::Error::TimedOut)
+        ));
+        assert!(gdex::block_on(at).unwrap().is_err());
+        assert_eq!(gdex::block_on(ticks).unwrap(), HOUR);
+    });
+}
+
+#[test]
+fn a_timeout_that_its_future_beats_does_not_fire() {
+    watchdog("a_timeout_that_its_future_beats_does_not_fire", 30, || {
+        let clock = gdex::TestClock::paused();
+        let pool = pool_on(&clock, 1);
+        let (tx, rx) = gdex::channel::<u32>(1);
+        let task = pool
+            .scheduler()
+            .spawn(async move { gdex::timeout(Duration::from_secs(30), rx.recv()).await });
+        clock.advance(Duration::from_secs(29));
+        gdex::block_on(tx.send(7)).unwrap();
+        assert_eq!(gdex::block_on(task).unwrap().unwrap().unwrap(), 7);
+        // Its timer left the book with it.
+        assert_eq!(clock.pending_timers(), 0);
+    });
+}
+
+#[test]
+fn a_dropped_timer_leaves_the_clock() {
+    watchdog("a_dropped_timer_leaves_the_clock", 30, || {
+        let clock = gdex::TestClock::paused();
+        let pool = pool_on(&clock, 1);
+        let tasks: Vec<_> = (0..10)
+            .map(|i| pool.scheduler().spawn(gdex::sleep(HOUR * i)))
+            .collect();
+        clock.settle();
+        // Ten sleeps; the zero-length one was due at its first poll.
+        assert_eq!(clock.pending_timers(), 9);
+        drop(tasks);
+        until_pending(&clock, 0);
+        assert_eq!(clock.next_deadline(), None);
+    });
+}
+
+#[test]
+fn advance_lets_the_pool_settle_before_it_moves() {
+    // The debounce of the docs, over many keys: each key restarts a 300 ms
+    // window; `advance` waits for the task to take the key before it moves
+    // the clock, so the window never closes early, however slow the pool.
+    watchdog("advance_lets_the_pool_settle_before_it_moves", 60, || {
+        let clock = gdex::TestClock::paused();
+        let pool = pool_on(&clock, 2);
+        let (keys, typed) = gdex::channel::<u32>(1);
+        let task = pool.scheduler().spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                match gdex::timeout(Duration::from_millis(300), typed.recv()).await {
+                    Ok(Ok(key)) => seen.push(key),
+                    _ => return seen,
+                }
+            }
+        });
+        let n = common::stress(200) as u32;
+        for key in 0..n {
+            gdex::block_on(keys.send(key)).unwrap();
+            clock.advance(Duration::from_millis(299));
+        }
+        clock.settle();
+        assert!(!task.is_finished());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(gdex::block_on(task).unwrap(), (0..n).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn auto_advance_jumps_to_each_deadline_in_order() {
+    watchdog("auto_advance_jumps_to_each_deadline_in_order", 30, || {
+        let clock = gdex::TestClock::auto_advancing();
+        let pool = pool_on(&clock, 2);
+        let (tx, rx) = gdex::channel::<&str>(1);
+        // A sleeper that sends after 5 s, and a receiver bounded by 10 s:
+        // the clock must stop at 5 s first.
+        let sender = pool.scheduler().spawn(async move {
+            gdex::sleep(Duration::from_secs(2)).await;
+            gdex::sleep(Duration::from_secs(3)).await;
+            tx.send("at five").await.unwrap();
+            gdex::now()
+        });
+        let receiver = pool
+            .scheduler()
+            .spawn(async move { gdex::timeout(Duration::from_secs(10), rx.recv()).await });
+        assert_eq!(
+            gdex::block_on(receiver).unwrap().unwrap().unwrap(),
+            "at five"
+        );
+        let sent_at = gdex::block_on(sender).unwrap();
+        assert_eq!(
+            sent_at - (clock.now() - clock.elapsed()),
+            Duration::from_secs(5)
+        );
+        // The 10 s timeout went with its task: nothing moved the clock on.
+        assert_eq!(clock.elapsed(), Duration::from_secs(5));
+    });
+}
+
+#[test]
+fn auto_advance_waits_for_a_job_in_the_blocking_lane() {
+    watchdog(
+        "auto_advance_waits_for_a_job_in_the_blocking_lane",
+        30,
+        || {
+            let clock = gdex::TestClock::auto_advancing();
+            let pool = pool_on(&clock, 2);
+            let (go, wait) = mpsc::channel::<()>();
+            let job = pool.spawn_blocking(move || {
+                wait.recv().unwrap();
+                7
+            });
+            let task = pool
+                .scheduler()
+                .spawn(gdex::timeout(Duration::from_secs(1), job));
+            until_pending(&clock, 1);
+            // The workers sleep now: a clock that took the pool for idle would
+            // fire the timeout within moments. Give it those moments.
+            let until = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < until {
+                std::thread::yield_now();
+            }
+            assert_eq!(clock.elapsed(), Duration::ZERO);
+            go.send(()).unwrap();
+            assert_eq!(gdex::block_on(task).unwrap().unwrap().unwrap(), 7);
+            assert_eq!(clock.elapsed(), Duration::ZERO);
+        },
+    );
+}
+
+#[test]
+fn auto_advance_does_not_move_while_a_task_runs() {
+    watchdog("auto_advance_does_not_move_while_a_task_runs", 30, || {
+        let clock = gdex::TestClock::auto_advancing();
+        let pool = pool_on(&clock, 2);
+        let (go, wait) = mpsc::channel::<()>();
+        // One task waits on the clock; the other is in one long poll.
+        let sleeper = pool.scheduler().spawn(gdex::sleep(HOUR));
+        let busy = pool.scheduler().spawn(async move {
+            wait.recv().unwrap();
+        });
+        until_pending(&clock, 1);
+        let until = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < until {
+            std::thread::yield_now();
+        }
+        assert_eq!(clock.elapsed(), Duration::ZERO);
+        go.send(()).unwrap();
+        gdex::block_on(busy).unwrap();
+        gdex::block_on(sleeper).unwrap();
+        assert_eq!(clock.elapsed(), HOUR);
+    });
+}
+
+#[test]
+fn an_attached_context_waits_for_its_advance() {
+    watchdog("an_attached_context_waits_for_its_advance", 30, || {
+        let context = glib::MainContext::new();
+        let clock = gdex::TestClock::paused();
+        let attached = clock.attach(&context);
+        let scheduler = gdex::Scheduler::for_context(&context);
+        let woke = Arc::new(AtomicUsize::new(0));
+        let w = woke.clone();
+        let task = scheduler.spawn(async move {
+            gdex::sleep(Duration::from_secs(60)).await;
+            w.fetch_add(1, Ordering::SeqCst);
+        });
+        pump(&context);
+        assert_eq!(clock.pending_timers(), 1);
+        clock.advance(Duration::from_secs(59));
+        pump(&context);
+        assert_eq!(woke.load(Ordering::SeqCst), 0);
+        clock.advance(Duration::from_secs(1));
+        common::pump_until(&context, || task.is_finished());
+        assert_eq!(woke.load(Ordering::SeqCst), 1);
+        // Let go: the context's timers keep real time again.
+        drop(attached);
+        let real = scheduler.spawn(gdex::sleep(Duration::from_millis(1)));
+        common::pump_until(&context, || real.is_finished());
+        assert_eq!(clock.pending_timers(), 0);
+    });
+}
+
+#[test]
+fn an_attached_context_and_a_pool_advance_together() {
+    // A GTK app's shape: a main-loop task awaits pool work under a timeout.
+    // The clock waits for both to be idle, and stops at the pool's 10 s.
+    watchdog(
+        "an_attached_context_and_a_pool_advance_together",
+        30,
+        || {
+            let context = glib::MainContext::new();
+            let clock = gdex::TestClock::auto_advancing();
+            let _attached = clock.attach(&context);
+            let pool = pool_on(&clock, 2);
+            let work = pool.scheduler().spawn(async {
+                gdex::sleep(Duration::from_secs(10)).await;
+                "done"
+            });
+            let scheduler = gdex::Scheduler::for_context(&context);
+            let ui = scheduler.spawn(async move {
+                let r = gdex::timeout(Duration::from_secs(20), work).await;
+                (r, gdex::now())
+            });
+            let start = clock.now();
+            common::pump_until(&context, || ui.is_finished());
+            let (r, at) = gdex::block_on(ui).unwrap();
+            assert_eq!(r.unwrap().unwrap(), "done");
+            assert_eq!(at - start, Duration::from_secs(10));
+        },
+    );
+}
+
+#[test]
+fn glib_timeouts_keep_real_time() {
+    watchdog("glib_timeouts_keep_real_time", 30, || {
+        let clock = gdex::TestClock::paused();
+        let pool = pool_on(&clock, 1);
+        // GLib's own source fires in real time, on the paused pool.
+        let task = pool.scheduler().spawn(async {
+            glib::timeout_future(Duration::from_millis(5)).await;
+        });
+        gdex::block_on(task).unwrap();
+        assert_eq!(clock.elapsed(), Duration::ZERO);
+    });
+}
+
+#[test]
+fn an_interval_skips_the_ticks_an_advance_jumps_over() {
+    watchdog(
+        "an_interval_skips_the_ticks_an_advance_jumps_over",
+        30,
+        || {
+            let clock = gdex::TestClock::paused();
+            let pool = pool_on(&clock, 1);
+            let period = Duration::from_secs(1);
+            let (tx, mut rx) = futures::channel::mpsc::unbounded::<Duration>();
+            let start = clock.now();
+            let task = pool.scheduler().spawn(async move {
+                let mut ticks = gdex::interval(period);
+                while let Some(at) = ticks.next().await {
+                    if tx.unbounded_send(at - start).is_err() {
+                        return;
+                    }
+                }
+            });
+            assert_eq!(gdex::block_on(rx.next()).unwrap(), Duration::ZERO);
+            clock.advance(period);
+            assert_eq!(gdex::block_on(rx.next()).unwrap(), period);
+            // Ten periods and a half at once: one tick (the one due at 2 s,
+            // late)...
+            clock.advance(period * 10 + period / 2);
+            assert_eq!(gdex::block_on(rx.next()).unwrap(), period * 2);
+            clock.settle();
+            assert!(rx.try_recv().is_err(), "the ticks jumped over are skipped");
+            // ...and the next in phase, at 12 s, not 12.5 s.
+            clock.advance(period / 2);
+            assert_eq!(gdex::block_on(rx.next()).unwrap(), period * 12);
+            drop(rx);
+            clock.advance(period);
+            gdex::block_on(task).unwrap();
+        },
+    );
+}
+
+#[test]
+fn now_reads_the_clock_where_one_drives_and_real_time_elsewhere() {
+    watchdog(
+        "now_reads_the_clock_where_one_drives_and_real_time_elsewhere",
+        30,
+        || {
+            let clock = gdex::TestClock::paused();
+            let pool = pool_on(&clock, 1);
+            clock.advance(HOUR);
+            let on_pool = gdex::block_on(pool.scheduler().spawn(async { gdex::now() })).unwrap();
+            assert_eq!(on_pool, clock.now());
+            let here = gdex::now();
+            assert!(here < clock.now(), "this thread keeps real time");
+        },
+    );
+}
+
+#[test]
+fn misuse_is_refused_with_a_message() {
+    let context = glib::MainContext::new();
+    let first = gdex::TestClock::paused();
+    let _attached = first.attach(&context);
+    let second = gdex::TestClock::paused();
+    let msg = common::panic_message(
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = second.attach(&context);
+        }))
+        .unwrap_err(),
+    );
+    assert!(
+        msg.contains("another TestClock drives this context"),
+        "{msg}"
+    );
+
+    let zero = common::panic_message(
+        std::panic::catch_unwind(|| gdex::interval(Duration::ZERO)).unwrap_err(),
+    );
+    assert!(zero.contains("period must be above zero"), "{zero}");
+
+    let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+    let worker_context = gdex::block_on(
+        pool.scheduler()
+            .spawn(async { glib::MainContext::thread_default().unwrap() }),
+    )
+    .unwrap();
+    let on_worker = common::panic_message(
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = second.attach(&worker_context);
+        }))
+        .unwrap_err(),
+    );
+    assert!(
+        on_worker.contains("ThreadPoolBuilder::clock"),
+        "{on_worker}"
+    );
+}
+
+#[test]
+fn a_panicking_task_does_not_stop_the_clock() {
+    watchdog("a_panicking_task_does_not_stop_the_clock", 30, || {
+        let _panics = common::panic_handler_lock();
+        let recorded = common::record_panics("paused_clock");
+        let clock = gdex::TestClock::auto_advancing();
+        let pool = pool_on(&clock, 2);
+        let doomed = pool.scheduler().spawn(async {
+            gdex::sleep(Duration::from_secs(1)).await;
+            panic!("paused_clock: boom after a second");
+        });
+        let fine = pool.scheduler().spawn(async {
+            gdex::sleep(Duration::from_secs(2)).await;
+            2
+        });
+        assert!(gdex::block_on(doomed).is_err());
+        assert_eq!(gdex::block_on(fine).unwrap(), 2);
+        assert_eq!(clock.elapsed(), Duration::from_secs(2));
+        drop(recorded);
+        gdex::reset_panic_handler();
+    });
+}
