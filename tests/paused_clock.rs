@@ -430,3 +430,28 @@ fn a_panicking_task_does_not_stop_the_clock() {
         gdex::reset_panic_handler();
     });
 }
+
+#[test]
+fn the_main_scheduler_runs_on_an_attached_main_context() {
+    // A GTK app's main loop: the main scheduler's timers on the clock, and
+    // `block_on` on the main thread iterating the main context.
+    watchdog("the_main_scheduler_runs_on_an_attached_main_context", 30, || {
+        common::on_main(|| {
+            let clock = gdex::TestClock::auto_advancing();
+            let attached = clock.attach(&glib::MainContext::default());
+            let start = clock.now();
+            let task = gdex::Scheduler::main().spawn(async {
+                let mut ticks = gdex::interval(Duration::from_secs(60));
+                for _ in 0..3 {
+                    ticks.tick().await;
+                }
+                gdex::now()
+            });
+            let at = gdex::block_on(task).unwrap();
+            assert_eq!(at - start, Duration::from_secs(120));
+            assert_eq!(clock.elapsed(), Duration::from_secs(120));
+            drop(attached);
+            assert!(gdex::now() < clock.now(), "the main context keeps real time again");
+        })
+    });
+}
