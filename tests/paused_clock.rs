@@ -435,23 +435,99 @@ fn a_panicking_task_does_not_stop_the_clock() {
 fn the_main_scheduler_runs_on_an_attached_main_context() {
     // A GTK app's main loop: the main scheduler's timers on the clock, and
     // `block_on` on the main thread iterating the main context.
-    watchdog("the_main_scheduler_runs_on_an_attached_main_context", 30, || {
-        common::on_main(|| {
-            let clock = gdex::TestClock::auto_advancing();
-            let attached = clock.attach(&glib::MainContext::default());
-            let start = clock.now();
-            let task = gdex::Scheduler::main().spawn(async {
-                let mut ticks = gdex::interval(Duration::from_secs(60));
-                for _ in 0..3 {
-                    ticks.tick().await;
+    watchdog(
+        "the_main_scheduler_runs_on_an_attached_main_context",
+        30,
+        || {
+            common::on_main(|| {
+                let clock = gdex::TestClock::auto_advancing();
+                let attached = clock.attach(&glib::MainContext::default());
+                let start = clock.now();
+                let task = gdex::Scheduler::main().spawn(async {
+                    let mut ticks = gdex::interval(Duration::from_secs(60));
+                    for _ in 0..3 {
+                        ticks.tick().await;
+                    }
+                    gdex::now()
+                });
+                let at = gdex::block_on(task).unwrap();
+                assert_eq!(at - start, Duration::from_secs(120));
+                assert_eq!(clock.elapsed(), Duration::from_secs(120));
+                drop(attached);
+                assert!(
+                    gdex::now() < clock.now(),
+                    "the main context keeps real time again"
+                );
+            })
+        },
+    );
+}
+
+#[test]
+fn a_pool_shut_down_leaves_nothing_on_its_clock_and_advance_goes_on() {
+    watchdog(
+        "a_pool_shut_down_leaves_nothing_on_its_clock_and_advance_goes_on",
+        30,
+        || {
+            for auto in [false, true] {
+                let clock = gdex::TestClock::paused();
+                let pool = pool_on(&clock, 2);
+                let tasks: Vec<_> = (1..=3)
+                    .map(|i| pool.scheduler().spawn(gdex::sleep(HOUR * i)))
+                    .collect();
+                clock.settle();
+                assert_eq!(clock.pending_timers(), 3);
+                clock.set_auto_advance(auto);
+                // The handle lives on: the pool is shut down, not dropped.
+                pool.shutdown();
+                for task in tasks {
+                    assert!(matches!(gdex::block_on(task), Err(gdex::Error::Cancelled)));
                 }
-                gdex::now()
-            });
-            let at = gdex::block_on(task).unwrap();
-            assert_eq!(at - start, Duration::from_secs(120));
-            assert_eq!(clock.elapsed(), Duration::from_secs(120));
-            drop(attached);
-            assert!(gdex::now() < clock.now(), "the main context keeps real time again");
-        })
-    });
+                assert_eq!(clock.pending_timers(), 0);
+                // Nothing runs there any more: nothing to wait for.
+                clock.advance(HOUR);
+                clock.settle();
+                assert_eq!(clock.elapsed(), HOUR);
+                drop(pool);
+            }
+        },
+    );
+}
+
+#[test]
+fn timers_and_attachments_dropped_on_other_threads_leave_the_clock() {
+    watchdog(
+        "timers_and_attachments_dropped_on_other_threads_leave_the_clock",
+        30,
+        || {
+            let clock = gdex::TestClock::paused();
+            let pool = pool_on(&clock, 1);
+            // A sleep polled once on the pool (so in the clock's book), then
+            // handed to this thread and dropped on another.
+            let sleep = gdex::block_on(pool.scheduler().spawn(async {
+                let mut sleep = gdex::sleep(HOUR);
+                let pending = futures::poll!(&mut sleep).is_pending();
+                assert!(pending);
+                sleep
+            }))
+            .unwrap();
+            assert_eq!(clock.pending_timers(), 1);
+            std::thread::spawn(move || drop(sleep)).join().unwrap();
+            assert_eq!(clock.pending_timers(), 0);
+
+            // An attachment dropped on another thread while the context's own
+            // thread iterates it: its timers keep real time again after.
+            let context = glib::MainContext::new();
+            let attached = clock.attach(&context);
+            let scheduler = gdex::Scheduler::for_context(&context);
+            let dropper = std::thread::spawn(move || drop(attached));
+            while !dropper.is_finished() {
+                context.iteration(false);
+            }
+            dropper.join().unwrap();
+            let real = scheduler.spawn(gdex::sleep(Duration::from_millis(1)));
+            common::pump_until(&context, || real.is_finished());
+            assert_eq!(clock.pending_timers(), 0);
+        },
+    );
 }

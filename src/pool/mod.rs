@@ -396,9 +396,14 @@ impl PoolShared {
 
     /// Whether every task of the pool waits (for a [`crate::TestClock`]):
     /// every worker asleep in its poll with no wake-up to act on, nothing
-    /// queued anywhere, and no job in the blocking lane. A snapshot: work
-    /// may come at any moment after.
+    /// queued anywhere, and no job in the blocking lane; or the pool is
+    /// shut down. A snapshot: work may come at any moment after.
     pub(crate) fn is_idle(&self) -> bool {
+        // A pool shut down runs nothing more (its lane's running jobs
+        // wake nobody here): its workers are gone, not asleep.
+        if self.is_closed() {
+            return true;
+        }
         if !self.parking.all_asleep() {
             return false;
         }
