@@ -148,6 +148,45 @@ fn awaiting_a_task_from_a_task_allocates_nothing() {
     });
 }
 
+/// Receiving from a gdex channel allocates nothing per item: a task drains
+/// items already queued, and then a ping-pong through two channels; every
+/// allocation counted is the queue's own growth, amortised (the receive
+/// path once took each item out through a fresh `VecDeque`: one
+/// allocation a receive).
+#[test]
+fn receiving_from_a_channel_allocates_nothing_per_item() {
+    let _one = serial();
+    common::watchdog(
+        "receiving_from_a_channel_allocates_nothing_per_item",
+        60,
+        || {
+            let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+            let n = 10_000;
+            let (tx, rx) = gdex::channel::<u64>(n);
+            let drained = pool.scheduler().spawn(async move {
+                for i in 0..n as u64 {
+                    tx.try_send(i).unwrap();
+                }
+                let before = ALLOCS.load(Ordering::Relaxed);
+                let mut sum = 0;
+                for _ in 0..n {
+                    sum += rx.recv().await.unwrap();
+                }
+                for i in 0..n as u64 {
+                    tx.try_send(i).unwrap();
+                }
+                for _ in 0..n {
+                    sum += rx.try_recv().unwrap();
+                }
+                (ALLOCS.load(Ordering::Relaxed) - before, sum)
+            });
+            let (allocs, sum) = gdex::block_on(drained).unwrap();
+            assert_eq!(sum, 2 * (0..n as u64).sum::<u64>());
+            assert!(allocs < 8, "{allocs} allocations for {} receives", 2 * n);
+        },
+    );
+}
+
 /// A task handle polled by a foreign executor (here a hand-made waker, as a
 /// `glib::MainContext` or a `futures` combinator would use) gives
 /// async-task a waker of gdex's that contains a panicking `wake` (X5): one

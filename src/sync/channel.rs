@@ -174,12 +174,54 @@ impl<T> State<T> {
         self.queue.len() - self.items_owed
     }
 
+    /// Takes the oldest item (the caller checked it is there and may be
+    /// taken), keeping the room it frees for a waiting sender. Allocates
+    /// nothing.
+    fn take_one(&mut self) -> T {
+        let item = self
+            .queue
+            .pop_front()
+            .expect("the caller checked an item is queued");
+        self.made_room(1);
+        item
+    }
+
     /// Takes the oldest `n` items (the caller checked they are there and
     /// may be taken), keeping the room they free for waiting senders.
-    fn take(&mut self, n: usize) -> VecDeque<T> {
-        let taken: VecDeque<T> = self.queue.drain(..n).collect();
+    fn take(&mut self, n: usize) -> Taken<T> {
+        let taken = if n == 1 {
+            Taken::One(self.queue.pop_front().expect("the caller checked"))
+        } else {
+            Taken::Many(self.queue.drain(..n).collect())
+        };
         self.made_room(n);
         taken
+    }
+}
+
+/// What a receive took: one item (`recv`, no allocation) or a batch
+/// (`recv_all`).
+enum Taken<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Taken<T> {
+    fn one(self) -> T {
+        match self {
+            Taken::One(item) => item,
+            Taken::Many(mut items) => {
+                debug_assert_eq!(items.len(), 1);
+                items.pop().expect("one item taken")
+            }
+        }
+    }
+
+    fn all(self) -> Vec<T> {
+        match self {
+            Taken::One(item) => vec![item],
+            Taken::Many(items) => items,
+        }
     }
 }
 
@@ -331,7 +373,7 @@ impl<T> Receiver<T> {
         if state.free_items() == 0 {
             return None;
         }
-        state.take(1).pop_front()
+        Some(state.take_one())
     }
 
     /// Closes the receiving side for every receiver: sends fail and give
@@ -449,7 +491,7 @@ pub struct RecvFuture<'a, T> {
 }
 
 impl<T> RecvFuture<'_, T> {
-    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<VecDeque<T>, Error>> {
+    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<Taken<T>, Error>> {
         let mut state = self.shared.lock();
         // Woken for an item while open: a turn is owed to this receive.
         let owed = state.is_open() && state.recv_wait.is_notified(self.key);
@@ -479,8 +521,7 @@ impl<T> Future for RecvFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        crate::task::coop::poll_leaf(cx, |cx| this.poll_take(cx))
-            .map_ok(|mut one| one.pop_front().expect("one item taken"))
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_take(cx)).map_ok(Taken::one)
     }
 }
 
@@ -517,6 +558,6 @@ impl<T> Future for RecvAllFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let recv = &mut self.get_mut().0;
-        crate::task::coop::poll_leaf(cx, |cx| recv.poll_take(cx)).map_ok(Vec::from)
+        crate::task::coop::poll_leaf(cx, |cx| recv.poll_take(cx)).map_ok(Taken::all)
     }
 }
