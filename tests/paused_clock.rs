@@ -508,8 +508,10 @@ fn timers_and_attachments_dropped_on_other_threads_leave_the_clock() {
                 let mut sleep = gdex::sleep(HOUR);
                 let pending = futures::poll!(&mut sleep).is_pending();
                 assert!(pending);
-                sleep
+                // Wrapped: a task whose output is a future reads as a mistake.
+                Some(sleep)
             }))
+            .unwrap()
             .unwrap();
             assert_eq!(clock.pending_timers(), 1);
             std::thread::spawn(move || drop(sleep)).join().unwrap();
