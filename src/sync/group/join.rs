@@ -30,8 +30,12 @@ impl<T: GroupOutput> Joiner<T> {
                 continue;
             };
             if matches!(state.first, First::At(first) if first == seq) {
-                // Given here: `close` does not give it again.
-                state.first = First::Taken;
+                // Given here: `close` does not give it again, but gives the
+                // next failure nobody was given.
+                state.first = match state.later_failures.pop_front() {
+                    Some(next) => First::At(next),
+                    None => First::Given,
+                };
             }
             self.leave(&mut state.joiners);
             drop(state);
@@ -97,7 +101,7 @@ impl<T: GroupOutput + 'static> TaskGroup<T> {
     /// A result given here is gone from the group:
     /// [`close_with_results`](TaskGroup::close_with_results) gives the
     /// others, and a failure given here is not [`close`](TaskGroup::close)'s
-    /// to give again. With
+    /// to give again (it gives the first failure not given here). With
     /// [`cancel_on_error`](crate::TaskGroupBuilder::cancel_on_error), the
     /// first failure still cancels the others, which then finish as
     /// cancelled.
