@@ -294,3 +294,24 @@ fn a_missing_signal_or_one_that_returns_a_value_is_refused() {
         "{message}"
     );
 }
+
+/// Misuse: `notify::` of a property the object does not have, or named
+/// otherwise than GObject notifies it (its canonical name), would never
+/// give an item; refused, naming the property and the name to use.
+#[test]
+fn a_notify_of_a_property_the_object_lacks_is_refused() {
+    let action = action();
+    for (signal, said) in [
+        ("notify::enabld", "GSimpleAction has no property \"enabld\""),
+        (
+            "notify::parameter_type",
+            "notify::parameter-type (GObject notifies with the canonical name)",
+        ),
+    ] {
+        let typo = std::panic::catch_unwind(|| {
+            let _ = gdex::signal_stream_local(&action, signal, |_| ());
+        });
+        let message = common::panic_message(typo.unwrap_err());
+        assert!(message.contains(said), "{message}");
+    }
+}

@@ -136,12 +136,28 @@ impl<T, M: Fn(&[glib::Value]) -> T> Handler<T, M> {
 
 /// Panics unless `object` has a signal `signal` (with its detail, as
 /// `notify::text`) that returns nothing: a stream cannot answer one that
-/// returns a value.
+/// returns a value. For `notify::`, the property must be the object's, by
+/// the name GObject notifies it with (its canonical one): another detail
+/// would never be emitted, and the stream would wait for good.
 fn check_signal(call: &str, object: &glib::Object, signal: &str) {
     let type_ = object.type_();
     let Some((id, _detail)) = glib::subclass::SignalId::parse_name(signal, type_, false) else {
         panic!("gdex::{call}: {type_} has no signal {signal:?}");
     };
+    if let ("notify", Some((_, property))) = (id.name(), signal.split_once("::")) {
+        match object.find_property(property) {
+            None => panic!(
+                "gdex::{call}: {type_} has no property {property:?}, so {signal:?} is never \
+                 emitted"
+            ),
+            Some(spec) if spec.name() != property => panic!(
+                "gdex::{call}: {signal:?} is never emitted: ask for notify::{} (GObject \
+                 notifies with the canonical name)",
+                spec.name()
+            ),
+            Some(_) => {}
+        }
+    }
     let returns = id.query().return_type().type_();
     assert!(
         returns == glib::Type::UNIT,
