@@ -107,23 +107,28 @@ impl<T: GroupOutput + 'static> TaskGroup<T> {
     /// cancelled.
     ///
     /// ```
-    /// use std::time::Duration;
     /// let group = gdex::TaskGroup::builder().keep_results(true).build();
-    /// for ms in [30u64, 10, 20] {
+    /// // Three members, each finishing once its gate opens.
+    /// let mut gates = Vec::new();
+    /// for i in 0..3u32 {
+    ///     let (gate, opened) = gdex::Promise::<()>::new();
+    ///     gates.push(Some(gate));
     ///     group
     ///         .spawn(async move {
-    ///             gdex::sleep(Duration::from_millis(ms)).await;
-    ///             Ok::<_, gdex::Error>(ms)
+    ///             opened.await?;
+    ///             Ok::<_, gdex::Error>(i)
     ///         })
     ///         .unwrap();
     /// }
     /// let mut order = Vec::new();
     /// gdex::block_on(async {
-    ///     while let Some(result) = group.join_next().await {
-    ///         order.push(result.unwrap());
+    ///     for i in [2, 0, 1] {
+    ///         gates[i].take().unwrap().resolve(());
+    ///         order.push(group.join_next().await.unwrap().unwrap());
     ///     }
     /// });
-    /// assert_eq!(order, [10, 20, 30]);
+    /// assert_eq!(order, [2, 0, 1]);
+    /// assert!(gdex::block_on(group.join_next()).is_none());
     /// ```
     ///
     /// # Panics
