@@ -835,6 +835,41 @@ fn child_dropped_children_leave_nothing() {
     println!("CHILD-OK");
 }
 
+/// A line of children each made from the one before, the ones between
+/// dropped (`token = token.child()` in a loop): each keeps its parent, so
+/// cancelling the root reaches the last, and letting go of the last lets
+/// go of the whole line, without a stack as deep as the line (on a thread
+/// with Rust's default 2 MiB stack; `GDEX_STRESS` scales the line).
+#[test]
+fn a_long_line_of_children_cancels_and_drops_without_deep_recursion() {
+    common::child_passes("child_long_line_of_children", &[], 120);
+}
+
+#[test]
+#[ignore = "run by a_long_line_of_children_cancels_and_drops_without_deep_recursion"]
+fn child_long_line_of_children() {
+    let depth = common::stress(100_000);
+    let line = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let root = gdex::Cancellable::new();
+            let mut last = root.child();
+            for _ in 1..depth {
+                last = last.child();
+            }
+            let weak_root = root.as_gio().downgrade();
+            root.cancel();
+            assert!(last.is_cancelled(), "the root's cancel reached the end");
+            drop(root);
+            assert!(weak_root.upgrade().is_some(), "the line keeps its root");
+            drop(last);
+            assert!(weak_root.upgrade().is_none(), "the whole line is gone");
+        })
+        .unwrap();
+    line.join().unwrap();
+    println!("CHILD-OK");
+}
+
 /// Children made, dropped and kept on four threads while another thread
 /// cancels their parent: no deadlock or crash, every kept child ends
 /// cancelled (made before the cancel, or born cancelled after), and the

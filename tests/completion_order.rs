@@ -211,6 +211,63 @@ fn a_failure_join_next_gave_cancels_the_others_and_is_not_given_again() {
     );
 }
 
+/// A failure join_next gave is not close's to give again, but one it did
+/// not give is: close gives the first failure not yet given (in the order
+/// they finished), whether it finished before or after join_next gave the
+/// first, and never `Ok` over a failure nobody was given.
+#[test]
+fn close_gives_the_first_failure_join_next_did_not_give() {
+    watchdog(
+        "close_gives_the_first_failure_join_next_did_not_give",
+        60,
+        || {
+            let failure =
+                |what: &str| gdex::Error::Failed(glib::Error::new(gio::IOErrorEnum::Failed, what));
+            let message = |result: Result<(), gdex::Error>| match result {
+                Err(gdex::Error::Failed(e)) => e.message().to_owned(),
+                other => panic!("not a failure: {other:?}"),
+            };
+            let pool = common::quiet_pool(1);
+            for second_finishes_first in [false, true] {
+                let group = keeping(&pool);
+                let (gate, opened) = gdex::Promise::<()>::new();
+                let first = failure("first");
+                group.spawn(async move { Err(first) }).unwrap();
+                let second = failure("second");
+                group
+                    .spawn(async move {
+                        opened.await.unwrap();
+                        Err(second)
+                    })
+                    .unwrap();
+                group.spawn(async { Ok(7) }).unwrap();
+                // "first" (and the success) done, "second" at its gate.
+                common::wait_until(|| group.len() == 1);
+                let next_failure = || loop {
+                    match gdex::block_on(group.join_next()).unwrap() {
+                        Ok(7) => continue,
+                        given => break message(given.map(drop)),
+                    }
+                };
+                if second_finishes_first {
+                    // Both failures in before join_next gives the first.
+                    gate.resolve(());
+                    common::wait_until(|| group.is_empty());
+                    assert_eq!(next_failure(), "first");
+                } else {
+                    assert_eq!(next_failure(), "first");
+                    gate.resolve(());
+                }
+                assert_eq!(
+                    message(gdex::block_on(group.close())),
+                    "second",
+                    "second_finishes_first: {second_finishes_first}"
+                );
+            }
+        },
+    );
+}
+
 /// Results that join_next did not take stay for close_with_results (in
 /// spawn order); those it took are not given twice.
 #[test]

@@ -162,6 +162,63 @@ fn a_panic_in_the_map_loses_that_emission_only() {
     assert_eq!(got, [1, 3]);
 }
 
+/// An item whose destructor panics when its number is odd.
+struct PanicsWhenOdd(u32);
+
+impl Drop for PanicsWhenOdd {
+    fn drop(&mut self) {
+        assert!(
+            self.0.is_multiple_of(2),
+            "item {} refuses to be dropped",
+            self.0
+        );
+    }
+}
+
+/// The drops a stream makes inside GObject's emission and handler
+/// teardown, which cannot unwind: an item a full stream lets go of, and
+/// the map (with what it captured) when the stream is dropped. A panic in
+/// either goes to the panic handler (X5), the stream goes on, and the
+/// process does not abort.
+#[test]
+fn a_panic_in_an_items_drop_or_the_maps_drop_is_reported_not_an_abort() {
+    if common::is_child() {
+        return;
+    }
+    common::child_passes("child_panics_in_a_signal_streams_drops", &[], 60);
+}
+
+#[test]
+#[ignore = "run by a_panic_in_an_items_drop_or_the_maps_drop_is_reported_not_an_abort"]
+fn child_panics_in_a_signal_streams_drops() {
+    if !common::is_child() {
+        return;
+    }
+    let seen = common::record_panics("refuses to be dropped");
+    let action = action();
+    let captured = PanicsWhenOdd(3);
+    let mut stream = gdex::signal_stream_local(&action, "activate", move |args| {
+        let _ = &captured;
+        let parameter = args[1].get::<Option<glib::Variant>>().unwrap();
+        PanicsWhenOdd(parameter.and_then(|v| v.get::<u32>()).unwrap())
+    })
+    .with_capacity(1);
+    activate(&action, 1);
+    activate(&action, 2); // the full stream lets go of 1
+    let item = gdex::block_on(stream.next()).unwrap();
+    assert_eq!(item.0, 2);
+    assert_eq!(stream.missed(), 1);
+    drop(stream); // the map goes, and the 3 it holds
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "item 1 refuses to be dropped",
+            "item 3 refuses to be dropped"
+        ]
+    );
+    println!("CHILD-OK");
+}
+
 /// A thread-safe object's signal emitted on four threads, consumed by a
 /// pool task: every emission arrives once (the buffer large enough), and
 /// the stream is `Send`.
@@ -236,4 +293,25 @@ fn a_missing_signal_or_one_that_returns_a_value_is_refused() {
             && message.contains("connect a handler for it instead"),
         "{message}"
     );
+}
+
+/// Misuse: `notify::` of a property the object does not have, or named
+/// otherwise than GObject notifies it (its canonical name), would never
+/// give an item; refused, naming the property and the name to use.
+#[test]
+fn a_notify_of_a_property_the_object_lacks_is_refused() {
+    let action = action();
+    for (signal, said) in [
+        ("notify::enabld", "GSimpleAction has no property \"enabld\""),
+        (
+            "notify::parameter_type",
+            "notify::parameter-type (GObject notifies with the canonical name)",
+        ),
+    ] {
+        let typo = std::panic::catch_unwind(|| {
+            let _ = gdex::signal_stream_local(&action, signal, |_| ());
+        });
+        let message = common::panic_message(typo.unwrap_err());
+        assert!(message.contains(said), "{message}");
+    }
 }

@@ -104,6 +104,33 @@ fn a_future_is_tracked_until_its_drop_has_run() {
     });
 }
 
+/// A moment when the tracker is closed and empty resolves every `wait`
+/// made before it, even one that is only polled after the tracker was
+/// reopened and tracks a future again (tokio-util's `wait` is resistant to
+/// ABA so): polled once before the moment, or never.
+#[test]
+fn a_wait_made_before_a_closed_and_empty_moment_resolves_after_a_reopen() {
+    let waker = std::task::Waker::noop();
+    let tracker = gdex::TaskTracker::new();
+    let tracked = tracker.track_future(std::future::pending::<()>());
+    let mut polled = Box::pin(tracker.wait());
+    let mut unpolled = Box::pin(tracker.wait());
+    assert!(common::poll_with(&mut polled, waker).is_pending());
+    // Closed and empty, for a moment.
+    tracker.close();
+    drop(tracked);
+    assert!(tracker.reopen());
+    let again = tracker.track_future(std::future::pending::<()>());
+    assert!(common::poll_with(&mut polled, waker).is_ready());
+    assert!(common::poll_with(&mut unpolled, waker).is_ready());
+    // A wait made after the moment waits for the next one.
+    let mut later = Box::pin(tracker.wait());
+    assert!(common::poll_with(&mut later, waker).is_pending());
+    tracker.close();
+    drop(again);
+    assert!(common::poll_with(&mut later, waker).is_ready());
+}
+
 /// A tracker owns nothing: dropping it (every clone) cancels no task, and
 /// a clone's wait sees the same count.
 #[test]

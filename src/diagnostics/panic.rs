@@ -60,7 +60,10 @@ pub enum PanicSource {
     /// The Rust callback of an [`AsyncResult`](crate::AsyncResult), which
     /// GIO calls from its main context, where a panic cannot unwind; or the
     /// `map` of a [`signal_stream`](crate::signal_stream), which runs in
-    /// the signal's emission (that emission gives no item).
+    /// the signal's emission (that emission gives no item), and the drops
+    /// the stream makes where a panic cannot unwind: an item a full stream
+    /// lets go of in the emission, its map and the items it holds when
+    /// GObject lets go of its handler.
     Callback,
 }
 
@@ -86,7 +89,8 @@ impl std::fmt::Display for PanicEvent {
             PanicSource::Source => "a gdex source panicked",
             PanicSource::Waker => "a waker panicked when gdex woke or dropped it",
             PanicSource::Callback => {
-                "a callback GLib called (an AsyncResult's, a signal stream's map) panicked"
+                "a callback GLib called (an AsyncResult's, a signal stream's map, or a drop a \
+                 signal stream made in GObject's emission or teardown) panicked"
             }
         };
         write!(f, "{what}: {}", self.message)

@@ -66,7 +66,11 @@ impl Cancellable {
     /// root when the child between them was dropped), but a parent does not
     /// keep its children: once a child is gone (its last reference, GIO's
     /// included, dropped) its link to this one goes too, so a long-lived
-    /// parent with many short-lived children does not grow.
+    /// parent with many short-lived children does not grow. A line of
+    /// children each made from the one before (`token = token.child()` in
+    /// a loop) keeps every one of them until its last is dropped; cancelling
+    /// its root, and dropping its last, take no deeper a stack however long
+    /// it is.
     ///
     /// ```
     /// let app = gdex::Cancellable::new();
@@ -85,7 +89,7 @@ impl Cancellable {
         // Runs at once, and gives no handler, if this is cancelled already.
         let handler = self.gio.connect_cancelled(move |_| {
             if let Some(child) = weak_child.upgrade() {
-                child.cancel();
+                cascade(Step::Cancel(child));
             }
         });
         if let Some(id) = handler {
@@ -97,7 +101,10 @@ impl Cancellable {
             let parent = self.gio.clone();
             // The notification owns its data and is freed when it runs:
             // nothing to keep here.
-            let _notify = child.add_weak_ref_notify(move || disconnect(&parent, id));
+            let _notify = child.add_weak_ref_notify(move || {
+                disconnect(&parent, id);
+                cascade(Step::Release(parent));
+            });
         }
         Cancellable { gio: child }
     }
@@ -161,6 +168,77 @@ impl From<Cancellable> for gio::Cancellable {
 impl AsRef<gio::Cancellable> for Cancellable {
     fn as_ref(&self) -> &gio::Cancellable {
         &self.gio
+    }
+}
+
+/// How many steps of a cascade one thread's stack holds: a parent's
+/// handler cancelling its child, whose handler cancels its own child, …; or
+/// a child's last reference going, which lets go of its parent's, which may
+/// be that one's last, …. Past this depth the next step waits for the
+/// outermost one on the thread, which runs it once its own is over (before
+/// the `cancel` that started the cascade returns): a line of children of
+/// any length then needs a stack of this depth, where each step nested in
+/// the one before overflowed a 2 MiB stack at a few thousand.
+const CASCADE_DEPTH: usize = 16;
+
+/// A step of a cascade (see [`CASCADE_DEPTH`]).
+enum Step {
+    Cancel(gio::Cancellable),
+    Release(gio::Cancellable),
+}
+
+impl Step {
+    fn run(self) {
+        match self {
+            Step::Cancel(child) => child.cancel(),
+            Step::Release(parent) => drop(parent),
+        }
+    }
+}
+
+/// This thread's cascade: how deep it is, and the steps that wait for its
+/// outermost step.
+struct Cascade {
+    depth: std::cell::Cell<usize>,
+    waiting: std::cell::RefCell<Vec<Step>>,
+}
+
+thread_local! {
+    static CASCADE: Cascade = const {
+        Cascade {
+            depth: std::cell::Cell::new(0),
+            waiting: std::cell::RefCell::new(Vec::new()),
+        }
+    };
+}
+
+/// Runs `step` now, or, [`CASCADE_DEPTH`] steps deep in a cascade, once
+/// the outermost step of this thread's is over.
+fn cascade(step: Step) {
+    let mut step = Some(step);
+    // A thread whose locals are gone (it is exiting) runs it in place.
+    let _ = CASCADE.try_with(|cascade| {
+        let depth = cascade.depth.get();
+        if depth >= CASCADE_DEPTH {
+            cascade.waiting.borrow_mut().extend(step.take());
+            return;
+        }
+        cascade.depth.set(depth + 1);
+        if let Some(step) = step.take() {
+            step.run();
+        }
+        if depth == 0 {
+            // The outermost step: those that waited for it, and theirs.
+            loop {
+                let next = cascade.waiting.borrow_mut().pop();
+                let Some(next) = next else { break };
+                next.run();
+            }
+        }
+        cascade.depth.set(depth);
+    });
+    if let Some(step) = step {
+        step.run();
     }
 }
 

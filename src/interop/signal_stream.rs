@@ -43,7 +43,8 @@ struct Shared<T> {
 
 impl<T> Shared<T> {
     /// Queues `item` (dropping the oldest if full) and wakes the consumer;
-    /// what goes, and the waker, leave the lock first.
+    /// what goes, and the waker, leave the lock first. Called in the
+    /// emission: a panic in the drop of what goes is contained.
     fn push(&self, item: T) {
         let (evicted, waker) = {
             let mut buffer = self.buffer.lock().unpoisoned();
@@ -60,7 +61,7 @@ impl<T> Shared<T> {
                 (evicted, buffer.waker.take())
             }
         };
-        drop(evicted);
+        drop(Contained(evicted));
         if let Some(waker) = waker {
             crate::diagnostics::panic::wake(waker);
         }
@@ -82,29 +83,81 @@ impl<T> Shared<T> {
 /// disconnect or the object's dispose) ends the stream.
 struct Sink<T>(Arc<Shared<T>>);
 
+/// Holds a value whose drop runs where a panic cannot unwind (in the
+/// emission, or in GObject's teardown of the handler: its closure's
+/// captures, the map's and the sink's, which may hold the last reference
+/// to the items): a panic in that drop goes to the panic handler (X5)
+/// instead of aborting the process.
+struct Contained<V>(Option<V>);
+
+impl<V> Drop for Contained<V> {
+    fn drop(&mut self) {
+        let value = self.0.take();
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+            crate::diagnostics::panic::contain(PanicSource::Callback, payload);
+        }
+    }
+}
+
 impl<T> Drop for Sink<T> {
     fn drop(&mut self) {
         self.0.end();
     }
 }
 
-/// The handler's work for one emission: `map` (user code, its panic
-/// contained: GObject's emission cannot unwind) then the push.
-fn emit<T>(sink: &Sink<T>, map: &dyn Fn(&[glib::Value]) -> T, args: &[glib::Value]) {
-    match catch_unwind(AssertUnwindSafe(|| map(args))) {
-        Ok(item) => sink.0.push(item),
-        Err(payload) => crate::diagnostics::panic::contain(PanicSource::Callback, payload),
+/// What the handler's closure owns: the sink and the map, each dropped
+/// with its panics contained (the sink first, so that the stream ends
+/// whatever the map's drop does).
+struct Handler<T, M> {
+    sink: Contained<Sink<T>>,
+    map: Contained<M>,
+}
+
+impl<T, M: Fn(&[glib::Value]) -> T> Handler<T, M> {
+    fn new(sink: Sink<T>, map: M) -> Self {
+        Handler {
+            sink: Contained(Some(sink)),
+            map: Contained(Some(map)),
+        }
+    }
+
+    /// The work for one emission: `map` (user code, its panic contained:
+    /// GObject's emission cannot unwind) then the push.
+    fn emit(&self, args: &[glib::Value]) {
+        let (Some(sink), Some(map)) = (&self.sink.0, &self.map.0) else {
+            unreachable!("a handler holds its sink and map until dropped")
+        };
+        match catch_unwind(AssertUnwindSafe(|| map(args))) {
+            Ok(item) => sink.0.push(item),
+            Err(payload) => crate::diagnostics::panic::contain(PanicSource::Callback, payload),
+        }
     }
 }
 
 /// Panics unless `object` has a signal `signal` (with its detail, as
 /// `notify::text`) that returns nothing: a stream cannot answer one that
-/// returns a value.
+/// returns a value. For `notify::`, the property must be the object's, by
+/// the name GObject notifies it with (its canonical one): another detail
+/// would never be emitted, and the stream would wait for good.
 fn check_signal(call: &str, object: &glib::Object, signal: &str) {
     let type_ = object.type_();
     let Some((id, _detail)) = glib::subclass::SignalId::parse_name(signal, type_, false) else {
         panic!("gdex::{call}: {type_} has no signal {signal:?}");
     };
+    if let ("notify", Some((_, property))) = (id.name(), signal.split_once("::")) {
+        match object.find_property(property) {
+            None => panic!(
+                "gdex::{call}: {type_} has no property {property:?}, so {signal:?} is never \
+                 emitted"
+            ),
+            Some(spec) if spec.name() != property => panic!(
+                "gdex::{call}: {signal:?} is never emitted: ask for notify::{} (GObject \
+                 notifies with the canonical name)",
+                spec.name()
+            ),
+            Some(_) => {}
+        }
+    }
     let returns = id.query().return_type().type_();
     assert!(
         returns == glib::Type::UNIT,
@@ -207,8 +260,9 @@ where
     let object = object.upcast_ref::<glib::Object>();
     check_signal("signal_stream", object, signal);
     new_stream(object, |sink| {
+        let handler = Handler::new(sink, map);
         object.connect(signal, false, move |args| {
-            emit(&sink, &map, args);
+            handler.emit(args);
             None
         })
     })
@@ -235,8 +289,10 @@ where
 /// ```
 ///
 /// # Panics
-/// As [`signal_stream`]; and GObject's emission panics if the signal is
-/// emitted on another thread than the one that made the stream.
+/// As [`signal_stream`]. The signal must be emitted, and the object
+/// disposed, on the thread that made the stream: elsewhere the handler
+/// panics inside GObject, where a panic cannot unwind, and the process
+/// aborts.
 #[track_caller]
 pub fn signal_stream_local<O, T, M>(object: &O, signal: &str, map: M) -> LocalSignalStream<T>
 where
@@ -247,8 +303,9 @@ where
     let object = object.upcast_ref::<glib::Object>();
     check_signal("signal_stream_local", object, signal);
     new_stream(object, |sink| {
+        let handler = Handler::new(sink, map);
         object.connect_local(signal, false, move |args| {
-            emit(&sink, &map, args);
+            handler.emit(args);
             None
         })
     })

@@ -7,6 +7,12 @@
 //! only they and the last release take. A waiter registers, then reads
 //! the word again: whoever makes the word "closed and empty" takes that
 //! lock after doing so, so a waiter either sees the word or is woken.
+//!
+//! Each time the word becomes "closed and empty", an epoch counter goes up
+//! before the waiters are woken; a wait remembers the epoch it was made in,
+//! so one made before such a moment resolves even if the tracker was
+//! reopened (and tracks a future) by the time it is polled, as tokio-util's
+//! `wait` does (it is resistant to ABA).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +31,9 @@ const ONE: usize = 2;
 struct Inner {
     /// `live << 1 | closed`.
     state: AtomicUsize,
+    /// How many times the word became "closed and empty" (see the module
+    /// docs).
+    epoch: AtomicUsize,
     /// [`TaskTracker::wait`]'s futures. A waker let go of under the lock
     /// is dropped after its release ([`Parked`]).
     waiters: Mutex<Slab<Option<Parked>>>,
@@ -35,8 +44,12 @@ impl Inner {
         state == CLOSED
     }
 
-    /// The word became "closed and empty": wakes every waiter.
+    /// The word became "closed and empty": a new epoch, and every waiter
+    /// woken.
     fn wake_waiters(&self) {
+        // Before the lock: a waiter that registers after we take it reads
+        // the new epoch once it has registered.
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         let wakers: Vec<_> = lock(&self.waiters)
             .iter_mut()
             .filter_map(|(_, parked)| parked.take().map(Parked::into_waker))
@@ -102,6 +115,7 @@ impl TaskTracker {
         TaskTracker {
             inner: Arc::new(Inner {
                 state: AtomicUsize::new(0),
+                epoch: AtomicUsize::new(0),
                 waiters: Mutex::new(Slab::new()),
             }),
         }
@@ -182,8 +196,14 @@ impl TaskTracker {
 
     /// Resolves once the tracker is closed and tracks nothing: at once if
     /// it is so already. Cancel-safe; each call's future waits on its own.
+    ///
+    /// A moment when the tracker is closed and empty resolves every future
+    /// of `wait` made before it, even one polled only after the tracker was
+    /// [reopened](Self::reopen) and tracks futures again (tokio-util's
+    /// `wait` is so resistant to ABA).
     pub fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut wait = WaitGuard {
+            epoch: self.inner.epoch.load(Ordering::Acquire),
             inner: self.inner.clone(),
             key: None,
         };
@@ -191,7 +211,12 @@ impl TaskTracker {
         std::future::poll_fn(move |cx| {
             crate::task::coop::poll_leaf(cx, |cx| {
                 let inner = &wait.inner;
-                if Inner::is_done(inner.state.load(Ordering::Acquire)) {
+                let epoch = wait.epoch;
+                let over = || {
+                    Inner::is_done(inner.state.load(Ordering::Acquire))
+                        || inner.epoch.load(Ordering::Acquire) != epoch
+                };
+                if over() {
                     return Poll::Ready(());
                 }
                 {
@@ -206,7 +231,7 @@ impl TaskTracker {
                 }
                 // Read again after registering: a release that made it
                 // "closed and empty" before we did wakes nobody we can see.
-                if Inner::is_done(inner.state.load(Ordering::Acquire)) {
+                if over() {
                     return Poll::Ready(());
                 }
                 Poll::Pending
@@ -218,6 +243,8 @@ impl TaskTracker {
 /// Leaves a waiter's slot when [`TaskTracker::wait`]'s future goes.
 struct WaitGuard {
     inner: Arc<Inner>,
+    /// The epoch the wait was made in.
+    epoch: usize,
     key: Option<usize>,
 }
 

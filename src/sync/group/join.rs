@@ -30,8 +30,12 @@ impl<T: GroupOutput> Joiner<T> {
                 continue;
             };
             if matches!(state.first, First::At(first) if first == seq) {
-                // Given here: `close` does not give it again.
-                state.first = First::Taken;
+                // Given here: `close` does not give it again, but gives the
+                // next failure nobody was given.
+                state.first = match state.later_failures.pop_front() {
+                    Some(next) => First::At(next),
+                    None => First::Given,
+                };
             }
             self.leave(&mut state.joiners);
             drop(state);
@@ -97,29 +101,34 @@ impl<T: GroupOutput + 'static> TaskGroup<T> {
     /// A result given here is gone from the group:
     /// [`close_with_results`](TaskGroup::close_with_results) gives the
     /// others, and a failure given here is not [`close`](TaskGroup::close)'s
-    /// to give again. With
+    /// to give again (it gives the first failure not given here). With
     /// [`cancel_on_error`](crate::TaskGroupBuilder::cancel_on_error), the
     /// first failure still cancels the others, which then finish as
     /// cancelled.
     ///
     /// ```
-    /// use std::time::Duration;
     /// let group = gdex::TaskGroup::builder().keep_results(true).build();
-    /// for ms in [30u64, 10, 20] {
+    /// // Three members, each finishing once its gate opens.
+    /// let mut gates = Vec::new();
+    /// for i in 0..3u32 {
+    ///     let (gate, opened) = gdex::Promise::<()>::new();
+    ///     gates.push(Some(gate));
     ///     group
     ///         .spawn(async move {
-    ///             gdex::sleep(Duration::from_millis(ms)).await;
-    ///             Ok::<_, gdex::Error>(ms)
+    ///             opened.await?;
+    ///             Ok::<_, gdex::Error>(i)
     ///         })
     ///         .unwrap();
     /// }
     /// let mut order = Vec::new();
     /// gdex::block_on(async {
-    ///     while let Some(result) = group.join_next().await {
-    ///         order.push(result.unwrap());
+    ///     for i in [2, 0, 1] {
+    ///         gates[i].take().unwrap().resolve(());
+    ///         order.push(group.join_next().await.unwrap().unwrap());
     ///     }
     /// });
-    /// assert_eq!(order, [10, 20, 30]);
+    /// assert_eq!(order, [2, 0, 1]);
+    /// assert!(gdex::block_on(group.join_next()).is_none());
     /// ```
     ///
     /// # Panics

@@ -88,10 +88,14 @@ impl<T: GroupOutput> Guard<T> {
             // fail: the group stopped it.
             let stopped = aborted && matches!(outcome, Err(Error::Cancelled));
             let failed = failed && !state.cancelled && !stopped;
-            let first = failed && matches!(state.first, First::None);
+            let first = failed && matches!(state.first, First::None | First::Given);
             if shared.keep_results {
                 if first {
                     state.first = First::At(self.seq);
+                } else if failed && matches!(state.first, First::At(_)) {
+                    // Next in line for `close` once `join_next` gives the
+                    // first.
+                    state.later_failures.push_back(self.seq);
                 }
                 state.results.insert(self.seq, outcome);
                 state.completed.push_back(self.seq);

@@ -76,6 +76,10 @@ struct State<T> {
     close_called: bool,
     /// The first failure; in a group that keeps results, where it is.
     first: First<T>,
+    /// With `keep_results`: the members after `first` whose failure
+    /// counted, in the order they finished; when `join_next` gives `first`,
+    /// the next of them becomes `first` (what `close` gives).
+    later_failures: VecDeque<usize>,
     /// The number the next member spawned gets: its place in spawn order.
     next_seq: usize,
     /// With `keep_results`: the outcome of each member that finished and
@@ -125,6 +129,9 @@ enum First<T> {
     Here(Outcome<T>),
     /// The failing member's index in `results` (a group that keeps them).
     At(usize),
+    /// `join_next` gave every failure so far: `close` has none to give,
+    /// but the next failure is its to give.
+    Given,
     /// A `close` took it.
     Taken,
 }

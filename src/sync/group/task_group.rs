@@ -147,6 +147,7 @@ impl<T> TaskGroupBuilder<T> {
                     cancelled: false,
                     close_called: false,
                     first: First::None,
+                    later_failures: Default::default(),
                     next_seq: 0,
                     results: Default::default(),
                     completed: Default::default(),
@@ -330,9 +331,10 @@ impl<T: GroupOutput> TaskGroup<T> {
     /// spawn into it: [`current`](TaskGroup::current)), and returns a future
     /// that resolves once every member has finished: `Ok(())` if none
     /// failed, otherwise the first failure (in the order they finished; see
-    /// [`GroupOutput`]), or [`Error::Cancelled`] if the group was cancelled
-    /// with no failure before. Dropping that future before it resolves
-    /// cancels the members.
+    /// [`GroupOutput`]) that [`join_next`](TaskGroup::join_next) has not
+    /// given, or [`Error::Cancelled`] if the group was cancelled with no
+    /// failure before. Dropping that future before it resolves cancels the
+    /// members.
     ///
     /// Only the first `close` (or `close_with_results`) gives the outcome;
     /// a later one resolves at once to [`Error::Closed`].
@@ -359,10 +361,11 @@ impl<T: GroupOutput> TaskGroup<T> {
                     First::Here(outcome) => Some(outcome),
                     First::At(seq) => state.results.remove(&seq),
                     First::None if state.cancelled => Some(Err(Error::Cancelled)),
-                    First::None | First::Taken => None,
+                    First::None | First::Given | First::Taken => None,
                 };
                 let results = std::mem::take(&mut state.results);
                 state.completed.clear();
+                state.later_failures.clear();
                 drop(state);
                 // A group that kept results, closed without them: its other
                 // panics have nobody to go to (X5).
@@ -429,6 +432,7 @@ impl<T: GroupOutput> TaskGroup<T> {
                 state.first = First::Taken;
                 let results = std::mem::take(&mut state.results);
                 state.completed.clear();
+                state.later_failures.clear();
                 drop(state);
                 // `into_result` and `From` are user code: after the release.
                 Poll::Ready(results.into_values().map(deliver::<T>).collect())
