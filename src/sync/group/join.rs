@@ -120,14 +120,17 @@ impl<T: GroupOutput + 'static> TaskGroup<T> {
     ///         })
     ///         .unwrap();
     /// }
-    /// let mut order = Vec::new();
-    /// gdex::block_on(async {
+    /// let order = gdex::block_on(async {
+    ///     let mut order = Vec::new();
     ///     for i in [2, 0, 1] {
     ///         gates[i].take().unwrap().resolve(());
-    ///         order.push(group.join_next().await.unwrap().unwrap());
+    ///         if let Some(finished) = group.join_next().await {
+    ///             order.push(finished?);
+    ///         }
     ///     }
+    ///     Ok::<_, gdex::Error>(order)
     /// });
-    /// assert_eq!(order, [2, 0, 1]);
+    /// assert_eq!(order.unwrap(), [2, 0, 1]);
     /// assert!(gdex::block_on(group.join_next()).is_none());
     /// ```
     ///
