@@ -535,3 +535,45 @@ fn timers_and_attachments_dropped_on_other_threads_leave_the_clock() {
         },
     );
 }
+
+/// `future`'s output, or `None` if it takes more than `secs` of real time:
+/// awaited on this thread, which no clock drives, so the bound is real
+/// (a bug that stops the clock fails the test instead of hanging it).
+fn within<F: std::future::IntoFuture>(secs: u64, future: F) -> Option<F::Output> {
+    gdex::block_on(gdex::timeout(Duration::from_secs(secs), future)).ok()
+}
+
+/// Lets `d` of real time pass, for a race the test wants lost one way.
+fn linger(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn auto_advance_moves_on_once_the_blocking_lane_empties() {
+    // A blocking job that no task of the pool awaits: when it ends no
+    // worker wakes, yet the pool is idle then and the clock must move.
+    watchdog(
+        "auto_advance_moves_on_once_the_blocking_lane_empties",
+        60,
+        || {
+            let clock = gdex::TestClock::auto_advancing();
+            let pool = pool_on(&clock, 2);
+            let (go, wait) = mpsc::channel::<()>();
+            let job = pool.spawn_blocking(move || wait.recv().unwrap());
+            let sleeper = pool.scheduler().spawn(gdex::sleep(Duration::from_secs(1)));
+            until_pending(&clock, 1);
+            // Let the workers go to sleep (and the clock see the lane busy).
+            linger(Duration::from_millis(50));
+            go.send(()).unwrap();
+            gdex::block_on(job).unwrap();
+            assert!(
+                within(10, sleeper).is_some(),
+                "the clock did not move once the lane emptied"
+            );
+            assert_eq!(clock.elapsed(), Duration::from_secs(1));
+        },
+    );
+}

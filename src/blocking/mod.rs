@@ -21,7 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -73,6 +73,9 @@ pub(crate) struct Lane {
     cond: Condvar,
     /// Signalled when the closer has dropped the jobs it took.
     cancelled: Condvar,
+    /// Told, under the lock, each time the lane empties: every thread
+    /// idle and nothing queued (a pool's test clock, which may move then).
+    on_idle: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Lane {
@@ -100,7 +103,20 @@ impl Lane {
             }),
             cond: Condvar::new(),
             cancelled: Condvar::new(),
+            on_idle: OnceLock::new(),
         })
+    }
+
+    /// Has `hook` told each time the lane empties (see `on_idle`): called
+    /// under the lane's lock, so it must run no user code and take no lock
+    /// that is held while the lane is used (a pool's test clock: its
+    /// locks are never held across a call into the lane).
+    pub(crate) fn set_on_idle(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let first = self.on_idle.set(hook).is_ok();
+        debug_assert!(
+            first,
+            "a lane's idle hook is set once, when its pool is built"
+        );
     }
 
     fn lock(&self) -> MutexGuard<'_, LaneState> {
@@ -248,6 +264,13 @@ impl Lane {
                 break;
             }
             state.idle += 1;
+            if state.idle == state.threads && state.queue.is_empty() {
+                if let Some(hook) = self.on_idle.get() {
+                    // Under the lock: whoever reads the lane's stats after
+                    // this sees the hook's effects too.
+                    hook();
+                }
+            }
             let timed_out = match self.keep_alive {
                 Some(keep_alive) => {
                     let (s, result) = self.cond.wait_timeout(state, keep_alive).unpoisoned();

@@ -169,13 +169,22 @@ struct Attached {
 
 #[derive(Default)]
 struct Driver {
-    /// (a pool went idle and no context can tell, stop)
-    state: Mutex<(bool, bool)>,
+    state: Mutex<DriverState>,
     /// The driver thread waits here for the hint.
     wake: Condvar,
     /// `settle` waits here for a pool to go idle.
     settled: Condvar,
     started: OnceLock<()>,
+}
+
+#[derive(Default)]
+struct DriverState {
+    /// A pool went idle and no context can tell: the driver thread checks.
+    hinted: bool,
+    /// The clock is gone: the driver thread ends.
+    stop: bool,
+    /// How many times a pool went idle: `settle` waits for the next.
+    idle_events: u64,
 }
 
 /// How long `settle` waits for a pool that never goes idle.
@@ -543,7 +552,8 @@ impl ClockInner {
     /// the driver thread if there is none.
     pub(crate) fn pool_went_idle(&self) {
         {
-            let _waiters = self.driver.state.lock().unpoisoned();
+            let mut driver = self.driver.state.lock().unpoisoned();
+            driver.idle_events += 1;
             self.driver.settled.notify_all();
         }
         let contexts: Vec<glib::MainContext> = {
@@ -561,8 +571,7 @@ impl ClockInner {
             return;
         }
         self.start_driver();
-        let mut hinted = self.driver.state.lock().unpoisoned();
-        hinted.0 = true;
+        self.driver.state.lock().unpoisoned().hinted = true;
         self.driver.wake.notify_one();
     }
 
@@ -574,14 +583,14 @@ impl ClockInner {
                 .name("gdex-test-clock".into())
                 .spawn(move || loop {
                     {
-                        let mut hinted = driver.state.lock().unpoisoned();
-                        while !hinted.0 && !hinted.1 {
-                            hinted = driver.wake.wait(hinted).unpoisoned();
+                        let mut state = driver.state.lock().unpoisoned();
+                        while !state.hinted && !state.stop {
+                            state = driver.wake.wait(state).unpoisoned();
                         }
-                        if hinted.1 {
+                        if state.stop {
                             return;
                         }
-                        hinted.0 = false;
+                        state.hinted = false;
                     }
                     let Some(clock) = clock.upgrade() else { return };
                     clock.try_jump(None);
@@ -604,21 +613,29 @@ impl ClockInner {
             return;
         }
         let began = Instant::now();
-        let mut waiters = self.driver.state.lock().unpoisoned();
-        while !self.pools_idle() {
+        loop {
+            let seen = self.driver.state.lock().unpoisoned().idle_events;
+            // Outside the driver's lock: the lane's idle hook takes it
+            // under the lane's lock, which `pools_idle` takes; and a pool
+            // upgraded there may be dropped there, last.
+            if self.pools_idle() {
+                return;
+            }
             assert!(
                 began.elapsed() < SETTLE_LIMIT,
                 "gdex: {what}: a pool on this clock has not been idle for a minute \
                  (a task that never waits?); the clock cannot move while its tasks run"
             );
-            // Woken when a worker goes to sleep; the timeout covers a
-            // blocking lane that empties with no worker waking after it.
-            waiters = self
-                .driver
-                .settled
-                .wait_timeout(waiters, Duration::from_millis(2))
-                .unpoisoned()
-                .0;
+            // Woken when a worker goes to sleep or the lane empties; the
+            // timeout is a backstop.
+            let driver = self.driver.state.lock().unpoisoned();
+            if driver.idle_events == seen {
+                let waited = self
+                    .driver
+                    .settled
+                    .wait_timeout(driver, Duration::from_millis(2));
+                drop(waited);
+            }
         }
     }
 
@@ -729,8 +746,7 @@ impl Drop for ClockInner {
         for context in &contexts {
             self.let_go(context);
         }
-        let mut driver = self.driver.state.lock().unpoisoned();
-        driver.1 = true;
+        self.driver.state.lock().unpoisoned().stop = true;
         self.driver.wake.notify_one();
     }
 }

@@ -417,6 +417,11 @@ impl ThreadPoolBuilder {
         if let Some(clock) = &self.clock {
             let contexts = shared.remotes.iter().map(|r| r.context.clone()).collect();
             clock.0.drive_pool(Arc::downgrade(&shared), contexts);
+            // A blocking job that no task awaits ends with no worker waking.
+            let lane_clock = clock.0.clone();
+            shared
+                .blocking
+                .set_on_idle(Box::new(move || lane_clock.pool_went_idle()));
         }
         match self
             .latency_histograms

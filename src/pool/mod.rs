@@ -204,8 +204,10 @@ pub(crate) struct PoolShared {
 pub(crate) trait PoolClock: Send + Sync {
     /// The pool is built: its workers' contexts are the clock's.
     fn drive_pool(&self, pool: std::sync::Weak<PoolShared>, contexts: Vec<glib::MainContext>);
-    /// A worker is about to sleep in its poll; called from the worker's
-    /// poll function, so it runs no user code.
+    /// A worker is about to sleep in its poll (called from the worker's
+    /// poll function), or the blocking lane emptied (called under the
+    /// lane's lock): it runs no user code, and takes no lock held while
+    /// the pool or its lane is used.
     fn pool_went_idle(&self);
 }
 
