@@ -577,3 +577,50 @@ fn auto_advance_moves_on_once_the_blocking_lane_empties() {
         },
     );
 }
+
+#[test]
+fn a_context_reports_idle_again_after_its_tasks_ran() {
+    // The context reports idle while the pool is busy; the pool then wakes
+    // the context's task and goes idle with no timer left in the book. The
+    // task then waits on a new timer: the context must report again.
+    watchdog(
+        "a_context_reports_idle_again_after_its_tasks_ran",
+        60,
+        || {
+            let context = glib::MainContext::new();
+            let clock = gdex::TestClock::auto_advancing();
+            let _attached = clock.attach(&context);
+            let pool = pool_on(&clock, 1);
+            let (go, wait) = mpsc::channel::<()>();
+            let (tx, rx) = gdex::channel::<()>(1);
+            let busy = pool.scheduler().spawn(async move {
+                // A timer on the clock while this task runs...
+                let mut hour = Box::pin(gdex::sleep(HOUR));
+                assert!(futures::poll!(hour.as_mut()).is_pending());
+                wait.recv().unwrap();
+                // ...and none once it is done.
+                drop(hour);
+                tx.send(()).await.unwrap();
+            });
+            until_pending(&clock, 1);
+            let start = clock.now();
+            let ui = gdex::Scheduler::for_context(&context).spawn(async move {
+                rx.recv().await.unwrap();
+                gdex::sleep(Duration::from_secs(1)).await;
+                gdex::now()
+            });
+            pump(&context);
+            assert_eq!(clock.elapsed(), Duration::ZERO, "the pool's task runs");
+            go.send(()).unwrap();
+            gdex::block_on(busy).unwrap();
+            clock.settle();
+            linger(Duration::from_millis(50));
+            let done = common::pump_for(&context, Duration::from_secs(10), || ui.is_finished());
+            assert!(
+                done,
+                "the clock did not move once the context's task waited"
+            );
+            assert_eq!(gdex::block_on(ui).unwrap() - start, Duration::from_secs(1));
+        },
+    );
+}

@@ -25,8 +25,10 @@
 //! pool by its workers' parking state: every worker asleep in its poll, none
 //! holding a wake-up, and no job in its blocking lane. When all are idle at
 //! once, the clock jumps to its next deadline and fires what is due. Each
-//! context reports again after every jump, and after every time a pool goes
-//! idle, so a report is never older than the last change the clock saw.
+//! context reports again after every jump, after every time a pool goes
+//! idle, and after its gdex schedulers ran a task (which may wait on a new
+//! timer now), so a report is never older than the last change the clock
+//! saw.
 //!
 //! What auto-advance cannot see is work outside gdex: a GIO call in flight
 //! in GLib's worker threads, a plain thread that will send on a channel. A
@@ -163,8 +165,9 @@ struct Attached {
     id: u64,
     context: glib::MainContext,
     probe: SourceRef,
-    /// The epoch of the context's last idle report.
-    reported: Option<u64>,
+    /// The epoch of the context's last idle report, and how many
+    /// dispatches its gdex schedulers had made then.
+    reported: Option<(u64, u64)>,
 }
 
 #[derive(Default)]
@@ -376,6 +379,7 @@ impl TestClock {
             Box::new(Probe {
                 clock: Arc::downgrade(&self.inner),
                 id,
+                context: context_key(context),
             }),
             true,
             c"[gdex-test-clock]",
@@ -447,6 +451,8 @@ impl Drop for ClockAttachment {
 struct Probe {
     clock: Weak<ClockInner>,
     id: u64,
+    /// The context's address (the attachment holds the context).
+    context: usize,
 }
 
 impl Hooks for Probe {
@@ -454,17 +460,28 @@ impl Hooks for Probe {
         let Some(clock) = self.clock.upgrade() else {
             return false;
         };
-        let state = clock.lock();
-        let this = state.contexts.iter().find(|a| a.id == self.id);
-        state.auto
-            && !state.jumping
-            && !state.book.is_empty()
-            && this.is_some_and(|a| a.reported != Some(state.epoch))
+        let dispatches = {
+            let state = clock.lock();
+            let Some(this) = state.contexts.iter().find(|a| a.id == self.id) else {
+                return false;
+            };
+            if !state.auto || state.jumping || state.book.is_empty() {
+                return false;
+            }
+            match this.reported {
+                Some((epoch, dispatches)) if epoch == state.epoch => dispatches,
+                _ => return true,
+            }
+        };
+        // Reported in this epoch: again if a task of the context ran since
+        // (it may wait on a new timer now, which no one else tells of).
+        crate::scheduler::context::activity(self.context).dispatches != dispatches
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
         if let Some(clock) = self.clock.upgrade() {
-            clock.try_jump(Some(self.id));
+            let activity = crate::scheduler::context::activity(self.context);
+            clock.try_jump(Some((self.id, activity)));
         }
         true
     }
@@ -640,9 +657,10 @@ impl ClockInner {
     }
 
     /// Jumps to the next deadline if every context and pool is idle.
-    /// `reporter`: the attached context whose probe says it is idle now
-    /// (`None`: the driver thread, for a pool that went idle).
-    fn try_jump(&self, reporter: Option<u64>) {
+    /// `reporter`: the attached context whose probe says it is idle now,
+    /// and what its schedulers have done (`None`: the driver thread, for a
+    /// pool that went idle).
+    fn try_jump(&self, reporter: Option<(u64, crate::scheduler::context::Activity)>) {
         // Whether the contexts are idle, and in which epoch.
         let epoch = {
             let mut state = self.lock();
@@ -650,13 +668,20 @@ impl ClockInner {
                 return;
             }
             let epoch = state.epoch;
-            if let Some(id) = reporter {
+            if let Some((id, activity)) = reporter {
                 match state.contexts.iter_mut().find(|a| a.id == id) {
-                    Some(attached) => attached.reported = Some(epoch),
+                    Some(attached) => attached.reported = Some((epoch, activity.dispatches)),
                     None => return,
                 }
+                if activity.queued {
+                    return; // its scheduler runs next, and it reports again
+                }
             }
-            if state.contexts.iter().any(|a| a.reported != Some(epoch)) {
+            if state
+                .contexts
+                .iter()
+                .any(|a| a.reported.is_none_or(|(e, _)| e != epoch))
+            {
                 return;
             }
             epoch

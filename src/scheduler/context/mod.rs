@@ -23,8 +23,10 @@
 //!
 //! The parts: the scheduler, its sources and its dispatch (this file); its
 //! `!Send` jobs, one queue per owner thread (S10, `local.rs`); the watch
-//! that reports main-scheduler work nobody runs (X4, `watch.rs`).
+//! that reports main-scheduler work nobody runs (X4, `watch.rs`); what a
+//! test clock reads of it (`activity.rs`).
 
+mod activity;
 mod latency;
 mod local;
 mod siblings;
@@ -43,6 +45,7 @@ use crate::source::{Hooks, SourceRef};
 use crate::task::Job;
 use crate::util::{drain, steal_one, Unpoisoned};
 
+pub(crate) use activity::{activity, Activity};
 pub(crate) use local::LocalQueue;
 pub(crate) use watch::idle_warn_delay;
 
