@@ -624,3 +624,53 @@ fn a_context_reports_idle_again_after_its_tasks_ran() {
         },
     );
 }
+
+#[test]
+fn auto_advance_waits_for_a_task_another_context_woke() {
+    // Two attached contexts: `a` reports idle; `b`'s task then wakes `a`'s
+    // task and waits. `b` is idle, but `a` has work: no jump until it ran.
+    watchdog(
+        "auto_advance_waits_for_a_task_another_context_woke",
+        60,
+        || {
+            let a = glib::MainContext::new();
+            let b = glib::MainContext::new();
+            let clock = gdex::TestClock::auto_advancing();
+            let _on_a = clock.attach(&a);
+            let _on_b = clock.attach(&b);
+            let (tx, rx) = gdex::channel::<u8>(1);
+            let start = clock.now();
+            let woken = gdex::Scheduler::for_context(&a).spawn(async move {
+                gdex::timeout(HOUR, rx.recv()).await.unwrap().unwrap();
+                gdex::sleep(Duration::from_secs(1)).await;
+                gdex::now()
+            });
+            pump(&a);
+            let waker = gdex::Scheduler::for_context(&b).spawn(async move {
+                tx.send(1).await.unwrap();
+                gdex::sleep(Duration::from_secs(10)).await;
+            });
+            pump(&b);
+            assert_eq!(
+                clock.elapsed(),
+                Duration::ZERO,
+                "the clock moved while a task of `a` was woken and had not run"
+            );
+            let done = common::pump_for(&a, Duration::from_secs(10), || {
+                pump(&b);
+                woken.is_finished()
+            });
+            assert!(done);
+            assert_eq!(
+                gdex::block_on(woken).unwrap() - start,
+                Duration::from_secs(1)
+            );
+            // Both contexts must say they are idle: both are iterated.
+            assert!(common::pump_for(&b, Duration::from_secs(10), || {
+                pump(&a);
+                waker.is_finished()
+            }));
+            assert_eq!(clock.elapsed(), Duration::from_secs(10));
+        },
+    );
+}

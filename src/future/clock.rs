@@ -656,6 +656,16 @@ impl ClockInner {
         }
     }
 
+    /// Each attached context, with its report.
+    fn reports(&self) -> Vec<(glib::MainContext, (u64, u64))> {
+        let state = self.lock();
+        let reported = state.contexts.iter().filter_map(|a| {
+            let report = a.reported?;
+            Some((a.context.clone(), report))
+        });
+        reported.collect()
+    }
+
     /// Jumps to the next deadline if every context and pool is idle.
     /// `reporter`: the attached context whose probe says it is idle now,
     /// and what its schedulers have done (`None`: the driver thread, for a
@@ -686,6 +696,19 @@ impl ClockInner {
             }
             epoch
         };
+        // Each report, then, stands for an idle context; but a context that
+        // reported may have been given work since, by a task of another
+        // one (the reporter's, say): unless its schedulers are as they were
+        // when it reported, with nothing queued, it is not idle (it reports
+        // again once it has run). Read outside the clock's lock.
+        let reports = self.reports();
+        let stale = reports.iter().any(|(context, (_, dispatches))| {
+            let now = crate::scheduler::context::activity(context_key(context));
+            now.queued || now.dispatches != *dispatches
+        });
+        if stale {
+            return;
+        }
         // The pools, outside the clock's lock: a pool upgraded here may be
         // dropped here, last.
         if !self.pools_idle() {
@@ -694,8 +717,20 @@ impl ClockInner {
         let fired = {
             let mut state = self.lock();
             // Anything since (a move, a pool going busy and idle again, the
-            // mode turned off) asks again.
+            // mode turned off, a context that ran and reported again) asks
+            // again.
             if state.epoch != epoch || !state.auto || state.jumping {
+                return;
+            }
+            let same = state.contexts.len() == reports.len()
+                && state
+                    .contexts
+                    .iter()
+                    .zip(&reports)
+                    .all(|(a, (context, reported))| {
+                        a.context == *context && a.reported == Some(*reported)
+                    });
+            if !same {
                 return;
             }
             let Some((&(deadline, _), _)) = state.book.first_key_value() else {
