@@ -674,3 +674,40 @@ fn auto_advance_waits_for_a_task_another_context_woke() {
         },
     );
 }
+
+#[test]
+fn auto_advance_waits_for_a_task_queued_on_a_worker_s_context() {
+    // A context scheduler on a pool worker's own context: a pool task
+    // wakes its task, then waits. The workers all sleep a moment later,
+    // but the woken task has not run yet: the clock must wait for it.
+    watchdog(
+        "auto_advance_waits_for_a_task_queued_on_a_worker_s_context",
+        120,
+        || {
+            for _ in 0..common::stress(500) {
+                let clock = gdex::TestClock::auto_advancing();
+                let pool = pool_on(&clock, 2);
+                let worker_context = gdex::block_on(
+                    pool.scheduler()
+                        .spawn(async { glib::MainContext::thread_default().unwrap() }),
+                )
+                .unwrap();
+                let on_worker = gdex::Scheduler::for_context(&worker_context);
+                let (tx, rx) = gdex::channel::<()>(1);
+                let start = clock.now();
+                let woken = on_worker.spawn(async move {
+                    rx.recv().await.unwrap();
+                    gdex::sleep(Duration::from_secs(1)).await;
+                    gdex::now()
+                });
+                let waker = pool.scheduler().spawn(async move {
+                    tx.send(()).await.unwrap();
+                    gdex::sleep(Duration::from_secs(10)).await;
+                });
+                let at = within(10, woken).expect("the clock stopped").unwrap();
+                assert_eq!(at - start, Duration::from_secs(1));
+                within(10, waker).expect("the clock stopped").unwrap();
+            }
+        },
+    );
+}

@@ -616,11 +616,21 @@ impl ClockInner {
         });
     }
 
-    /// Whether every pool on this clock is idle.
+    /// Whether every pool on this clock is idle: the context schedulers on
+    /// its workers' contexts included, whose queues are not the pool's.
+    /// Those are read first: a worker that has taken their work since is
+    /// awake when the pool is read, or has gone back to sleep (and told
+    /// the clock).
     fn pools_idle(&self) -> bool {
         let pools: Vec<Arc<crate::pool::PoolShared>> =
             self.lock().pools.iter().filter_map(Weak::upgrade).collect();
-        pools.iter().all(|pool| pool.is_idle())
+        pools.iter().all(|pool| {
+            let queued = || {
+                pool.worker_contexts()
+                    .any(|c| crate::scheduler::context::activity(context_key(c)).queued)
+            };
+            pool.is_closed() || (!queued() && pool.is_idle())
+        })
     }
 
     /// Waits until every pool on this clock is idle (see

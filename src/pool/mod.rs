@@ -399,7 +399,9 @@ impl PoolShared {
     /// Whether every task of the pool waits (for a [`crate::TestClock`]):
     /// every worker asleep in its poll with no wake-up to act on, nothing
     /// queued anywhere, and no job in the blocking lane; or the pool is
-    /// shut down. A snapshot: work may come at any moment after.
+    /// shut down. A snapshot: work may come at any moment after. (Work
+    /// queued for a context scheduler on a worker's context is not the
+    /// pool's: the clock reads it.)
     pub(crate) fn is_idle(&self) -> bool {
         // A pool shut down runs nothing more (its lane's running jobs
         // wake nobody here): its workers are gone, not asleep.
@@ -421,6 +423,11 @@ impl PoolShared {
         }
         let lane = self.blocking.stats();
         lane.threads == lane.idle && lane.queued == 0
+    }
+
+    /// The workers' own contexts.
+    pub(crate) fn worker_contexts(&self) -> impl Iterator<Item = &glib::MainContext> {
+        self.remotes.iter().map(|r| &r.context)
     }
 
     /// The test clock that drives the workers' timers.
