@@ -711,3 +711,26 @@ fn auto_advance_waits_for_a_task_queued_on_a_worker_s_context() {
         },
     );
 }
+
+#[test]
+fn detaching_a_busy_context_lets_the_others_move_the_clock() {
+    watchdog(
+        "detaching_a_busy_context_lets_the_others_move_the_clock",
+        60,
+        || {
+            let a = glib::MainContext::new();
+            let b = glib::MainContext::new();
+            let clock = gdex::TestClock::auto_advancing();
+            let _on_a = clock.attach(&a);
+            let on_b = clock.attach(&b);
+            let task = gdex::Scheduler::for_context(&a).spawn(gdex::sleep(Duration::from_secs(1)));
+            // `a` is idle; `b`, never iterated, has not said so.
+            pump(&a);
+            assert_eq!(clock.elapsed(), Duration::ZERO);
+            drop(on_b);
+            let done = common::pump_for(&a, Duration::from_secs(10), || task.is_finished());
+            assert!(done, "the clock waited for a context it no longer drives");
+            assert_eq!(clock.elapsed(), Duration::from_secs(1));
+        },
+    );
+}

@@ -443,6 +443,8 @@ impl Drop for ClockAttachment {
         if let Some(attached) = gone {
             attached.probe.destroy();
             self.clock.let_go(&attached.context);
+            // The others may have waited only for this one.
+            self.clock.recheck();
         }
     }
 }
@@ -563,28 +565,41 @@ impl ClockInner {
         drop(flag); // outside the lock: it may hold the last waker
     }
 
-    /// A worker of a pool on this clock is about to sleep in its poll.
-    /// Called from the worker's poll function: runs no user code; hands the
-    /// check to the attached contexts (whose probes report again), or to
-    /// the driver thread if there is none.
+    /// A worker of a pool on this clock is about to sleep in its poll, or
+    /// the pool's blocking lane emptied. Called from the worker's poll
+    /// function, or under the lane's lock: runs no user code; wakes
+    /// `settle`, and hands the check to the attached contexts (whose probes
+    /// report again), or to the driver thread if there is none.
     pub(crate) fn pool_went_idle(&self) {
         {
             let mut driver = self.driver.state.lock().unpoisoned();
             driver.idle_events += 1;
             self.driver.settled.notify_all();
         }
-        let contexts: Vec<glib::MainContext> = {
+        self.recheck();
+    }
+
+    /// What auto-advance waits for has changed (a pool went idle, a
+    /// context was let go): every attached context reports again, or,
+    /// with none, the driver thread looks at the pools.
+    fn recheck(&self) {
+        let (contexts, pools) = {
             let mut state = self.lock();
-            if !state.auto || state.book.is_empty() || state.pools.is_empty() {
+            if !state.auto || state.book.is_empty() {
                 return;
             }
             state.epoch += 1;
-            state.contexts.iter().map(|a| a.context.clone()).collect()
+            let contexts: Vec<glib::MainContext> =
+                state.contexts.iter().map(|a| a.context.clone()).collect();
+            (contexts, !state.pools.is_empty())
         };
         if !contexts.is_empty() {
             for context in contexts {
                 context.wakeup();
             }
+            return;
+        }
+        if !pools {
             return;
         }
         self.start_driver();
