@@ -734,3 +734,21 @@ fn detaching_a_busy_context_lets_the_others_move_the_clock() {
         },
     );
 }
+
+#[test]
+fn advance_from_a_blocking_job_of_the_pool_does_not_wait_for_itself() {
+    watchdog(
+        "advance_from_a_blocking_job_of_the_pool_does_not_wait_for_itself",
+        60,
+        || {
+            let clock = gdex::TestClock::paused();
+            let pool = pool_on(&clock, 1);
+            let sleeper = pool.scheduler().spawn(gdex::sleep(Duration::from_secs(1)));
+            until_pending(&clock, 1);
+            let c = clock.clone();
+            let job = pool.spawn_blocking(move || c.advance(Duration::from_secs(1)));
+            assert!(within(10, job).is_some(), "advance waited for its own job");
+            gdex::block_on(sleeper).unwrap();
+        },
+    );
+}

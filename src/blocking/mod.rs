@@ -252,6 +252,8 @@ impl Lane {
     fn run(self: Arc<Self>) {
         #[cfg(feature = "tokio")]
         let _tokio = crate::tokio_rt::enter();
+        // Never reset: the thread ends with this function.
+        LANE.with(|lane| lane.set(Arc::as_ptr(&self)));
         let mut state = self.lock();
         loop {
             if let Some(job) = state.queue.pop_front() {
@@ -346,6 +348,11 @@ impl Lane {
         drop(dropped);
     }
 
+    /// Whether the calling thread is one of this lane's.
+    pub(crate) fn is_current(&self) -> bool {
+        LANE.with(|lane| std::ptr::eq(lane.get(), self))
+    }
+
     pub(crate) fn stats(&self) -> LaneStats {
         let state = self.lock();
         LaneStats {
@@ -363,6 +370,8 @@ thread_local! {
     /// Set while `Lane::refuse` polls jobs that no thread will run: a lane
     /// task polled meanwhile resolves to this error instead of running.
     static REFUSAL: RefCell<Option<Error>> = const { RefCell::new(None) };
+    /// The lane whose thread this is (its address), or null.
+    static LANE: Cell<*const Lane> = const { Cell::new(std::ptr::null()) };
 }
 
 /// For gdex's own tests; not part of the API. While `fail` is true, every

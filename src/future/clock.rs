@@ -265,7 +265,8 @@ impl TestClock {
     /// blocking lane is empty), so that a task woken just before (by a
     /// send from the test, say) has made its next timer on the clock's
     /// present time before the clock moves. (Called on a worker of such a
-    /// pool, it cannot wait for its own worker, and does not wait.) It then
+    /// pool, or in one of its blocking jobs, it cannot wait for its own
+    /// thread, and does not wait.) It then
     /// moves the clock and wakes the timers' tasks; it does not wait for
     /// them to run. Attached contexts are not waited for: the test iterates
     /// them.
@@ -651,7 +652,9 @@ impl ClockInner {
     /// Waits until every pool on this clock is idle (see
     /// `TestClock::advance`).
     fn settle(&self, what: &str) {
-        if crate::pool::on_a_worker_of(&self.lock().pools) {
+        // Upgraded and dropped outside the clock's lock.
+        let pools = self.lock().pools.clone();
+        if crate::pool::on_a_thread_of(&pools) {
             return;
         }
         let began = Instant::now();

@@ -92,12 +92,13 @@ pub(crate) use retire::{at_worker_exit, is_worker_context, Retire, WorkerContext
 use retire::{context_key, worker_contexts, Retiring};
 pub(crate) use worker::{current_index, current_pool, note_timer};
 
-/// Whether the calling thread is a worker of one of `pools`.
-pub(crate) fn on_a_worker_of(pools: &[std::sync::Weak<PoolShared>]) -> bool {
+/// Whether the calling thread is a worker of one of `pools`, or a thread
+/// of its blocking lane.
+pub(crate) fn on_a_thread_of(pools: &[std::sync::Weak<PoolShared>]) -> bool {
     pools
         .iter()
         .filter_map(std::sync::Weak::upgrade)
-        .any(|pool| current_index(&pool).is_some())
+        .any(|pool| current_index(&pool).is_some() || pool.blocking.is_current())
 }
 
 /// What peers and outside threads may touch of one worker.
