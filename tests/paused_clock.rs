@@ -752,3 +752,35 @@ fn advance_from_a_blocking_job_of_the_pool_does_not_wait_for_itself() {
         },
     );
 }
+
+#[test]
+fn a_context_moves_the_clock_once_its_busy_pool_shut_down() {
+    watchdog(
+        "a_context_moves_the_clock_once_its_busy_pool_shut_down",
+        60,
+        || {
+            let context = glib::MainContext::new();
+            let clock = gdex::TestClock::auto_advancing();
+            let _attached = clock.attach(&context);
+            let pool = pool_on(&clock, 1);
+            let (go, wait) = mpsc::channel::<()>();
+            let (started, running) = mpsc::channel::<()>();
+            let busy = pool.scheduler().spawn(async move {
+                started.send(()).unwrap();
+                wait.recv().unwrap();
+            });
+            running.recv().unwrap();
+            let ui =
+                gdex::Scheduler::for_context(&context).spawn(gdex::sleep(Duration::from_secs(1)));
+            pump(&context);
+            assert_eq!(clock.elapsed(), Duration::ZERO, "the pool's task runs");
+            let closer = std::thread::spawn(move || pool.shutdown());
+            go.send(()).unwrap();
+            closer.join().unwrap();
+            let _ = gdex::block_on(busy);
+            let done = common::pump_for(&context, Duration::from_secs(10), || ui.is_finished());
+            assert!(done, "the clock waited for a pool that shut down");
+            assert_eq!(clock.elapsed(), Duration::from_secs(1));
+        },
+    );
+}

@@ -566,9 +566,10 @@ impl ClockInner {
         drop(flag); // outside the lock: it may hold the last waker
     }
 
-    /// A worker of a pool on this clock is about to sleep in its poll, or
-    /// the pool's blocking lane emptied. Called from the worker's poll
-    /// function, or under the lane's lock: runs no user code; wakes
+    /// A worker of a pool on this clock is about to sleep in its poll, the
+    /// pool's blocking lane emptied, or the pool shut down. Called from the
+    /// worker's poll function, or under the lane's lock: runs no user code;
+    /// wakes
     /// `settle`, and hands the check to the attached contexts (whose probes
     /// report again), or to the driver thread if there is none.
     pub(crate) fn pool_went_idle(&self) {

@@ -206,9 +206,9 @@ pub(crate) trait PoolClock: Send + Sync {
     /// The pool is built: its workers' contexts are the clock's.
     fn drive_pool(&self, pool: std::sync::Weak<PoolShared>, contexts: Vec<glib::MainContext>);
     /// A worker is about to sleep in its poll (called from the worker's
-    /// poll function), or the blocking lane emptied (called under the
-    /// lane's lock): it runs no user code, and takes no lock held while
-    /// the pool or its lane is used.
+    /// poll function), the blocking lane emptied (called under the lane's
+    /// lock), or the pool shut down: it runs no user code, and takes no
+    /// lock held while the pool or its lane is used.
     fn pool_went_idle(&self);
 }
 
@@ -638,6 +638,10 @@ impl PoolShared {
         self.blocking
             .close(crate::blocking::CloseMode::CancelQueued);
         self.join_workers();
+        if let Some(clock) = &self.clock {
+            // Closed, it counts as idle now (`is_idle`): the clock may move.
+            clock.pool_went_idle();
+        }
     }
 
     /// Joins every worker thread but the caller's, holding the list while it
