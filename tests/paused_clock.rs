@@ -784,3 +784,30 @@ fn a_context_moves_the_clock_once_its_busy_pool_shut_down() {
         },
     );
 }
+
+#[test]
+fn a_clock_timer_awaited_on_another_thread_is_auto_advanced() {
+    // A timer made on the pool stays on the pool's clock wherever it is
+    // polled: awaited on this thread, while the pool idles, the clock must
+    // still move to it.
+    watchdog(
+        "a_clock_timer_awaited_on_another_thread_is_auto_advanced",
+        60,
+        || {
+            let clock = gdex::TestClock::auto_advancing();
+            let pool = pool_on(&clock, 1);
+            // Handed out wrapped: a task whose output is a future reads as
+            // a mistake.
+            let made = pool
+                .scheduler()
+                .spawn(async { Some(gdex::sleep(Duration::from_secs(1))) });
+            let sleep = gdex::block_on(made).unwrap().unwrap();
+            clock.settle();
+            // The worker has gone to sleep, and told the clock so, before
+            // the timer waits.
+            linger(Duration::from_millis(50));
+            assert!(within(10, sleep).is_some(), "the clock never moved");
+            assert_eq!(clock.elapsed(), Duration::from_secs(1));
+        },
+    );
+}

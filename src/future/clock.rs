@@ -94,7 +94,10 @@ pub(crate) fn for_context(context: &glib::MainContext) -> Option<Arc<ClockInner>
 ///
 /// A timer made elsewhere (on the test's thread, say, before it is spawned)
 /// counts its whole duration from its first poll on a driven context: under
-/// a paused clock, the real time before it does not count.
+/// a paused clock, the real time before it does not count. The other way
+/// round, a timer made or first polled on a driven context stays on that
+/// clock wherever it is polled later (a `Sleep` made in a pool task and
+/// awaited on the test's thread fires when the clock passes it).
 ///
 /// `TestClock` is a cheap handle (`Clone`, `Send`, `Sync`); the clock lives
 /// while a handle, or a pool built on it, does.
@@ -558,6 +561,17 @@ impl ClockInner {
         state.next_entry += 1;
         state.book.insert((deadline, entry), flag.clone());
         Some(entry)
+    }
+
+    /// A timer of this clock began to wait, polled on `context`. Unless
+    /// the clock drives that context, nothing tells it when the thread
+    /// there idles (a timer made on a pool, awaited on the test's thread):
+    /// auto-advance looks again now.
+    pub(crate) fn waits_on(&self, context: &glib::MainContext) {
+        let ours = for_context(context).is_some_and(|c| std::ptr::eq(Arc::as_ptr(&c), self));
+        if !ours {
+            self.recheck();
+        }
     }
 
     /// A timer that waited as `(deadline, entry)` is dropped or moved.

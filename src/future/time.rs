@@ -172,6 +172,7 @@ impl Timer {
                 None => Poll::Ready(()), // due
                 Some(noted) => {
                     *entry = Some(noted);
+                    clock.waits_on(&waiting_context());
                     if self.fired.poll_raised(cx) {
                         Poll::Ready(())
                     } else {
