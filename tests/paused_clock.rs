@@ -811,3 +811,145 @@ fn a_clock_timer_awaited_on_another_thread_is_auto_advanced() {
         },
     );
 }
+
+/// One generated run of an interval: its period and start (ms; `None`:
+/// `interval`, else `interval_at` that far from now, in the past or the
+/// future), and what the test does to it.
+#[derive(Debug)]
+struct IntervalRun {
+    period: u64,
+    start: Option<i64>,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Advance(u64),
+    Poll,
+    Reset,
+}
+
+impl IntervalRun {
+    fn generate(rng: &mut common::Rng) -> IntervalRun {
+        // Periods above tokio's 5 ms of slack, within which tokio bursts a
+        // late tick where gdex (always `Skip`) skips it.
+        let period = 6 + rng.below(995);
+        let start = match rng.below(3) {
+            0 => None,
+            _ => Some(rng.below(6001) as i64 - 3000),
+        };
+        let steps = (0..24)
+            .map(|_| match rng.below(8) {
+                0..=3 => Step::Poll,
+                4..=6 => Step::Advance(rng.below(3 * period)),
+                _ => Step::Reset,
+            })
+            .collect();
+        IntervalRun {
+            period,
+            start,
+            steps,
+        }
+    }
+}
+
+/// `base` moved by `ms` (either way).
+fn shifted(base: Instant, ms: i64) -> Instant {
+    let by = Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        base + by
+    } else {
+        base.checked_sub(by)
+            .expect("an instant seconds in the past")
+    }
+}
+
+/// `at - base` in ms, signed.
+fn ms_from(base: Instant, at: Instant) -> i64 {
+    if at >= base {
+        (at - base).as_millis() as i64
+    } else {
+        -((base - at).as_millis() as i64)
+    }
+}
+
+/// What each poll of the run's interval gave on tokio's paused clock (the
+/// reference, with `MissedTickBehavior::Skip`): a tick, in ms from the
+/// start, or `None`.
+fn interval_on_tokio(run: &IntervalRun) -> Vec<Option<i64>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let base = tokio::time::Instant::now();
+        let period = Duration::from_millis(run.period);
+        let mut interval = match run.start {
+            None => tokio::time::interval(period),
+            Some(ms) => tokio::time::interval_at(shifted(base.into_std(), ms).into(), period),
+        };
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut polls = Vec::new();
+        for step in &run.steps {
+            match *step {
+                Step::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
+                Step::Reset => interval.reset(),
+                Step::Poll => {
+                    let tick =
+                        std::future::poll_fn(|cx| std::task::Poll::Ready(interval.poll_tick(cx)))
+                            .await;
+                    polls.push(match tick {
+                        std::task::Poll::Ready(at) => Some(ms_from(base.into_std(), at.into_std())),
+                        std::task::Poll::Pending => None,
+                    });
+                }
+            }
+        }
+        polls
+    })
+}
+
+/// The same on a `TestClock` driving this thread's context.
+fn interval_on_gdex(run: &IntervalRun) -> Vec<Option<i64>> {
+    common::on_own_context(|context| {
+        let clock = gdex::TestClock::paused();
+        let _attached = clock.attach(context);
+        let base = clock.now();
+        let period = Duration::from_millis(run.period);
+        let mut interval = match run.start {
+            None => gdex::interval(period),
+            Some(ms) => gdex::interval_at(shifted(base, ms), period),
+        };
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut polls = Vec::new();
+        for step in &run.steps {
+            match *step {
+                Step::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+                Step::Reset => interval.reset(),
+                Step::Poll => polls.push(match interval.poll_tick(&mut cx) {
+                    std::task::Poll::Ready(at) => Some(ms_from(base, at)),
+                    std::task::Poll::Pending => None,
+                }),
+            }
+        }
+        polls
+    })
+}
+
+#[test]
+fn an_interval_ticks_as_tokio_s_does_on_a_paused_clock() {
+    // Generated runs (seeded; `GDEX_STRESS` scales their number): polls,
+    // advances and resets of `interval` and `interval_at` (a start in the
+    // past included), against tokio's own on its paused clock.
+    let mut rng = common::Rng(0x1_7e4f_a1c0);
+    for n in 0..common::stress(300) {
+        let run = IntervalRun::generate(&mut rng);
+        assert_eq!(
+            interval_on_gdex(&run),
+            interval_on_tokio(&run),
+            "run {n}: {run:?}"
+        );
+    }
+}

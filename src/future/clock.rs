@@ -500,8 +500,14 @@ impl ClockInner {
     }
 
     pub(crate) fn instant_at(&self, deadline_us: i64) -> Instant {
-        let past = deadline_us.saturating_sub(self.start_us).max(0);
-        self.start + Duration::from_micros(past as u64)
+        let since = deadline_us.saturating_sub(self.start_us);
+        let by = Duration::from_micros(since.unsigned_abs());
+        if since >= 0 {
+            self.start + by
+        } else {
+            // Before the clock was made (an `interval_at` in the past).
+            self.start.checked_sub(by).unwrap_or(self.start)
+        }
     }
 
     pub(crate) fn now(&self) -> Instant {

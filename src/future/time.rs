@@ -90,7 +90,12 @@ fn micros(duration: Duration) -> i64 {
 
 impl Timer {
     pub(crate) fn after(duration: Duration) -> Timer {
-        let length = micros(duration);
+        Timer::after_micros(micros(duration))
+    }
+
+    /// A timer `length` µs from now; a negative `length` is a deadline
+    /// that long ago (due, but an interval keeps its phase from it).
+    fn after_micros(length: i64) -> Timer {
         // Made where a test clock runs: on its time from now.
         if let Some(clock) = clock_here() {
             return Timer {
@@ -113,7 +118,13 @@ impl Timer {
             Some(clock) => clock.now(),
             None => Instant::now(),
         };
-        Timer::after(deadline.saturating_duration_since(now))
+        // A deadline that has passed stays where it was: `interval_at`
+        // with a start in the past ticks first at that start, and then in
+        // phase with it (as tokio's does).
+        Timer::after_micros(match deadline.checked_duration_since(now) {
+            Some(ahead) => micros(ahead),
+            None => -micros(now - deadline),
+        })
     }
 
     /// On its test clock, the clock's time; otherwise GLib's monotonic time.
