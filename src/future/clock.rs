@@ -31,10 +31,15 @@
 //! saw.
 //!
 //! What auto-advance cannot see is work outside gdex: a GIO call in flight
-//! in GLib's worker threads, a plain thread that will send on a channel. A
-//! task that waits on such work under a timeout may see the timeout fire
-//! first, as with tokio's `start_paused`. Leave auto-advance off for such a
-//! test and [`advance`](TestClock::advance) by hand.
+//! in GLib's worker threads, a GLib timeout source a task waits on
+//! (`glib::timeout_future`), a plain thread that will send on a channel.
+//! The test's own thread is such a thread: between two spawns from it the
+//! pool may go idle and the clock jump, so spawn what must start at the
+//! same moment from one task, or in one
+//! [`spawn_many`](crate::Scheduler::spawn_many). A task that waits on such
+//! work under a timeout may see the timeout fire first, as with tokio's
+//! `start_paused`. Leave auto-advance off for such a test and
+//! [`advance`](TestClock::advance) by hand.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -98,6 +103,15 @@ pub(crate) fn for_context(context: &glib::MainContext) -> Option<Arc<ClockInner>
 /// round, a timer made or first polled on a driven context stays on that
 /// clock wherever it is polled later (a `Sleep` made in a pool task and
 /// awaited on the test's thread fires when the clock passes it).
+///
+/// A deadline given as an `Instant` ([`timeout_at`](crate::timeout_at),
+/// [`interval_at`](crate::interval_at)) is read on the time of the thread
+/// that makes the timer: from [`gdex::now`](crate::now) in a task the clock
+/// drives, it is on the clock's time; made on the test's thread, it is
+/// taken as a duration from the real time then, counted from the first
+/// poll (so there `clock.now() + d`, after an advance of an hour, fires
+/// about an hour and `d` after that poll). Compute deadlines inside the
+/// clock's tasks.
 ///
 /// `TestClock` is a cheap handle (`Clone`, `Send`, `Sync`); the clock lives
 /// while a handle, or a pool built on it, does.
@@ -250,7 +264,8 @@ impl TestClock {
         clock
     }
 
-    /// The clock's time: the moment it was made, plus every advance.
+    /// The clock's time: the moment it was made, plus every advance and
+    /// every jump.
     pub fn now(&self) -> Instant {
         self.inner.now()
     }
