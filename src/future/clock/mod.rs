@@ -44,12 +44,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::source::{Hooks, SourceRef};
+use crate::source::SourceRef;
 use crate::task::flag::Flag;
 use crate::util::Unpoisoned;
+
+mod idle;
+
+use idle::{Driver, Probe};
 
 /// Contexts driven by some clock: while 0, a timer looks no clock up.
 static DRIVEN: AtomicUsize = AtomicUsize::new(0);
@@ -186,29 +190,6 @@ struct Attached {
     /// dispatches its gdex schedulers had made then.
     reported: Option<(u64, u64)>,
 }
-
-#[derive(Default)]
-struct Driver {
-    state: Mutex<DriverState>,
-    /// The driver thread waits here for the hint.
-    wake: Condvar,
-    /// `settle` waits here for a pool to go idle.
-    settled: Condvar,
-    started: OnceLock<()>,
-}
-
-#[derive(Default)]
-struct DriverState {
-    /// A pool went idle and no context can tell: the driver thread checks.
-    hinted: bool,
-    /// The clock is gone: the driver thread ends.
-    stop: bool,
-    /// How many times a pool went idle: `settle` waits for the next.
-    idle_events: u64,
-}
-
-/// How long `settle` waits for a pool that never goes idle.
-const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// The largest time a clock reaches, in µs past its start: far beyond any
 /// test, and far from `i64` overflow on GLib's scale.
@@ -468,46 +449,6 @@ impl Drop for ClockAttachment {
     }
 }
 
-/// The source that tells an attached context is idle.
-struct Probe {
-    clock: Weak<ClockInner>,
-    id: u64,
-    /// The context's address (the attachment holds the context).
-    context: usize,
-}
-
-impl Hooks for Probe {
-    fn ready(&self) -> bool {
-        let Some(clock) = self.clock.upgrade() else {
-            return false;
-        };
-        let dispatches = {
-            let state = clock.lock();
-            let Some(this) = state.contexts.iter().find(|a| a.id == self.id) else {
-                return false;
-            };
-            if !state.auto || state.jumping || state.book.is_empty() {
-                return false;
-            }
-            match this.reported {
-                Some((epoch, dispatches)) if epoch == state.epoch => dispatches,
-                _ => return true,
-            }
-        };
-        // Reported in this epoch: again if a task of the context ran since
-        // (it may wait on a new timer now, which no one else tells of).
-        crate::scheduler::context::activity(self.context).dispatches != dispatches
-    }
-
-    fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
-        if let Some(clock) = self.clock.upgrade() {
-            let activity = crate::scheduler::context::activity(self.context);
-            clock.try_jump(Some((self.id, activity)));
-        }
-        true
-    }
-}
-
 impl ClockInner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing panics while holding the lock.
@@ -600,224 +541,6 @@ impl ClockInner {
         let flag = self.lock().book.remove(&(deadline, entry));
         drop(flag); // outside the lock: it may hold the last waker
     }
-
-    /// A worker of a pool on this clock is about to sleep in its poll, the
-    /// pool's blocking lane emptied, or the pool shut down. Called from the
-    /// worker's poll function, or under the lane's lock: runs no user code;
-    /// wakes
-    /// `settle`, and hands the check to the attached contexts (whose probes
-    /// report again), or to the driver thread if there is none.
-    pub(crate) fn pool_went_idle(&self) {
-        {
-            let mut driver = self.driver.state.lock().unpoisoned();
-            driver.idle_events += 1;
-            self.driver.settled.notify_all();
-        }
-        self.recheck();
-    }
-
-    /// What auto-advance waits for has changed (a pool went idle, a
-    /// context was let go): every attached context reports again, or,
-    /// with none, the driver thread looks at the pools.
-    fn recheck(&self) {
-        let (contexts, pools) = {
-            let mut state = self.lock();
-            if !state.auto || state.book.is_empty() {
-                return;
-            }
-            state.epoch += 1;
-            let contexts: Vec<glib::MainContext> =
-                state.contexts.iter().map(|a| a.context.clone()).collect();
-            (contexts, !state.pools.is_empty())
-        };
-        if !contexts.is_empty() {
-            for context in contexts {
-                context.wakeup();
-            }
-            return;
-        }
-        if !pools {
-            return;
-        }
-        self.start_driver();
-        self.driver.state.lock().unpoisoned().hinted = true;
-        self.driver.wake.notify_one();
-    }
-
-    fn start_driver(&self) {
-        let driver = self.driver.clone();
-        let clock = self.me.clone();
-        self.driver.started.get_or_init(move || {
-            let spawned = std::thread::Builder::new()
-                .name("gdex-test-clock".into())
-                .spawn(move || loop {
-                    {
-                        let mut state = driver.state.lock().unpoisoned();
-                        while !state.hinted && !state.stop {
-                            state = driver.wake.wait(state).unpoisoned();
-                        }
-                        if state.stop {
-                            return;
-                        }
-                        state.hinted = false;
-                    }
-                    let Some(clock) = clock.upgrade() else { return };
-                    clock.try_jump(None);
-                });
-            spawned.expect("gdex: cannot start the gdex-test-clock thread");
-        });
-    }
-
-    /// Whether every pool on this clock is idle: the context schedulers on
-    /// its workers' contexts included, whose queues are not the pool's.
-    /// Those are read first: a worker that has taken their work since is
-    /// awake when the pool is read, or has gone back to sleep (and told
-    /// the clock).
-    fn pools_idle(&self) -> bool {
-        let pools: Vec<Arc<crate::pool::PoolShared>> =
-            self.lock().pools.iter().filter_map(Weak::upgrade).collect();
-        pools.iter().all(|pool| {
-            let queued = || {
-                pool.worker_contexts()
-                    .any(|c| crate::scheduler::context::activity(context_key(c)).queued)
-            };
-            pool.is_closed() || (!queued() && pool.is_idle())
-        })
-    }
-
-    /// Waits until every pool on this clock is idle (see
-    /// `TestClock::advance`).
-    fn settle(&self, what: &str) {
-        // Upgraded and dropped outside the clock's lock.
-        let pools = self.lock().pools.clone();
-        if crate::pool::on_a_thread_of(&pools) {
-            return;
-        }
-        let began = Instant::now();
-        loop {
-            let seen = self.driver.state.lock().unpoisoned().idle_events;
-            // Outside the driver's lock: the lane's idle hook takes it
-            // under the lane's lock, which `pools_idle` takes; and a pool
-            // upgraded there may be dropped there, last.
-            if self.pools_idle() {
-                return;
-            }
-            assert!(
-                began.elapsed() < SETTLE_LIMIT,
-                "gdex: {what}: a pool on this clock has not been idle for a minute \
-                 (a task that never waits?); the clock cannot move while its tasks run"
-            );
-            // Woken when a worker goes to sleep or the lane empties; the
-            // timeout is a backstop.
-            let driver = self.driver.state.lock().unpoisoned();
-            if driver.idle_events == seen {
-                let waited = self
-                    .driver
-                    .settled
-                    .wait_timeout(driver, Duration::from_millis(2));
-                drop(waited);
-            }
-        }
-    }
-
-    /// Each attached context, with its report.
-    fn reports(&self) -> Vec<(glib::MainContext, (u64, u64))> {
-        let state = self.lock();
-        let reported = state.contexts.iter().filter_map(|a| {
-            let report = a.reported?;
-            Some((a.context.clone(), report))
-        });
-        reported.collect()
-    }
-
-    /// Jumps to the next deadline if every context and pool is idle.
-    /// `reporter`: the attached context whose probe says it is idle now,
-    /// and what its schedulers have done (`None`: the driver thread, for a
-    /// pool that went idle).
-    fn try_jump(&self, reporter: Option<(u64, crate::scheduler::context::Activity)>) {
-        // Whether the contexts are idle, and in which epoch.
-        let epoch = {
-            let mut state = self.lock();
-            if !state.auto || state.jumping || state.book.is_empty() {
-                return;
-            }
-            let epoch = state.epoch;
-            if let Some((id, activity)) = reporter {
-                match state.contexts.iter_mut().find(|a| a.id == id) {
-                    Some(attached) => attached.reported = Some((epoch, activity.dispatches)),
-                    None => return,
-                }
-                if activity.queued {
-                    return; // its scheduler runs next, and it reports again
-                }
-            }
-            if state
-                .contexts
-                .iter()
-                .any(|a| a.reported.is_none_or(|(e, _)| e != epoch))
-            {
-                return;
-            }
-            epoch
-        };
-        // Each report, then, stands for an idle context; but a context that
-        // reported may have been given work since, by a task of another
-        // one (the reporter's, say): unless its schedulers are as they were
-        // when it reported, with nothing queued, it is not idle (it reports
-        // again once it has run). Read outside the clock's lock.
-        let reports = self.reports();
-        let stale = reports.iter().any(|(context, (_, dispatches))| {
-            let now = crate::scheduler::context::activity(context_key(context));
-            now.queued || now.dispatches != *dispatches
-        });
-        if stale {
-            return;
-        }
-        // The pools, outside the clock's lock: a pool upgraded here may be
-        // dropped here, last.
-        if !self.pools_idle() {
-            return;
-        }
-        let fired = {
-            let mut state = self.lock();
-            // Anything since (a move, a pool going busy and idle again, the
-            // mode turned off, a context that ran and reported again) asks
-            // again.
-            if state.epoch != epoch || !state.auto || state.jumping {
-                return;
-            }
-            let same = state.contexts.len() == reports.len()
-                && state
-                    .contexts
-                    .iter()
-                    .zip(&reports)
-                    .all(|(a, (context, reported))| {
-                        a.context == *context && a.reported == Some(*reported)
-                    });
-            if !same {
-                return;
-            }
-            let Some((&(deadline, _), _)) = state.book.first_key_value() else {
-                return;
-            };
-            state.elapsed = state
-                .elapsed
-                .max((deadline - self.start_us).min(MAX_ELAPSED));
-            let now = self.start_us + state.elapsed;
-            state.epoch += 1;
-            state.jumping = true;
-            take_due(&mut state, now)
-        };
-        self.raise(fired);
-        let contexts: Vec<glib::MainContext> = {
-            let mut state = self.lock();
-            state.jumping = false;
-            state.contexts.iter().map(|a| a.context.clone()).collect()
-        };
-        for context in contexts {
-            context.wakeup();
-        }
-    }
 }
 
 impl crate::pool::PoolClock for ClockInner {
@@ -870,7 +593,6 @@ impl Drop for ClockInner {
         for context in &contexts {
             self.let_go(context);
         }
-        self.driver.state.lock().unpoisoned().stop = true;
-        self.driver.wake.notify_one();
+        self.driver.stop();
     }
 }
