@@ -257,10 +257,10 @@ fn clock_here() -> Option<Arc<ClockInner>> {
 
 /// The time now on the clock that drives the context a timer polled here
 /// waits on (a pool task's worker, an attached context): the paused time
-/// of a [`TestClock`], or [`Instant::now`] where no clock drives the
-/// context. Code that computes what is left of a deadline it set with a
-/// gdex timer should read this, not `Instant::now`, to be testable on a
-/// paused clock.
+/// of a [`TestClock`](crate::TestClock), or [`Instant::now`] where no
+/// clock drives the context. Code that computes what is left of a deadline
+/// it set with a gdex timer should read this, not `Instant::now`, to be
+/// testable on a paused clock.
 ///
 /// ```
 /// use std::time::Duration;

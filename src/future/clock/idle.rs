@@ -1,7 +1,18 @@
 //! How a clock knows that what it drives is idle: `settle`, which waits
-//! for its pools, and auto-advance (see the parent's docs): the probe
+//! for its pools, and auto-advance (see `TestClock`'s docs): the probe
 //! source of each attached context, the driver thread of a clock with
 //! pools alone, and the jump.
+//!
+//! An idle context is told by a probe source at the lowest priority, which
+//! GLib dispatches only in an iteration where nothing else is ready; an idle
+//! pool by its workers' parking state: every worker asleep in its poll, none
+//! holding a wake-up, and no job in its blocking lane. When all are idle at
+//! once, the clock jumps to its next deadline and fires what is due. Each
+//! context reports again after every jump, after every time a pool goes
+//! idle, and after its gdex schedulers ran a task (which may wait on a new
+//! timer now), so a report is never older than the last change the clock
+//! saw; before a jump, each report is checked against its context's
+//! schedulers, in case another context gave it work since.
 
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};

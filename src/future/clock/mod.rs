@@ -18,28 +18,8 @@
 //! run on GLib's monotonic clock, which nothing in a process can pause:
 //! they keep real time.
 //!
-//! # Auto-advance
-//!
-//! An idle context is told by a probe source at the lowest priority, which
-//! GLib dispatches only in an iteration where nothing else is ready; an idle
-//! pool by its workers' parking state: every worker asleep in its poll, none
-//! holding a wake-up, and no job in its blocking lane. When all are idle at
-//! once, the clock jumps to its next deadline and fires what is due. Each
-//! context reports again after every jump, after every time a pool goes
-//! idle, and after its gdex schedulers ran a task (which may wait on a new
-//! timer now), so a report is never older than the last change the clock
-//! saw.
-//!
-//! What auto-advance cannot see is work outside gdex: a GIO call in flight
-//! in GLib's worker threads, a GLib timeout source a task waits on
-//! (`glib::timeout_future`), a plain thread that will send on a channel.
-//! The test's own thread is such a thread: between two spawns from it the
-//! pool may go idle and the clock jump, so spawn what must start at the
-//! same moment from one task, or in one
-//! [`spawn_many`](crate::Scheduler::spawn_many). A task that waits on such
-//! work under a timeout may see the timeout fire first, as with tokio's
-//! `start_paused`. Leave auto-advance off for such a test and
-//! [`advance`](TestClock::advance) by hand.
+//! Auto-advance is described in [`TestClock`]'s docs; how the clock knows
+//! that what it drives is idle is in `idle.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -145,6 +125,26 @@ pub(crate) fn for_context(context: &glib::MainContext) -> Option<Arc<ClockInner>
 /// clock.advance(Duration::from_millis(1));
 /// assert_eq!(gdex::block_on(task).unwrap(), "hi");
 /// ```
+///
+/// # Auto-advance
+///
+/// With auto-advance on ([`auto_advancing`](Self::auto_advancing),
+/// [`set_auto_advance`](Self::set_auto_advance)), the clock jumps to its
+/// next deadline, and fires what is due, whenever everything it drives is
+/// idle at once: each attached context (an iteration of it found nothing
+/// else to dispatch since its tasks last ran) and each pool (every worker
+/// asleep in its poll, nothing queued, no job in its blocking lane).
+///
+/// What auto-advance cannot see is work outside gdex: a GIO call in flight
+/// in GLib's worker threads, a GLib timeout source a task waits on
+/// (`glib::timeout_future`), a plain thread that will send on a channel.
+/// The test's own thread is such a thread: between two spawns from it the
+/// pool may go idle and the clock jump, so spawn what must start at the
+/// same moment from one task, or in one
+/// [`spawn_many`](crate::Scheduler::spawn_many). A task that waits on such
+/// work under a timeout may see the timeout fire first, as with tokio's
+/// `start_paused`. Leave auto-advance off for such a test and
+/// [`advance`](Self::advance) by hand.
 #[derive(Clone)]
 pub struct TestClock {
     inner: Arc<ClockInner>,
@@ -297,8 +297,8 @@ impl TestClock {
 
     /// Turns auto-advance on or off: with it on, whenever every context and
     /// pool the clock drives is idle, the clock jumps to its next deadline
-    /// and fires what is due (see the [module docs](self) for what idle
-    /// means and what it cannot see).
+    /// and fires what is due (see [auto-advance](TestClock#auto-advance)
+    /// for what idle means and what it cannot see).
     pub fn set_auto_advance(&self, on: bool) {
         let contexts: Vec<glib::MainContext> = {
             let mut state = self.inner.lock();
