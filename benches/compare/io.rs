@@ -351,15 +351,45 @@ pub fn lines(c: &mut Criterion, all: &All) {
             })
         });
     };
-    run("gdex", &|| lines_gdex(&all.gdex.0, &path));
-    run("gio", &|| lines_gio(&all.gdex.0, &path));
-    run("tokio", &|| lines_tokio(&all.tokio.0, &path, None));
-    run("tokio_128k", &|| {
-        lines_tokio(&all.tokio.0, &path, Some(LINES_BUFFER))
-    });
-    run("std", &|| lines_std(&path));
+    let readers: [(&str, &dyn Fn() -> Counted); 5] = [
+        ("gdex", &|| lines_gdex(&all.gdex.0, &path)),
+        ("gio", &|| lines_gio(&all.gdex.0, &path)),
+        ("tokio", &|| lines_tokio(&all.tokio.0, &path, None)),
+        ("tokio_128k", &|| {
+            lines_tokio(&all.tokio.0, &path, Some(LINES_BUFFER))
+        }),
+        ("std", &|| lines_std(&path)),
+    ];
+    for (who, read) in readers {
+        run(who, read);
+    }
     group.finish();
+    // Then the readers in turn, round after round: on a shared machine a
+    // neighbour's load then falls on every reader alike, where criterion
+    // measures one reader after the other.
+    let rounds = std::env::var("GDEX_LINES_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); readers.len()];
+    for _ in 0..rounds {
+        for (i, (who, read)) in readers.iter().enumerate() {
+            let t = Instant::now();
+            assert_eq!(read(), expected, "{who} read other lines than std");
+            times[i].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let medians = readers
+        .iter()
+        .zip(times)
+        .map(|((who, _), t)| (who.to_string(), median(t)))
+        .collect();
+    *ALTERNATING.lock().unwrap() = Some((rounds, medians));
 }
+
+/// The alternating rounds' count and each reader's median, in ms.
+type Rounds = (usize, Vec<(String, f64)>);
+static ALTERNATING: std::sync::Mutex<Option<Rounds>> = std::sync::Mutex::new(None);
 
 /// Prints the lines table, from this run's criterion estimates.
 pub fn print_lines() {
@@ -367,11 +397,25 @@ pub fn print_lines() {
     let group = "aio_lines_1g";
     let ms = |who: &str| crate::table::median_ns(group, &format!("{who}/{n}")).map(|ns| ns / 1e6);
     let Some(gdex) = ms("gdex") else { return };
+    let alternating = ALTERNATING.lock().unwrap().clone().unwrap_or_default();
+    let turn = |who: &str| {
+        alternating
+            .1
+            .iter()
+            .find(|(w, _)| w == who)
+            .map(|(_, t)| *t)
+    };
     println!();
     println!("## A 1 GiB file line by line, cached ({n} workers; medians)");
     println!();
-    println!("| reader | ms per GiB | MB/s | gdex / it (time) |");
-    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "Criterion's median of 10 runs, then the median of {} rounds running the \
+         readers in turn (the ratio is of the rounds).",
+        alternating.0
+    );
+    println!();
+    println!("| reader | ms per GiB (criterion) | ms per GiB (rounds) | MB/s (rounds) | gdex / it (time) |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
     for (who, label) in [
         ("gdex", "gdex `FileCursor::lines()` (128 KiB read-ahead)"),
         ("gio", "gio-rs `into_async_buf_read(128 KiB).lines()`"),
@@ -383,10 +427,11 @@ pub fn print_lines() {
         ("std", "std `BufReader` (128 KiB), blocking, the floor"),
     ] {
         if let Some(t) = ms(who) {
+            let (r, base) = (turn(who).unwrap_or(t), turn("gdex").unwrap_or(gdex));
             println!(
-                "| {label} | {t:.0} | {:.0} | {:.2} |",
-                LINES_SIZE as f64 / 1e6 / (t / 1e3),
-                gdex / t
+                "| {label} | {t:.0} | {r:.0} | {:.0} | {:.2} |",
+                LINES_SIZE as f64 / 1e6 / (r / 1e3),
+                base / r
             );
         }
     }

@@ -346,7 +346,16 @@ impl FileCursor {
         Poll::Ready(Ok(()))
     }
 
+    /// Whether a read can be served from the buffer as it is (no tokio
+    /// seek waiting to be done first).
+    #[inline]
+    fn holds_read_data(&self) -> bool {
+        matches!(&self.state, State::Reading { buf, consumed, .. } if *consumed < buf.len())
+            && self.started_seek.is_none()
+    }
+
     /// What the read buffer holds from the position on.
+    #[inline]
     fn buffered(&self) -> &[u8] {
         match &self.state {
             State::Reading { buf, consumed, .. } => &buf[*consumed..],
@@ -355,6 +364,7 @@ impl FileCursor {
     }
 
     /// Takes `amt` bytes of the read buffer (at most what it holds).
+    #[inline]
     fn consume_buffered(&mut self, amt: usize) {
         if let State::Reading { buf, consumed, .. } = &mut self.state {
             let amt = amt.min(buf.len() - *consumed);
@@ -667,12 +677,18 @@ impl futures::io::AsyncRead for FileCursor {
 }
 
 impl futures::io::AsyncBufRead for FileCursor {
+    /// Once per line under `lines()`: what the buffer holds is given
+    /// without a call when it holds something.
+    #[inline]
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.get_mut();
-        ready!(this.poll_fill(cx))?;
+        if !this.holds_read_data() {
+            ready!(this.poll_fill(cx))?;
+        }
         Poll::Ready(Ok(this.buffered()))
     }
 
+    #[inline]
     fn consume(self: Pin<&mut Self>, amt: usize) {
         self.get_mut().consume_buffered(amt);
     }
