@@ -22,7 +22,8 @@
 //! dropped operation is); a seek settles the writes, and keeps the read
 //! buffer only when the new position falls inside it. One buffer is used
 //! throughout: [`File::read_at`] and [`File::write_at`] take it and give it
-//! back, so once it exists, no read or write allocates a buffer.
+//! back, so once it exists, no read or write allocates a buffer (and on
+//! io_uring a read allocates nothing at all: `tests/alloc.rs`).
 //!
 //! A write-behind's error is given by the next call that waits for it (a
 //! write, a read, a seek, a flush or a close): never dropped while the
