@@ -71,6 +71,18 @@ enum Api {
     Tokio,
 }
 
+impl Api {
+    /// tokio's traits if `tokio` (and the feature is on), else futures-io's.
+    fn pick(tokio: bool) -> Api {
+        #[cfg(feature = "tokio")]
+        if tokio {
+            return Api::Tokio;
+        }
+        let _ = tokio;
+        Api::Futures
+    }
+}
+
 enum Step {
     Read(usize),
     ReadUntil(u8),
@@ -153,11 +165,7 @@ fn generate(seed: u64, steps: usize) -> Program {
             }
             _ => Step::Flush,
         };
-        let api = match rng.below(2) {
-            #[cfg(feature = "tokio")]
-            0 => Api::Tokio,
-            _ => Api::Futures,
-        };
+        let api = Api::pick(rng.below(2) == 0);
         let give_up = match rng.below(8) {
             0 => Some(0),
             1 => Some(1),
@@ -251,6 +259,7 @@ async fn run(program: &Program, ours: PathBuf, theirs: PathBuf) -> Vec<String> {
         let mut notes: Vec<String> = Vec::new();
         // A tokio seek started and given up: std did it, gdex does it at
         // the next call.
+        #[cfg_attr(not(feature = "tokio"), allow(unused_mut))]
         let mut seek_to_come = false;
         match step {
             Step::Read(n) => {
