@@ -97,7 +97,7 @@ fn main() {
     io::reads(&mut c, &all);
     // A GiB per iteration: too long for `--quick` unless asked for.
     let lines_asked = args.iter().any(|a| a.starts_with("aio_lines"));
-    if lines_asked || (!quick && !filtered) {
+    if lines_asked || (!quick && !filtered && !figures_only) {
         io::lines(&mut c, &all);
     }
     c.final_summary();
