@@ -776,18 +776,20 @@ fn pool_shutdown_with_cursors_mid_read_and_mid_write() {
             }));
             let path = dir.0.join("written");
             let bytes = data(3, 2500);
-            let writing = pool.scheduler().spawn(after_first_poll(&polled, {
-                let (path, bytes) = (path.clone(), bytes.clone());
+            let written = Arc::new(AtomicBool::new(false));
+            let writing = pool.scheduler().spawn({
+                let (path, bytes, written) = (path.clone(), bytes.clone(), written.clone());
                 async move {
                     let mut cursor =
                         FileCursor::with_capacity(1000, File::create(&path).await.unwrap());
                     cursor.write_all(&bytes).await.unwrap();
+                    written.store(true, Ordering::SeqCst);
                     std::future::pending::<()>().await
                 }
-            }));
-            wait_until(|| polled.load(Ordering::SeqCst) == 2);
-            // The writer's task has run past its writes (it waits only there).
-            std::thread::sleep(Duration::from_millis(20));
+            });
+            // The reader waits on the pipe; the writer has its last 500 bytes
+            // held (the rest written), and waits for ever.
+            wait_until(|| polled.load(Ordering::SeqCst) == 1 && written.load(Ordering::SeqCst));
             pool.shutdown();
             assert!(gdex::block_on(reading).is_err(), "the read never completed");
             assert!(gdex::block_on(writing).is_err(), "the writer never ended");
