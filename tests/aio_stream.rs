@@ -10,7 +10,8 @@
 //! that await: std then did nothing, or for a started tokio seek, the
 //! seek). At the edges: `lines()`, `futures::io::copy` and tokio's
 //! helpers against std's; a cursor dropped, on another thread, with
-//! writes pending; a write error (`/dev/full`) given at the next call; a
+//! writes pending (also once the default pool, which finishes them, is
+//! shut down); a write error (`/dev/full`) given at the next call; a
 //! pool shut down with cursors mid-read and mid-write; a task that panics
 //! with writes pending; bad input refused with a message that says what
 //! to do.
@@ -721,6 +722,40 @@ fn a_cursor_dropped_on_another_thread_finishes_its_writes() {
             }
         },
     );
+}
+
+/// A cursor dropped with writes pending after the app shut the default
+/// pool down (gdex never does) still finishes them, on a thread of its
+/// own. In a child process: the default pool is the whole process's.
+/// Only on io_uring: the blocking lane's operations run on the default
+/// pool's lane, so with that pool shut down no operation runs at all
+/// (they fail with `ShutDown`).
+#[test]
+fn a_cursor_dropped_after_the_default_pool_shut_down_finishes_its_writes() {
+    if is_child() || gdex::aio::backend() != Backend::IoUring {
+        return;
+    }
+    run_child_passing(
+        "child_drops_cursors_after_the_default_pool_shut_down",
+        &[],
+        60,
+        "CHILD-OK",
+    );
+}
+
+#[test]
+#[ignore = "run in a child by a_cursor_dropped_after_the_default_pool_shut_down_finishes_its_writes"]
+fn child_drops_cursors_after_the_default_pool_shut_down() {
+    let dir = TempDir::new("cursor-default-closed");
+    let pool = pool(1);
+    gdex::ThreadPool::default().shutdown();
+    for in_flight in [false, true] {
+        let path = dir.0.join(format!("late-{in_flight}"));
+        let bytes = data(9, 2500);
+        drop(cursor_with_writes_pending(&pool, &path, &bytes, in_flight));
+        lands(&path, &bytes, &format!("a write in flight: {in_flight}"));
+    }
+    println!("CHILD-OK");
 }
 
 /// A task that panics (user code) with writes pending in its cursor

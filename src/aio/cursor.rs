@@ -88,9 +88,11 @@ pub const DEFAULT_CAPACITY: usize = 128 * 1024;
 ///   the file's size when the write began plus what was written since.
 /// - Dropping a cursor with writes not yet done (accepted, but not
 ///   flushed) does not lose them: they go on in a task on the default
-///   pool, as `tokio::fs::File`'s do on its blocking pool, and an error
-///   there is logged (`G_LOG_DOMAIN` `gdex`, a warning). Flush first to
-///   know they landed. A read in flight is cancelled.
+///   pool (on a thread of their own if the app shut that pool down), as
+///   `tokio::fs::File`'s do on its blocking pool, and an error there is
+///   logged (`G_LOG_DOMAIN` `gdex`, a warning). Flush first to know they
+///   landed: a process that exits first loses them. A read in flight is
+///   cancelled.
 /// - A seek checks its target against `i64::MAX` (std's `off_t`), not
 ///   against the file system's largest file size, as `lseek(2)` does
 ///   (ext4: 16 TiB; std's seek past it fails with `InvalidInput`). A read
@@ -549,7 +551,7 @@ impl Drop for FileCursor {
             // A read in flight is dropped (cancelled) here.
             _ => return,
         };
-        crate::spawn(async move {
+        let finish = async move {
             if let Err(failed) = rest.await {
                 glib::g_warning!(
                     "gdex",
@@ -558,8 +560,22 @@ impl Drop for FileCursor {
                     failed.error
                 );
             }
-        })
-        .detach();
+        };
+        let pool = crate::ThreadPool::default();
+        if !pool.is_closed() {
+            pool.scheduler().spawn(finish).detach();
+        } else if let Err(err) = std::thread::Builder::new()
+            .name("gdex-cursor-flush".into())
+            .spawn(move || crate::wait_for(finish))
+        {
+            // The app shut the default pool down, and no thread can start.
+            glib::g_warning!(
+                "gdex",
+                "a gdex::aio::FileCursor was dropped with writes pending, and nothing can finish \
+                 them (the default pool is shut down, and a thread cannot start: {err}); they are \
+                 lost: flush the cursor before dropping it"
+            );
+        }
     }
 }
 
