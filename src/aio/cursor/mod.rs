@@ -29,6 +29,10 @@
 //! write, a read, a seek, a flush or a close): never dropped while the
 //! cursor lives. A cursor dropped with writes pending hands them to a task
 //! on the default pool, which finishes them (see [`FileCursor`]'s docs).
+//!
+//! The parts: the cursor and its states (here); a buffer's write as a
+//! future it can hold and hand on (`write_behind.rs`); the futures-io and
+//! tokio traits over them (`io_traits.rs`).
 
 use std::fmt;
 use std::future::Future;
@@ -37,9 +41,13 @@ use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use super::op::{ReadAt, WriteAt};
+mod io_traits;
+mod write_behind;
+
+use super::op::ReadAt;
 use super::operation::error_for;
 use super::File;
+use write_behind::WriteBehind;
 
 /// The read-ahead and write-behind buffer's size unless
 /// [`FileCursor::with_capacity`] says otherwise: large enough that a loop
@@ -594,241 +602,5 @@ impl fmt::Debug for FileCursor {
             .field("state", &state)
             .field("capacity", &self.capacity)
             .finish()
-    }
-}
-
-/// A buffer's write to `start..`, going on after short writes (from where
-/// each stopped), that gives the buffer back (emptied) or says how far it
-/// got: [`File::write_all_at`] as a nameable future.
-struct WriteBehind {
-    file: File,
-    /// `None` once it failed at its first poll (the error waits in `failed`).
-    op: Option<WriteAt>,
-    start: u64,
-    /// Bytes of the buffer written before `op`'s.
-    done: usize,
-    failed: Option<WriteFailed>,
-}
-
-struct WriteFailed {
-    error: crate::Error,
-    /// Where the data written ends: `start` plus what was written.
-    written_to: u64,
-}
-
-impl WriteBehind {
-    fn new(file: &File, buf: Vec<u8>, start: u64) -> WriteBehind {
-        WriteBehind {
-            file: file.clone(),
-            op: Some(file.write_from(buf, 0, start)),
-            start,
-            done: 0,
-            failed: None,
-        }
-    }
-
-    /// A write that failed already: gives `failed` at its first poll.
-    fn failed(file: &File, failed: WriteFailed) -> WriteBehind {
-        WriteBehind {
-            file: file.clone(),
-            op: None,
-            start: failed.written_to,
-            done: 0,
-            failed: Some(failed),
-        }
-    }
-}
-
-impl Future for WriteBehind {
-    type Output = Result<Vec<u8>, WriteFailed>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        loop {
-            let Some(op) = &mut this.op else {
-                return Poll::Ready(Err(this
-                    .failed
-                    .take()
-                    .expect("a WriteBehind is polled after it finished")));
-            };
-            let fail = |this: &mut WriteBehind, error| {
-                this.op = None;
-                Poll::Ready(Err(WriteFailed {
-                    error,
-                    written_to: this.start + this.done as u64,
-                }))
-            };
-            match ready!(Pin::new(op).poll(cx)) {
-                Err(error) => return fail(this, error),
-                Ok((0, _)) => {
-                    let error = this.file.error(
-                        libc::EIO,
-                        "writing to",
-                        "the system wrote nothing (0 bytes)",
-                    );
-                    return fail(this, error);
-                }
-                Ok((written, mut buf)) => {
-                    this.done += written;
-                    if this.done == buf.len() {
-                        this.op = None;
-                        buf.clear();
-                        return Poll::Ready(Ok(buf));
-                    }
-                    let at = this.start + this.done as u64;
-                    this.op = Some(this.file.write_from(buf, this.done, at));
-                }
-            }
-        }
-    }
-}
-
-impl futures::io::AsyncRead for FileCursor {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_read_into(cx, buf)
-    }
-}
-
-impl futures::io::AsyncBufRead for FileCursor {
-    /// Once per line under `lines()`: what the buffer holds is given
-    /// without a call when it holds something.
-    #[inline]
-    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
-        let this = self.get_mut();
-        if !this.holds_read_data() {
-            ready!(this.poll_fill(cx))?;
-        }
-        Poll::Ready(Ok(this.buffered()))
-    }
-
-    #[inline]
-    fn consume(self: Pin<&mut Self>, amt: usize) {
-        self.get_mut().consume_buffered(amt);
-    }
-}
-
-impl futures::io::AsyncWrite for FileCursor {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write_from(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_flush_writes(cx)
-    }
-
-    /// Flushes. The descriptor stays open (the [`File`] is shared): it is
-    /// closed when the last clone and operation are gone.
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_flush_writes(cx)
-    }
-}
-
-impl futures::io::AsyncSeek for FileCursor {
-    fn poll_seek(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        pos: SeekFrom,
-    ) -> Poll<io::Result<u64>> {
-        let this = self.get_mut();
-        ready!(this.poll_started_seek(cx))?;
-        this.poll_seek_to(cx, pos)
-    }
-}
-
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-impl tokio::io::AsyncRead for FileCursor {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if buf.remaining() == 0 {
-            return this.poll_read_nothing(cx);
-        }
-        ready!(this.poll_fill(cx))?;
-        let have = this.buffered();
-        let n = have.len().min(buf.remaining());
-        buf.put_slice(&have[..n]);
-        this.consume_buffered(n);
-        Poll::Ready(Ok(()))
-    }
-}
-
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-impl tokio::io::AsyncBufRead for FileCursor {
-    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
-        futures::io::AsyncBufRead::poll_fill_buf(self, cx)
-    }
-
-    fn consume(self: Pin<&mut Self>, amt: usize) {
-        self.get_mut().consume_buffered(amt);
-    }
-}
-
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-impl tokio::io::AsyncWrite for FileCursor {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write_from(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_flush_writes(cx)
-    }
-
-    /// Flushes, as `tokio::fs::File`'s does.
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_flush_writes(cx)
-    }
-}
-
-#[cfg(feature = "tokio")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-impl tokio::io::AsyncSeek for FileCursor {
-    /// Records the seek; `poll_complete` (or any other call) does it. A
-    /// second `start_seek` before the first completed is refused, as
-    /// `tokio::fs::File` refuses it.
-    fn start_seek(self: Pin<&mut Self>, position: SeekFrom) -> io::Result<()> {
-        let this = self.get_mut();
-        if this.started_seek.is_some() {
-            return Err(io::Error::other(
-                "gdex::aio::FileCursor: a seek was started and not completed; poll \
-                 `poll_complete` until it is ready before starting another",
-            ));
-        }
-        this.started_seek = Some(position);
-        Ok(())
-    }
-
-    /// Waits for the writes, then does the seek started (if any) and gives
-    /// the position.
-    fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
-        let this = self.get_mut();
-        match this.started_seek {
-            Some(to) => {
-                let done = ready!(this.poll_seek_to(cx, to));
-                this.started_seek = None;
-                Poll::Ready(done)
-            }
-            None => {
-                ready!(this.poll_settle_writes(cx))?;
-                Poll::Ready(Ok(this.pos))
-            }
-        }
     }
 }
