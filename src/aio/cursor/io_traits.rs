@@ -50,8 +50,9 @@ impl futures::io::AsyncWrite for FileCursor {
         self.get_mut().poll_flush_writes(cx)
     }
 
-    /// Flushes. The descriptor stays open (the [`File`] is shared): it is
-    /// closed when the last clone and operation are gone.
+    /// Flushes. The descriptor stays open (the [`File`](crate::aio::File)
+    /// is shared): it is closed when the last clone and operation are
+    /// gone.
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.get_mut().poll_flush_writes(cx)
     }
