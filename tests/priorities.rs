@@ -351,7 +351,10 @@ fn a_latency_task_runs_before_the_batch_flood_queued_ahead_of_it() {
             // empties), and a job pulled so runs ahead of those an earlier
             // pull put in the deque: under load it has come in 34 ahead.
             let seen = gdex::block_on(late_batch).unwrap();
-            assert!(seen >= 9_000, "tpc: {thread_per_core}: ran after {seen} of the flood");
+            assert!(
+                seen >= 9_000,
+                "tpc: {thread_per_core}: ran after {seen} of the flood"
+            );
             for task in flood {
                 gdex::block_on(task).unwrap();
             }
