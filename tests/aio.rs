@@ -15,6 +15,7 @@
 //! resolves them all. Those that may deadlock, or that count the process's
 //! io_uring fds, run alone in a child process.
 
+mod aio_stream;
 mod common;
 
 use std::future::Future as _;

@@ -384,6 +384,83 @@ fn write_all_at_copies_nothing_after_a_short_write() {
     );
 }
 
+/// (A1) A `FileCursor` reuses its one buffer (it goes into `read_at` and
+/// comes back): on io_uring, 256 reads of 4 KiB (8 operations of its
+/// 128 KiB buffer) allocate nothing at all; reading 8 MiB and writing it
+/// back through another cursor allocates less than a few buffers in all,
+/// not a buffer per operation.
+#[test]
+fn a_file_cursor_reads_and_writes_without_a_buffer_per_operation() {
+    use futures::{AsyncReadExt, AsyncWriteExt};
+    let _one = serial();
+    watchdog("a_file_cursor_reuses_its_buffer", 60, || {
+        let size = 8 << 20;
+        let dir = std::env::temp_dir().join(format!("gdex-alloc-cursor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (from, to) = (dir.join("from"), dir.join("to"));
+        std::fs::write(&from, vec![5u8; size]).unwrap();
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let task = pool.scheduler().spawn({
+            let (from, to) = (from.clone(), to.clone());
+            async move {
+                let mut reader = gdex::aio::File::open(&from).await.unwrap().cursor();
+                let mut writer = gdex::aio::File::create(&to).await.unwrap().cursor();
+                let mut chunk = [0u8; 4096];
+                // The first read and write make the buffers.
+                reader.read_exact(&mut chunk).await.unwrap();
+                writer.write_all(&chunk).await.unwrap();
+                // Reads alone: on io_uring, none allocates.
+                let before = ALLOCS.load(Ordering::Relaxed);
+                for _ in 0..256 {
+                    reader.read_exact(&mut chunk).await.unwrap();
+                }
+                let reading = ALLOCS.load(Ordering::Relaxed) - before;
+                use futures::AsyncSeekExt as _;
+                reader.seek(std::io::SeekFrom::Start(4096)).await.unwrap();
+                let (calls, bytes) = (
+                    ALLOCS.load(Ordering::Relaxed),
+                    BYTES.load(Ordering::Relaxed),
+                );
+                let mut total = chunk.len();
+                loop {
+                    let n = reader.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    writer.write_all(&chunk[..n]).await.unwrap();
+                    total += n;
+                }
+                writer.flush().await.unwrap();
+                let calls = ALLOCS.load(Ordering::Relaxed) - calls;
+                let bytes = BYTES.load(Ordering::Relaxed) - bytes;
+                (total, calls, bytes, reading)
+            }
+        });
+        let (total, calls, bytes, reading) = gdex::block_on(task).unwrap();
+        drop(pool);
+        assert_eq!(total, size);
+        assert_eq!(std::fs::read(&to).unwrap().len(), size);
+        let _ = std::fs::remove_dir_all(&dir);
+        if gdex::aio::backend() == gdex::aio::Backend::IoUring {
+            assert_eq!(
+                reading, 0,
+                "allocations by 256 reads of 4 KiB (8 operations) through a cursor"
+            );
+        }
+        let operations = 2 * size / gdex::aio::DEFAULT_CAPACITY;
+        assert!(
+            calls <= 4 * operations,
+            "{calls} allocations for {operations} operations and {} reads",
+            size / 4096
+        );
+        assert!(
+            bytes < 4 * gdex::aio::DEFAULT_CAPACITY,
+            "{bytes} bytes allocated for {operations} operations of {} bytes each",
+            gdex::aio::DEFAULT_CAPACITY
+        );
+    });
+}
+
 /// Memory: fibers cancelled mid-wait by their handles, fibers cancelled at
 /// their worker's shutdown and detached fibers that finish leave nothing
 /// behind (F4: the slab of booked wakers keeps no task block once its

@@ -317,7 +317,8 @@ fn held_pool(thread_per_core: bool) -> (gdex::ThreadPool, std::sync::mpsc::Sende
 
 /// P12 on a pool: a latency task (and a latency work item) spawned after a
 /// flood of batch tasks runs before any of them, on the plain and the
-/// thread-per-core pool; a batch task spawned after the flood runs after it.
+/// thread-per-core pool; a batch task spawned after the flood runs among
+/// its last.
 #[test]
 fn a_latency_task_runs_before_the_batch_flood_queued_ahead_of_it() {
     watchdog("a_latency_task_runs_before_the_batch_flood", 60, || {
@@ -344,7 +345,16 @@ fn a_latency_task_runs_before_the_batch_flood_queued_ahead_of_it() {
             release.send(()).unwrap();
             assert_eq!(gdex::block_on(urgent).unwrap(), 0, "tpc: {thread_per_core}");
             assert_eq!(item.recv().unwrap(), 0, "tpc: {thread_per_core}");
-            assert_eq!(gdex::block_on(late_batch).unwrap(), 10_000);
+            // In the batch class it queued behind the flood. Not strictly
+            // last: once a slice, a worker looks at the injector before
+            // its deque (outside work is not starved by a deque that never
+            // empties), and a job pulled so runs ahead of those an earlier
+            // pull put in the deque: under load it has come in 34 ahead.
+            let seen = gdex::block_on(late_batch).unwrap();
+            assert!(
+                seen >= 9_000,
+                "tpc: {thread_per_core}: ran after {seen} of the flood"
+            );
             for task in flood {
                 gdex::block_on(task).unwrap();
             }

@@ -8,6 +8,14 @@
 //!   `gdex::aio` in pool tasks; GIO's async reads (`g_input_stream_read_async`
 //!   after a seek) in pinned pool tasks; `tokio::fs` on tokio's runtime;
 //!   and plain `pread` on as many threads as workers, the floor.
+//! - **Lines** (`aio_lines_1g`): a 1 GiB text file (seeded lines of 0 to
+//!   159 bytes) read line by line from the page cache, each line a
+//!   `String`, by one task: `gdex::aio::FileCursor`'s `lines()` (its own
+//!   128 KiB read-ahead) in a pool task; gio-rs's
+//!   `InputStream::into_async_buf_read` (128 KiB) in a pinned pool task;
+//!   `tokio::fs::File` under `tokio::io::BufReader` (its default 8 KiB, and
+//!   128 KiB) on tokio's runtime; std's `BufReader` (128 KiB) on a thread,
+//!   the floor. Not in `--quick` runs unless asked for by name.
 //! - **The checksum example** against `sha256sum` (one process for the
 //!   whole list) and `xargs -0 -P2 -n64 sha256sum`, on a tree of 20,000
 //!   small files and one of 4 large files, generated here (seeded) under
@@ -213,6 +221,221 @@ pub fn reads(c: &mut Criterion, all: &All) {
             group.finish();
         }
     }
+}
+
+const LINES_SIZE: u64 = 1 << 30;
+/// The read-ahead of every line reader but tokio's default one.
+const LINES_BUFFER: usize = 128 * 1024;
+
+/// The 1 GiB text file, made once (seeded lines of 0 to 159 lowercase
+/// letters, each ending in `\n`).
+fn lines_file() -> PathBuf {
+    let path = io_dir().join("lines-1g.txt");
+    if std::fs::metadata(&path).map(|m| m.len()).ok() == Some(LINES_SIZE) {
+        return path;
+    }
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).unwrap());
+    let mut rng = Seeded(0x11_4e5);
+    let mut written = 0u64;
+    let mut line = Vec::with_capacity(256);
+    while written < LINES_SIZE {
+        line.clear();
+        let r = rng.next();
+        let len = (r % 160) as usize;
+        let mut bits = rng.next();
+        for i in 0..len {
+            if i % 12 == 11 {
+                bits = rng.next();
+            }
+            line.push(b'a' + (bits % 26) as u8);
+            bits /= 26;
+        }
+        line.push(b'\n');
+        let room = (LINES_SIZE - written) as usize;
+        if line.len() > room {
+            // The last line is cut to fit, and still ends with a newline.
+            line.truncate(room);
+            *line.last_mut().unwrap() = b'\n';
+        }
+        out.write_all(&line).unwrap();
+        written += line.len() as u64;
+    }
+    out.flush().unwrap();
+    path
+}
+
+/// Lines and their bytes (newlines not counted), so that nothing is
+/// optimised away and the readers can be checked against each other.
+type Counted = (u64, u64);
+
+fn lines_gdex(sched: &gdex::Scheduler, path: &Path) -> Counted {
+    use futures::{AsyncBufReadExt, StreamExt};
+    let path = path.to_path_buf();
+    gdex::block_on(sched.spawn(async move {
+        let file = gdex::aio::File::open(&path).await.unwrap();
+        let mut lines = file.cursor().lines();
+        let (mut n, mut bytes) = (0, 0);
+        while let Some(line) = lines.next().await {
+            n += 1;
+            bytes += line.unwrap().len() as u64;
+        }
+        (n, bytes)
+    }))
+    .unwrap()
+}
+
+fn lines_gio(sched: &gdex::Scheduler, path: &Path) -> Counted {
+    use futures::{AsyncBufReadExt, StreamExt};
+    use gio::prelude::*;
+    let path = path.to_path_buf();
+    gdex::block_on(sched.spawn_pinned(move || async move {
+        let stream = gio::File::for_path(&path)
+            .read_future(glib::Priority::DEFAULT)
+            .await
+            .unwrap();
+        let mut lines = stream.into_async_buf_read(LINES_BUFFER).lines();
+        let (mut n, mut bytes) = (0, 0);
+        while let Some(line) = lines.next().await {
+            n += 1;
+            bytes += line.unwrap().len() as u64;
+        }
+        (n, bytes)
+    }))
+    .unwrap()
+}
+
+fn lines_tokio(rt: &tokio::runtime::Runtime, path: &Path, buffer: Option<usize>) -> Counted {
+    use tokio::io::AsyncBufReadExt;
+    rt.block_on(async {
+        let file = tokio::fs::File::open(path).await.unwrap();
+        let reader = match buffer {
+            Some(size) => tokio::io::BufReader::with_capacity(size, file),
+            None => tokio::io::BufReader::new(file),
+        };
+        let mut lines = reader.lines();
+        let (mut n, mut bytes) = (0, 0);
+        while let Some(line) = lines.next_line().await.unwrap() {
+            n += 1;
+            bytes += line.len() as u64;
+        }
+        (n, bytes)
+    })
+}
+
+fn lines_std(path: &Path) -> Counted {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).unwrap();
+    let (mut n, mut bytes) = (0, 0);
+    for line in std::io::BufReader::with_capacity(LINES_BUFFER, file).lines() {
+        n += 1;
+        bytes += line.unwrap().len() as u64;
+    }
+    (n, bytes)
+}
+
+/// The line-reading group: each reader's lines and bytes must agree.
+pub fn lines(c: &mut Criterion, all: &All) {
+    let path = lines_file();
+    let n = workers();
+    let expected = lines_std(&path); // also warms the cache
+    let mut group = c.benchmark_group("aio_lines_1g");
+    group.throughput(Throughput::Bytes(LINES_SIZE));
+    group.sample_size(10);
+    group.sampling_mode(criterion::SamplingMode::Flat);
+    let mut run = |who: &str, read: &dyn Fn() -> Counted| {
+        group.bench_function(BenchmarkId::new(who, n), |b| {
+            b.iter(|| {
+                let counted = read();
+                assert_eq!(counted, expected, "{who} read other lines than std");
+                counted
+            })
+        });
+    };
+    let readers: [(&str, &dyn Fn() -> Counted); 5] = [
+        ("gdex", &|| lines_gdex(&all.gdex.0, &path)),
+        ("gio", &|| lines_gio(&all.gdex.0, &path)),
+        ("tokio", &|| lines_tokio(&all.tokio.0, &path, None)),
+        ("tokio_128k", &|| {
+            lines_tokio(&all.tokio.0, &path, Some(LINES_BUFFER))
+        }),
+        ("std", &|| lines_std(&path)),
+    ];
+    for (who, read) in readers {
+        run(who, read);
+    }
+    group.finish();
+    // Then the readers in turn, round after round: on a shared machine a
+    // neighbour's load then falls on every reader alike, where criterion
+    // measures one reader after the other.
+    let rounds = std::env::var("GDEX_LINES_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); readers.len()];
+    for _ in 0..rounds {
+        for (i, (who, read)) in readers.iter().enumerate() {
+            let t = Instant::now();
+            assert_eq!(read(), expected, "{who} read other lines than std");
+            times[i].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let medians = readers
+        .iter()
+        .zip(times)
+        .map(|((who, _), t)| (who.to_string(), median(t)))
+        .collect();
+    *ALTERNATING.lock().unwrap() = Some((rounds, medians));
+}
+
+/// The alternating rounds' count and each reader's median, in ms.
+type Rounds = (usize, Vec<(String, f64)>);
+static ALTERNATING: std::sync::Mutex<Option<Rounds>> = std::sync::Mutex::new(None);
+
+/// Prints the lines table, from this run's criterion estimates.
+pub fn print_lines() {
+    let n = workers();
+    let group = "aio_lines_1g";
+    let ms = |who: &str| crate::table::median_ns(group, &format!("{who}/{n}")).map(|ns| ns / 1e6);
+    let Some(gdex) = ms("gdex") else { return };
+    let alternating = ALTERNATING.lock().unwrap().clone().unwrap_or_default();
+    let turn = |who: &str| {
+        alternating
+            .1
+            .iter()
+            .find(|(w, _)| w == who)
+            .map(|(_, t)| *t)
+    };
+    println!();
+    println!("## A 1 GiB file line by line, cached ({n} workers; medians)");
+    println!();
+    println!(
+        "Criterion's median of 10 runs, then the median of {} rounds running the \
+         readers in turn (the ratio is of the rounds).",
+        alternating.0
+    );
+    println!();
+    println!("| reader | ms per GiB (criterion) | ms per GiB (rounds) | MB/s (rounds) | gdex / it (time) |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for (who, label) in [
+        ("gdex", "gdex `FileCursor::lines()` (128 KiB read-ahead)"),
+        ("gio", "gio-rs `into_async_buf_read(128 KiB).lines()`"),
+        ("tokio", "`tokio::fs::File` + `BufReader::new` (8 KiB)"),
+        (
+            "tokio_128k",
+            "`tokio::fs::File` + `BufReader::with_capacity(128 KiB)`",
+        ),
+        ("std", "std `BufReader` (128 KiB), blocking, the floor"),
+    ] {
+        if let Some(t) = ms(who) {
+            let (r, base) = (turn(who).unwrap_or(t), turn("gdex").unwrap_or(gdex));
+            println!(
+                "| {label} | {t:.0} | {r:.0} | {:.0} | {:.2} |",
+                LINES_SIZE as f64 / 1e6 / (r / 1e3),
+                base / r
+            );
+        }
+    }
+    let _ = std::io::stdout().flush();
 }
 
 /// MB/s of `group/id` from criterion's median, if this run measured it.

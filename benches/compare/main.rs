@@ -13,6 +13,7 @@
 //! cargo bench --bench compare -- frames    # only the frames under floods (X3, P11, P12)
 //! cargo bench --bench compare -- priorities  # only the latency class behind a batch flood (P12)
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
+//! cargo bench --bench compare -- aio_lines # only a 1 GiB file line by line (not in --quick)
 //! cargo bench --bench compare -- workers   # only the worker-count table
 //! ```
 //!
@@ -94,9 +95,18 @@ fn main() {
     batch::spawn_batch(&mut c, &all);
     fibers::fibers(&mut c);
     io::reads(&mut c, &all);
+    // A GiB per iteration: too long for `--quick` unless asked for.
+    let lines_asked = args.iter().any(|a| a.starts_with("aio_lines"));
+    if lines_asked || (!quick && !filtered && !figures_only) {
+        io::lines(&mut c, &all);
+    }
     c.final_summary();
     if args.iter().any(|a| a.starts_with("aio_read")) {
         io::print();
+        return;
+    }
+    if lines_asked {
+        io::print_lines();
         return;
     }
     if filtered {
@@ -110,4 +120,5 @@ fn main() {
     figures.push(figures::monitor_cpu());
     table::print(&figures);
     io::print();
+    io::print_lines();
 }

@@ -1,6 +1,9 @@
 //! File I/O the libdex way (A1): [`File::open`], [`File::read_at`],
 //! [`File::write_at`] and [`read_file`] as futures, on an io_uring ring of
-//! the scheduler that awaits them.
+//! the scheduler that awaits them; and a file as an async stream
+//! ([`File::cursor`], a [`FileCursor`]: futures-io's and tokio's
+//! `AsyncRead`, `AsyncBufRead`, `AsyncWrite` and `AsyncSeek`, as
+//! `tokio::fs::File`).
 //!
 //! # Where the I/O happens
 //!
@@ -100,6 +103,7 @@
 //! [`spawn_blocking`]: crate::spawn_blocking
 //! [`blocking::blocking`]: crate::blocking::blocking
 
+mod cursor;
 mod op;
 mod open_options;
 mod operation;
@@ -112,6 +116,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::Error;
+pub use cursor::{FileCursor, DEFAULT_CAPACITY};
 use op::Op;
 pub use op::{Open, ReadAt, WriteAt};
 pub use open_options::OpenOptions;

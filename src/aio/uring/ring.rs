@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::Waker;
 
 use io_uring::{types, IoUring};
 use slab::Slab;
@@ -72,6 +73,12 @@ pub(crate) struct Ring {
 /// The rings of every context that has one, for the threads whose cache
 /// misses (each thread caches its last one).
 static RINGS: Mutex<Vec<(usize, Weak<Ring>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The list a ring's turn gathers the wakers of completed operations
+    /// in, kept empty between turns so that reaping does not allocate.
+    static SPARE_WAKERS: std::cell::Cell<Vec<Waker>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 thread_local! {
     /// This thread's last ring, by context address. Weak: the ring goes
@@ -171,7 +178,14 @@ impl Ring {
     /// woken all the same (their operations are done, and a lost wake-up
     /// would leave their tasks waiting forever).
     pub(super) fn turn(self: &Arc<Self>, owner: bool) {
-        let mut wakers = Vec::new();
+        // This thread's list from its last turn, emptied: a turn that
+        // reaps allocates nothing (a wake-up that turns a ring again
+        // before this one is done gets a new list).
+        // (`try_with`: a thread's exit may turn a ring after its
+        // thread-locals are gone.)
+        let mut wakers = SPARE_WAKERS
+            .try_with(std::cell::Cell::take)
+            .unwrap_or_default();
         {
             let mut state = self.state.lock().unpoisoned();
             if owner {
@@ -185,9 +199,10 @@ impl Ring {
                 self.submit(&mut state);
             }
         }
-        for waker in wakers {
+        for waker in wakers.drain(..) {
             crate::diagnostics::panic::wake(waker);
         }
+        let _ = SPARE_WAKERS.try_with(|spare| spare.set(wakers));
     }
 
     /// For a context whose thread is stuck in one long poll: reaps the
