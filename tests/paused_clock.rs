@@ -74,11 +74,17 @@ fn every_timer_kind_waits_on_the_clock() {
             let second = interval.tick().await;
             second - first
         });
+        // A `Delayed` is held back by its release, not by time: released at
+        // once, it waits on the clock as the timer it wraps does.
+        let (delayed, release) = gdex::Delayed::new(gdex::sleep(HOUR));
+        release.release();
+        let delayed = s.spawn(delayed);
         clock.settle();
-        assert_eq!(clock.pending_timers(), 4);
+        assert_eq!(clock.pending_timers(), 5);
         for task in [&timeout, &at] {
             assert!(!task.is_finished());
         }
+        assert!(!delayed.is_finished());
         clock.advance(HOUR);
         assert!(gdex::block_on(timeout).unwrap().is_err());
         assert!(matches!(
@@ -87,6 +93,7 @@ fn every_timer_kind_waits_on_the_clock() {
         ));
         assert!(gdex::block_on(at).unwrap().is_err());
         assert_eq!(gdex::block_on(ticks).unwrap(), HOUR);
+        gdex::block_on(delayed).unwrap();
     });
 }
 

@@ -16,7 +16,8 @@
 //! main context, or one a test iterates). GLib's own timeout sources
 //! (`glib::timeout_add*`, `glib::timeout_future`, a GIO call's own timeout)
 //! run on GLib's monotonic clock, which nothing in a process can pause:
-//! they keep real time.
+//! they keep real time. A [`Delayed`](crate::Delayed) is held back by its
+//! release, not by time: a timer it wraps waits on the clock as any other.
 //!
 //! Auto-advance is described in [`TestClock`]'s docs; how the clock knows
 //! that what it drives is idle is in `idle.rs`.
