@@ -15,6 +15,7 @@
 //! cargo bench --bench compare -- aio_read  # only the I/O rows and table
 //! cargo bench --bench compare -- aio_lines # only a 1 GiB file line by line (not in --quick)
 //! cargo bench --bench compare -- workers   # only the worker-count table
+//! cargo bench --bench compare -- channel   # only channels and semaphores, and their table
 //! ```
 //!
 //! `GDEX_LATENCY_HISTOGRAMS=1` in its environment measures gdex with its
@@ -25,6 +26,7 @@
 //! each peer's, and gdex / best peer.
 
 mod batch;
+mod channels;
 mod fibers;
 mod figures;
 mod frames;
@@ -93,6 +95,7 @@ fn main() {
     let all = runtimes::All::new();
     workloads::compare(&mut c, &all);
     batch::spawn_batch(&mut c, &all);
+    channels::channels(&mut c, &all);
     fibers::fibers(&mut c);
     io::reads(&mut c, &all);
     // A GiB per iteration: too long for `--quick` unless asked for.
@@ -109,6 +112,13 @@ fn main() {
         io::print_lines();
         return;
     }
+    if args
+        .iter()
+        .any(|a| a.starts_with("channel") || a.starts_with("semaphore"))
+    {
+        channels::print();
+        return;
+    }
     if filtered {
         return;
     }
@@ -119,6 +129,7 @@ fn main() {
     figures.extend(priorities::pool_latency_among_batch());
     figures.push(figures::monitor_cpu());
     table::print(&figures);
+    channels::print();
     io::print();
     io::print_lines();
 }

@@ -1,0 +1,368 @@
+//! Channels and semaphores: gdex's `channel` and
+//! `Semaphore` against `futures::channel::mpsc` and tokio's `mpsc` and
+//! `Semaphore`, every one driven by the same gdex pool, so that the rows
+//! differ only by the primitive.
+//!
+//! - `channel_drain`: one task receives `DRAIN` items queued before it
+//!   starts (the channel is filled in the untimed setup), until the
+//!   channel is empty.
+//! - `channel_ping_pong`: two tasks pass one item back and forth `ROUNDS`
+//!   times through two channels (each receive wakes the other task).
+//! - `semaphore_uncontended`: one task acquires and releases a permit
+//!   `PERMITS` times.
+//! - `semaphore_contended`: `CONTENDERS` tasks share one permit, each
+//!   acquiring and releasing it `PERMITS / CONTENDERS` times.
+//!
+//! Bounded rows use a capacity that holds the whole drain (1 for the ping
+//! pong's); gdex has only bounded channels, so its row stands beside both
+//! kinds of peer. tokio's cooperative budget is not running here (no tokio
+//! runtime); gdex's is (P11), so its drain yields once every 128 receives.
+
+use std::future::Future;
+
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
+use futures::{SinkExt, StreamExt};
+
+use crate::runtimes::All;
+use crate::table::{fmt, median_ns};
+
+const DRAIN: usize = 100_000;
+const ROUNDS: usize = 10_000;
+const PERMITS: usize = 100_000;
+const CONTENDERS: usize = 4;
+
+/// Runs `f` as a task of the gdex pool and waits for it.
+fn on_pool<F: Future<Output = ()> + Send + 'static>(all: &All, f: F) {
+    gdex::block_on(all.gdex.0.spawn(f)).unwrap();
+}
+
+pub fn channels(c: &mut Criterion, all: &All) {
+    drain(c, all);
+    ping_pong(c, all);
+    semaphores(c, all);
+}
+
+fn drain(c: &mut Criterion, all: &All) {
+    let n = crate::runtimes::workers();
+    let mut g = c.benchmark_group("channel_drain");
+    g.throughput(Throughput::Elements(DRAIN as u64));
+    let small = BatchSize::SmallInput;
+    g.bench_function(BenchmarkId::new("gdex", n), |b| {
+        b.iter_batched(
+            || {
+                let (tx, rx) = gdex::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                drop(tx);
+                rx
+            },
+            |rx| {
+                on_pool(all, async move {
+                    let mut sum = 0usize;
+                    while let Ok(i) = rx.recv().await {
+                        sum = sum.wrapping_add(i);
+                    }
+                    std::hint::black_box(sum);
+                })
+            },
+            small,
+        )
+    });
+    g.bench_function(BenchmarkId::new("futures-bounded", n), |b| {
+        b.iter_batched(
+            || {
+                let (mut tx, rx) = futures::channel::mpsc::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                rx
+            },
+            |rx| on_pool(all, stream_sum(rx)),
+            small,
+        )
+    });
+    g.bench_function(BenchmarkId::new("futures-unbounded", n), |b| {
+        b.iter_batched(
+            || {
+                let (tx, rx) = futures::channel::mpsc::unbounded();
+                (0..DRAIN).for_each(|i| tx.unbounded_send(i).unwrap());
+                rx
+            },
+            |rx| on_pool(all, stream_sum(rx)),
+            small,
+        )
+    });
+    g.bench_function(BenchmarkId::new("tokio-bounded", n), |b| {
+        b.iter_batched(
+            || {
+                let (tx, rx) = tokio::sync::mpsc::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                rx
+            },
+            |mut rx| {
+                on_pool(all, async move {
+                    let mut sum = 0usize;
+                    while let Some(i) = rx.recv().await {
+                        sum = sum.wrapping_add(i);
+                    }
+                    std::hint::black_box(sum);
+                })
+            },
+            small,
+        )
+    });
+    g.bench_function(BenchmarkId::new("tokio-unbounded", n), |b| {
+        b.iter_batched(
+            || {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (0..DRAIN).for_each(|i| tx.send(i).unwrap());
+                rx
+            },
+            |mut rx| {
+                on_pool(all, async move {
+                    let mut sum = 0usize;
+                    while let Some(i) = rx.recv().await {
+                        sum = sum.wrapping_add(i);
+                    }
+                    std::hint::black_box(sum);
+                })
+            },
+            small,
+        )
+    });
+    g.finish();
+}
+
+async fn stream_sum<S: futures::Stream<Item = usize> + Unpin>(mut rx: S) {
+    let mut sum = 0usize;
+    while let Some(i) = rx.next().await {
+        sum = sum.wrapping_add(i);
+    }
+    std::hint::black_box(sum);
+}
+
+fn ping_pong(c: &mut Criterion, all: &All) {
+    let n = crate::runtimes::workers();
+    let mut g = c.benchmark_group("channel_ping_pong");
+    g.throughput(Throughput::Elements(ROUNDS as u64));
+    let s = &all.gdex.0;
+    g.bench_function(BenchmarkId::new("gdex", n), |b| {
+        b.iter(|| {
+            let (ping, pinged) = gdex::channel::<usize>(1);
+            let (pong, ponged) = gdex::channel::<usize>(1);
+            let echo = s.spawn(async move {
+                while let Ok(i) = pinged.recv().await {
+                    if pong.send(i).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            on_pool(all, async move {
+                for i in 0..ROUNDS {
+                    ping.send(i).await.unwrap();
+                    assert_eq!(ponged.recv().await.unwrap(), i);
+                }
+            });
+            gdex::block_on(echo).unwrap();
+        })
+    });
+    g.bench_function(BenchmarkId::new("futures-bounded", n), |b| {
+        b.iter(|| {
+            let (ping, pinged) = futures::channel::mpsc::channel::<usize>(1);
+            let (pong, ponged) = futures::channel::mpsc::channel::<usize>(1);
+            futures_ping_pong(all, ping, pinged, pong, ponged);
+        })
+    });
+    g.bench_function(BenchmarkId::new("futures-unbounded", n), |b| {
+        b.iter(|| {
+            let (ping, pinged) = futures::channel::mpsc::unbounded::<usize>();
+            let (pong, ponged) = futures::channel::mpsc::unbounded::<usize>();
+            futures_ping_pong(all, ping, pinged, pong, ponged);
+        })
+    });
+    g.bench_function(BenchmarkId::new("tokio-bounded", n), |b| {
+        b.iter(|| {
+            let (ping, mut pinged) = tokio::sync::mpsc::channel::<usize>(1);
+            let (pong, mut ponged) = tokio::sync::mpsc::channel::<usize>(1);
+            let echo = s.spawn(async move {
+                while let Some(i) = pinged.recv().await {
+                    if pong.send(i).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            on_pool(all, async move {
+                for i in 0..ROUNDS {
+                    ping.send(i).await.unwrap();
+                    assert_eq!(ponged.recv().await.unwrap(), i);
+                }
+            });
+            gdex::block_on(echo).unwrap();
+        })
+    });
+    g.bench_function(BenchmarkId::new("tokio-unbounded", n), |b| {
+        b.iter(|| {
+            let (ping, mut pinged) = tokio::sync::mpsc::unbounded_channel::<usize>();
+            let (pong, mut ponged) = tokio::sync::mpsc::unbounded_channel::<usize>();
+            let echo = s.spawn(async move {
+                while let Some(i) = pinged.recv().await {
+                    if pong.send(i).is_err() {
+                        break;
+                    }
+                }
+            });
+            on_pool(all, async move {
+                for i in 0..ROUNDS {
+                    ping.send(i).unwrap();
+                    assert_eq!(ponged.recv().await.unwrap(), i);
+                }
+            });
+            gdex::block_on(echo).unwrap();
+        })
+    });
+    g.finish();
+}
+
+/// The ping pong over `futures`' channels, either kind (a `Sink` each way).
+fn futures_ping_pong<Tx, Rx>(all: &All, mut ping: Tx, mut pinged: Rx, mut pong: Tx, mut ponged: Rx)
+where
+    Tx: futures::Sink<usize> + Unpin + Send + 'static,
+    Rx: futures::Stream<Item = usize> + Unpin + Send + 'static,
+{
+    let echo = all.gdex.0.spawn(async move {
+        while let Some(i) = pinged.next().await {
+            if pong.send(i).await.is_err() {
+                break;
+            }
+        }
+    });
+    on_pool(all, async move {
+        for i in 0..ROUNDS {
+            assert!(ping.send(i).await.is_ok());
+            assert_eq!(ponged.next().await, Some(i));
+        }
+    });
+    gdex::block_on(echo).unwrap();
+}
+
+fn semaphores(c: &mut Criterion, all: &All) {
+    let n = crate::runtimes::workers();
+    {
+        let mut g = c.benchmark_group("semaphore_uncontended");
+        g.throughput(Throughput::Elements(PERMITS as u64));
+        g.bench_function(BenchmarkId::new("gdex", n), |b| {
+            b.iter(|| {
+                on_pool(all, async {
+                    let semaphore = gdex::Semaphore::new(1);
+                    for _ in 0..PERMITS {
+                        drop(semaphore.acquire().await.unwrap());
+                    }
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("tokio", n), |b| {
+            b.iter(|| {
+                on_pool(all, async {
+                    let semaphore = tokio::sync::Semaphore::new(1);
+                    for _ in 0..PERMITS {
+                        drop(semaphore.acquire().await.unwrap());
+                    }
+                })
+            })
+        });
+        g.finish();
+    }
+    {
+        let mut g = c.benchmark_group("semaphore_contended");
+        g.throughput(Throughput::Elements(PERMITS as u64));
+        let s = &all.gdex.0;
+        g.bench_function(BenchmarkId::new("gdex", n), |b| {
+            b.iter(|| {
+                let semaphore = std::sync::Arc::new(gdex::Semaphore::new(1));
+                let tasks: Vec<_> = (0..CONTENDERS)
+                    .map(|_| {
+                        let semaphore = semaphore.clone();
+                        s.spawn(async move {
+                            for _ in 0..PERMITS / CONTENDERS {
+                                drop(semaphore.acquire().await.unwrap());
+                            }
+                        })
+                    })
+                    .collect();
+                tasks.into_iter().for_each(|t| gdex::block_on(t).unwrap());
+            })
+        });
+        g.bench_function(BenchmarkId::new("tokio", n), |b| {
+            b.iter(|| {
+                let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+                let tasks: Vec<_> = (0..CONTENDERS)
+                    .map(|_| {
+                        let semaphore = semaphore.clone();
+                        s.spawn(async move {
+                            for _ in 0..PERMITS / CONTENDERS {
+                                drop(semaphore.acquire().await.unwrap());
+                            }
+                        })
+                    })
+                    .collect();
+                tasks.into_iter().for_each(|t| gdex::block_on(t).unwrap());
+            })
+        });
+        g.finish();
+    }
+}
+
+/// The rows of this run, ns per item, and gdex against the best peer.
+pub fn print() {
+    let n = crate::runtimes::workers();
+    let rows: [(&str, f64, &[&str]); 4] = [
+        (
+            "channel_drain",
+            DRAIN as f64,
+            &[
+                "futures-bounded",
+                "futures-unbounded",
+                "tokio-bounded",
+                "tokio-unbounded",
+            ],
+        ),
+        (
+            "channel_ping_pong",
+            ROUNDS as f64,
+            &[
+                "futures-bounded",
+                "futures-unbounded",
+                "tokio-bounded",
+                "tokio-unbounded",
+            ],
+        ),
+        ("semaphore_uncontended", PERMITS as f64, &["tokio"]),
+        ("semaphore_contended", PERMITS as f64, &["tokio"]),
+    ];
+    println!();
+    println!("## Channels and semaphores ({n} workers, one gdex pool drives all; ns per item, medians)");
+    println!();
+    println!("| workload | gdex | peers | gdex / best peer |");
+    println!("| --- | ---: | --- | ---: |");
+    for (group, items, peers) in rows {
+        let per = |id: &str| median_ns(group, &format!("{id}/{n}")).map(|ns| ns / items);
+        let Some(gdex) = per("gdex") else { continue };
+        let found: Vec<(&str, f64)> = peers
+            .iter()
+            .filter_map(|p| per(p).map(|v| (*p, v)))
+            .collect();
+        let best = found.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+        let listed: Vec<String> = found
+            .iter()
+            .map(|(p, v)| format!("{p} {}", fmt(*v)))
+            .collect();
+        let ratio = if best.is_finite() {
+            format!("{:.2}", gdex / best)
+        } else {
+            "—".into()
+        };
+        println!(
+            "| {group} | {} | {} | {ratio} |",
+            fmt(gdex),
+            listed.join(", ")
+        );
+    }
+    println!();
+}
