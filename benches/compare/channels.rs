@@ -309,6 +309,96 @@ fn semaphores(c: &mut Criterion, all: &All) {
     }
 }
 
+/// A child process for an instruction count (`valgrind --tool=callgrind`
+/// with `GDEX_BENCH_CHILD=drain:<who>:<fill|drain>`, `who` one of gdex,
+/// futures-bounded, futures-unbounded, tokio-bounded, tokio-unbounded): ten
+/// channels of `DRAIN` items filled, and, with `drain`, drained by one pool
+/// task each (with `fill`, the receiver is leaked: dropping it would drain
+/// it too). The difference of the two counts over `10 * DRAIN` is what a
+/// receive costs, every instruction counted.
+pub fn drain_child(what: &str) {
+    let (who, mode) = what.split_once(':').expect("drain:<who>:<fill|drain>");
+    let drain = match mode {
+        "fill" => false,
+        "drain" => true,
+        _ => panic!("drain:<who>:<fill|drain>, not {mode}"),
+    };
+    let all = All::new();
+    for _ in 0..10 {
+        match who {
+            "gdex" => {
+                let (tx, rx) = gdex::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                drop(tx);
+                if drain {
+                    on_pool(&all, async move {
+                        let mut sum = 0usize;
+                        while let Ok(i) = rx.recv().await {
+                            sum = sum.wrapping_add(i);
+                        }
+                        std::hint::black_box(sum);
+                    });
+                } else {
+                    std::mem::forget(rx);
+                }
+            }
+            "futures-unbounded" => {
+                let (tx, rx) = futures::channel::mpsc::unbounded();
+                (0..DRAIN).for_each(|i| tx.unbounded_send(i).unwrap());
+                drop(tx);
+                if drain {
+                    on_pool(&all, stream_sum(rx));
+                } else {
+                    std::mem::forget(rx);
+                }
+            }
+            "futures-bounded" => {
+                let (mut tx, rx) = futures::channel::mpsc::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                drop(tx);
+                if drain {
+                    on_pool(&all, stream_sum(rx));
+                } else {
+                    std::mem::forget(rx);
+                }
+            }
+            "tokio-bounded" => {
+                let (tx, mut rx) = tokio::sync::mpsc::channel(DRAIN);
+                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
+                drop(tx);
+                if drain {
+                    on_pool(&all, async move {
+                        let mut sum = 0usize;
+                        while let Some(i) = rx.recv().await {
+                            sum = sum.wrapping_add(i);
+                        }
+                        std::hint::black_box(sum);
+                    });
+                } else {
+                    std::mem::forget(rx);
+                }
+            }
+            "tokio-unbounded" => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                (0..DRAIN).for_each(|i| tx.send(i).unwrap());
+                drop(tx);
+                if drain {
+                    on_pool(&all, async move {
+                        let mut sum = 0usize;
+                        while let Some(i) = rx.recv().await {
+                            sum = sum.wrapping_add(i);
+                        }
+                        std::hint::black_box(sum);
+                    });
+                } else {
+                    std::mem::forget(rx);
+                }
+            }
+            _ => panic!("drain:<who>:..: unknown channel {who}"),
+        }
+    }
+}
+
 /// The rows of this run, ns per item, and gdex against the best peer.
 pub fn print() {
     let n = crate::runtimes::workers();
@@ -337,7 +427,9 @@ pub fn print() {
         ("semaphore_contended", PERMITS as f64, &["tokio"]),
     ];
     println!();
-    println!("## Channels and semaphores ({n} workers, one gdex pool drives all; ns per item, medians)");
+    println!(
+        "## Channels and semaphores ({n} workers, one gdex pool drives all; ns per item, medians)"
+    );
     println!();
     println!("| workload | gdex | peers | gdex / best peer |");
     println!("| --- | ---: | --- | ---: |");

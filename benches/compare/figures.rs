@@ -117,6 +117,7 @@ pub fn child(what: &str) {
         "idle" => idle_child(rt),
         "memory" => memory_child(rt),
         "monitor" => monitor_child(rt),
+        "drain" => crate::channels::drain_child(rt),
         _ => panic!("unknown child {what}"),
     }
 }

@@ -37,8 +37,7 @@ const FILE_SIZE: usize = 16 << 20;
 const READERS: usize = 32;
 
 fn io_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    let dir = Path::new(&target).join("gdex-bench-io");
+    let dir = crate::table::target_dir().join("gdex-bench-io");
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -488,7 +487,9 @@ pub fn print() {
 /// run while a bench runs).
 fn checksum_exe() -> Option<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // From the workspace's root: the example is gdex's, not this package's.
     let status = Command::new(cargo)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         .args(["build", "--release", "--quiet", "--example", "checksum"])
         .status()
         .ok()?;
@@ -496,8 +497,7 @@ fn checksum_exe() -> Option<PathBuf> {
         eprintln!("io: cannot build the checksum example; skipping its rows");
         return None;
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    Some(Path::new(&target).join("release/examples/checksum"))
+    Some(crate::table::target_dir().join("release/examples/checksum"))
 }
 
 /// A tree of `files` files of `size` bytes each (drawn from the seeded

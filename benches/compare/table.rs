@@ -20,9 +20,16 @@ const GROUPS: [(&str, f64); 10] = [
     ("main_pool_roundtrip", 10_000.0),
 ];
 
+/// The workspace's target directory: `cargo bench` runs this in the
+/// package's own directory, two levels below the workspace's.
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
 fn criterion_dir() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
-    std::path::Path::new(&target).join("criterion")
+    target_dir().join("criterion")
 }
 
 /// The median estimate in nanoseconds of `group/id`, if this run made one.

@@ -177,6 +177,7 @@ impl<T> State<T> {
     /// Takes the oldest item (the caller checked it is there and may be
     /// taken), keeping the room it frees for a waiting sender. Allocates
     /// nothing.
+    #[inline]
     fn take_one(&mut self) -> T {
         let item = self
             .queue
@@ -188,40 +189,10 @@ impl<T> State<T> {
 
     /// Takes the oldest `n` items (the caller checked they are there and
     /// may be taken), keeping the room they free for waiting senders.
-    fn take(&mut self, n: usize) -> Taken<T> {
-        let taken = if n == 1 {
-            Taken::One(self.queue.pop_front().expect("the caller checked"))
-        } else {
-            Taken::Many(self.queue.drain(..n).collect())
-        };
+    fn take_all(&mut self, n: usize) -> Vec<T> {
+        let taken = self.queue.drain(..n).collect();
         self.made_room(n);
         taken
-    }
-}
-
-/// What a receive took: one item (`recv`, no allocation) or a batch
-/// (`recv_all`).
-enum Taken<T> {
-    One(T),
-    Many(Vec<T>),
-}
-
-impl<T> Taken<T> {
-    fn one(self) -> T {
-        match self {
-            Taken::One(item) => item,
-            Taken::Many(mut items) => {
-                debug_assert_eq!(items.len(), 1);
-                items.pop().expect("one item taken")
-            }
-        }
-    }
-
-    fn all(self) -> Vec<T> {
-        match self {
-            Taken::One(item) => vec![item],
-            Taken::Many(items) => items,
-        }
     }
 }
 
@@ -460,15 +431,23 @@ impl<T> SendFuture<'_, T> {
 }
 
 impl<T> Drop for SendFuture<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if self.key.is_some() {
-            let mut state = self.shared.lock();
-            if state.send_wait.remove(&mut self.key) && state.is_open() {
-                // Woken for room it will never fill: the room goes to the
-                // next sender in line, or is free if none waits.
-                if !state.send_wait.notify_one() {
-                    state.room_kept -= 1;
-                }
+            self.leave();
+        }
+    }
+}
+
+impl<T> SendFuture<'_, T> {
+    /// Its drop while parked or woken: out of the line of senders.
+    fn leave(&mut self) {
+        let mut state = self.shared.lock();
+        if state.send_wait.remove(&mut self.key) && state.is_open() {
+            // Woken for room it will never fill: the room goes to the next
+            // sender in line, or is free if none waits.
+            if !state.send_wait.notify_one() {
+                state.room_kept -= 1;
             }
         }
     }
@@ -491,7 +470,14 @@ pub struct RecvFuture<'a, T> {
 }
 
 impl<T> RecvFuture<'_, T> {
-    fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Result<Taken<T>, Error>> {
+    /// Takes the oldest item, or (with `all`) every item this receive may
+    /// take, or parks: `take` is given the state and how many to take.
+    #[inline]
+    fn poll_take<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&mut State<T>, usize) -> R,
+    ) -> Poll<Result<R, Error>> {
         let mut state = self.shared.lock();
         // Woken for an item while open: a turn is owed to this receive.
         let owed = state.is_open() && state.recv_wait.is_notified(self.key);
@@ -505,7 +491,7 @@ impl<T> RecvFuture<'_, T> {
             // the items left behind (as many as are still owed to others)
             // are the newer ones, so items leave in the order they came.
             let n = if self.all { state.free_items() } else { 1 };
-            return Poll::Ready(Ok(state.take(n)));
+            return Poll::Ready(Ok(take(&mut *state, n)));
         }
         if !state.is_open() {
             state.recv_wait.remove(&mut self.key);
@@ -521,20 +507,28 @@ impl<T> Future for RecvFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        crate::task::coop::poll_leaf(cx, |cx| this.poll_take(cx)).map_ok(Taken::one)
+        crate::task::coop::poll_leaf(cx, |cx| this.poll_take(cx, |state, _| state.take_one()))
     }
 }
 
 impl<T> Drop for RecvFuture<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         if self.key.is_some() {
-            let mut state = self.shared.lock();
-            if state.recv_wait.remove(&mut self.key) && state.is_open() {
-                // Woken for an item it will never take: its turn goes to
-                // the next receiver in line, or is freed if none waits.
-                if !state.recv_wait.notify_one() {
-                    state.items_owed -= 1;
-                }
+            self.leave();
+        }
+    }
+}
+
+impl<T> RecvFuture<'_, T> {
+    /// Its drop while parked or woken: out of the line of receivers.
+    fn leave(&mut self) {
+        let mut state = self.shared.lock();
+        if state.recv_wait.remove(&mut self.key) && state.is_open() {
+            // Woken for an item it will never take: its turn goes to the
+            // next receiver in line, or is freed if none waits.
+            if !state.recv_wait.notify_one() {
+                state.items_owed -= 1;
             }
         }
     }
@@ -558,6 +552,6 @@ impl<T> Future for RecvAllFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let recv = &mut self.get_mut().0;
-        crate::task::coop::poll_leaf(cx, |cx| recv.poll_take(cx)).map_ok(Taken::all)
+        crate::task::coop::poll_leaf(cx, |cx| recv.poll_take(cx, State::take_all))
     }
 }

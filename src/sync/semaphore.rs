@@ -212,6 +212,7 @@ impl Inner {
 
 impl State {
     /// One permit back: to the longest waiter, or to the free ones.
+    #[inline]
     fn release_one(&mut self) {
         if self.closed || !self.queue.notify_one() {
             // Below `total`, since this permit was held or handed: cannot
@@ -304,13 +305,21 @@ impl Acquire<'_> {
 }
 
 impl Drop for Acquire<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.key.is_some() {
-            let mut state = self.semaphore.lock();
-            if state.queue.remove(&mut self.key) {
-                // A permit was handed to us and nobody saw it: pass it on.
-                state.release_one();
-            }
+            self.leave();
+        }
+    }
+}
+
+impl Acquire<'_> {
+    /// Its drop while parked or handed a permit: out of the line.
+    fn leave(&mut self) {
+        let mut state = self.semaphore.lock();
+        if state.queue.remove(&mut self.key) {
+            // A permit was handed to us and nobody saw it: pass it on.
+            state.release_one();
         }
     }
 }

@@ -31,6 +31,10 @@ struct Deferred {
     /// The ones after it, in order: a box made for them, null when there
     /// are none.
     rest: Cell<*mut VecDeque<Deferral>>,
+    /// How many deferrals `first` and `rest` hold: a release that finds
+    /// none (the common case of a receive that woke nobody) looks no
+    /// further.
+    len: Cell<usize>,
 }
 
 /// What a primitive lock defers to its release. Both are user code: a
@@ -57,12 +61,14 @@ thread_local! {
             held: Cell::new(0),
             first: Cell::new(None),
             rest: Cell::new(std::ptr::null_mut()),
+            len: Cell::new(0),
         }
     };
 }
 
 impl Deferred {
     fn push(&self, deferral: Deferral) {
+        self.len.set(self.len.get() + 1);
         match self.first.take() {
             // The book is empty: `first` is free. (Once `first` has been
             // popped while `rest` still holds wakers, a new one goes behind
@@ -87,11 +93,22 @@ impl Deferred {
         }
     }
 
+    /// The oldest deferral, if any: only while no primitive lock is held.
+    #[inline]
     fn pop(&self) -> Option<Deferral> {
+        if self.len.get() == 0 {
+            return None;
+        }
+        self.len.set(self.len.get() - 1);
+        self.pop_slow()
+    }
+
+    fn pop_slow(&self) -> Option<Deferral> {
         if let Some(first) = self.first.take() {
             return Some(ManuallyDrop::into_inner(first));
         }
         let rest = self.rest.get();
+        debug_assert!(!rest.is_null(), "a deferral counted in `len` is in `rest`");
         if rest.is_null() {
             return None;
         }
@@ -126,6 +143,7 @@ pub(crate) struct Locked<'a, T> {
     guard: ManuallyDrop<MutexGuard<'a, T>>,
 }
 
+#[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> Locked<'_, T> {
     let guard = mutex.lock().unpoisoned();
     DEFERRED.with(|d| d.held.set(d.held.get() + 1));
@@ -148,6 +166,7 @@ impl<T> std::ops::DerefMut for Locked<'_, T> {
 }
 
 impl<T> Drop for Locked<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the guard is dropped once, here, and never used after.
         unsafe { ManuallyDrop::drop(&mut self.guard) };
@@ -319,6 +338,7 @@ impl WaitQueue {
     }
 
     /// True if the future with this key has been notified since it parked.
+    #[inline]
     pub(crate) fn is_notified(&self, key: Option<usize>) -> bool {
         key.is_some_and(|k| matches!(self.slots[k], Slot::Notified))
     }
@@ -326,8 +346,15 @@ impl WaitQueue {
     /// Forgets the future with this key (it got what it waited for, or it
     /// is going away). Returns true if it had been notified and not yet
     /// acted on: the caller passes the notification on.
+    #[inline]
     pub(crate) fn remove(&mut self, key: &mut Option<usize>) -> bool {
-        let Some(k) = key.take() else { return false };
+        match key.take() {
+            Some(k) => self.remove_key(k),
+            None => false,
+        }
+    }
+
+    fn remove_key(&mut self, k: usize) -> bool {
         let was = std::mem::replace(&mut self.slots[k], Slot::Free);
         self.free.push(k);
         match was {
@@ -348,7 +375,14 @@ impl WaitQueue {
     }
 
     /// Wakes the longest-waiting future. Returns false if none was waiting.
+    #[inline]
     pub(crate) fn notify_one(&mut self) -> bool {
+        // Entries left in `order` by futures that went away are not woken
+        // (and `remove`'s sweep bounds them): with none waiting, no look.
+        self.waiting != 0 && self.notify_first()
+    }
+
+    fn notify_first(&mut self) -> bool {
         while let Some(entry) = self.order.pop_front() {
             if self.is_live(entry) {
                 let Slot::Waiting(waker, _) =
@@ -618,6 +652,7 @@ mod tests {
         DEFERRED.with(|d| {
             assert_eq!(d.held.get(), 0);
             assert!(d.rest.get().is_null(), "the box is freed once empty");
+            assert_eq!(d.len.get(), 0, "every deferral counted was run");
             let first = d.first.take();
             assert!(first.is_none());
         });
