@@ -142,9 +142,26 @@ fn ping_pong(c: &mut Criterion, all: &All) {
     let n = crate::runtimes::workers();
     let mut g = c.benchmark_group("channel_ping_pong");
     g.throughput(Throughput::Elements(ROUNDS as u64));
+    for who in PEERS_AND_GDEX {
+        g.bench_function(BenchmarkId::new(who, n), |b| b.iter(|| ping_pong_once(all, who)));
+    }
+    g.finish();
+}
+
+const PEERS_AND_GDEX: [&str; 5] = [
+    "gdex",
+    "futures-bounded",
+    "futures-unbounded",
+    "tokio-bounded",
+    "tokio-unbounded",
+];
+
+/// `ROUNDS` round trips between two tasks of the pool over `who`'s channels
+/// (bounded ones of capacity 1).
+fn ping_pong_once(all: &All, who: &str) {
     let s = &all.gdex.0;
-    g.bench_function(BenchmarkId::new("gdex", n), |b| {
-        b.iter(|| {
+    match who {
+        "gdex" => {
             let (ping, pinged) = gdex::channel::<usize>(1);
             let (pong, ponged) = gdex::channel::<usize>(1);
             let echo = s.spawn(async move {
@@ -161,24 +178,18 @@ fn ping_pong(c: &mut Criterion, all: &All) {
                 }
             });
             gdex::block_on(echo).unwrap();
-        })
-    });
-    g.bench_function(BenchmarkId::new("futures-bounded", n), |b| {
-        b.iter(|| {
+        }
+        "futures-bounded" => {
             let (ping, pinged) = futures::channel::mpsc::channel::<usize>(1);
             let (pong, ponged) = futures::channel::mpsc::channel::<usize>(1);
             futures_ping_pong(all, ping, pinged, pong, ponged);
-        })
-    });
-    g.bench_function(BenchmarkId::new("futures-unbounded", n), |b| {
-        b.iter(|| {
+        }
+        "futures-unbounded" => {
             let (ping, pinged) = futures::channel::mpsc::unbounded::<usize>();
             let (pong, ponged) = futures::channel::mpsc::unbounded::<usize>();
             futures_ping_pong(all, ping, pinged, pong, ponged);
-        })
-    });
-    g.bench_function(BenchmarkId::new("tokio-bounded", n), |b| {
-        b.iter(|| {
+        }
+        "tokio-bounded" => {
             let (ping, mut pinged) = tokio::sync::mpsc::channel::<usize>(1);
             let (pong, mut ponged) = tokio::sync::mpsc::channel::<usize>(1);
             let echo = s.spawn(async move {
@@ -195,10 +206,8 @@ fn ping_pong(c: &mut Criterion, all: &All) {
                 }
             });
             gdex::block_on(echo).unwrap();
-        })
-    });
-    g.bench_function(BenchmarkId::new("tokio-unbounded", n), |b| {
-        b.iter(|| {
+        }
+        "tokio-unbounded" => {
             let (ping, mut pinged) = tokio::sync::mpsc::unbounded_channel::<usize>();
             let (pong, mut ponged) = tokio::sync::mpsc::unbounded_channel::<usize>();
             let echo = s.spawn(async move {
@@ -215,9 +224,22 @@ fn ping_pong(c: &mut Criterion, all: &All) {
                 }
             });
             gdex::block_on(echo).unwrap();
-        })
-    });
-    g.finish();
+        }
+        _ => panic!("unknown channel {who}"),
+    }
+}
+
+/// A child process for an instruction count
+/// (`GDEX_BENCH_CHILD=pingpong:<who>:<times>`): `times` ping pongs of
+/// `ROUNDS` round trips over `who`'s channels. The difference between two
+/// `times`, over the rounds between them, is what a round trip costs.
+pub fn ping_pong_child(what: &str) {
+    let (who, times) = what.split_once(':').expect("pingpong:<who>:<times>");
+    let times: usize = times.parse().expect("pingpong:<who>:<times>, times a number");
+    let all = All::new();
+    for _ in 0..times {
+        ping_pong_once(&all, who);
+    }
 }
 
 /// The ping pong over `futures`' channels, either kind (a `Sink` each way).

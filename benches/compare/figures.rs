@@ -118,6 +118,7 @@ pub fn child(what: &str) {
         "memory" => memory_child(rt),
         "monitor" => monitor_child(rt),
         "drain" => crate::channels::drain_child(rt),
+        "pingpong" => crate::channels::ping_pong_child(rt),
         _ => panic!("unknown child {what}"),
     }
 }
