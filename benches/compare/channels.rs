@@ -143,7 +143,9 @@ fn ping_pong(c: &mut Criterion, all: &All) {
     let mut g = c.benchmark_group("channel_ping_pong");
     g.throughput(Throughput::Elements(ROUNDS as u64));
     for who in PEERS_AND_GDEX {
-        g.bench_function(BenchmarkId::new(who, n), |b| b.iter(|| ping_pong_once(all, who)));
+        g.bench_function(BenchmarkId::new(who, n), |b| {
+            b.iter(|| ping_pong_once(all, who))
+        });
     }
     g.finish();
 }
@@ -235,7 +237,9 @@ fn ping_pong_once(all: &All, who: &str) {
 /// `times`, over the rounds between them, is what a round trip costs.
 pub fn ping_pong_child(what: &str) {
     let (who, times) = what.split_once(':').expect("pingpong:<who>:<times>");
-    let times: usize = times.parse().expect("pingpong:<who>:<times>, times a number");
+    let times: usize = times
+        .parse()
+        .expect("pingpong:<who>:<times>, times a number");
     let all = All::new();
     for _ in 0..times {
         ping_pong_once(&all, who);

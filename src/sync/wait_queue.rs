@@ -67,8 +67,21 @@ thread_local! {
 }
 
 impl Deferred {
+    #[inline]
     fn push(&self, deferral: Deferral) {
-        self.len.set(self.len.get() + 1);
+        let len = self.len.get();
+        self.len.set(len + 1);
+        if len == 0 {
+            // The book is empty (`pop` frees `rest` once it empties): the
+            // common case of one wake-up under one lock.
+            debug_assert!(self.rest.get().is_null());
+            self.first.set(Some(ManuallyDrop::new(deferral)));
+            return;
+        }
+        self.push_behind(deferral);
+    }
+
+    fn push_behind(&self, deferral: Deferral) {
         match self.first.take() {
             // The book is empty: `first` is free. (Once `first` has been
             // popped while `rest` still holds wakers, a new one goes behind
