@@ -119,6 +119,7 @@ pub fn child(what: &str) {
         "monitor" => monitor_child(rt),
         "drain" => crate::channels::drain_child(rt),
         "pingpong" => crate::channels::ping_pong_child(rt),
+        "row" => crate::workloads::row_child(rt),
         _ => panic!("unknown child {what}"),
     }
 }

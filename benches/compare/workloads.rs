@@ -329,6 +329,32 @@ pub fn suite<R: Runtime>() -> [Row<R>; 8] {
     ]
 }
 
+/// A child process for an instruction count
+/// (`GDEX_BENCH_CHILD=row:<row>:<times>`, under `valgrind --tool=callgrind`):
+/// one of the tokio-suite rows run `times` times on a gdex pool alone. The
+/// difference between two `times`, over the runs between them, is one run's
+/// instructions: the measure that tells a 3% change apart on this machine,
+/// as criterion's times cannot (a build with the observability features
+/// against one without, say).
+pub fn row_child(what: &str) {
+    let (row, times) = what.split_once(':').expect("row:<row>:<times>");
+    let times: usize = times.parse().expect("row:<row>:<times>, times a number");
+    let pool = gdex::ThreadPool::builder()
+        .workers(crate::runtimes::workers())
+        .build()
+        .unwrap();
+    let rt = crate::runtimes::Gdex(pool.scheduler());
+    let Some((_, f)) = suite::<crate::runtimes::Gdex>()
+        .into_iter()
+        .find(|(name, _)| *name == row)
+    else {
+        panic!("row:<row>:..: no row {row} in the tokio suite");
+    };
+    for _ in 0..times {
+        f(&rt);
+    }
+}
+
 macro_rules! bench {
     ($g:expr, $name:literal, $threads:expr, $f:expr, $rt:expr) => {{
         let rt = &$rt;
