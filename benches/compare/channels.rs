@@ -46,88 +46,87 @@ fn drain(c: &mut Criterion, all: &All) {
     let n = crate::runtimes::workers();
     let mut g = c.benchmark_group("channel_drain");
     g.throughput(Throughput::Elements(DRAIN as u64));
-    let small = BatchSize::SmallInput;
-    g.bench_function(BenchmarkId::new("gdex", n), |b| {
-        b.iter_batched(
-            || {
+    for who in PEERS_AND_GDEX {
+        g.bench_function(BenchmarkId::new(who, n), |b| {
+            b.iter_batched(
+                || Filled::new(who),
+                |rx| rx.drain(all),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// A channel of `who`'s kind holding `DRAIN` items, its senders gone.
+enum Filled {
+    Gdex(gdex::Receiver<usize>),
+    FuturesBounded(futures::channel::mpsc::Receiver<usize>),
+    FuturesUnbounded(futures::channel::mpsc::UnboundedReceiver<usize>),
+    TokioBounded(tokio::sync::mpsc::Receiver<usize>),
+    TokioUnbounded(tokio::sync::mpsc::UnboundedReceiver<usize>),
+}
+
+impl Filled {
+    fn new(who: &str) -> Filled {
+        match who {
+            "gdex" => {
                 let (tx, rx) = gdex::channel(DRAIN);
                 (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                drop(tx);
-                rx
-            },
-            |rx| {
-                on_pool(all, async move {
-                    let mut sum = 0usize;
-                    while let Ok(i) = rx.recv().await {
-                        sum = sum.wrapping_add(i);
-                    }
-                    std::hint::black_box(sum);
-                })
-            },
-            small,
-        )
-    });
-    g.bench_function(BenchmarkId::new("futures-bounded", n), |b| {
-        b.iter_batched(
-            || {
+                Filled::Gdex(rx)
+            }
+            "futures-bounded" => {
                 let (mut tx, rx) = futures::channel::mpsc::channel(DRAIN);
                 (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                rx
-            },
-            |rx| on_pool(all, stream_sum(rx)),
-            small,
-        )
-    });
-    g.bench_function(BenchmarkId::new("futures-unbounded", n), |b| {
-        b.iter_batched(
-            || {
+                Filled::FuturesBounded(rx)
+            }
+            "futures-unbounded" => {
                 let (tx, rx) = futures::channel::mpsc::unbounded();
                 (0..DRAIN).for_each(|i| tx.unbounded_send(i).unwrap());
-                rx
-            },
-            |rx| on_pool(all, stream_sum(rx)),
-            small,
-        )
-    });
-    g.bench_function(BenchmarkId::new("tokio-bounded", n), |b| {
-        b.iter_batched(
-            || {
+                Filled::FuturesUnbounded(rx)
+            }
+            "tokio-bounded" => {
                 let (tx, rx) = tokio::sync::mpsc::channel(DRAIN);
                 (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                rx
-            },
-            |mut rx| {
-                on_pool(all, async move {
-                    let mut sum = 0usize;
-                    while let Some(i) = rx.recv().await {
-                        sum = sum.wrapping_add(i);
-                    }
-                    std::hint::black_box(sum);
-                })
-            },
-            small,
-        )
-    });
-    g.bench_function(BenchmarkId::new("tokio-unbounded", n), |b| {
-        b.iter_batched(
-            || {
+                Filled::TokioBounded(rx)
+            }
+            "tokio-unbounded" => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 (0..DRAIN).for_each(|i| tx.send(i).unwrap());
-                rx
-            },
-            |mut rx| {
-                on_pool(all, async move {
-                    let mut sum = 0usize;
-                    while let Some(i) = rx.recv().await {
-                        sum = sum.wrapping_add(i);
-                    }
-                    std::hint::black_box(sum);
-                })
-            },
-            small,
-        )
-    });
-    g.finish();
+                Filled::TokioUnbounded(rx)
+            }
+            _ => panic!("unknown channel {who}"),
+        }
+    }
+
+    /// Receives every item in one task of the pool, and waits for it.
+    fn drain(self, all: &All) {
+        match self {
+            Filled::Gdex(rx) => on_pool(all, async move {
+                let mut sum = 0usize;
+                while let Ok(i) = rx.recv().await {
+                    sum = sum.wrapping_add(i);
+                }
+                std::hint::black_box(sum);
+            }),
+            Filled::FuturesBounded(rx) => on_pool(all, stream_sum(rx)),
+            Filled::FuturesUnbounded(rx) => on_pool(all, stream_sum(rx)),
+            Filled::TokioBounded(mut rx) => on_pool(all, async move {
+                let mut sum = 0usize;
+                while let Some(i) = rx.recv().await {
+                    sum = sum.wrapping_add(i);
+                }
+                std::hint::black_box(sum);
+            }),
+            Filled::TokioUnbounded(mut rx) => on_pool(all, async move {
+                let mut sum = 0usize;
+                while let Some(i) = rx.recv().await {
+                    sum = sum.wrapping_add(i);
+                }
+                std::hint::black_box(sum);
+            }),
+        }
+    }
 }
 
 async fn stream_sum<S: futures::Stream<Item = usize> + Unpin>(mut rx: S) {
@@ -351,76 +350,11 @@ pub fn drain_child(what: &str) {
     };
     let all = All::new();
     for _ in 0..10 {
-        match who {
-            "gdex" => {
-                let (tx, rx) = gdex::channel(DRAIN);
-                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                drop(tx);
-                if drain {
-                    on_pool(&all, async move {
-                        let mut sum = 0usize;
-                        while let Ok(i) = rx.recv().await {
-                            sum = sum.wrapping_add(i);
-                        }
-                        std::hint::black_box(sum);
-                    });
-                } else {
-                    std::mem::forget(rx);
-                }
-            }
-            "futures-unbounded" => {
-                let (tx, rx) = futures::channel::mpsc::unbounded();
-                (0..DRAIN).for_each(|i| tx.unbounded_send(i).unwrap());
-                drop(tx);
-                if drain {
-                    on_pool(&all, stream_sum(rx));
-                } else {
-                    std::mem::forget(rx);
-                }
-            }
-            "futures-bounded" => {
-                let (mut tx, rx) = futures::channel::mpsc::channel(DRAIN);
-                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                drop(tx);
-                if drain {
-                    on_pool(&all, stream_sum(rx));
-                } else {
-                    std::mem::forget(rx);
-                }
-            }
-            "tokio-bounded" => {
-                let (tx, mut rx) = tokio::sync::mpsc::channel(DRAIN);
-                (0..DRAIN).for_each(|i| tx.try_send(i).unwrap());
-                drop(tx);
-                if drain {
-                    on_pool(&all, async move {
-                        let mut sum = 0usize;
-                        while let Some(i) = rx.recv().await {
-                            sum = sum.wrapping_add(i);
-                        }
-                        std::hint::black_box(sum);
-                    });
-                } else {
-                    std::mem::forget(rx);
-                }
-            }
-            "tokio-unbounded" => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                (0..DRAIN).for_each(|i| tx.send(i).unwrap());
-                drop(tx);
-                if drain {
-                    on_pool(&all, async move {
-                        let mut sum = 0usize;
-                        while let Some(i) = rx.recv().await {
-                            sum = sum.wrapping_add(i);
-                        }
-                        std::hint::black_box(sum);
-                    });
-                } else {
-                    std::mem::forget(rx);
-                }
-            }
-            _ => panic!("drain:<who>:..: unknown channel {who}"),
+        let filled = Filled::new(who);
+        if drain {
+            filled.drain(&all);
+        } else {
+            std::mem::forget(filled);
         }
     }
 }
