@@ -44,3 +44,4 @@ mod tasks;
 mod timers;
 mod toolkit;
 mod toolkit_promises;
+mod waiter_accounting;
