@@ -138,7 +138,11 @@ pub(crate) fn for_context(context: &glib::MainContext) -> Option<Arc<ClockInner>
 ///
 /// What auto-advance cannot see is work outside gdex: a GIO call in flight
 /// in GLib's worker threads, a GLib timeout source a task waits on
-/// (`glib::timeout_future`), a plain thread that will send on a channel.
+/// (`glib::timeout_future`), a plain thread that will send on a channel, a
+/// job in the blocking lane of a pool the clock does not drive
+/// ([`gdex::spawn_blocking`](crate::spawn_blocking) uses the default
+/// pool's, even from a task of a driven pool: call the driven pool's own
+/// [`ThreadPool::spawn_blocking`](crate::ThreadPool::spawn_blocking)).
 /// The test's own thread is such a thread: between two spawns from it the
 /// pool may go idle and the clock jump, so spawn what must start at the
 /// same moment from one task, or in one
