@@ -229,11 +229,13 @@ fn auto_advance_does_not_move_while_a_task_runs() {
         let clock = gdex::TestClock::auto_advancing();
         let pool = pool_on(&clock, 2);
         let (go, wait) = mpsc::channel::<()>();
-        // One task waits on the clock; the other is in one long poll.
-        let sleeper = pool.scheduler().spawn(gdex::sleep(HOUR));
+        // One task in one long poll; the other waits on the clock. In that
+        // order: the other way round, the pool could go idle between the
+        // two spawns and the clock jump before the long poll began.
         let busy = pool.scheduler().spawn(async move {
             wait.recv().unwrap();
         });
+        let sleeper = pool.scheduler().spawn(gdex::sleep(HOUR));
         until_pending(&clock, 1);
         let until = Instant::now() + Duration::from_millis(50);
         while Instant::now() < until {
@@ -422,14 +424,23 @@ fn a_panicking_task_does_not_stop_the_clock() {
         let recorded = common::record_panics("paused_clock");
         let clock = gdex::TestClock::auto_advancing();
         let pool = pool_on(&clock, 2);
-        let doomed = pool.scheduler().spawn(async {
-            gdex::sleep(Duration::from_secs(1)).await;
-            panic!("paused_clock: boom after a second");
-        });
-        let fine = pool.scheduler().spawn(async {
-            gdex::sleep(Duration::from_secs(2)).await;
-            2
-        });
+        // Both spawned by one task: spawned one by one from this thread,
+        // the pool could go idle between them and the clock jump to the
+        // first deadline before the second timer is made (TestClock's
+        // docs), which would then end at 3 s.
+        let s = pool.scheduler();
+        let (doomed, fine) = gdex::block_on(pool.scheduler().spawn(async move {
+            let doomed = s.spawn(async {
+                gdex::sleep(Duration::from_secs(1)).await;
+                panic!("paused_clock: boom after a second");
+            });
+            let fine = s.spawn(async {
+                gdex::sleep(Duration::from_secs(2)).await;
+                2
+            });
+            (doomed, fine)
+        }))
+        .unwrap();
         assert!(gdex::block_on(doomed).is_err());
         assert_eq!(gdex::block_on(fine).unwrap(), 2);
         assert_eq!(clock.elapsed(), Duration::from_secs(2));
