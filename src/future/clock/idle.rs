@@ -111,31 +111,40 @@ impl ClockInner {
     /// context was let go): every attached context reports again, or,
     /// with none, the driver thread looks at the pools.
     pub(super) fn recheck(&self) {
-        let (contexts, pools) = {
+        {
             let mut state = self.lock();
             if !state.auto || state.book.is_empty() {
                 return;
             }
             state.epoch += 1;
-            let contexts: Vec<glib::MainContext> =
-                state.contexts.iter().map(|a| a.context.clone()).collect();
-            (contexts, !state.pools.is_empty())
-        };
-        if !contexts.is_empty() {
-            for context in contexts {
-                context.wakeup();
+            if !state.contexts.is_empty() {
+                // Woken from here, not from clones: this may run under a
+                // blocking lane's lock (its idle hook), where a clone could
+                // be a context's last reference, and its finalization (its
+                // sources' destroy notifies: user code) would run there.
+                // GLib's wakeup takes no lock and runs nothing.
+                for attached in &state.contexts {
+                    attached.context.wakeup();
+                }
+                return;
             }
-            return;
+            if state.pools.is_empty() {
+                return;
+            }
         }
-        if !pools {
-            return;
-        }
-        self.start_driver();
+        // Started when the first pool was driven (`start_driver`), not
+        // here: a thread that cannot start fails the pool's build, not a
+        // lane thread under its lock.
         self.driver.state.lock().unpoisoned().hinted = true;
         self.driver.wake.notify_one();
     }
 
-    fn start_driver(&self) {
+    /// Starts the thread that looks at the pools when one went idle and no
+    /// context is attached to report (once; called as a pool is driven).
+    ///
+    /// # Panics
+    /// If the thread cannot be started.
+    pub(super) fn start_driver(&self) {
         let driver = self.driver.clone();
         let clock = self.me.clone();
         self.driver.started.get_or_init(move || {

@@ -553,9 +553,12 @@ impl crate::pool::PoolClock for ClockInner {
         for context in &contexts {
             self.drive(context, "ThreadPoolBuilder::clock");
         }
-        let mut state = self.lock();
-        state.pools.push(pool);
-        state.worker_contexts.extend(contexts);
+        {
+            let mut state = self.lock();
+            state.pools.push(pool);
+            state.worker_contexts.extend(contexts);
+        }
+        self.start_driver();
     }
 
     fn pool_went_idle(&self) {
