@@ -267,24 +267,32 @@ fn lines_file() -> PathBuf {
 /// optimised away and the readers can be checked against each other.
 type Counted = (u64, u64);
 
+/// Lines and their bytes (without the line ends), from a futures-io
+/// reader's `lines()`.
+async fn count_lines(
+    mut lines: impl futures::Stream<Item = std::io::Result<String>> + Unpin,
+) -> Counted {
+    use futures::StreamExt;
+    let (mut n, mut bytes) = (0, 0);
+    while let Some(line) = lines.next().await {
+        n += 1;
+        bytes += line.unwrap().len() as u64;
+    }
+    (n, bytes)
+}
+
 fn lines_gdex(sched: &gdex::Scheduler, path: &Path) -> Counted {
-    use futures::{AsyncBufReadExt, StreamExt};
+    use futures::AsyncBufReadExt;
     let path = path.to_path_buf();
     gdex::block_on(sched.spawn(async move {
         let file = gdex::aio::File::open(&path).await.unwrap();
-        let mut lines = file.cursor().lines();
-        let (mut n, mut bytes) = (0, 0);
-        while let Some(line) = lines.next().await {
-            n += 1;
-            bytes += line.unwrap().len() as u64;
-        }
-        (n, bytes)
+        count_lines(file.cursor().lines()).await
     }))
     .unwrap()
 }
 
 fn lines_gio(sched: &gdex::Scheduler, path: &Path) -> Counted {
-    use futures::{AsyncBufReadExt, StreamExt};
+    use futures::AsyncBufReadExt;
     use gio::prelude::*;
     let path = path.to_path_buf();
     gdex::block_on(sched.spawn_pinned(move || async move {
@@ -292,13 +300,7 @@ fn lines_gio(sched: &gdex::Scheduler, path: &Path) -> Counted {
             .read_future(glib::Priority::DEFAULT)
             .await
             .unwrap();
-        let mut lines = stream.into_async_buf_read(LINES_BUFFER).lines();
-        let (mut n, mut bytes) = (0, 0);
-        while let Some(line) = lines.next().await {
-            n += 1;
-            bytes += line.unwrap().len() as u64;
-        }
-        (n, bytes)
+        count_lines(stream.into_async_buf_read(LINES_BUFFER).lines()).await
     }))
     .unwrap()
 }
