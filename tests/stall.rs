@@ -300,6 +300,56 @@ fn fibers_that_yield_every_10ms_are_no_stall() {
     });
 }
 
+/// B5: time the whole process was stopped is nobody's poll. A process
+/// stopped mid-poll (a debugger's breakpoint, `kill -STOP` and `kill
+/// -CONT`, a paused VM or container) freezes the task and the monitor
+/// alike; the monitor's next look comes late by the whole pause, and used
+/// to count it against the poll that happened to be running. Here a poll of
+/// about 150 ms, under a 200 ms threshold, spans a 400 ms stop of the
+/// process by a child shell: it is no stall. (The child stops us 100 ms into
+/// the poll: the monitor, looking every 50 ms, has seen the poll by then.)
+#[test]
+fn a_stopped_process_is_no_stall() {
+    let _serial = serial();
+    warnings();
+    common::watchdog("a_stopped_process_is_no_stall", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        let pid = std::process::id();
+        let t = pool
+            .scheduler()
+            .spawn_named("polls-through-a-stop", async move {
+                let mut stopper = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!(
+                        "sleep 0.1; kill -STOP {pid}; sleep 0.4; kill -CONT {pid}"
+                    ))
+                    .spawn()
+                    .expect("run sh");
+                // Deliberate: one poll through the stop, short of a stall
+                // on either side of it.
+                let status = loop {
+                    if let Some(status) = stopper.try_wait().unwrap() {
+                        break status;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                spin(Duration::from_millis(30));
+                status
+            });
+        let status = gdex::block_on(t).unwrap();
+        assert!(status.success(), "the stopping shell failed: {status}");
+        // Deliberate: a window in which no report may come; a correct
+        // watchdog stays quiet however late the check.
+        std::thread::sleep(Duration::from_millis(100));
+        let reports = warnings_naming("polls-through-a-stop");
+        assert!(reports.is_empty(), "{reports:#?}");
+    });
+}
+
 /// B6: a nested loop suspends the outer job. A main task that runs a
 /// nested loop (a `block_on` of another main task, dispatched by it) and
 /// then spins is reported once, by its name: the nested dispatch neither

@@ -30,6 +30,13 @@
 //! Names: a task spawned with [`Scheduler::spawn_named`](crate::Scheduler::spawn_named)
 //! publishes its name on its runner while it is polled.
 //!
+//! A stopped process is no stall (B5). A debugger's breakpoint, `SIGSTOP`
+//! (a shell's Ctrl-Z) or a paused VM stops every thread, the monitor's
+//! too: its next look comes late by the whole stop, and the job it saw
+//! running before would look stuck for all of it. A look that comes more
+//! than [`STOPPED_AFTER`] (20 ms) later than the monitor asked excuses the
+//! excess: the stall clocks running then start that much later.
+//!
 //! Panics are not stalls (X4). A panicking poll runs the
 //! process's panic hook before it unwinds, and std's default hook, with
 //! `RUST_BACKTRACE=1`, captures and symbolizes a backtrace there: easily
@@ -200,6 +207,21 @@ impl Runner {
         if self.watched {
             self.active.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// The monitor woke `stopped` later than it asked (and than
+    /// [`STOPPED_AFTER`] allows): the process was stopped meanwhile, every
+    /// thread of it, the running job's and the monitor's alike (B5). That
+    /// time was no job's: the stall clocks of the job the monitor saw
+    /// running, and of a wake-up the worker holds, start that much later.
+    fn excuse(&self, stopped: Duration, now: Instant) {
+        let later = |since: Instant| since.checked_add(stopped).map_or(now, |s| s.min(now));
+        {
+            let mut track = self.track.lock().unpoisoned();
+            track.since = track.since.map(later);
+        }
+        let mut unwoken = self.unwoken.lock().unpoisoned();
+        unwoken.0 = unwoken.0.map(later);
     }
 
     /// On the runner's thread, in the panic hook: the current job enters
@@ -409,6 +431,14 @@ const WATCH_TICK: Duration = Duration::from_millis(5);
 /// one that starts slices rarely costs at most two extra wake-ups per slice.
 const WATCH_LINGER: u32 = 2;
 
+/// How much later than it asked the monitor may wake before the excess is
+/// taken for a stop of the process (a debugger's breakpoint, `SIGSTOP`, a
+/// paused VM or container) and counted against no job's stall clock
+/// ([`Runner::excuse`]). A thread starved by a stuck poll on a loaded
+/// machine wakes a few milliseconds late, which still counts: so a real
+/// stall is not hidden by the load that comes with it.
+const STOPPED_AFTER: Duration = Duration::from_millis(20);
+
 /// How often a runner starting a slice had to wake the monitor (a syscall
 /// on the runner's thread): see [`runner_wakes`].
 static RUNNER_WAKES: AtomicU64 = AtomicU64::new(0);
@@ -513,10 +543,15 @@ impl Monitor {
             let workers_busy = runners
                 .iter()
                 .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
+            // How long the monitor means to sleep, from when.
+            let asleep_at = Instant::now();
+            let mut asked = Duration::ZERO;
             if workers_busy {
-                std::thread::park_timeout(HAND_OVER_AFTER);
+                asked = HAND_OVER_AFTER;
+                std::thread::park_timeout(asked);
             } else if quiet < WATCH_LINGER {
-                std::thread::park_timeout(WATCH_TICK);
+                asked = WATCH_TICK;
+                std::thread::park_timeout(asked);
             } else {
                 let period = runners
                     .iter()
@@ -535,14 +570,23 @@ impl Monitor {
                     .iter()
                     .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
                 if !started {
-                    std::thread::park_timeout(period);
+                    asked = period;
+                    std::thread::park_timeout(asked);
                 }
                 self.slow.store(false, Ordering::SeqCst);
             }
             let mut busy = false;
             let mut workers_worked = false;
             let now = Instant::now();
+            // Woken far later than asked: the process was stopped (B5).
+            let stopped = now
+                .saturating_duration_since(asleep_at)
+                .saturating_sub(asked)
+                .saturating_sub(STOPPED_AFTER);
             for runner in &runners {
+                if !stopped.is_zero() {
+                    runner.excuse(stopped, now);
+                }
                 let seen = self.check(runner, now);
                 busy |= seen.working;
                 // P10: a worker that holds a wake-up it has not acted on.
