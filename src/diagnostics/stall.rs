@@ -60,7 +60,9 @@ use crate::current::{Entered, Role, Slot};
 use crate::util::Unpoisoned;
 
 mod nesting;
+mod panic_hook;
 pub(crate) use nesting::{suspend_current, suspend_current_of};
+use panic_hook::{wrap_panic_hook, HookTime};
 
 /// A pool worker, as the watchdog sees it: what the monitor can do for one
 /// that is stuck in a poll. The pool implements it; once the pool is gone,
@@ -118,18 +120,6 @@ pub(crate) struct Runner {
     /// whether that was reported ([`check_wake_up`]; only the monitor
     /// touches it).
     unwoken: Mutex<(Option<Instant>, bool)>,
-}
-
-/// The time one job (`seq`) spent in the panic hook.
-#[derive(Default)]
-struct HookTime {
-    /// The job's sequence number (odd); another value: nothing for the
-    /// current job.
-    seq: u64,
-    /// Finished hook calls of that job.
-    total: Duration,
-    /// Set while the job is inside the hook.
-    since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -223,72 +213,6 @@ impl Runner {
         let mut unwoken = self.unwoken.lock().unpoisoned();
         unwoken.0 = unwoken.0.map(later);
     }
-
-    /// On the runner's thread, in the panic hook: the current job enters
-    /// the hook. `None` outside a job.
-    fn enter_panic_hook(&self) -> Option<InPanicHook<'_>> {
-        let seq = self.seq.load(Ordering::Relaxed);
-        if seq & 1 == 0 {
-            return None;
-        }
-        {
-            let mut time = self.in_panic_hook.lock().unpoisoned();
-            if time.seq != seq {
-                *time = HookTime {
-                    seq,
-                    ..HookTime::default()
-                };
-            }
-            time.since = Some(Instant::now());
-        }
-        Some(InPanicHook(self))
-    }
-
-    /// How much of job `seq`'s time, up to `now`, was spent in the panic
-    /// hook.
-    fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
-        let time = self.in_panic_hook.lock().unpoisoned();
-        if time.seq != seq {
-            return Duration::ZERO;
-        }
-        time.total
-            + time
-                .since
-                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
-    }
-}
-
-/// A job is inside the panic hook until this drops.
-struct InPanicHook<'a>(&'a Runner);
-
-impl Drop for InPanicHook<'_> {
-    fn drop(&mut self) {
-        let mut time = self.0.in_panic_hook.lock().unpoisoned();
-        if let Some(since) = time.since.take() {
-            time.total += since.elapsed();
-        }
-    }
-}
-
-/// Wraps the panic hook in place so that the time a job spends in it is
-/// not counted as a stall (see the module docs). Keeps the hook it wraps
-/// and calls it unchanged.
-fn wrap_panic_hook() {
-    if std::thread::panicking() {
-        // take_hook and set_hook panic on a panicking thread; stay unwrapped.
-        return;
-    }
-    let wrapped = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let runner = CURRENT.get();
-        // SAFETY: CURRENT points at a runner that outlives the scope of
-        // `enter` on this thread (set by the worker loop or a context
-        // dispatch); a panic hook runs on the panicking thread, inside that
-        // scope if CURRENT is set.
-        let runner = unsafe { runner.as_ref() };
-        let _in_hook = runner.and_then(Runner::enter_panic_hook);
-        wrapped(info);
-    }));
 }
 
 /// The runner whose job is being polled on this thread.

@@ -1,0 +1,90 @@
+//! Panics are not stalls (X4): the time a job spends in the process's
+//! panic hook (a backtrace being symbolized) is the panic report's. The
+//! hook is wrapped in place to note that time on the current runner (see
+//! the parent module's docs).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Runner, CURRENT};
+use crate::util::Unpoisoned;
+
+/// The time one job (`seq`) spent in the panic hook.
+#[derive(Default)]
+pub(super) struct HookTime {
+    /// The job's sequence number (odd); another value: nothing for the
+    /// current job.
+    seq: u64,
+    /// Finished hook calls of that job.
+    total: Duration,
+    /// Set while the job is inside the hook.
+    since: Option<Instant>,
+}
+
+impl Runner {
+    /// On the runner's thread, in the panic hook: the current job enters
+    /// the hook. `None` outside a job.
+    fn enter_panic_hook(&self) -> Option<InPanicHook<'_>> {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 == 0 {
+            return None;
+        }
+        {
+            let mut time = self.in_panic_hook.lock().unpoisoned();
+            if time.seq != seq {
+                *time = HookTime {
+                    seq,
+                    ..HookTime::default()
+                };
+            }
+            time.since = Some(Instant::now());
+        }
+        Some(InPanicHook(self))
+    }
+
+    /// How much of job `seq`'s time, up to `now`, was spent in the panic
+    /// hook.
+    pub(super) fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
+        let time = self.in_panic_hook.lock().unpoisoned();
+        if time.seq != seq {
+            return Duration::ZERO;
+        }
+        time.total
+            + time
+                .since
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+}
+
+/// A job is inside the panic hook until this drops.
+struct InPanicHook<'a>(&'a Runner);
+
+impl Drop for InPanicHook<'_> {
+    fn drop(&mut self) {
+        let mut time = self.0.in_panic_hook.lock().unpoisoned();
+        if let Some(since) = time.since.take() {
+            time.total += since.elapsed();
+        }
+    }
+}
+
+/// Wraps the panic hook in place so that the time a job spends in it is
+/// not counted as a stall (see the module docs). Keeps the hook it wraps
+/// and calls it unchanged.
+pub(super) fn wrap_panic_hook() {
+    if std::thread::panicking() {
+        // take_hook and set_hook panic on a panicking thread; stay unwrapped.
+        return;
+    }
+    let wrapped = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let runner = CURRENT.get();
+        // SAFETY: CURRENT points at a runner that outlives the scope of
+        // `enter` on this thread (set by the worker loop or a context
+        // dispatch); a panic hook runs on the panicking thread, inside that
+        // scope if CURRENT is set.
+        let runner = unsafe { runner.as_ref() };
+        let _in_hook = runner.and_then(Runner::enter_panic_hook);
+        wrapped(info);
+    }));
+}
