@@ -330,28 +330,46 @@ pub fn suite<R: Runtime>() -> [Row<R>; 8] {
 }
 
 /// A child process for an instruction count
-/// (`GDEX_BENCH_CHILD=row:<row>:<times>`, under `valgrind --tool=callgrind`):
-/// one of the tokio-suite rows run `times` times on a gdex pool alone. The
+/// (`GDEX_BENCH_CHILD=row:<row>:<times>`, under `valgrind --tool=callgrind`;
+/// `row:<row>:<times>:tokio` runs it on a tokio runtime instead):
+/// one of the tokio-suite rows run `times` times on a gdex pool (or tokio) alone. The
 /// difference between two `times`, over the runs between them, is one run's
 /// instructions: the measure that tells a 3% change apart on this machine,
 /// as criterion's times cannot (a build with the observability features
 /// against one without, say).
 pub fn row_child(what: &str) {
-    let (row, times) = what.split_once(':').expect("row:<row>:<times>");
-    let times: usize = times.parse().expect("row:<row>:<times>, times a number");
-    let pool = gdex::ThreadPool::builder()
-        .workers(crate::runtimes::workers())
-        .build()
-        .unwrap();
-    let rt = crate::runtimes::Gdex(pool.scheduler());
-    let Some((_, f)) = suite::<crate::runtimes::Gdex>()
-        .into_iter()
-        .find(|(name, _)| *name == row)
-    else {
+    let mut parts = what.split(':');
+    let (Some(row), Some(times)) = (parts.next(), parts.next()) else {
+        panic!("row:<row>:<times>[:tokio|smol]");
+    };
+    let times: usize = times
+        .parse()
+        .expect("row:<row>:<times>[:tokio|smol], times a number");
+    let n = crate::runtimes::workers();
+    match parts.next().unwrap_or("gdex") {
+        "gdex" => {
+            let pool = gdex::ThreadPool::builder().workers(n).build().unwrap();
+            run_row(&crate::runtimes::Gdex(pool.scheduler()), row, times);
+        }
+        // The same row on a peer, for its instructions beside gdex's.
+        "tokio" => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(n)
+                .enable_all()
+                .build()
+                .unwrap();
+            run_row(&crate::runtimes::Tokio(std::sync::Arc::new(rt)), row, times);
+        }
+        other => panic!("row:<row>:<times>:{other}: gdex or tokio"),
+    }
+}
+
+fn run_row<R: Runtime>(rt: &R, row: &str, times: usize) {
+    let Some((_, f)) = suite::<R>().into_iter().find(|(name, _)| *name == row) else {
         panic!("row:<row>:..: no row {row} in the tokio suite");
     };
     for _ in 0..times {
-        f(&rt);
+        f(rt);
     }
 }
 

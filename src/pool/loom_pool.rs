@@ -412,6 +412,7 @@ impl World {
             woken: Cell::new(None),
             searching: Cell::new(false),
             in_slice: Cell::new(false),
+            asked_at: Cell::new(0),
             timer: Cell::new(self.timers[i]),
             foreign: Cell::new(self.foreign[i]),
             in_poll: Cell::new(self.start[i] == Start::Parked),
@@ -516,6 +517,8 @@ struct Core<'w> {
     /// shared queues before the inbox (P10).
     searching: Cell<bool>,
     in_slice: Cell<bool>,
+    /// `Core::asked_at`.
+    asked_at: Cell<usize>,
     timer: Cell<Option<Item>>,
     foreign: Cell<bool>,
     /// Marked asleep in its poll (`Core::before_poll`).
@@ -533,7 +536,8 @@ impl Core<'_> {
 
     /// `Core::push`: outside a slice the first item takes the `woken` slot
     /// and the worker un-parks itself; inside one it goes to the deque, and a
-    /// deque that doubled asks for help.
+    /// deque that doubled asks for help, once per length reached since it
+    /// was last found empty.
     fn push(&self, item: Item) {
         if !self.in_slice.get() && self.woken.get().is_none() {
             self.woken.set(Some(item));
@@ -543,8 +547,14 @@ impl Core<'_> {
         self.local().push(item);
         if self.parking().is_parked(self.i) {
             self.unpark_self();
-        } else if wants_help(self.local().len()) {
-            self.request_help();
+        } else {
+            let len = self.local().len();
+            if len <= 1 {
+                self.asked_at.set(0);
+            } else if len != self.asked_at.get() && wants_help(len) {
+                self.asked_at.set(len);
+                self.request_help();
+            }
         }
     }
 

@@ -35,6 +35,7 @@ pub struct YieldNow {
 impl Future for YieldNow {
     type Output = ();
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.yielded {
             Poll::Ready(())

@@ -91,6 +91,11 @@ pub(crate) struct Core {
     /// of them it runs one other job first, so that a latency task that
     /// stays ready cannot keep the batch class from its worker for good.
     urgent_run: Cell<usize>,
+    /// The deque's length at this worker's last request for help from a
+    /// push (P6), 0 since a push found it empty: a deque that stays at a
+    /// power of two (jobs that yield, popped and pushed back) asks once,
+    /// not at every push.
+    asked_at: Cell<usize>,
     /// The first job this worker's own thread queued outside a slice since
     /// the last one: a task woken by its context's other sources (a timer
     /// fired, a GIO call completed). It runs first in the next slice, so a
@@ -299,8 +304,19 @@ impl Core {
         self.local.push(job);
         if self.shared.parking.is_parked(self.index) {
             self.unpark_self();
-        } else if !self.shared.thread_per_core && wants_help(self.local.len()) {
-            self.request_help();
+        } else if !self.shared.thread_per_core {
+            let len = self.local.len();
+            if len <= 1 {
+                // The deque was empty: its next growth asks again.
+                self.asked_at.set(0);
+            } else if len != self.asked_at.get() && wants_help(len) {
+                // Once per power of two reached: a peer asked at this length
+                // before either holds the request still (busy) or is awake
+                // (a worker does not park while a peer's deque holds work:
+                // `sees_work`), so asking again would only read its state.
+                self.asked_at.set(len);
+                self.request_help();
+            }
         }
     }
 
