@@ -34,16 +34,7 @@ fn fiber_spawn(c: &mut Criterion) {
     let n = workers();
     let pool = gdex::ThreadPool::builder().workers(n).build().unwrap();
     let s = pool.scheduler();
-    g.bench_function(BenchmarkId::new("gdex", n), |b| {
-        b.iter(|| {
-            let fibers: Vec<_> = (0..SPAWNS).map(|i| s.spawn_fiber(move || i)).collect();
-            gdex::block_on(async move {
-                for f in fibers {
-                    f.await.unwrap();
-                }
-            })
-        })
-    });
+    g.bench_function(BenchmarkId::new("gdex", n), |b| b.iter(|| spawn_run(&s)));
     g.bench_function(BenchmarkId::new("corosensei-floor", 1), |b| {
         let mut stack = Some(DefaultStack::new(128 * 1024).unwrap());
         b.iter(|| {
@@ -156,6 +147,55 @@ fn spin_player(turn: &AtomicUsize, me: usize, rounds: usize) {
     }
 }
 
+/// A child process for an instruction count
+/// (`GDEX_BENCH_CHILD=fibers:<switch|spawn>:<workers>:<times>`, under
+/// `valgrind --tool=callgrind`): `times` runs of the gdex row of
+/// `fiber_switch` (100,000 hand-offs) or `fiber_spawn` (100,000 fibers) on
+/// a pool of `workers`. The difference between two `times`, over the runs
+/// between them, is one run's instructions.
+pub fn child(what: &str) {
+    let usage = "fibers:<switch|spawn>:<workers>:<times>";
+    let mut parts = what.split(':');
+    let (Some(row), Some(n), Some(times)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("{usage}");
+    };
+    let (n, times): (usize, usize) = (n.parse().expect(usage), times.parse().expect(usage));
+    let pool = gdex::ThreadPool::builder().workers(n).build().unwrap();
+    let s = pool.scheduler();
+    for _ in 0..times {
+        match row {
+            "switch" => switch_run(&s),
+            "spawn" => spawn_run(&s),
+            other => panic!("{usage}: no row {other}"),
+        }
+    }
+}
+
+/// One run of `fiber_spawn`'s gdex row.
+fn spawn_run(s: &gdex::Scheduler) {
+    let fibers: Vec<_> = (0..SPAWNS).map(|i| s.spawn_fiber(move || i)).collect();
+    gdex::block_on(async move {
+        for f in fibers {
+            f.await.unwrap();
+        }
+    })
+}
+
+/// One run of `fiber_switch`'s gdex row.
+fn switch_run(s: &gdex::Scheduler) {
+    let baton = Arc::new(Baton {
+        turn: AtomicUsize::new(0),
+        wakers: [AtomicWaker::new(), AtomicWaker::new()],
+    });
+    let (b0, b1) = (baton.clone(), baton);
+    let a = s.spawn_fiber(move || player(b0, 0, SWITCHES / 2));
+    let b = s.spawn_fiber(move || player(b1, 1, SWITCHES / 2));
+    gdex::block_on(async move {
+        a.await.unwrap();
+        b.await.unwrap();
+    })
+}
+
 fn fiber_switch(c: &mut Criterion) {
     let mut g = c.benchmark_group("fiber_switch");
     g.throughput(Throughput::Elements(SWITCHES as u64));
@@ -164,21 +204,7 @@ fn fiber_switch(c: &mut Criterion) {
         // them on two workers, so each hand-off crosses threads.
         let pool = gdex::ThreadPool::builder().workers(n).build().unwrap();
         let s = pool.scheduler();
-        g.bench_function(BenchmarkId::new("gdex", n), |b| {
-            b.iter(|| {
-                let baton = Arc::new(Baton {
-                    turn: AtomicUsize::new(0),
-                    wakers: [AtomicWaker::new(), AtomicWaker::new()],
-                });
-                let (b0, b1) = (baton.clone(), baton);
-                let a = s.spawn_fiber(move || player(b0, 0, SWITCHES / 2));
-                let b = s.spawn_fiber(move || player(b1, 1, SWITCHES / 2));
-                gdex::block_on(async move {
-                    a.await.unwrap();
-                    b.await.unwrap();
-                })
-            })
-        });
+        g.bench_function(BenchmarkId::new("gdex", n), |b| b.iter(|| switch_run(&s)));
     }
     // The floor of a hand-off across threads: two threads spinning on one
     // atomic, each passing the turn to the other. Each hand-off moves one

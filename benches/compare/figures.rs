@@ -120,6 +120,7 @@ pub fn child(what: &str) {
         "drain" => crate::channels::drain_child(rt),
         "pingpong" => crate::channels::ping_pong_child(rt),
         "row" => crate::workloads::row_child(rt),
+        "fibers" => crate::fibers::child(rt),
         _ => panic!("unknown child {what}"),
     }
 }
