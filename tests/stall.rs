@@ -350,6 +350,93 @@ fn a_stopped_process_is_no_stall() {
     });
 }
 
+/// B5 with X4: a process stopped while a job is in the panic hook excuses
+/// the stop once, not twice. The stop is inside the hook's time, which is
+/// the panic report's (X4), and it is the time the whole process was
+/// stopped (B5): subtracting it as both left the job's own time after the
+/// hook short by the whole stop, and a task that caught its panic and then
+/// spun 250 ms under a 100 ms threshold went unreported (a debugger's
+/// breakpoint in a crash reporter's hook, then `continue`). The hook here
+/// has a child shell stop the process for 400 ms, and runs 50 ms more after
+/// it (the monitor looks while it is still inside); 30 ms spun after it is
+/// still no stall. The app's hook is the
+/// process's, so the case runs in a child process, as in
+/// `a_panic_with_a_backtrace_is_not_a_stall`.
+#[test]
+fn a_stop_inside_the_panic_hook_is_excused_once() {
+    const CHILD: &str = "GDEX_TEST_STOP_IN_HOOK_CHILD";
+    let name = "a_stop_inside_the_panic_hook_is_excused_once";
+    if std::env::var_os(CHILD).is_none() {
+        let _serial = serial();
+        // A child that hangs fails the parent by the watchdog.
+        common::watchdog(name, 60, || {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .expect("run this test binary as a child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                out.status
+            );
+        });
+        return;
+    }
+    let pid = std::process::id();
+    // The app's hook, set before gdex starts (which wraps it, X4): for the
+    // task's panic, it has the process stopped for 400 ms, then takes 50 ms
+    // more; any other panic (a failed assertion) goes to std's hook.
+    let std_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<&str>() != Some(&"stop in the hook") {
+            return std_hook(info);
+        }
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -STOP {pid}; sleep 0.4; kill -CONT {pid}"))
+            .status()
+            .expect("run sh");
+        assert!(status.success(), "the stopping shell failed: {status}");
+        // Deliberate: the rest of the hook, which the monitor looks into.
+        spin(Duration::from_millis(50));
+    }));
+    warnings();
+    common::watchdog(name, 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(1)
+            .stall_threshold(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let after_the_hook = |name: &str, spun: u64| {
+            let t = pool.scheduler().spawn_named(name, async move {
+                let caught = std::panic::catch_unwind(|| panic!("stop in the hook"));
+                assert!(caught.is_err());
+                // Deliberate: the poll's own time, after the hook.
+                spin(Duration::from_millis(spun));
+            });
+            gdex::block_on(t).unwrap();
+        };
+        // The stop and the hook are excused: 30 ms after them is no stall.
+        after_the_hook("quiet-after-a-stop-in-the-hook", 30);
+        // Deliberate: a window in which no report may come; a correct
+        // watchdog stays quiet however late the check.
+        std::thread::sleep(Duration::from_millis(100));
+        let reports = warnings_naming("quiet-after-a-stop-in-the-hook");
+        assert!(reports.is_empty(), "{reports:#?}");
+        // But each only once: 250 ms after them is one.
+        after_the_hook("spins-after-a-stop-in-the-hook", 250);
+        let reports = warnings_naming("spins-after-a-stop-in-the-hook");
+        assert_eq!(
+            reports.len(),
+            1,
+            "250 ms spun after the hook went unreported: {reports:?}"
+        );
+    });
+}
+
 /// B6: a nested loop suspends the outer job. A main task that runs a
 /// nested loop (a `block_on` of another main task, dispatched by it) and
 /// then spins is reported once, by its name: the nested dispatch neither

@@ -35,7 +35,9 @@
 //! too: its next look comes late by the whole stop, and the job it saw
 //! running before would look stuck for all of it. A look that comes more
 //! than [`STOPPED_AFTER`] (20 ms) later than the monitor asked excuses the
-//! excess: the stall clocks running then start that much later.
+//! excess: the stall clocks running then start that much later. A stop
+//! inside the panic hook (below) is excused once: it is no longer hook
+//! time.
 //!
 //! Panics are not stalls (X4). A panicking poll runs the
 //! process's panic hook before it unwinds, and std's default hook, with
@@ -199,17 +201,23 @@ impl Runner {
         }
     }
 
-    /// The monitor woke `stopped` later than it asked (and than
-    /// [`STOPPED_AFTER`] allows): the process was stopped meanwhile, every
-    /// thread of it, the running job's and the monitor's alike (B5). That
-    /// time was no job's: the stall clocks of the job the monitor saw
-    /// running, and of a wake-up the worker holds, start that much later.
-    fn excuse(&self, stopped: Duration, now: Instant) {
+    /// The monitor, asleep since `asleep_at`, woke `stopped` later than it
+    /// asked (and than [`STOPPED_AFTER`] allows): the process was stopped
+    /// meanwhile, every thread of it, the running job's and the monitor's
+    /// alike (B5). That time was no job's: the stall clocks of the job the
+    /// monitor saw running, and of a wake-up the worker holds, start that
+    /// much later; and what of it the job spent in the panic hook (X4) is
+    /// no longer hook time, which the monitor subtracts too.
+    fn excuse(&self, stopped: Duration, asleep_at: Instant, now: Instant) {
         let later = |since: Instant| since.checked_add(stopped).map_or(now, |s| s.min(now));
         {
             let mut track = self.track.lock().unpoisoned();
             track.since = track.since.map(later);
         }
+        self.in_panic_hook
+            .lock()
+            .unpoisoned()
+            .excuse(stopped, asleep_at, now);
         let mut unwoken = self.unwoken.lock().unpoisoned();
         unwoken.0 = unwoken.0.map(later);
     }
@@ -509,7 +517,7 @@ impl Monitor {
                 .saturating_sub(STOPPED_AFTER);
             for runner in &runners {
                 if !stopped.is_zero() {
-                    runner.excuse(stopped, now);
+                    runner.excuse(stopped, asleep_at, now);
                 }
                 let seen = self.check(runner, now);
                 busy |= seen.working;
