@@ -133,6 +133,10 @@ struct Track {
     seq: u64,
     since: Option<Instant>,
     reported: bool,
+    /// When the job went on after a nested loop (B6), its clock restarted
+    /// with the time it had run before: a stop of the process before that
+    /// was not on it ([`Runner::excuse`]).
+    resumed: Option<Instant>,
 }
 
 impl Runner {
@@ -213,17 +217,25 @@ impl Runner {
     /// much later; and what of it the job spent in the panic hook (X4) is
     /// no longer hook time, which the monitor subtracts too.
     fn excuse(&self, stopped: Duration, asleep_at: Instant, now: Instant) {
-        let later = |since: Instant| since.checked_add(stopped).map_or(now, |s| s.min(now));
+        let later =
+            |since: Instant, by: Duration| since.checked_add(by).map_or(now, |s| s.min(now));
         {
             let mut track = self.track.lock().unpoisoned();
-            track.since = track.since.map(later);
+            // A job that went on after a nested loop during the sleep (B6)
+            // restarted its clock then, with the time it had run before:
+            // the stop was on it only if it came after (every thread is
+            // stopped alike, so it then fits between the two).
+            let on_it = track
+                .resumed
+                .map_or(stopped, |at| stopped.min(now.saturating_duration_since(at)));
+            track.since = track.since.map(|since| later(since, on_it));
         }
         self.in_panic_hook
             .lock()
             .unpoisoned()
             .excuse(stopped, asleep_at, now);
         let mut unwoken = self.unwoken.lock().unpoisoned();
-        unwoken.0 = unwoken.0.map(later);
+        unwoken.0 = unwoken.0.map(|since| later(since, stopped));
     }
 }
 
@@ -610,7 +622,7 @@ impl Monitor {
             *track = Track {
                 seq,
                 since: Some(now),
-                reported: false,
+                ..Track::default()
             };
             return seen;
         }
