@@ -215,6 +215,14 @@ pub fn __stall_monitor_wakes() -> u64 {
     diagnostics::stall::runner_wakes()
 }
 
+/// For gdex's own tests; not part of the API. The time the stall monitor
+/// has excused as stops of the whole process (B5: a debugger's breakpoint,
+/// `SIGSTOP`) since the process started.
+#[doc(hidden)]
+pub fn __stall_monitor_excused_stops() -> std::time::Duration {
+    diagnostics::stall::excused_stops()
+}
+
 /// Spawns a `Send` future on the process-wide [`ThreadPool::default`].
 ///
 /// ```

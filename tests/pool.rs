@@ -351,6 +351,139 @@ fn a_deque_that_stays_at_a_power_of_two_asks_once() {
     });
 }
 
+/// P6: the length a deque last asked at asks again once a push has found
+/// the deque empty. Each round, both workers asleep, a task pinned to one
+/// of them (its wake-up is for that worker alone, P10) spawns two on that
+/// worker's deque: the second push finds 2 jobs and asks the sleeping peer,
+/// in every round, though the same worker's deque reached 2 and asked in
+/// the rounds before (a length kept across the drain would ask no more,
+/// and leave the peer asleep beside a queued job until the watchdog's
+/// hand-over). Pinned tasks take the workers in turn: each is home in
+/// every other round.
+#[test]
+fn a_deque_refilled_after_a_drain_asks_again() {
+    common::watchdog("a_deque_refilled_after_a_drain_asks_again", 60, || {
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        let mut homes = Vec::new();
+        for round in 0..common::stress(10).max(4) {
+            wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+            let before = pool.metrics();
+            let s2 = s.clone();
+            let spawner = pool.spawn_pinned(move || async move {
+                let pair: Vec<_> = (0..2).map(|_| s2.spawn(async {})).collect();
+                for t in pair {
+                    t.await.unwrap();
+                }
+                std::thread::current().name().unwrap().to_owned()
+            });
+            let home = gdex::block_on(spawner).unwrap();
+            let after = pool.metrics();
+            let i: usize = home.trim_start_matches("gdex-worker-").parse().unwrap();
+            let sent = after.workers[i].wake_requests_sent - before.workers[i].wake_requests_sent;
+            // (A peer still on its way to its poll may see the first job
+            // and take it before the second push: then it was awake, and
+            // nobody needed asking.)
+            let peer_stole = after.workers[1 - i].steals > before.workers[1 - i].steals;
+            assert!(
+                sent >= 1 || peer_stole,
+                "round {round}: {home}'s deque reached 2 jobs and asked nobody (homes before: \
+                 {homes:?}): {after:?}"
+            );
+            homes.push(home);
+        }
+        assert!(homes[1..].contains(&homes[0]), "{homes:?}");
+    });
+}
+
+/// P6 with P10: a peer asked while its thread is busy in another source of
+/// its context holds the request, and acts on it once that source returns,
+/// though the asking deque stays at 2 jobs and asks no more (two tasks
+/// yielding to each other on one worker, which asked at their second
+/// push). A 100 ms GLib callback on one worker's context; meanwhile the
+/// other worker's yielders ask it once; after the callback, a yielder runs
+/// on the worker that was busy.
+#[test]
+fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
+    common::watchdog("a_peer_busy_in_a_callback_takes_the_work", 60, || {
+        // No report of the deliberate callback (the hand-over works with the
+        // watchdog off too).
+        let pool = gdex::ThreadPool::builder()
+            .workers(2)
+            .stall_threshold(Duration::ZERO)
+            .build()
+            .unwrap();
+        let s = pool.scheduler();
+        // One worker's context, from a task pinned there.
+        let (busy, busy_context) = gdex::block_on(pool.spawn_pinned(|| async {
+            (
+                std::thread::current().name().unwrap().to_owned(),
+                glib::MainContext::thread_default().expect("a worker's context"),
+            )
+        }))
+        .unwrap();
+        wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
+        let before = pool.metrics();
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        glib::timeout_source_new(
+            Duration::from_millis(1),
+            None,
+            glib::Priority::DEFAULT,
+            move || {
+                entered_tx.send(()).unwrap();
+                // Deliberate: the peer busy in another source.
+                std::thread::sleep(Duration::from_millis(100));
+                glib::ControlFlow::Break
+            },
+        )
+        .attach(Some(&busy_context));
+        entered.recv().unwrap();
+        let on_busy = Arc::new(AtomicBool::new(false));
+        let (s2, busy2, on_busy2) = (s.clone(), busy.clone(), on_busy.clone());
+        // From outside: the free worker takes it (the busy one sleeps in no
+        // poll: no sleeper, P10), and its yielders go on its own deque.
+        let driver = s.spawn(async move {
+            let home = std::thread::current().name().unwrap().to_owned();
+            let yielders: Vec<_> = (0..2)
+                .map(|_| {
+                    let (busy, on_busy) = (busy2.clone(), on_busy2.clone());
+                    s2.spawn(async move {
+                        let start = Instant::now();
+                        while !on_busy.load(Ordering::Acquire)
+                            && start.elapsed() < Duration::from_secs(10)
+                        {
+                            if std::thread::current().name() == Some(busy.as_str()) {
+                                on_busy.store(true, Ordering::Release);
+                            }
+                            gdex::yield_now().await;
+                        }
+                    })
+                })
+                .collect();
+            for y in yielders {
+                y.await.unwrap();
+            }
+            home
+        });
+        let home = gdex::block_on(driver).unwrap();
+        let after = pool.metrics();
+        assert_ne!(home, busy, "the busy worker ran the driver");
+        assert!(
+            on_busy.load(Ordering::Acquire),
+            "no yielder ran on {busy} once its callback returned: {after:?}"
+        );
+        let b: usize = busy.trim_start_matches("gdex-worker-").parse().unwrap();
+        assert!(
+            after.workers[b].wake_requests_received > before.workers[b].wake_requests_received,
+            "{busy} took the work without the request it held: {after:?}"
+        );
+    });
+}
+
 /// P4: work from outside goes through the injector, and a busy worker whose
 /// deque never empties still takes it (it looks at the injector once per
 /// slice).

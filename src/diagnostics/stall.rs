@@ -35,7 +35,11 @@
 //! too: its next look comes late by the whole stop, and the job it saw
 //! running before would look stuck for all of it. A look that comes more
 //! than [`STOPPED_AFTER`] (20 ms) later than the monitor asked excuses the
-//! excess: the stall clocks running then start that much later.
+//! excess: the stall clocks running then start that much later. Time the
+//! monitor spent waiting for a CPU (a loaded machine, where the job ran
+//! meanwhile) is no stop, and is not excused (`cpu_wait`). A stop
+//! inside the panic hook (below) is excused once: it is no longer hook
+//! time.
 //!
 //! Panics are not stalls (X4). A panicking poll runs the
 //! process's panic hook before it unwinds, and std's default hook, with
@@ -59,8 +63,10 @@ use super::record::Entry;
 use crate::current::{Entered, Role, Slot};
 use crate::util::Unpoisoned;
 
+mod cpu_wait;
 mod nesting;
 mod panic_hook;
+use cpu_wait::CpuWait;
 pub(crate) use nesting::{suspend_current, suspend_current_of};
 use panic_hook::{wrap_panic_hook, HookTime};
 
@@ -127,6 +133,10 @@ struct Track {
     seq: u64,
     since: Option<Instant>,
     reported: bool,
+    /// When the job went on after a nested loop (B6), its clock restarted
+    /// with the time it had run before: a stop of the process before that
+    /// was not on it ([`Runner::excuse`]).
+    resumed: Option<Instant>,
 }
 
 impl Runner {
@@ -199,19 +209,33 @@ impl Runner {
         }
     }
 
-    /// The monitor woke `stopped` later than it asked (and than
-    /// [`STOPPED_AFTER`] allows): the process was stopped meanwhile, every
-    /// thread of it, the running job's and the monitor's alike (B5). That
-    /// time was no job's: the stall clocks of the job the monitor saw
-    /// running, and of a wake-up the worker holds, start that much later.
-    fn excuse(&self, stopped: Duration, now: Instant) {
-        let later = |since: Instant| since.checked_add(stopped).map_or(now, |s| s.min(now));
+    /// The monitor, asleep since `asleep_at`, woke `stopped` later than it
+    /// asked (and than [`STOPPED_AFTER`] allows): the process was stopped
+    /// meanwhile, every thread of it, the running job's and the monitor's
+    /// alike (B5). That time was no job's: the stall clocks of the job the
+    /// monitor saw running, and of a wake-up the worker holds, start that
+    /// much later; and what of it the job spent in the panic hook (X4) is
+    /// no longer hook time, which the monitor subtracts too.
+    fn excuse(&self, stopped: Duration, asleep_at: Instant, now: Instant) {
+        let later =
+            |since: Instant, by: Duration| since.checked_add(by).map_or(now, |s| s.min(now));
         {
             let mut track = self.track.lock().unpoisoned();
-            track.since = track.since.map(later);
+            // A job that went on after a nested loop during the sleep (B6)
+            // restarted its clock then, with the time it had run before:
+            // the stop was on it only if it came after (every thread is
+            // stopped alike, so it then fits between the two).
+            let on_it = track
+                .resumed
+                .map_or(stopped, |at| stopped.min(now.saturating_duration_since(at)));
+            track.since = track.since.map(|since| later(since, on_it));
         }
+        self.in_panic_hook
+            .lock()
+            .unpoisoned()
+            .excuse(stopped, asleep_at, now);
         let mut unwoken = self.unwoken.lock().unpoisoned();
-        unwoken.0 = unwoken.0.map(later);
+        unwoken.0 = unwoken.0.map(|since| later(since, stopped));
     }
 }
 
@@ -358,10 +382,21 @@ const WATCH_LINGER: u32 = 2;
 /// How much later than it asked the monitor may wake before the excess is
 /// taken for a stop of the process (a debugger's breakpoint, `SIGSTOP`, a
 /// paused VM or container) and counted against no job's stall clock
-/// ([`Runner::excuse`]). A thread starved by a stuck poll on a loaded
-/// machine wakes a few milliseconds late, which still counts: so a real
-/// stall is not hidden by the load that comes with it.
+/// ([`Runner::excuse`]). The time it waited for a CPU meanwhile (a loaded
+/// machine, where it can be late by tens of milliseconds) is no stop and
+/// still counts (`cpu_wait`): so a real stall is not hidden by the load
+/// that comes with it.
 const STOPPED_AFTER: Duration = Duration::from_millis(20);
+
+/// The time the monitor excused as stops of the process, in nanoseconds:
+/// see [`excused_stops`].
+static EXCUSED_STOPS: AtomicU64 = AtomicU64::new(0);
+
+/// For gdex's tests: the time the monitor has excused as stops of the
+/// process (B5) since the process started.
+pub(crate) fn excused_stops() -> Duration {
+    Duration::from_nanos(EXCUSED_STOPS.load(Ordering::Relaxed))
+}
 
 /// How often a runner starting a slice had to wake the monitor (a syscall
 /// on the runner's thread): see [`runner_wakes`].
@@ -445,6 +480,9 @@ impl Monitor {
         // worked since the look before: the monitor watches until
         // WATCH_LINGER of them.
         let mut quiet = WATCH_LINGER;
+        // The monitor's own wait for a CPU, which a late look does not take
+        // for a stop of the process (B5).
+        let cpu_wait = CpuWait::of_this_thread();
         loop {
             {
                 let mut list = self.runners.lock().unpoisoned();
@@ -467,7 +505,10 @@ impl Monitor {
             let workers_busy = runners
                 .iter()
                 .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
-            // How long the monitor means to sleep, from when.
+            // How long the monitor means to sleep, from when; and its wait
+            // for a CPU so far (read first: a wait between the two is then
+            // no stop).
+            let waited_before = cpu_wait.total();
             let asleep_at = Instant::now();
             let mut asked = Duration::ZERO;
             if workers_busy {
@@ -502,14 +543,24 @@ impl Monitor {
             let mut busy = false;
             let mut workers_worked = false;
             let now = Instant::now();
-            // Woken far later than asked: the process was stopped (B5).
-            let stopped = now
+            // Woken far later than asked, not for want of a CPU: the
+            // process was stopped (B5).
+            let late = now
                 .saturating_duration_since(asleep_at)
-                .saturating_sub(asked)
-                .saturating_sub(STOPPED_AFTER);
+                .saturating_sub(asked);
+            let stopped = if late > STOPPED_AFTER {
+                let waited = cpu_wait.total().saturating_sub(waited_before);
+                late.saturating_sub(waited).saturating_sub(STOPPED_AFTER)
+            } else {
+                Duration::ZERO
+            };
+            if !stopped.is_zero() {
+                let nanos = u64::try_from(stopped.as_nanos()).unwrap_or(u64::MAX);
+                EXCUSED_STOPS.fetch_add(nanos, Ordering::Relaxed);
+            }
             for runner in &runners {
                 if !stopped.is_zero() {
-                    runner.excuse(stopped, now);
+                    runner.excuse(stopped, asleep_at, now);
                 }
                 let seen = self.check(runner, now);
                 busy |= seen.working;
@@ -571,7 +622,7 @@ impl Monitor {
             *track = Track {
                 seq,
                 since: Some(now),
-                reported: false,
+                ..Track::default()
             };
             return seen;
         }

@@ -73,6 +73,7 @@ impl Drop for Suspended<'_> {
                 seq,
                 since: Some(now.checked_sub(self.ran).unwrap_or(now)),
                 reported: self.reported,
+                resumed: Some(now),
             };
         }
         // A nested dispatch of this runner ended its own slice (`idle`):
@@ -102,4 +103,61 @@ pub(crate) fn suspend_current() -> Option<Suspended<'static>> {
     // their stack for the nested loop's duration).
     let runner: Option<&'static Runner> = unsafe { runner.as_ref() };
     runner.and_then(Runner::suspend)
+}
+
+#[cfg(all(test, not(gdex_loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::{monitor, Runner};
+    use crate::util::Unpoisoned;
+
+    /// B6 with B5: a job that goes on after a nested loop keeps the time it
+    /// had run before, even when the monitor's next look excuses a stop of
+    /// the process that came before the job went on (the nested loop's job
+    /// spanned it; the outer one went on right after, before that look).
+    /// The stop was no part of the outer job's clock, which restarted after
+    /// it: the excuse shifted the restarted clock by the whole stop all the
+    /// same, to the look itself, and the 80 ms it had run were lost. A
+    /// stop after it went on is still excused.
+    #[test]
+    fn a_job_that_goes_on_after_a_stop_keeps_its_time() {
+        // Not watched (no threshold, no worker): the monitor's thread
+        // never looks at it; this test looks in its place.
+        let runner = Runner::new("a test runner".into(), Duration::ZERO, None);
+        runner.enter_job();
+        let ran = Duration::from_millis(80);
+        // The monitor's look that first saw the job, 80 ms ago.
+        let first_look = Instant::now().checked_sub(ran).unwrap();
+        monitor().check(&runner, first_look);
+        // The monitor goes to sleep, the process is stopped for 400 ms
+        // meanwhile; the nested loop then ends and the job goes on.
+        let asleep_at = Instant::now()
+            .checked_sub(Duration::from_millis(500))
+            .unwrap();
+        let nested = runner.suspend().expect("inside a job");
+        drop(nested);
+        // The monitor's look, late by the stop.
+        let now = Instant::now();
+        runner.excuse(Duration::from_millis(400), asleep_at, now);
+        let since = runner
+            .track
+            .lock()
+            .unpoisoned()
+            .since
+            .expect("a running job");
+        let kept = now.saturating_duration_since(since);
+        assert!(
+            kept >= ran,
+            "the job went on with {kept:?} of the {ran:?} it had run"
+        );
+        // A stop after the job went on is on its clock, and excused: a
+        // look 450 ms after it went on, late by a 400 ms stop.
+        let before = runner.track.lock().unpoisoned().since.unwrap();
+        let later_look = now + Duration::from_millis(450);
+        runner.excuse(Duration::from_millis(400), now, later_look);
+        let since = runner.track.lock().unpoisoned().since.unwrap();
+        assert_eq!(since - before, Duration::from_millis(400));
+        runner.leave_job();
+    }
 }

@@ -19,6 +19,31 @@ pub(super) struct HookTime {
     total: Duration,
     /// Set while the job is inside the hook.
     since: Option<Instant>,
+    /// When the last finished call began and ended.
+    last: Option<(Instant, Instant)>,
+}
+
+impl HookTime {
+    /// The process was stopped for `stopped` within the monitor's sleep from
+    /// `asleep_at` to `now` (B5): whatever of that stop fell inside a hook
+    /// call is the stop's, excused on the job's stall clock already, and no
+    /// longer hook time, or it would be subtracted twice. Every thread was
+    /// stopped, so a call under way at the stop's start went on through it.
+    pub(super) fn excuse(&mut self, stopped: Duration, asleep_at: Instant, now: Instant) {
+        if let Some(since) = self.since {
+            // Inside the hook now: its time so far loses the stop.
+            self.since = Some(since.checked_add(stopped).map_or(now, |s| s.min(now)));
+        } else if let Some((began, ended)) = self.last {
+            if ended > asleep_at {
+                // A call that ended during the sleep (right after the stop,
+                // before this look): its time loses what of it fell in the
+                // sleep, up to the stop.
+                let in_sleep = ended.saturating_duration_since(began.max(asleep_at));
+                self.total = self.total.saturating_sub(stopped.min(in_sleep));
+                self.last = None;
+            }
+        }
+    }
 }
 
 impl Runner {
@@ -63,7 +88,9 @@ impl Drop for InPanicHook<'_> {
     fn drop(&mut self) {
         let mut time = self.0.in_panic_hook.lock().unpoisoned();
         if let Some(since) = time.since.take() {
-            time.total += since.elapsed();
+            let now = Instant::now();
+            time.total += now.saturating_duration_since(since);
+            time.last = Some((since, now));
         }
     }
 }
