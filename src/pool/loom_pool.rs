@@ -73,7 +73,7 @@ use loom::sync::atomic::{
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::parking::{wants_help, Directed, EnterPoll, Parking, Request, Woke};
+use super::parking::{push_asks, Directed, EnterPoll, Parking, Request, Woke};
 
 type Item = usize;
 
@@ -413,6 +413,7 @@ impl World {
             searching: Cell::new(false),
             in_slice: Cell::new(false),
             asked_at: Cell::new(0),
+            asked_repeats: Cell::new(0),
             timer: Cell::new(self.timers[i]),
             foreign: Cell::new(self.foreign[i]),
             in_poll: Cell::new(self.start[i] == Start::Parked),
@@ -517,8 +518,9 @@ struct Core<'w> {
     /// shared queues before the inbox (P10).
     searching: Cell<bool>,
     in_slice: Cell<bool>,
-    /// `Core::asked_at`.
+    /// `Core::asked_at` and `Core::asked_repeats`.
     asked_at: Cell<usize>,
+    asked_repeats: Cell<u32>,
     timer: Cell<Option<Item>>,
     foreign: Cell<bool>,
     /// Marked asleep in its poll (`Core::before_poll`).
@@ -536,8 +538,7 @@ impl Core<'_> {
 
     /// `Core::push`: outside a slice the first item takes the `woken` slot
     /// and the worker un-parks itself; inside one it goes to the deque, and a
-    /// deque that doubled asks for help, once per length reached since it
-    /// was last found empty.
+    /// deque that doubled asks for help (`parking::push_asks`).
     fn push(&self, item: Item) {
         if !self.in_slice.get() && self.woken.get().is_none() {
             self.woken.set(Some(item));
@@ -547,14 +548,8 @@ impl Core<'_> {
         self.local().push(item);
         if self.parking().is_parked(self.i) {
             self.unpark_self();
-        } else {
-            let len = self.local().len();
-            if len <= 1 {
-                self.asked_at.set(0);
-            } else if len != self.asked_at.get() && wants_help(len) {
-                self.asked_at.set(len);
-                self.request_help();
-            }
+        } else if push_asks(self.local().len(), &self.asked_at, &self.asked_repeats) {
+            self.request_help();
         }
     }
 

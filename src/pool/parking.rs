@@ -139,6 +139,54 @@ pub(super) fn wants_help(len: usize) -> bool {
     len >= 2 && len.is_power_of_two()
 }
 
+/// How often a push that leaves the deque at the length its worker last
+/// asked at asks again ([`push_asks`]).
+pub(super) const REASK_EVERY: u32 = 64;
+
+/// Whether a push that left its worker's deque at `len` jobs asks a peer
+/// for help (P6), given the worker's record of its asks: `asked`, the
+/// length at its last ask from a push (0 once a push found the deque
+/// empty), and `repeats`, the pushes that left it at that length since.
+/// Updates both.
+///
+/// [`wants_help`]'s lengths, once each: a deque that stays at a power of
+/// two (jobs that yield, popped and pushed back) would otherwise ask at
+/// every push, and each ask reads a peer's state to find it holding the
+/// request already (busy) or awake (a worker does not park while a peer's
+/// deque holds work). But a push's store and a parking peer's re-check are
+/// not fenced against each other: both may miss the other, and the peer
+/// park beside a deque of two. So the same length asks again every
+/// [`REASK_EVERY`]th push: such a peer waits at most that many pushes.
+/// (Part of the protocol: the loom models ask the same way.)
+#[inline]
+pub(super) fn push_asks(
+    len: usize,
+    asked: &std::cell::Cell<usize>,
+    repeats: &std::cell::Cell<u32>,
+) -> bool {
+    if len <= 1 {
+        // The deque was empty: its next growth asks again.
+        asked.set(0);
+        return false;
+    }
+    if !wants_help(len) {
+        return false;
+    }
+    if len != asked.get() {
+        asked.set(len);
+        repeats.set(0);
+        return true;
+    }
+    let n = repeats.get() + 1;
+    if n == REASK_EVERY {
+        repeats.set(0);
+        true
+    } else {
+        repeats.set(n);
+        false
+    }
+}
+
 /// The outcome of a request for help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -500,6 +548,23 @@ mod tests {
     fn a_deque_asks_for_help_when_it_doubles() {
         let asks: Vec<usize> = (0..=17).filter(|&n| wants_help(n)).collect();
         assert_eq!(asks, [2, 4, 8, 16]);
+    }
+
+    /// P6: pushes that leave a deque at a length it asked at ask again
+    /// only every `REASK_EVERY`th time; a new power of two asks at once,
+    /// and a push that found the deque empty starts over.
+    #[test]
+    fn a_deque_at_the_same_length_asks_every_64th_push() {
+        let (asked, repeats) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let ask = |len| push_asks(len, &asked, &repeats);
+        let asks: Vec<usize> = (0..200).filter(|_| ask(2)).collect();
+        assert_eq!(asks, [0, 64, 128, 192]);
+        assert!(!ask(3));
+        assert!(ask(4), "a new power of two asks at once");
+        assert!(ask(2), "so does one shorter than the last");
+        assert!(!ask(1), "one job asks for no help");
+        assert!(ask(2), "a deque found empty asks again when it grows");
+        assert!(!ask(2));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crossbeam_deque::Steal;
 
-use super::parking::{wants_help, EnterPoll, Request, Woke};
+use super::parking::{push_asks, EnterPoll, Request, Woke};
 use super::PoolShared;
 use crate::current::{Role, Slot};
 use crate::task::Job;
@@ -92,10 +92,12 @@ pub(crate) struct Core {
     /// stays ready cannot keep the batch class from its worker for good.
     urgent_run: Cell<usize>,
     /// The deque's length at this worker's last request for help from a
-    /// push (P6), 0 since a push found it empty: a deque that stays at a
-    /// power of two (jobs that yield, popped and pushed back) asks once,
-    /// not at every push.
+    /// push (P6), 0 since a push found it empty, and the pushes that left
+    /// it at that length since: a deque that stays at a power of two (jobs
+    /// that yield, popped and pushed back) asks once, then every
+    /// `REASK_EVERY`th push, not at every push (`parking::push_asks`).
     asked_at: Cell<usize>,
+    asked_repeats: Cell<u32>,
     /// The first job this worker's own thread queued outside a slice since
     /// the last one: a task woken by its context's other sources (a timer
     /// fired, a GIO call completed). It runs first in the next slice, so a
@@ -280,7 +282,7 @@ impl Core {
 
     /// A job spawned or woken on this worker goes to the back of its deque
     /// (P3), and a peer is asked to help when the deque doubles (P6, see
-    /// [`wants_help`]). The first job woken by the worker's other sources
+    /// [`push_asks`]). The first job woken by the worker's other sources
     /// outside a slice takes the `woken` slot instead.
     #[inline]
     fn push(&self, job: Job) {
@@ -304,19 +306,10 @@ impl Core {
         self.local.push(job);
         if self.shared.parking.is_parked(self.index) {
             self.unpark_self();
-        } else if !self.shared.thread_per_core {
-            let len = self.local.len();
-            if len <= 1 {
-                // The deque was empty: its next growth asks again.
-                self.asked_at.set(0);
-            } else if len != self.asked_at.get() && wants_help(len) {
-                // Once per power of two reached: a peer asked at this length
-                // before either holds the request still (busy) or is awake
-                // (a worker does not park while a peer's deque holds work:
-                // `sees_work`), so asking again would only read its state.
-                self.asked_at.set(len);
-                self.request_help();
-            }
+        } else if !self.shared.thread_per_core
+            && push_asks(self.local.len(), &self.asked_at, &self.asked_repeats)
+        {
+            self.request_help();
         }
     }
 

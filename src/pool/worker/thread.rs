@@ -38,6 +38,7 @@ pub(crate) fn run(shared: Arc<PoolShared>, index: usize, local: crossbeam_deque:
             in_slice: Cell::new(false),
             urgent_run: Cell::new(0),
             asked_at: Cell::new(0),
+            asked_repeats: Cell::new(0),
             woken: Default::default(),
             slice_ticks: crate::util::clock::ticks(SLICE_TIME),
             fiber_spin_ticks: crate::util::clock::ticks(super::FIBER_SPIN),
