@@ -362,9 +362,9 @@ fn a_stopped_process_is_no_stall() {
 /// cores, 2 of 10 polls of 140 ms under a 100 ms threshold went
 /// unreported). Here the monitor is made to wait for its CPU every time:
 /// it runs at `SCHED_IDLE` on one CPU beside two busy threads, while the
-/// stuck job spins on another CPU until it is reported. The monitor's wait
-/// for a CPU (the kernel's `run_delay`) grows by far more than 20 ms; none
-/// of it is excused, and the stall is reported. (Run in a child process:
+/// stuck job spins on another CPU until it is reported and the monitor's
+/// wait for a CPU (the kernel's `run_delay`) has grown by 150 ms, far more
+/// than 20 ms a look; none of it is excused, and the stall is reported. (Run in a child process:
 /// the monitor's policy cannot be set back without privileges.)
 #[test]
 fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
@@ -431,9 +431,14 @@ fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
             .spawn_named("spins-beside-a-waiting-monitor", async move {
                 cpus::pin(0, job_cpu);
                 let start = std::time::Instant::now();
-                // Deliberate: the stall under test, until it is reported (or
-                // for 5 s: then unreported).
-                while warnings_naming("spins-beside-a-waiting-monitor").is_empty()
+                // Deliberate: the stall under test, until it is reported and
+                // the monitor has waited for its CPU long enough for the
+                // test's premise (or for 5 s: then unreported, or not kept
+                // waiting).
+                let kept_waiting =
+                    || cpus::run_delay(monitor) - waited_before > Duration::from_millis(150);
+                while (warnings_naming("spins-beside-a-waiting-monitor").is_empty()
+                    || !kept_waiting())
                     && start.elapsed() < Duration::from_secs(5)
                 {
                     spin(Duration::from_millis(1));
@@ -449,7 +454,7 @@ fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
         }
         eprintln!("spun {spun:?}; the monitor waited {waited:?} for a CPU; excused {excused:?}");
         assert!(
-            waited > Duration::from_millis(100),
+            waited > Duration::from_millis(150),
             "the monitor was not kept waiting ({waited:?}): the test's premise failed"
         );
         assert!(
