@@ -266,21 +266,7 @@ fn the_hand_over_is_not_absorbed_by_a_worker_busy_outside_its_slice() {
 fn an_outside_spawn_does_not_wait_behind_a_glib_callback_on_a_parked_worker() {
     common::watchdog("outside_spawn_glib_callback", 120, || {
         let (worst, metrics) = worst_wait_behind_a_foreign_source(|context| {
-            let (entered_tx, entered) = mpsc::channel::<()>();
-            let (left_tx, left) = mpsc::channel::<()>();
-            let source = glib::timeout_source_new(
-                Duration::from_millis(1),
-                None,
-                glib::Priority::DEFAULT,
-                move || {
-                    entered_tx.send(()).unwrap();
-                    std::thread::sleep(Duration::from_millis(600));
-                    left_tx.send(()).unwrap();
-                    glib::ControlFlow::Break
-                },
-            );
-            source.attach(Some(context));
-            entered.recv().unwrap();
+            let left = common::busy_in_a_callback(context, Duration::from_millis(600));
             Box::new(move || left.recv().unwrap())
         });
         assert!(

@@ -295,11 +295,7 @@ fn a_deque_that_stays_at_a_power_of_two_asks_seldom() {
         || {
             // No stall report for the deliberate long poll (the hand-over to
             // peers works with the watchdog off too).
-            let pool = gdex::ThreadPool::builder()
-                .workers(2)
-                .stall_threshold(Duration::ZERO)
-                .build()
-                .unwrap();
+            let pool = common::quiet_pool(2);
             let s = pool.scheduler();
             let (busy_tx, busy) = std::sync::mpsc::channel::<String>();
             let stop = Arc::new(AtomicBool::new(false));
@@ -368,11 +364,7 @@ fn a_deque_that_stays_at_a_power_of_two_asks_seldom() {
 #[test]
 fn a_deque_refilled_after_a_drain_asks_again() {
     common::watchdog("a_deque_refilled_after_a_drain_asks_again", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         let mut homes = Vec::new();
         for round in 0..common::stress(10).max(4) {
@@ -417,11 +409,7 @@ fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
     common::watchdog("a_peer_busy_in_a_callback_takes_the_work", 60, || {
         // No report of the deliberate callback (the hand-over works with the
         // watchdog off too).
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(Duration::ZERO)
-            .build()
-            .unwrap();
+        let pool = common::quiet_pool(2);
         let s = pool.scheduler();
         // One worker's context, from a task pinned there.
         let (busy, busy_context) = gdex::block_on(pool.spawn_pinned(|| async {
@@ -433,20 +421,8 @@ fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
         .unwrap();
         wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
         let before = pool.metrics();
-        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
-        glib::timeout_source_new(
-            Duration::from_millis(1),
-            None,
-            glib::Priority::DEFAULT,
-            move || {
-                entered_tx.send(()).unwrap();
-                // Deliberate: the peer busy in another source.
-                std::thread::sleep(Duration::from_millis(100));
-                glib::ControlFlow::Break
-            },
-        )
-        .attach(Some(&busy_context));
-        entered.recv().unwrap();
+        // The peer busy in another source.
+        let _left = common::busy_in_a_callback(&busy_context, Duration::from_millis(100));
         let on_busy = Arc::new(AtomicBool::new(false));
         let (s2, busy2, on_busy2) = (s.clone(), busy.clone(), on_busy.clone());
         // From outside: the free worker takes it (the busy one sleeps in no

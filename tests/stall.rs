@@ -35,6 +35,36 @@ fn warnings_naming(text: &str) -> Vec<String> {
 
 use common::{serial, spin};
 
+/// A pool of `workers` whose stall watchdog reports a poll longer than
+/// `threshold_ms`.
+fn watched_pool(workers: usize, threshold_ms: u64) -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(workers)
+        .stall_threshold(Duration::from_millis(threshold_ms))
+        .build()
+        .unwrap()
+}
+
+/// Runs this binary's test `name` alone in a child process, with `env`
+/// added (the test's own variable among them tells the child to run the
+/// case rather than spawn it), and fails unless the child's run passed.
+/// For a case that sets process-wide state (the panic hook, a thread's
+/// scheduling policy) or stops the process.
+fn child_run_passes(name: &str, env: &[(&str, &str)]) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .envs(env.iter().copied())
+        .output()
+        .expect("run this test binary as a child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{env:?}: the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}
+
 /// A task that spins 300 ms produces exactly one warning, naming it and its
 /// worker; a task queued behind it on the same worker is taken by the peer
 /// meanwhile.
@@ -43,11 +73,7 @@ fn a_stuck_task_is_reported_once_by_name_and_its_queue_moves() {
     let _serial = serial();
     warnings();
     common::watchdog("a_stuck_task_is_reported_once", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        let pool = watched_pool(2, 100);
         // Both workers asleep first, so that nothing but the watchdog wakes
         // the peer.
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parks > 0));
@@ -91,11 +117,7 @@ fn declared_blocking_and_a_disabled_watchdog_are_quiet() {
     let _serial = serial();
     warnings();
     common::watchdog("declared_blocking_is_quiet", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::from_millis(50))
-            .build()
-            .unwrap();
+        let pool = watched_pool(1, 50);
         let t = pool.scheduler().spawn_named("declared-blocker", async {
             // Deliberate: the declared blocking call under test, with a
             // short declaration nested in it first: the outer one still
@@ -182,20 +204,14 @@ fn a_panic_with_a_backtrace_is_not_a_stall() {
         // A child that hangs fails the parent by the watchdog.
         common::watchdog(name, 120, || {
             for (case, ms) in CASES {
-                let out = std::process::Command::new(std::env::current_exe().unwrap())
-                    .args([name, "--exact", "--test-threads=1"])
-                    .env(CHILD, case)
-                    .env("RUST_BACKTRACE", "1")
-                    .env("GDEX_STALL_MS", ms.to_string())
-                    .output()
-                    .expect("run this test binary as a child");
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                assert!(
-                    out.status.success() && stdout.contains("1 passed"),
-                    "case {case}: the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n\
-                 {stderr}",
-                    out.status
+                let ms = ms.to_string();
+                child_run_passes(
+                    name,
+                    &[
+                        (CHILD, case),
+                        ("RUST_BACKTRACE", "1"),
+                        ("GDEX_STALL_MS", &ms),
+                    ],
                 );
             }
         });
@@ -270,11 +286,7 @@ fn fibers_that_yield_every_10ms_are_no_stall() {
     let _serial = serial();
     warnings();
     common::watchdog("fibers_yielding_no_stall", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::from_millis(50))
-            .build()
-            .unwrap();
+        let pool = watched_pool(1, 50);
         let stop = Arc::new(AtomicBool::new(false));
         let fibers: Vec<_> = (0..2)
             .map(|_| {
@@ -313,11 +325,7 @@ fn a_stopped_process_is_no_stall() {
     let _serial = serial();
     warnings();
     common::watchdog("a_stopped_process_is_no_stall", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::from_millis(200))
-            .build()
-            .unwrap();
+        let pool = watched_pool(1, 200);
         let pid = std::process::id();
         let excused_before = gdex::__stall_monitor_excused_stops();
         let t = pool
@@ -373,20 +381,7 @@ fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
     if std::env::var_os(CHILD).is_none() {
         let _serial = serial();
         // A child that hangs fails the parent by the watchdog.
-        common::watchdog(name, 60, || {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1", "--nocapture"])
-                .env(CHILD, "1")
-                .output()
-                .expect("run this test binary as a child");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.success() && stdout.contains("1 passed"),
-                "the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-                out.status
-            );
-        });
+        common::watchdog(name, 60, || child_run_passes(name, &[(CHILD, "1")]));
         return;
     }
     let cpus = cpus::allowed();
@@ -397,11 +392,7 @@ fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
     let (monitor_cpu, job_cpu) = (cpus[0], cpus[1]);
     warnings();
     common::watchdog(name, 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        let pool = watched_pool(1, 100);
         // The monitor starts with the first watched runner; its thread
         // names itself once it runs.
         let monitor = loop {
@@ -551,20 +542,7 @@ fn a_stop_inside_the_panic_hook_is_excused_once() {
     if std::env::var_os(CHILD).is_none() {
         let _serial = serial();
         // A child that hangs fails the parent by the watchdog.
-        common::watchdog(name, 60, || {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1"])
-                .env(CHILD, "1")
-                .output()
-                .expect("run this test binary as a child");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.success() && stdout.contains("1 passed"),
-                "the child run failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-                out.status
-            );
-        });
+        common::watchdog(name, 60, || child_run_passes(name, &[(CHILD, "1")]));
         return;
     }
     let pid = std::process::id();
@@ -587,11 +565,7 @@ fn a_stop_inside_the_panic_hook_is_excused_once() {
     }));
     warnings();
     common::watchdog(name, 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .stall_threshold(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        let pool = watched_pool(1, 100);
         let after_the_hook = |name: &str, spun: u64| {
             let t = pool.scheduler().spawn_named(name, async move {
                 let caught = std::panic::catch_unwind(|| panic!("stop in the hook"));
@@ -785,11 +759,7 @@ fn a_worker_that_does_not_act_on_a_wake_up_is_reported() {
     let _serial = serial();
     warnings();
     common::watchdog("unwoken_worker_is_reported", 60, || {
-        let pool = gdex::ThreadPool::builder()
-            .workers(2)
-            .stall_threshold(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        let pool = watched_pool(2, 100);
         // A pinned task on each worker (they go round-robin), each waiting
         // to be woken, and telling its worker and context.
         let mut pinned = Vec::new();
@@ -808,20 +778,8 @@ fn a_worker_that_does_not_act_on_a_wake_up_is_reported() {
         let (busy_go, busy_task, busy_context) = pinned.remove(0);
         let (idle_go, idle_task, _) = pinned.remove(0);
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
-        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
-        glib::timeout_source_new(
-            Duration::from_millis(1),
-            None,
-            glib::Priority::DEFAULT,
-            move || {
-                entered_tx.send(()).unwrap();
-                // Deliberate: the busy callback under test.
-                std::thread::sleep(Duration::from_millis(600));
-                glib::ControlFlow::Break
-            },
-        )
-        .attach(Some(&busy_context));
-        entered.recv().unwrap();
+        // The busy callback under test.
+        let _left = common::busy_in_a_callback(&busy_context, Duration::from_millis(600));
         busy_go.send(()).unwrap();
         let busy_worker = gdex::block_on(busy_task).unwrap();
         idle_go.send(()).unwrap();

@@ -374,6 +374,33 @@ impl Drop for Xvfb {
     }
 }
 
+/// Keeps `context`'s thread busy for `busy` in a GLib callback (a 1 ms
+/// timeout source whose callback sleeps): a worker busy outside its run
+/// slice (P10). Returns once the callback has begun; the receiver hears
+/// when it returns.
+pub fn busy_in_a_callback(
+    context: &glib::MainContext,
+    busy: Duration,
+) -> std::sync::mpsc::Receiver<()> {
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (left_tx, left) = std::sync::mpsc::channel::<()>();
+    glib::timeout_source_new(
+        Duration::from_millis(1),
+        None,
+        glib::Priority::DEFAULT,
+        move || {
+            entered_tx.send(()).unwrap();
+            // Deliberate: the busy callback the caller asked for.
+            std::thread::sleep(busy);
+            let _ = left_tx.send(());
+            glib::ControlFlow::Break
+        },
+    )
+    .attach(Some(context));
+    entered.recv().unwrap();
+    left
+}
+
 /// A timer on `context` counting its ticks, one a millisecond while the
 /// loop runs: how often the owner's loop got a turn. Destroy the source
 /// when done.
