@@ -482,7 +482,7 @@ impl Monitor {
         let mut quiet = WATCH_LINGER;
         // The monitor's own wait for a CPU, which a late look does not take
         // for a stop of the process (B5).
-        let cpu_wait = CpuWait::of_this_thread();
+        let mut cpu_wait = CpuWait::of_this_thread();
         loop {
             {
                 let mut list = self.runners.lock().unpoisoned();
@@ -505,10 +505,9 @@ impl Monitor {
             let workers_busy = runners
                 .iter()
                 .any(|r| r.hands_over && r.active.load(Ordering::Relaxed));
-            // How long the monitor means to sleep, from when; and its wait
-            // for a CPU so far (read first: a wait between the two is then
-            // no stop).
-            let waited_before = cpu_wait.total();
+            // Its wait for a CPU so far (first: a wait between the two is
+            // then no stop); how long it means to sleep, from when.
+            cpu_wait.before_sleep();
             let asleep_at = Instant::now();
             let mut asked = Duration::ZERO;
             if workers_busy {
@@ -549,7 +548,7 @@ impl Monitor {
                 .saturating_duration_since(asleep_at)
                 .saturating_sub(asked);
             let stopped = if late > STOPPED_AFTER {
-                let waited = cpu_wait.total().saturating_sub(waited_before);
+                let waited = cpu_wait.since_reading(now);
                 late.saturating_sub(waited).saturating_sub(STOPPED_AFTER)
             } else {
                 Duration::ZERO
