@@ -1843,6 +1843,14 @@ fn a_worker_in_blocking_does_not_hold_the_reads_queued_on_its_ring() {
             let pool = pool(2);
             let scheduler = pool.scheduler();
             for attempt in 0..50 {
+                // Both workers asleep first: B wakes one; R, pushed behind
+                // B on its deque, asks nobody (one job), and B's yield asks
+                // the sleeping peer, whose wake-up takes far longer than
+                // B's worker takes to poll R next. (A peer still awake from
+                // the attempt before may steal R first: all 50 attempts
+                // missed once, in a full run beside the binary's other
+                // tests.)
+                wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
                 let scheduler2 = scheduler.clone();
                 let file = file.clone();
                 let task = scheduler.spawn(async move {
