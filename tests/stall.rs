@@ -65,6 +65,19 @@ fn child_run_passes(name: &str, env: &[(&str, &str)]) {
     );
 }
 
+/// In the parent (`child`, the test's own variable, unset): runs test
+/// `name` in a child with `child` set, one at a time and under a watchdog
+/// (a child that hangs fails the parent), and returns true. In the child:
+/// false, and the caller runs the case.
+fn ran_in_a_child(name: &str, child: &str) -> bool {
+    if std::env::var_os(child).is_some() {
+        return false;
+    }
+    let _serial = serial();
+    common::watchdog(name, 60, || child_run_passes(name, &[(child, "1")]));
+    true
+}
+
 /// A task that spins 300 ms produces exactly one warning, naming it and its
 /// worker; a task queued behind it on the same worker is taken by the peer
 /// meanwhile.
@@ -372,16 +385,13 @@ fn a_stopped_process_is_no_stall() {
 /// it runs at `SCHED_IDLE` on one CPU beside two busy threads, while the
 /// stuck job spins on another CPU until it is reported and the monitor's
 /// wait for a CPU (the kernel's `run_delay`) has grown by 150 ms, far more
-/// than 20 ms a look; none of it is excused, and the stall is reported. (Run in a child process:
-/// the monitor's policy cannot be set back without privileges.)
+/// than 20 ms a look; none of it is excused, and the stall is reported.
+/// (Run in a child process: the monitor's policy cannot be set back
+/// without privileges.)
 #[test]
 fn a_monitor_kept_waiting_for_a_cpu_excuses_nothing() {
-    const CHILD: &str = "GDEX_TEST_MONITOR_WAITS_CHILD";
     let name = "a_monitor_kept_waiting_for_a_cpu_excuses_nothing";
-    if std::env::var_os(CHILD).is_none() {
-        let _serial = serial();
-        // A child that hangs fails the parent by the watchdog.
-        common::watchdog(name, 60, || child_run_passes(name, &[(CHILD, "1")]));
+    if ran_in_a_child(name, "GDEX_TEST_MONITOR_WAITS_CHILD") {
         return;
     }
     let cpus = cpus::allowed();
@@ -537,12 +547,8 @@ mod cpus {
 /// `a_panic_with_a_backtrace_is_not_a_stall`.
 #[test]
 fn a_stop_inside_the_panic_hook_is_excused_once() {
-    const CHILD: &str = "GDEX_TEST_STOP_IN_HOOK_CHILD";
     let name = "a_stop_inside_the_panic_hook_is_excused_once";
-    if std::env::var_os(CHILD).is_none() {
-        let _serial = serial();
-        // A child that hangs fails the parent by the watchdog.
-        common::watchdog(name, 60, || child_run_passes(name, &[(CHILD, "1")]));
+    if ran_in_a_child(name, "GDEX_TEST_STOP_IN_HOOK_CHILD") {
         return;
     }
     let pid = std::process::id();

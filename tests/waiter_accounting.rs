@@ -91,33 +91,22 @@ fn a_channel_s_waiters_lose_no_item_and_no_wake_up() {
         let mut closed = false;
         for _step in 0..120 {
             match rng.below(10) {
-                0 | 1 => {
-                    let f = Fut::Send(Box::pin(tx.send(next)));
-                    next += 1;
-                    slots.push(Slot {
-                        fut: f,
-                        count: Arc::new(Count(AtomicUsize::new(0))),
-                        seen: 0,
-                    });
-                    let i = slots.len() - 1;
-                    log.push(format!("new send {i}"));
-                    if poll(&mut slots[i], &mut sent, &mut received, &mut log) {
-                        slots.remove(i);
-                    }
-                }
-                2 | 3 => {
-                    let f = if rng.below(3) == 0 {
-                        Fut::All(Box::pin(rx.recv_all()))
+                step @ 0..=3 => {
+                    let (fut, what) = if step < 2 {
+                        next += 1;
+                        (Fut::Send(Box::pin(tx.send(next - 1))), "send")
+                    } else if rng.below(3) == 0 {
+                        (Fut::All(Box::pin(rx.recv_all())), "recv")
                     } else {
-                        Fut::Recv(Box::pin(rx.recv()))
+                        (Fut::Recv(Box::pin(rx.recv())), "recv")
                     };
                     slots.push(Slot {
-                        fut: f,
+                        fut,
                         count: Arc::new(Count(AtomicUsize::new(0))),
                         seen: 0,
                     });
                     let i = slots.len() - 1;
-                    log.push(format!("new recv {i}"));
+                    log.push(format!("new {what} {i}"));
                     if poll(&mut slots[i], &mut sent, &mut received, &mut log) {
                         slots.remove(i);
                     }
