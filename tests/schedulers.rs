@@ -343,6 +343,51 @@ fn redraw_priority_sources_run_while_main_tasks_flood() {
     });
 }
 
+/// S11: a context scheduler's `Send` and `!Send` queues take turns across
+/// dispatches, not only within one. A poll that outlasts a dispatch's 4 ms
+/// ends the dispatch after one job; if every dispatch began with the
+/// `!Send` queue, a `!Send` task that yields after each long poll would run
+/// alone until it ended, its `Send` neighbour never let in (and the other
+/// way round).
+#[test]
+fn send_and_local_queues_take_turns_when_each_poll_fills_a_dispatch() {
+    use std::sync::atomic::AtomicBool;
+    /// Spawns the neighbour, then polls `POLLS` times for 5 ms each,
+    /// yielding between: whether the neighbour ran before the end.
+    async fn long_polls(spawn_neighbour: impl FnOnce(Arc<AtomicBool>)) -> bool {
+        const POLLS: usize = 4;
+        let ran = Arc::new(AtomicBool::new(false));
+        spawn_neighbour(ran.clone());
+        for _ in 0..POLLS {
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(5) {}
+            gdex::yield_now().await;
+        }
+        ran.load(Ordering::SeqCst)
+    }
+    common::watchdog("queues_take_turns", 60, || {
+        common::on_own_context(|_| {
+            let here = || gdex::Scheduler::thread_default().expect("a context scheduler");
+            let local_loop = here().spawn_local(long_polls(move |ran| {
+                here()
+                    .spawn(async move { ran.store(true, Ordering::SeqCst) })
+                    .detach()
+            }));
+            assert!(
+                gdex::block_on(local_loop).unwrap(),
+                "a Send task waited for a !Send task's long polls to end"
+            );
+            let send_loop = here().spawn(long_polls(move |ran| {
+                gdex::spawn_local(async move { ran.store(true, Ordering::SeqCst) }).detach()
+            }));
+            assert!(
+                gdex::block_on(send_loop).unwrap(),
+                "a !Send task waited for a Send task's long polls to end"
+            );
+        })
+    });
+}
+
 /// S1: a `!Send` task runs only on its owner thread. Another thread that
 /// iterates the context meanwhile leaves it queued (it used to poll it there,
 /// and async-task aborted the process); the owner runs it when it iterates
