@@ -364,6 +364,47 @@ fn a_batch_interval_shortened_while_the_feed_sleeps_wakes_it() {
     );
 }
 
+/// The batch interval is a gdex timer's, so it keeps the time of the
+/// `TestClock` that drives the feed's context: while the clock is paused,
+/// real time passing does not let a held-back batch go (it used to: the
+/// interval was counted on `Instant::now`, and the next wake-up of the
+/// feed found it over), and advancing the clock by the interval does
+/// (L1, T1).
+#[test]
+fn the_batch_interval_keeps_a_test_clocks_time() {
+    watchdog("the_batch_interval_keeps_a_test_clocks_time", 60, || {
+        on_own_context(|context| {
+            let clock = gdex::TestClock::paused();
+            let _driven = clock.attach(context);
+            let (tx, rx) = gdex::channel::<u64>(16);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            let interval = Duration::from_millis(100);
+            model.set_batch_interval(interval);
+            put(&tx, 0);
+            pump_polling(context, || model.n_items() == 1);
+            put(&tx, 1);
+            // Twice the interval in real time, none on the clock; then a
+            // new item wakes the feed.
+            pump_for(context, 2 * interval, || false);
+            put(&tx, 2);
+            pump_for(context, Duration::from_millis(50), || false);
+            assert_eq!(
+                model.n_items(),
+                1,
+                "a batch went when real time, not the paused clock, passed its interval"
+            );
+            clock.advance(interval);
+            assert!(
+                pump_for(context, Duration::from_secs(2), || model.n_items() == 3),
+                "the batch did not go when the clock passed its interval"
+            );
+            drop(tx);
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 3);
+        });
+    });
+}
+
 /// Streams that alternate ready items, yields, short sleeps, spurious
 /// wake-ups and bursts, while an `items-changed` handler changes the
 /// interval and the budget (zero included) and sometimes runs a nested

@@ -304,7 +304,9 @@ impl ListModel {
     /// A new interval applies to the next batch (counted from the last),
     /// also when set from an `items-changed` handler or while items wait.
     /// An interval longer than a year counts as a year: as good as never,
-    /// the items then go when the stream ends or 4,096 of them wait.
+    /// the items then go when the stream ends or 4,096 of them wait. The
+    /// interval is timed as [`gdex::sleep`](crate::sleep) is: on a context
+    /// a [`TestClock`](crate::TestClock) drives, on that clock.
     pub fn set_batch_interval(&self, interval: Duration) {
         self.imp().interval.set(Some(interval));
         // A feed asleep on the old interval, with items waiting, counts the
@@ -508,10 +510,12 @@ async fn feed<T>(
             }
             // The stream has ended, a batch's worth waits, or nothing
             // holds the next batch back: it goes now.
+            // The interval is a timer's: on the clock of the context the
+            // feed's timer waits on (a `TestClock`'s, if one drives it),
+            // as `last` is. (The budget is the frame's: real time.)
             let due = last.map(|last| last + interval);
-            let due_now = ended
-                || pending.len() >= MAX_PENDING
-                || due.is_none_or(|due| Instant::now() >= due);
+            let due_now =
+                ended || pending.len() >= MAX_PENDING || due.is_none_or(|due| crate::now() >= due);
             if left_ready {
                 // Out of time: back after a turn of the loop. A batch that
                 // is due then goes first, with the whole budget, before the
@@ -530,7 +534,10 @@ async fn feed<T>(
                 return Poll::Ready(Next::Batch);
             };
             if timer.as_ref().is_none_or(|(at, _)| *at != due) {
-                timer = Some((due, crate::sleep(due - Instant::now())));
+                timer = Some((
+                    due,
+                    crate::sleep(due.saturating_duration_since(crate::now())),
+                ));
             }
             let (_, sleep) = timer.as_mut().expect("made above");
             if Pin::new(sleep).poll(cx).is_ready() {
@@ -616,7 +623,7 @@ async fn feed<T>(
         // Items left behind (out of time, or beyond the batch's size) go
         // after a turn of the owner's loop; otherwise the next batch waits
         // for the interval.
-        last = pending.is_empty().then(Instant::now);
+        last = pending.is_empty().then(crate::now);
         if !pending.is_empty() || start.elapsed() >= budget {
             // A backlog, or out of time (this batch, or the time since the
             // last suspension, and the `items-changed` handlers): let the
