@@ -462,6 +462,45 @@ fn a_clock_attached_or_let_go_between_batches_holds_the_next_one_interval() {
     });
 }
 
+/// A batch that goes before its interval timer fires (the interval was
+/// shortened, the stream ended, a backlog filled) takes the timer with it:
+/// no waiter is left in a `TestClock`'s book, where auto-advance would
+/// jump the clock to a deadline nobody waits for (nor a `GSource` on the
+/// context, whose poll would wake for it) (L1, T1).
+#[test]
+fn a_batch_that_goes_before_its_timer_leaves_no_timer() {
+    watchdog("a_batch_before_its_timer", 60, || {
+        on_own_context(|context| {
+            let clock = gdex::TestClock::paused();
+            let _driven = clock.attach(context);
+            let (tx, rx) = gdex::channel::<u64>(16);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            model.set_batch_interval(Duration::from_secs(3600));
+            put(&tx, 0);
+            pump_polling(context, || model.n_items() == 1);
+            put(&tx, 1);
+            pump_polling(context, || clock.pending_timers() == 1);
+            model.set_batch_interval(Duration::ZERO);
+            pump_polling(context, || model.n_items() == 2);
+            assert_eq!(
+                clock.pending_timers(),
+                0,
+                "the batch went, and its timer still waits on the clock"
+            );
+            clock.set_auto_advance(true);
+            pump_for(context, Duration::from_millis(100), || false);
+            assert_eq!(
+                clock.elapsed(),
+                Duration::ZERO,
+                "auto-advance moved the clock though nothing waits"
+            );
+            drop(tx);
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 2);
+        });
+    });
+}
+
 /// Streams that alternate ready items, yields, short sleeps, spurious
 /// wake-ups and bursts, while an `items-changed` handler changes the
 /// interval and the budget (zero included) and sometimes runs a nested

@@ -629,6 +629,12 @@ async fn feed<T>(
         // after a turn of the owner's loop; otherwise the next batch waits
         // for the interval.
         last = pending.is_empty().then(crate::now);
+        // The timer was for this batch, which may have gone before it
+        // fired (the interval shortened, the stream ended, a backlog
+        // full): it goes too, leaving no wake-up on the context and no
+        // waiter in a test clock's book, whose auto-advance would jump to
+        // it.
+        timer = None;
         if !pending.is_empty() || start.elapsed() >= budget {
             // A backlog, or out of time (this batch, or the time since the
             // last suspension, and the `items-changed` handlers): let the
