@@ -405,6 +405,102 @@ fn the_batch_interval_keeps_a_test_clocks_time() {
     });
 }
 
+/// A clock attached to the feed's context after a batch went on real time
+/// (or let go of it after a batch went on the clock's time) puts that
+/// batch's time on another scale than the next reading: the next batch
+/// still waits one interval on the clock the feed now runs on, not the
+/// two clocks' difference too. (It waited the difference: a clock paused
+/// 200 ms behind real time held the batch until advanced by 200 ms more
+/// than the interval, and a clock advanced by an hour and let go of held
+/// it for an hour of real time.) (L1, T1)
+#[test]
+fn a_clock_attached_or_let_go_between_batches_holds_the_next_one_interval() {
+    watchdog("a_clock_attached_or_let_go_between_batches", 60, || {
+        let interval = Duration::from_millis(100);
+        // Attached after a batch: the clock reads 200 ms earlier.
+        on_own_context(|context| {
+            let clock = gdex::TestClock::paused();
+            let (tx, rx) = gdex::channel::<u64>(16);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            model.set_batch_interval(interval);
+            pump_for(context, Duration::from_millis(200), || false);
+            put(&tx, 0);
+            pump_polling(context, || model.n_items() == 1);
+            let _driven = clock.attach(context);
+            put(&tx, 1);
+            pump_for(context, Duration::from_millis(50), || false);
+            assert_eq!(model.n_items(), 1, "the batch waits for the clock");
+            clock.advance(interval);
+            assert!(
+                pump_for(context, Duration::from_secs(2), || model.n_items() == 2),
+                "a batch after the clock was attached waited longer than the interval"
+            );
+            drop(tx);
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 2);
+        });
+        // Let go of after a batch on a clock an hour ahead of real time.
+        on_own_context(|context| {
+            let clock = gdex::TestClock::paused();
+            let driven = clock.attach(context);
+            clock.advance(Duration::from_secs(3600));
+            let (tx, rx) = gdex::channel::<u64>(16);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            model.set_batch_interval(interval);
+            put(&tx, 0);
+            pump_polling(context, || model.n_items() == 1);
+            drop(driven);
+            put(&tx, 1);
+            assert!(
+                pump_for(context, Duration::from_secs(5), || model.n_items() == 2),
+                "a batch after the clock was let go of waited for the clock's lead"
+            );
+            drop(tx);
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 2);
+        });
+    });
+}
+
+/// A batch that goes before its interval timer fires (the interval was
+/// shortened, the stream ended, a backlog filled) takes the timer with it:
+/// no waiter is left in a `TestClock`'s book, where auto-advance would
+/// jump the clock to a deadline nobody waits for (nor a `GSource` on the
+/// context, whose poll would wake for it) (L1, T1).
+#[test]
+fn a_batch_that_goes_before_its_timer_leaves_no_timer() {
+    watchdog("a_batch_before_its_timer", 60, || {
+        on_own_context(|context| {
+            let clock = gdex::TestClock::paused();
+            let _driven = clock.attach(context);
+            let (tx, rx) = gdex::channel::<u64>(16);
+            let model = ListModel::from_receiver(ty(), rx, boxed);
+            model.set_batch_interval(Duration::from_secs(3600));
+            put(&tx, 0);
+            pump_polling(context, || model.n_items() == 1);
+            put(&tx, 1);
+            pump_polling(context, || clock.pending_timers() == 1);
+            model.set_batch_interval(Duration::ZERO);
+            pump_polling(context, || model.n_items() == 2);
+            assert_eq!(
+                clock.pending_timers(),
+                0,
+                "the batch went, and its timer still waits on the clock"
+            );
+            clock.set_auto_advance(true);
+            pump_for(context, Duration::from_millis(100), || false);
+            assert_eq!(
+                clock.elapsed(),
+                Duration::ZERO,
+                "auto-advance moved the clock though nothing waits"
+            );
+            drop(tx);
+            pump_polling(context, || model.is_complete());
+            assert_in_order(&model, 2);
+        });
+    });
+}
+
 /// Streams that alternate ready items, yields, short sleeps, spurious
 /// wake-ups and bursts, while an `items-changed` handler changes the
 /// interval and the budget (zero included) and sometimes runs a nested

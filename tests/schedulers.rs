@@ -388,6 +388,86 @@ fn send_and_local_queues_take_turns_when_each_poll_fills_a_dispatch() {
     });
 }
 
+/// S11 with two threads that iterate one context in turn, each with a
+/// `!Send` task of its own beside a `Send` task, every poll filling a
+/// dispatch: on each thread, its `!Send` queue and the shared queue take
+/// turns. (With one turn for the whole context, carried from one thread's
+/// dispatch to the other's, one thread always began with its `!Send`
+/// queue and the other always with the shared one: the second thread's
+/// `!Send` task waited for all of the `Send` task's polls.)
+#[test]
+fn each_threads_local_queue_takes_turns_with_the_shared_queue() {
+    use std::sync::{mpsc, Mutex};
+    const POLLS: usize = 4;
+    /// `POLLS` polls of 5 ms each (more than a dispatch's 4 ms), yielding
+    /// between; each poll's start is logged under `name`.
+    async fn long_polls(name: &'static str, log: Arc<Mutex<Vec<&'static str>>>) {
+        for _ in 0..POLLS {
+            log.lock().unwrap().push(name);
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(5) {}
+            gdex::yield_now().await;
+        }
+        log.lock().unwrap().push(name);
+    }
+    common::watchdog("each_threads_local_queue_takes_turns", 60, || {
+        let context = glib::MainContext::new();
+        let scheduler = gdex::Scheduler::for_context(&context);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        // Each thread spawns its `!Send` task while it holds the context,
+        // then iterates the context once each time it is given the turn.
+        let mut threads = Vec::new();
+        for name in ["a", "b"] {
+            let (give, take) = mpsc::channel::<()>();
+            let (done, is_done) = mpsc::channel::<()>();
+            let (context, scheduler, log) = (context.clone(), scheduler.clone(), log.clone());
+            let thread = std::thread::spawn(move || {
+                {
+                    let _held = context.acquire().expect("the context is free");
+                    scheduler.spawn_local(long_polls(name, log)).detach();
+                }
+                done.send(()).unwrap();
+                while take.recv().is_ok() {
+                    let _held = context.acquire().expect("only the thread given the turn");
+                    context.iteration(false);
+                    drop(_held);
+                    done.send(()).unwrap();
+                }
+            });
+            is_done.recv().unwrap();
+            threads.push((thread, give, is_done));
+        }
+        scheduler.spawn(long_polls("send", log.clone())).detach();
+        // a, b, a, b, ...: one dispatch each.
+        let mut rounds = 0;
+        while log.lock().unwrap().len() < 3 * (POLLS + 1) {
+            rounds += 1;
+            assert!(
+                rounds < 100,
+                "the tasks did not end: {:?}",
+                log.lock().unwrap()
+            );
+            for (_, give, is_done) in &threads {
+                give.send(()).unwrap();
+                is_done.recv().unwrap();
+            }
+        }
+        for (thread, give, _) in threads {
+            drop(give);
+            thread.join().unwrap();
+        }
+        let log = log.lock().unwrap();
+        let send_ended = log.iter().rposition(|&name| name == "send").unwrap();
+        for name in ["a", "b"] {
+            let first = log.iter().position(|&n| n == name).unwrap();
+            assert!(
+                first < send_ended,
+                "thread {name}'s !Send task waited for a Send task's long polls to end: {log:?}"
+            );
+        }
+    });
+}
+
 /// S1: a `!Send` task runs only on its owner thread. Another thread that
 /// iterates the context meanwhile leaves it queued (it used to poll it there,
 /// and async-task aborted the process); the owner runs it when it iterates

@@ -513,9 +513,17 @@ async fn feed<T>(
             // The interval is a timer's: on the clock of the context the
             // feed's timer waits on (a `TestClock`'s, if one drives it),
             // as `last` is. (The budget is the frame's: real time.)
+            let now = crate::now();
+            // A last batch after now was timed on another clock (one
+            // attached to the context since, or let go of): it counts as
+            // one now, so that the next waits an interval, not the two
+            // clocks' difference too (an hour, after a clock advanced by
+            // an hour is let go of).
+            if let Some(last) = last.as_mut().filter(|last| **last > now) {
+                *last = now;
+            }
             let due = last.map(|last| last + interval);
-            let due_now =
-                ended || pending.len() >= MAX_PENDING || due.is_none_or(|due| crate::now() >= due);
+            let due_now = ended || pending.len() >= MAX_PENDING || due.is_none_or(|due| now >= due);
             if left_ready {
                 // Out of time: back after a turn of the loop. A batch that
                 // is due then goes first, with the whole budget, before the
@@ -534,10 +542,7 @@ async fn feed<T>(
                 return Poll::Ready(Next::Batch);
             };
             if timer.as_ref().is_none_or(|(at, _)| *at != due) {
-                timer = Some((
-                    due,
-                    crate::sleep(due.saturating_duration_since(crate::now())),
-                ));
+                timer = Some((due, crate::sleep(due.saturating_duration_since(now))));
             }
             let (_, sleep) = timer.as_mut().expect("made above");
             if Pin::new(sleep).poll(cx).is_ready() {
@@ -624,6 +629,12 @@ async fn feed<T>(
         // after a turn of the owner's loop; otherwise the next batch waits
         // for the interval.
         last = pending.is_empty().then(crate::now);
+        // The timer was for this batch, which may have gone before it
+        // fired (the interval shortened, the stream ended, a backlog
+        // full): it goes too, leaving no wake-up on the context and no
+        // waiter in a test clock's book, whose auto-advance would jump to
+        // it.
+        timer = None;
         if !pending.is_empty() || start.elapsed() >= budget {
             // A backlog, or out of time (this batch, or the time since the
             // last suspension, and the `items-changed` handlers): let the

@@ -1,7 +1,8 @@
 //! One dispatch of a context scheduler: a bounded batch of jobs (S1, X3),
 //! taking turns between the shared queue and the dispatching thread's
-//! `!Send` queue (S10), the turn carried from one dispatch to the next so
-//! that neither queue waits on the other's long polls (S11).
+//! `!Send` queue (S10), the turn carried from one of that thread's
+//! dispatches to the next so that neither queue waits on the other's long
+//! polls (S11).
 
 use std::sync::atomic::Ordering;
 
@@ -15,7 +16,7 @@ impl ContextShared {
         let started = crate::util::clock::now();
         let deadline = started.wrapping_add(self.dispatch_ticks);
         let mut timer = self.latency_slice(started);
-        let mut local_turn = self.local_went_last.load(Ordering::Relaxed);
+        let mut local_turn = local.is_some_and(|l| l.went_last.load(Ordering::Relaxed));
         let mut ran = 0;
         while ran < DISPATCH_BATCH {
             local_turn = local.is_some() && !local_turn;
@@ -33,9 +34,10 @@ impl ContextShared {
                 break;
             }
         }
-        // Only a hint (the threads that dispatch each have their own
-        // `!Send` queue): relaxed.
-        self.local_went_last.store(local_turn, Ordering::Relaxed);
+        // Only its owner thread dispatches with it: relaxed.
+        if let Some(local) = local {
+            local.went_last.store(local_turn, Ordering::Relaxed);
+        }
     }
 
     /// One dispatch, from the scheduler's source or its progress source.

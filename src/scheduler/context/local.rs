@@ -36,6 +36,15 @@ pub(crate) struct LocalQueue {
     pub(super) jobs: Injector<Job>,
     /// The owner thread has exited: nothing will run these jobs.
     gone: AtomicBool,
+    /// Whether the last job a dispatch on the owner thread took was this
+    /// queue's turn: the owner's next dispatch goes on from there. (Were
+    /// each to start with the same queue, a dispatch cut short after one
+    /// long job would always run that queue's, and a task that yields after
+    /// each long poll would keep the other queue waiting until it ended:
+    /// S11. The turn is the owner's, not the context's: threads that
+    /// iterate the context in turn would each find the turn the other left,
+    /// one always beginning with its `!Send` queue, the other never.)
+    pub(super) went_last: AtomicBool,
 }
 
 impl ContextShared {
@@ -120,6 +129,7 @@ impl ContextShared {
             owner: me,
             jobs: Injector::new(),
             gone: AtomicBool::new(false),
+            went_last: AtomicBool::new(false),
         });
         locals.push(queue.clone());
         drop(locals);

@@ -153,12 +153,6 @@ pub(crate) struct ContextShared {
     runner: Arc<crate::diagnostics::stall::Runner>,
     /// `DISPATCH_TIME` in clock ticks.
     dispatch_ticks: u64,
-    /// Whether the last job a dispatch took was the `!Send` queue's turn:
-    /// the next dispatch goes on from there. (Were each to start with the
-    /// same queue, a dispatch cut short after one long job would always
-    /// run that queue's, and a task that yields after each long poll would
-    /// keep the other queue waiting until it ended: S11.)
-    local_went_last: AtomicBool,
     /// Ourselves, for the idle watch thread.
     me: Weak<ContextShared>,
     /// Whether the idle watch (X4) knows this main-context scheduler: it
@@ -373,7 +367,6 @@ impl ContextShared {
                 siblings: Default::default(),
                 runner,
                 dispatch_ticks: crate::util::clock::ticks(DISPATCH_TIME),
-                local_went_last: AtomicBool::new(false),
                 me: weak.clone(),
                 watched: AtomicBool::new(false),
                 stage: AtomicU8::new(ORDINARY),
