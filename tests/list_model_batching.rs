@@ -364,6 +364,28 @@ fn a_batch_interval_shortened_while_the_feed_sleeps_wakes_it() {
     );
 }
 
+/// A model fed from a channel (room for 16 items) with a batch interval
+/// of `interval`: the channel's sender, and the model.
+fn fed_every(interval: Duration) -> (gdex::Sender<u64>, ListModel) {
+    let (tx, rx) = gdex::channel::<u64>(16);
+    let model = ListModel::from_receiver(ty(), rx, boxed);
+    model.set_batch_interval(interval);
+    (tx, model)
+}
+
+/// Ends the stream of a model [`fed_every`] fed, and checks that it
+/// completes holding `0..count` in order.
+fn complete_in_order(
+    context: &glib::MainContext,
+    tx: gdex::Sender<u64>,
+    model: &ListModel,
+    count: u64,
+) {
+    drop(tx);
+    pump_polling(context, || model.is_complete());
+    assert_in_order(model, count);
+}
+
 /// The batch interval is a gdex timer's, so it keeps the time of the
 /// `TestClock` that drives the feed's context: while the clock is paused,
 /// real time passing does not let a held-back batch go (it used to: the
@@ -376,10 +398,8 @@ fn the_batch_interval_keeps_a_test_clocks_time() {
         on_own_context(|context| {
             let clock = gdex::TestClock::paused();
             let _driven = clock.attach(context);
-            let (tx, rx) = gdex::channel::<u64>(16);
-            let model = ListModel::from_receiver(ty(), rx, boxed);
             let interval = Duration::from_millis(100);
-            model.set_batch_interval(interval);
+            let (tx, model) = fed_every(interval);
             put(&tx, 0);
             pump_polling(context, || model.n_items() == 1);
             put(&tx, 1);
@@ -398,9 +418,7 @@ fn the_batch_interval_keeps_a_test_clocks_time() {
                 pump_for(context, Duration::from_secs(2), || model.n_items() == 3),
                 "the batch did not go when the clock passed its interval"
             );
-            drop(tx);
-            pump_polling(context, || model.is_complete());
-            assert_in_order(&model, 3);
+            complete_in_order(context, tx, &model, 3);
         });
     });
 }
@@ -420,9 +438,7 @@ fn a_clock_attached_or_let_go_between_batches_holds_the_next_one_interval() {
         // Attached after a batch: the clock reads 200 ms earlier.
         on_own_context(|context| {
             let clock = gdex::TestClock::paused();
-            let (tx, rx) = gdex::channel::<u64>(16);
-            let model = ListModel::from_receiver(ty(), rx, boxed);
-            model.set_batch_interval(interval);
+            let (tx, model) = fed_every(interval);
             pump_for(context, Duration::from_millis(200), || false);
             put(&tx, 0);
             pump_polling(context, || model.n_items() == 1);
@@ -435,18 +451,14 @@ fn a_clock_attached_or_let_go_between_batches_holds_the_next_one_interval() {
                 pump_for(context, Duration::from_secs(2), || model.n_items() == 2),
                 "a batch after the clock was attached waited longer than the interval"
             );
-            drop(tx);
-            pump_polling(context, || model.is_complete());
-            assert_in_order(&model, 2);
+            complete_in_order(context, tx, &model, 2);
         });
         // Let go of after a batch on a clock an hour ahead of real time.
         on_own_context(|context| {
             let clock = gdex::TestClock::paused();
             let driven = clock.attach(context);
             clock.advance(Duration::from_secs(3600));
-            let (tx, rx) = gdex::channel::<u64>(16);
-            let model = ListModel::from_receiver(ty(), rx, boxed);
-            model.set_batch_interval(interval);
+            let (tx, model) = fed_every(interval);
             put(&tx, 0);
             pump_polling(context, || model.n_items() == 1);
             drop(driven);
@@ -455,9 +467,7 @@ fn a_clock_attached_or_let_go_between_batches_holds_the_next_one_interval() {
                 pump_for(context, Duration::from_secs(5), || model.n_items() == 2),
                 "a batch after the clock was let go of waited for the clock's lead"
             );
-            drop(tx);
-            pump_polling(context, || model.is_complete());
-            assert_in_order(&model, 2);
+            complete_in_order(context, tx, &model, 2);
         });
     });
 }
@@ -473,9 +483,7 @@ fn a_batch_that_goes_before_its_timer_leaves_no_timer() {
         on_own_context(|context| {
             let clock = gdex::TestClock::paused();
             let _driven = clock.attach(context);
-            let (tx, rx) = gdex::channel::<u64>(16);
-            let model = ListModel::from_receiver(ty(), rx, boxed);
-            model.set_batch_interval(Duration::from_secs(3600));
+            let (tx, model) = fed_every(Duration::from_secs(3600));
             put(&tx, 0);
             pump_polling(context, || model.n_items() == 1);
             put(&tx, 1);
@@ -494,9 +502,7 @@ fn a_batch_that_goes_before_its_timer_leaves_no_timer() {
                 Duration::ZERO,
                 "auto-advance moved the clock though nothing waits"
             );
-            drop(tx);
-            pump_polling(context, || model.is_complete());
-            assert_in_order(&model, 2);
+            complete_in_order(context, tx, &model, 2);
         });
     });
 }
