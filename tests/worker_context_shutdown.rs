@@ -1233,6 +1233,41 @@ fn several_pools_and_many_schedulers_per_worker_context() {
     });
 }
 
+/// (S2) A retired scheduler still held (a handle kept past its pool, or,
+/// for a moment after its tasks resolved, a task's block the reaper frees)
+/// is not handed out for its context once the pool is freed: a new
+/// `Scheduler::for_context` is an ordinary scheduler that runs its tasks,
+/// while the kept handle still refuses its own. (It handed out the retired
+/// one, whose spawns resolved as cancelled: the rare failure of
+/// `after_the_pool_is_freed_a_worker_context_is_ordinary`, whose task
+/// met a reaper still dropping a retired task's block.)
+#[test]
+fn a_retired_scheduler_kept_past_its_pool_is_not_handed_out_again() {
+    let _one = serial();
+    watchdog("a_retired_scheduler_kept_past_its_pool", 60, || {
+        let p = quiet_pool(1);
+        let (context, kept, _) = worker_context(&p);
+        let idle = kept.spawn(std::future::pending::<()>());
+        drop(p);
+        resolved_cancelled(idle, "the idle task");
+        let fresh = gdex::Scheduler::for_context(&context);
+        let (ran, refused) = context
+            .with_thread_default(|| {
+                let ran = fresh.spawn(async { 1 });
+                let refused = kept.spawn(async { 2 });
+                common::pump_polling(&context, || ran.is_finished() && refused.is_finished());
+                (ran, refused)
+            })
+            .unwrap();
+        assert_eq!(
+            gdex::block_on(ran).unwrap(),
+            1,
+            "a scheduler made for a freed pool's context after it was retired"
+        );
+        resolved_cancelled(refused, "a spawn on the kept retired scheduler");
+    });
+}
+
 /// (S2) Once the pool is freed (its last handle dropped, no scheduler
 /// of it left), a scheduler made for a former worker's context, which the
 /// test kept, is an ordinary context scheduler: a thread that owns and

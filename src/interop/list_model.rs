@@ -508,8 +508,6 @@ async fn feed<T>(
                 resumed = None;
                 return Poll::Pending;
             }
-            // The stream has ended, a batch's worth waits, or nothing
-            // holds the next batch back: it goes now.
             // The interval is a timer's: on the clock of the context the
             // feed's timer waits on (a `TestClock`'s, if one drives it),
             // as `last` is. (The budget is the frame's: real time.)
@@ -522,6 +520,8 @@ async fn feed<T>(
             if let Some(last) = last.as_mut().filter(|last| **last > now) {
                 *last = now;
             }
+            // The stream has ended, a batch's worth waits, or nothing
+            // holds the next batch back: it goes now.
             let due = last.map(|last| last + interval);
             let due_now = ended || pending.len() >= MAX_PENDING || due.is_none_or(|due| now >= due);
             if left_ready {

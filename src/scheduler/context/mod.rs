@@ -286,8 +286,20 @@ impl ContextShared {
         let priority = priority.unwrap_or(default_priority(is_main));
         let key = (context_key(context), priority);
         let mut map = registry().lock().unpoisoned();
+        // A scheduler retired with its worker is not handed out once the
+        // worker's pool is gone (its context is no worker's any more): the
+        // context is an ordinary one now (S2), though something may still
+        // hold the retired scheduler (a handle kept, or a task of it whose
+        // block the reaper frees a moment after the task resolved). It is
+        // dropped after the map's lock (its drop takes the lock).
+        let mut retired = None;
         if let Some(shared) = map.get(&key).and_then(Weak::upgrade) {
-            return shared;
+            if shared.stage.load(Ordering::Acquire) < RETIRED
+                || crate::pool::is_worker_context(context)
+            {
+                return shared;
+            }
+            retired = Some(shared);
         }
         // B6 across priorities (P12): the schedulers of one context share
         // one runner, so that a nested loop of any of them suspends a job
@@ -295,7 +307,7 @@ impl ContextShared {
         // reference to a scheduler takes it.)
         let siblings: Vec<Arc<ContextShared>> = map
             .iter()
-            .filter(|((context, _), _)| *context == key.0)
+            .filter(|(&(context, at), _)| context == key.0 && at != priority)
             .filter_map(|(_, weak)| weak.upgrade())
             .collect();
         let runner = match siblings.first() {
@@ -408,6 +420,7 @@ impl ContextShared {
         shared.stage.fetch_max(stage, Ordering::Relaxed);
         drop(map);
         drop(siblings);
+        drop(retired);
         shared.latency_by_default();
         shared
     }
