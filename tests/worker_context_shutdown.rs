@@ -1233,6 +1233,18 @@ fn several_pools_and_many_schedulers_per_worker_context() {
     });
 }
 
+/// The context of the worker of a one-worker pool, and a scheduler made
+/// for it while the pool lived, retired with the worker: the pool is freed
+/// (its task idle on that scheduler resolved as cancelled).
+fn retired_worker_context() -> (glib::MainContext, gdex::Scheduler) {
+    let p = quiet_pool(1);
+    let (context, s, _) = worker_context(&p);
+    let idle = s.spawn(std::future::pending::<()>());
+    drop(p);
+    resolved_cancelled(idle, "the idle task");
+    (context, s)
+}
+
 /// (S2) A retired scheduler still held (a handle kept past its pool, or,
 /// for a moment after its tasks resolved, a task's block the reaper frees)
 /// is not handed out for its context once the pool is freed: a new
@@ -1245,11 +1257,7 @@ fn several_pools_and_many_schedulers_per_worker_context() {
 fn a_retired_scheduler_kept_past_its_pool_is_not_handed_out_again() {
     let _one = serial();
     watchdog("a_retired_scheduler_kept_past_its_pool", 60, || {
-        let p = quiet_pool(1);
-        let (context, kept, _) = worker_context(&p);
-        let idle = kept.spawn(std::future::pending::<()>());
-        drop(p);
-        resolved_cancelled(idle, "the idle task");
+        let (context, kept) = retired_worker_context();
         let fresh = gdex::Scheduler::for_context(&context);
         let (ran, refused) = context
             .with_thread_default(|| {
@@ -1278,12 +1286,8 @@ fn a_retired_scheduler_kept_past_its_pool_is_not_handed_out_again() {
 fn after_the_pool_is_freed_a_worker_context_is_ordinary() {
     let _one = serial();
     watchdog("after_the_pool_is_freed", 120, || {
-        let p = quiet_pool(1);
-        let (context, s, _) = worker_context(&p);
-        let idle = s.spawn(std::future::pending::<()>());
-        drop(p);
-        resolved_cancelled(idle, "the idle task");
-        // While the retired scheduler lives, the context keeps it.
+        let (context, s) = retired_worker_context();
+        // The retired scheduler refuses what it is given.
         let late = s.spawn(async { 0 });
         resolved_cancelled(late, "a spawn on the retired scheduler");
         drop(s);
