@@ -20,9 +20,12 @@ pub(super) struct Siblings {
 }
 
 impl Siblings {
-    /// Whether a more urgent sibling waits to be dispatched. (One waiting
-    /// only for `!Send` jobs of another thread ends each slice after one
-    /// job: the slices go on, shorter, until that thread runs them.)
+    /// Whether a more urgent sibling waits to be dispatched. (One marked
+    /// only for `!Send` jobs of another thread ends a slice here after one
+    /// job until its source is dispatched on this thread, which the mark
+    /// makes ready at once: that dispatch clears the mark and runs none of
+    /// the other thread's jobs, and this scheduler's slices are whole
+    /// again.)
     #[inline]
     pub(super) fn one_waits(&self) -> bool {
         self.any.load(Ordering::Relaxed) && self.look()
