@@ -510,20 +510,22 @@ async fn feed<T>(
             }
             // The interval is a timer's: on the clock of the context the
             // feed's timer waits on (a `TestClock`'s, if one drives it),
-            // as `last` is. (The budget is the frame's: real time.)
-            let now = crate::now();
-            // A last batch after now was timed on another clock (one
-            // attached to the context since, or let go of): it counts as
-            // one now, so that the next waits an interval, not the two
-            // clocks' difference too (an hour, after a clock advanced by
-            // an hour is let go of).
-            if let Some(last) = last.as_mut().filter(|last| **last > now) {
-                *last = now;
-            }
+            // as `last` is, read only when a last batch holds the next
+            // back. (The budget is the frame's: real time.) A last batch
+            // after now was timed on another clock (one attached to the
+            // context since, or let go of): it counts as one now, so that
+            // the next waits an interval, not the two clocks' difference
+            // too (an hour, after a clock advanced by an hour is let go
+            // of).
+            let due = last.as_mut().map(|last| {
+                let now = crate::now();
+                *last = (*last).min(now);
+                (*last + interval, now)
+            });
             // The stream has ended, a batch's worth waits, or nothing
             // holds the next batch back: it goes now.
-            let due = last.map(|last| last + interval);
-            let due_now = ended || pending.len() >= MAX_PENDING || due.is_none_or(|due| now >= due);
+            let due_now =
+                ended || pending.len() >= MAX_PENDING || due.is_none_or(|(due, now)| now >= due);
             if left_ready {
                 // Out of time: back after a turn of the loop. A batch that
                 // is due then goes first, with the whole budget, before the
@@ -538,7 +540,7 @@ async fn feed<T>(
                     Next::DrainAfterTurn
                 });
             }
-            let Some(due) = due.filter(|_| !due_now) else {
+            let Some((due, now)) = due.filter(|_| !due_now) else {
                 return Poll::Ready(Next::Batch);
             };
             if timer.as_ref().is_none_or(|(at, _)| *at != due) {
