@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Runs `body`; if it has not returned after `secs` seconds, prints which test
-/// hung and aborts the process, so a scheduler bug fails the run instead of
-/// hanging it.
+/// hung and every thread's stack (see [`print_stacks`]), and aborts the
+/// process, so a scheduler bug fails the run instead of hanging it, and says
+/// where each thread was.
 pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
     let (done, finished) = mpsc::channel::<()>();
     let name = name.to_owned();
@@ -29,6 +30,7 @@ pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
                     std::io::stderr(),
                     "watchdog: test `{name}` still running after {secs} s; aborting"
                 );
+                print_stacks();
                 std::process::abort();
             }
         })
@@ -37,6 +39,56 @@ pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
     drop(done);
     dog.join().expect("watchdog thread");
     out
+}
+
+/// Prints every thread's stack of this process to stderr, with `gdb` if it
+/// is installed (the CI installs it), before a watchdog aborts: a hang that
+/// shows up once in a hundred runs is then a report of where each thread
+/// waited, not a name. Bounded: a `gdb` that cannot attach (no ptrace
+/// permission) or takes too long is killed after a minute.
+/// `GDEX_WATCHDOG_STACKS=0` turns it off.
+pub fn print_stacks() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    if std::env::var_os("GDEX_WATCHDOG_STACKS").is_some_and(|v| v == "0") {
+        return;
+    }
+    let child = Command::new("gdb")
+        .args(["-p", &std::process::id().to_string(), "-batch", "-nx"])
+        .args(["-ex", "set pagination off", "-ex", "thread apply all bt 40"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "watchdog: no gdb to print the threads' stacks with"
+        );
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut stdout = child.stdout.take().expect("gdb's piped stdout");
+    // Read while gdb runs (a full pipe would stall it), on a thread of its
+    // own, so that the deadline holds whatever gdb does.
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
+        out
+    });
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => break,
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Ok(out) = reader.join() {
+        let mut err = std::io::stderr();
+        let _ = writeln!(err, "watchdog: the threads' stacks, by gdb:");
+        let _ = err.write_all(&out);
+    }
 }
 
 /// `base` scaled by `GDEX_STRESS` (a multiplier, default 1).
