@@ -2,7 +2,9 @@
 //! pinned pushes and fibers woken from outside racing outside spawns on
 //! pools of 2 and 3 workers, from parked workers each round; and a parked
 //! worker whose thread is busy in another source of its own context (a
-//! context scheduler's task, a GLib callback) is no sleeper to a request.
+//! context scheduler's task, a GLib callback) is no sleeper to a request;
+//! nor does one that its own thread woke between its source's prepare and
+//! its poll block in that poll.
 
 use crate::common;
 
@@ -301,6 +303,97 @@ fn a_fiber_woken_from_outside_does_not_absorb_an_outside_spawn() {
             let ran_beside = gdex::wait_for(fiber).unwrap();
             gdex::wait_for(outside).unwrap();
             assert!(ran_beside, "trial {trial}: {:?}", pool.metrics());
+        }
+    });
+}
+
+/// A worker's own thread may wake one of its tasks between its source's
+/// prepare (which found it parked) and the poll GLib then blocks in: user
+/// code in another source's prepare, or a source's finalizer run while
+/// GLib walks the sources. The worker is awake from then on, with the task
+/// queued on it; it must not block in that poll (P7, P10: no request will
+/// come to wake it, since requesters take an awake worker for one that
+/// finds its work). Here a source at a lower priority than the worker's,
+/// so prepared after it, wakes the worker's only task from its prepare;
+/// nothing else happens on the context after that.
+#[test]
+fn a_task_woken_by_its_workers_thread_between_prepare_and_poll_runs() {
+    use futures::channel::oneshot;
+    use glib::ffi;
+
+    /// The sender the source's prepare fires, once.
+    static FIRE: std::sync::Mutex<Option<oneshot::Sender<()>>> = std::sync::Mutex::new(None);
+
+    unsafe extern "C" fn prepare(
+        _: *mut ffi::GSource,
+        timeout: *mut std::os::raw::c_int,
+    ) -> ffi::gboolean {
+        // SAFETY: GLib passes a valid out-pointer for the timeout.
+        unsafe { *timeout = -1 };
+        if let Some(fire) = FIRE.lock().unwrap().take() {
+            let _ = fire.send(());
+        }
+        ffi::GFALSE
+    }
+    unsafe extern "C" fn check(_: *mut ffi::GSource) -> ffi::gboolean {
+        ffi::GFALSE
+    }
+    unsafe extern "C" fn dispatch(
+        _: *mut ffi::GSource,
+        _: ffi::GSourceFunc,
+        _: ffi::gpointer,
+    ) -> ffi::gboolean {
+        ffi::GTRUE
+    }
+    static FUNCS: ffi::GSourceFuncs = ffi::GSourceFuncs {
+        prepare: Some(prepare),
+        check: Some(check),
+        dispatch: Some(dispatch),
+        finalize: None,
+        closure_callback: None,
+        closure_marshal: None,
+    };
+
+    common::watchdog("woken_between_prepare_and_poll", 60, || {
+        let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
+        let context = worker_contexts(&pool, 1).remove(0);
+        for round in 0..common::stress(20) {
+            let (fire, fired) = oneshot::channel::<()>();
+            *FIRE.lock().unwrap() = Some(fire);
+            let polled = Arc::new(AtomicUsize::new(0));
+            let task = pool
+                .scheduler()
+                .spawn(common::after_first_poll(&polled, fired));
+            common::wait_until(|| polled.load(Ordering::SeqCst) == 1);
+            all_parked(&pool);
+            // SAFETY: `FUNCS` is a `'static` table GLib only reads; the
+            // source is a plain `GSource`, of its size.
+            let source = unsafe {
+                ffi::g_source_new(
+                    std::ptr::addr_of!(FUNCS).cast_mut(),
+                    std::mem::size_of::<ffi::GSource>() as u32,
+                )
+            };
+            // SAFETY: a fresh source, attached once, then ours to drop
+            // (the context keeps its own reference while attached).
+            unsafe {
+                ffi::g_source_set_priority(source, ffi::G_PRIORITY_LOW);
+                ffi::g_source_attach(source, context.as_ptr());
+            }
+            let (done_tx, done) = mpsc::channel();
+            std::thread::spawn(move || done_tx.send(gdex::wait_for(task)));
+            let result = done.recv_timeout(Duration::from_secs(10));
+            // SAFETY: the source attached above, destroyed and released once.
+            unsafe {
+                ffi::g_source_destroy(source);
+                ffi::g_source_unref(source);
+            }
+            assert!(
+                matches!(result, Ok(Ok(Ok(())))),
+                "round {round}: the task its worker's own thread woke from a source's prepare \
+                 did not run in 10 s ({result:?}): the worker slept with it queued: {:?}",
+                pool.metrics()
+            );
         }
     });
 }

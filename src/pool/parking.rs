@@ -231,7 +231,10 @@ pub(crate) enum EnterPoll {
     /// It was sent a wake-up while out of its poll: poll without blocking
     /// (its source is ready).
     Woken,
-    /// It is not parked: poll as GLib asked.
+    /// It is not parked: its source is ready, and the poll must not block
+    /// (its own thread queued work for it since its source's prepare),
+    /// unless the worker is inside a job's nested loop, whose poll blocks
+    /// as GLib asked.
     Awake,
 }
 

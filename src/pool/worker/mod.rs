@@ -412,8 +412,9 @@ impl Core {
     /// poll function, P10): a parked worker marks itself asleep in its poll
     /// (from now on a request may wake it) and re-checks every queue, as
     /// after `try_park`. Returns whether it marked itself, and the timeout
-    /// to poll with: 0 if it must not sleep (work is queued, or it was
-    /// sent a wake-up while its thread was busy in another source).
+    /// to poll with: 0 if it must not sleep (work is queued, it was sent a
+    /// wake-up while its thread was busy in another source, or its own
+    /// thread woke it since its source's prepare).
     pub(super) fn before_poll(&self, timeout: std::os::raw::c_int) -> (bool, std::os::raw::c_int) {
         let sleep = &self.shared.parking;
         match sleep.enter_poll(self.index) {
@@ -430,6 +431,16 @@ impl Core {
                 }
             }
             EnterPoll::Woken => (false, 0),
+            // Awake outside a slice, yet GLib would block: the worker's own
+            // thread queued work for it after its source's prepare found it
+            // parked (user code in a later source's prepare, or a source's
+            // finalizer run while GLib walks the sources, woke one of its
+            // tasks: `unpark_self`). No request will come for that work
+            // (a requester takes an awake worker for one that finds its
+            // own), so this poll must not block: the source is ready at
+            // the next prepare. Inside a slice (a nested loop in a job) the
+            // work waits for that job anyway, and the poll may block.
+            EnterPoll::Awake if !self.in_slice.get() => (false, 0),
             EnterPoll::Awake => (false, timeout),
         }
     }
