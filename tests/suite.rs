@@ -31,6 +31,7 @@ mod latency;
 mod limiter;
 mod mixed_executors;
 mod nested_loops;
+mod nested_loops_on_workers;
 mod paused_clock;
 mod pool;
 mod priorities;

@@ -1,0 +1,290 @@
+//! P7, P10: a nested main loop on a pool worker's context sleeps in its
+//! poll while it waits, wherever it runs: inside one of the worker's jobs
+//! (a task, a fiber: the worker is awake and its source is being
+//! dispatched, so its queued work waits for that job), or outside its run
+//! slice (a task of a scheduler of the worker's context, a GLib callback
+//! there: the worker's source runs the work its own thread queued, then
+//! the loop sleeps). Each loop is counted by a source that counts its
+//! context's iterations (each prepares it once): a loop that polled
+//! without blocking while it waited would iterate thousands of times.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use glib::ffi;
+
+/// How long each nested loop waits (for a timeout source that quits it).
+const NESTED: Duration = Duration::from_millis(50);
+
+/// At most this many iterations of a context during one nested loop that
+/// waits: the loop's own turns (a handful), not a spin's thousands.
+const FEW: usize = 25;
+
+/// A source that is never ready and counts its context's iterations.
+#[repr(C)]
+struct CountingSource {
+    base: ffi::GSource,
+    /// From `Arc::into_raw`, released by `finalize`.
+    count: *const AtomicUsize,
+}
+
+unsafe extern "C" fn count_prepare(
+    source: *mut ffi::GSource,
+    timeout: *mut std::os::raw::c_int,
+) -> ffi::gboolean {
+    // SAFETY: GLib passes our own live source, a `CountingSource` whose
+    // `count` was written before it was attached, and a valid out-pointer.
+    unsafe {
+        (*(*source.cast::<CountingSource>()).count).fetch_add(1, Ordering::Relaxed);
+        *timeout = -1;
+    }
+    ffi::GFALSE
+}
+
+unsafe extern "C" fn count_check(_: *mut ffi::GSource) -> ffi::gboolean {
+    ffi::GFALSE
+}
+
+unsafe extern "C" fn count_dispatch(
+    _: *mut ffi::GSource,
+    _: ffi::GSourceFunc,
+    _: ffi::gpointer,
+) -> ffi::gboolean {
+    ffi::GTRUE
+}
+
+unsafe extern "C" fn count_finalize(source: *mut ffi::GSource) {
+    // SAFETY: finalized once, after its last reference; `count` came from
+    // `Arc::into_raw` and is released here only.
+    drop(unsafe { Arc::from_raw((*source.cast::<CountingSource>()).count) });
+}
+
+static COUNTING: ffi::GSourceFuncs = ffi::GSourceFuncs {
+    prepare: Some(count_prepare),
+    check: Some(count_check),
+    dispatch: Some(count_dispatch),
+    finalize: Some(count_finalize),
+    closure_callback: None,
+    closure_marshal: None,
+};
+
+/// Counts `context`'s iterations until dropped.
+struct IterationCounter {
+    raw: *mut ffi::GSource,
+    count: Arc<AtomicUsize>,
+}
+
+impl IterationCounter {
+    fn attach(context: &glib::MainContext) -> IterationCounter {
+        let count = Arc::new(AtomicUsize::new(0));
+        // SAFETY: `COUNTING` is a `'static` table GLib only reads; the
+        // source is allocated at our struct's size, and `count` is written
+        // before it is attached, so no callback sees it unset.
+        let raw = unsafe {
+            let raw = ffi::g_source_new(
+                std::ptr::addr_of!(COUNTING).cast_mut(),
+                std::mem::size_of::<CountingSource>() as u32,
+            );
+            (*raw.cast::<CountingSource>()).count = Arc::into_raw(count.clone());
+            ffi::g_source_attach(raw, context.as_ptr());
+            raw
+        };
+        IterationCounter { raw, count }
+    }
+}
+
+impl Drop for IterationCounter {
+    fn drop(&mut self) {
+        // SAFETY: our source, destroyed and released once.
+        unsafe {
+            ffi::g_source_destroy(self.raw);
+            ffi::g_source_unref(self.raw);
+        }
+    }
+}
+
+/// Runs a nested loop of the calling thread's thread-default context (a
+/// worker's) until a timeout source on it quits the loop after `NESTED`.
+fn nested_loop() {
+    let context = glib::MainContext::thread_default().expect("a worker's context");
+    let nested = glib::MainLoop::new(Some(&context), false);
+    let quit = nested.clone();
+    glib::timeout_source_new(NESTED, None, glib::Priority::DEFAULT, move || {
+        quit.quit();
+        glib::ControlFlow::Break
+    })
+    .attach(Some(&context));
+    nested.run();
+}
+
+/// The context of the only worker of `pool`.
+fn worker_context(pool: &gdex::ThreadPool) -> glib::MainContext {
+    gdex::wait_for(
+        pool.scheduler()
+            .spawn(async { glib::MainContext::thread_default().expect("a worker's context") }),
+    )
+    .unwrap()
+}
+
+fn assert_few(iterations: usize, what: &str) {
+    assert!(
+        iterations <= FEW,
+        "{what}: the worker's context iterated {iterations} times during a nested loop that \
+         waited {NESTED:?}: it polled without blocking"
+    );
+}
+
+/// Inside a pool task: the worker is awake, in its slice, with another
+/// task queued behind the job (spawned from it); its source cannot run
+/// that task until the job returns, so the nested loop blocks as GLib asks
+/// (`Core::before_poll` keeps GLib's timeout inside a slice: without that,
+/// a loop of 200 ms here iterated about 480,000 times).
+#[test]
+fn a_nested_loop_inside_a_pool_task_sleeps() {
+    common::watchdog("a_nested_loop_inside_a_pool_task_sleeps", 60, || {
+        let pool = common::quiet_pool(1);
+        let counter = IterationCounter::attach(&worker_context(&pool));
+        let count = counter.count.clone();
+        let s = pool.scheduler();
+        let task = s.clone().spawn(async move {
+            let queued = s.spawn(async {});
+            let before = count.load(Ordering::Relaxed);
+            nested_loop();
+            let iterations = count.load(Ordering::Relaxed) - before;
+            queued.await.unwrap();
+            iterations
+        });
+        assert_few(gdex::wait_for(task).unwrap(), "a pool task");
+        drop(counter);
+    });
+}
+
+/// Inside a fiber on a worker: as inside a task.
+#[test]
+fn a_nested_loop_inside_a_pool_fiber_sleeps() {
+    common::watchdog("a_nested_loop_inside_a_pool_fiber_sleeps", 60, || {
+        let pool = common::quiet_pool(1);
+        let counter = IterationCounter::attach(&worker_context(&pool));
+        let count = counter.count.clone();
+        let s = pool.scheduler();
+        let fiber = s.clone().spawn_fiber(move || {
+            let queued = s.spawn(async {});
+            let before = count.load(Ordering::Relaxed);
+            nested_loop();
+            let iterations = count.load(Ordering::Relaxed) - before;
+            gdex::fiber::wait(queued).unwrap();
+            iterations
+        });
+        assert_few(gdex::wait_for(fiber).unwrap(), "a pool fiber");
+        drop(counter);
+    });
+}
+
+/// Outside the worker's slice, in a task of a scheduler of the worker's
+/// context: the task spawns a pool task from the worker's thread (the
+/// worker is awake from then on), and the nested loop runs it (the
+/// worker's source dispatches there), then sleeps.
+#[test]
+fn a_nested_loop_inside_a_task_of_a_worker_contexts_scheduler_sleeps() {
+    common::watchdog("a_nested_loop_inside_a_context_task_sleeps", 60, || {
+        let pool = common::quiet_pool(1);
+        let context = worker_context(&pool);
+        let counter = IterationCounter::attach(&context);
+        let count = counter.count.clone();
+        let on_context = gdex::wait_for(pool.scheduler().spawn(async {
+            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
+        }))
+        .unwrap();
+        let s = pool.scheduler();
+        let task = on_context.spawn(async move {
+            let ran = Arc::new(AtomicBool::new(false));
+            let r = ran.clone();
+            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
+            let before = count.load(Ordering::Relaxed);
+            nested_loop();
+            (
+                count.load(Ordering::Relaxed) - before,
+                ran.load(Ordering::SeqCst),
+            )
+        });
+        let (iterations, ran) = gdex::wait_for(task).unwrap();
+        assert!(
+            ran,
+            "the pool task its worker's own thread queued ran in the nested loop"
+        );
+        assert_few(iterations, "a task of a worker context's scheduler");
+        drop(counter);
+    });
+}
+
+/// Outside the worker's slice, in a GLib callback on the worker's context:
+/// as in a task of a scheduler of that context.
+#[test]
+fn a_nested_loop_inside_a_glib_callback_on_a_worker_context_sleeps() {
+    common::watchdog("a_nested_loop_inside_a_glib_callback_sleeps", 60, || {
+        let pool = common::quiet_pool(1);
+        let context = worker_context(&pool);
+        let counter = IterationCounter::attach(&context);
+        let count = counter.count.clone();
+        let s = pool.scheduler();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        glib::idle_source_new(None, glib::Priority::DEFAULT, move || {
+            let ran = Arc::new(AtomicBool::new(false));
+            let r = ran.clone();
+            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
+            let before = count.load(Ordering::Relaxed);
+            nested_loop();
+            let _ = done_tx.send((
+                count.load(Ordering::Relaxed) - before,
+                ran.load(Ordering::SeqCst),
+            ));
+            glib::ControlFlow::Break
+        })
+        .attach(Some(&context));
+        let (iterations, ran) = done.recv().unwrap();
+        assert!(
+            ran,
+            "the pool task its worker's own thread queued ran in the nested loop"
+        );
+        assert_few(iterations, "a GLib callback");
+        drop(counter);
+    });
+}
+
+/// Outside the worker's slice, in a fiber of a scheduler of the worker's
+/// context.
+#[test]
+fn a_nested_loop_inside_a_fiber_of_a_worker_contexts_scheduler_sleeps() {
+    common::watchdog("a_nested_loop_inside_a_context_fiber_sleeps", 60, || {
+        let pool = common::quiet_pool(1);
+        let context = worker_context(&pool);
+        let counter = IterationCounter::attach(&context);
+        let count = counter.count.clone();
+        let on_context = gdex::wait_for(pool.scheduler().spawn(async {
+            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
+        }))
+        .unwrap();
+        let s = pool.scheduler();
+        let fiber = on_context.spawn_fiber(move || {
+            let ran = Arc::new(AtomicBool::new(false));
+            let r = ran.clone();
+            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
+            let before = count.load(Ordering::Relaxed);
+            nested_loop();
+            (
+                count.load(Ordering::Relaxed) - before,
+                ran.load(Ordering::SeqCst),
+            )
+        });
+        let (iterations, ran) = gdex::wait_for(fiber).unwrap();
+        assert!(
+            ran,
+            "the pool task its worker's own thread queued ran in the nested loop"
+        );
+        assert_few(iterations, "a fiber of a worker context's scheduler");
+        drop(counter);
+    });
+}
