@@ -416,6 +416,13 @@ impl Core {
     /// wake-up while its thread was busy in another source, or its own
     /// thread woke it since its source's prepare).
     pub(super) fn before_poll(&self, timeout: std::os::raw::c_int) -> (bool, std::os::raw::c_int) {
+        if self.shared.closed.load(Ordering::Acquire) {
+            // The pool is closed: the worker's source runs nothing more
+            // (and is not ready), so a poll of its context (the worker's
+            // last turn, or a nested loop in a GLib callback there) blocks
+            // as GLib asks, whatever wake-up the worker holds.
+            return (false, timeout);
+        }
         let sleep = &self.shared.parking;
         match sleep.enter_poll(self.index) {
             EnterPoll::Sleep => {

@@ -162,9 +162,14 @@ struct WorkerHooks {
 }
 
 impl Hooks for WorkerHooks {
+    /// Not once the pool is closed: a slice then returns at once, and a
+    /// nested loop on the worker's context (in a GLib callback there) that
+    /// found the source ready would spin through empty dispatches until it
+    /// ended. The worker's own loop needs no dispatch to end: the shutdown
+    /// wakes its context, and the loop looks at `closed` after each turn.
     #[inline]
     fn ready(&self) -> bool {
-        self.shared.parking.should_run(self.index) || self.shared.closed.load(Ordering::Acquire)
+        self.shared.parking.should_run(self.index) && !self.shared.closed.load(Ordering::Acquire)
     }
 
     fn dispatch(&self, _source: *mut glib_sys::GSource) -> bool {
