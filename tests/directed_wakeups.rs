@@ -319,75 +319,29 @@ fn a_fiber_woken_from_outside_does_not_absorb_an_outside_spawn() {
 #[test]
 fn a_task_woken_by_its_workers_thread_between_prepare_and_poll_runs() {
     use futures::channel::oneshot;
-    use glib::ffi;
-
-    /// The sender the source's prepare fires, once.
-    static FIRE: std::sync::Mutex<Option<oneshot::Sender<()>>> = std::sync::Mutex::new(None);
-
-    unsafe extern "C" fn prepare(
-        _: *mut ffi::GSource,
-        timeout: *mut std::os::raw::c_int,
-    ) -> ffi::gboolean {
-        // SAFETY: GLib passes a valid out-pointer for the timeout.
-        unsafe { *timeout = -1 };
-        if let Some(fire) = FIRE.lock().unwrap().take() {
-            let _ = fire.send(());
-        }
-        ffi::GFALSE
-    }
-    unsafe extern "C" fn check(_: *mut ffi::GSource) -> ffi::gboolean {
-        ffi::GFALSE
-    }
-    unsafe extern "C" fn dispatch(
-        _: *mut ffi::GSource,
-        _: ffi::GSourceFunc,
-        _: ffi::gpointer,
-    ) -> ffi::gboolean {
-        ffi::GTRUE
-    }
-    static FUNCS: ffi::GSourceFuncs = ffi::GSourceFuncs {
-        prepare: Some(prepare),
-        check: Some(check),
-        dispatch: Some(dispatch),
-        finalize: None,
-        closure_callback: None,
-        closure_marshal: None,
-    };
-
     common::watchdog("woken_between_prepare_and_poll", 60, || {
         let pool = gdex::ThreadPool::builder().workers(1).build().unwrap();
         let context = worker_contexts(&pool, 1).remove(0);
         for round in 0..common::stress(20) {
             let (fire, fired) = oneshot::channel::<()>();
-            *FIRE.lock().unwrap() = Some(fire);
+            let fire = std::sync::Mutex::new(Some(fire));
             let polled = Arc::new(AtomicUsize::new(0));
             let task = pool
                 .scheduler()
                 .spawn(common::after_first_poll(&polled, fired));
             common::wait_until(|| polled.load(Ordering::SeqCst) == 1);
             all_parked(&pool);
-            // SAFETY: `FUNCS` is a `'static` table GLib only reads; the
-            // source is a plain `GSource`, of its size.
-            let source = unsafe {
-                ffi::g_source_new(
-                    std::ptr::addr_of!(FUNCS).cast_mut(),
-                    std::mem::size_of::<ffi::GSource>() as u32,
-                )
-            };
-            // SAFETY: a fresh source, attached once, then ours to drop
-            // (the context keeps its own reference while attached).
-            unsafe {
-                ffi::g_source_set_priority(source, ffi::G_PRIORITY_LOW);
-                ffi::g_source_attach(source, context.as_ptr());
-            }
+            // Prepared after the worker's source, which finds it parked.
+            let hook =
+                common::PrepareHook::attach(&context, glib::ffi::G_PRIORITY_LOW, move || {
+                    if let Some(fire) = fire.lock().unwrap().take() {
+                        let _ = fire.send(());
+                    }
+                });
             let (done_tx, done) = mpsc::channel();
             std::thread::spawn(move || done_tx.send(gdex::wait_for(task)));
             let result = done.recv_timeout(Duration::from_secs(10));
-            // SAFETY: the source attached above, destroyed and released once.
-            unsafe {
-                ffi::g_source_destroy(source);
-                ffi::g_source_unref(source);
-            }
+            drop(hook);
             assert!(
                 matches!(result, Ok(Ok(Ok(())))),
                 "round {round}: the task its worker's own thread woke from a source's prepare \

@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use glib::ffi;
-
 /// How long each nested loop waits (for a timeout source that quits it).
 const NESTED: Duration = Duration::from_millis(50);
 
@@ -23,86 +21,21 @@ const NESTED: Duration = Duration::from_millis(50);
 /// waits: the loop's own turns (a handful), not a spin's thousands.
 const FEW: usize = 25;
 
-/// A source that is never ready and counts its context's iterations.
-#[repr(C)]
-struct CountingSource {
-    base: ffi::GSource,
-    /// From `Arc::into_raw`, released by `finalize`.
-    count: *const AtomicUsize,
-}
-
-unsafe extern "C" fn count_prepare(
-    source: *mut ffi::GSource,
-    timeout: *mut std::os::raw::c_int,
-) -> ffi::gboolean {
-    // SAFETY: GLib passes our own live source, a `CountingSource` whose
-    // `count` was written before it was attached, and a valid out-pointer.
-    unsafe {
-        (*(*source.cast::<CountingSource>()).count).fetch_add(1, Ordering::Relaxed);
-        *timeout = -1;
-    }
-    ffi::GFALSE
-}
-
-unsafe extern "C" fn count_check(_: *mut ffi::GSource) -> ffi::gboolean {
-    ffi::GFALSE
-}
-
-unsafe extern "C" fn count_dispatch(
-    _: *mut ffi::GSource,
-    _: ffi::GSourceFunc,
-    _: ffi::gpointer,
-) -> ffi::gboolean {
-    ffi::GTRUE
-}
-
-unsafe extern "C" fn count_finalize(source: *mut ffi::GSource) {
-    // SAFETY: finalized once, after its last reference; `count` came from
-    // `Arc::into_raw` and is released here only.
-    drop(unsafe { Arc::from_raw((*source.cast::<CountingSource>()).count) });
-}
-
-static COUNTING: ffi::GSourceFuncs = ffi::GSourceFuncs {
-    prepare: Some(count_prepare),
-    check: Some(count_check),
-    dispatch: Some(count_dispatch),
-    finalize: Some(count_finalize),
-    closure_callback: None,
-    closure_marshal: None,
-};
-
-/// Counts `context`'s iterations until dropped.
+/// Counts a context's iterations (a [`common::PrepareHook`] at the
+/// default priority) until dropped.
 struct IterationCounter {
-    raw: *mut ffi::GSource,
+    _hook: common::PrepareHook,
     count: Arc<AtomicUsize>,
 }
 
 impl IterationCounter {
     fn attach(context: &glib::MainContext) -> IterationCounter {
         let count = Arc::new(AtomicUsize::new(0));
-        // SAFETY: `COUNTING` is a `'static` table GLib only reads; the
-        // source is allocated at our struct's size, and `count` is written
-        // before it is attached, so no callback sees it unset.
-        let raw = unsafe {
-            let raw = ffi::g_source_new(
-                std::ptr::addr_of!(COUNTING).cast_mut(),
-                std::mem::size_of::<CountingSource>() as u32,
-            );
-            (*raw.cast::<CountingSource>()).count = Arc::into_raw(count.clone());
-            ffi::g_source_attach(raw, context.as_ptr());
-            raw
-        };
-        IterationCounter { raw, count }
-    }
-}
-
-impl Drop for IterationCounter {
-    fn drop(&mut self) {
-        // SAFETY: our source, destroyed and released once.
-        unsafe {
-            ffi::g_source_destroy(self.raw);
-            ffi::g_source_unref(self.raw);
-        }
+        let counted = count.clone();
+        let hook = common::PrepareHook::attach(context, glib::ffi::G_PRIORITY_DEFAULT, move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
+        IterationCounter { _hook: hook, count }
     }
 }
 
@@ -140,6 +73,31 @@ fn assert_few(iterations: usize, what: &str) {
         "{what}: the worker's context iterated {iterations} times during a nested loop that \
          waited: it polled without blocking"
     );
+}
+
+/// Outside the worker's slice, on its thread: queues a pool task from
+/// there (the worker is awake from then on), runs a nested loop, and says
+/// how often the context iterated meanwhile (counted by `count`) and
+/// whether the task ran in the loop.
+fn queue_then_nest(pool: &gdex::Scheduler, count: &AtomicUsize) -> (usize, bool) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let _queued = pool.spawn(async move { r.store(true, Ordering::SeqCst) });
+    let before = count.load(Ordering::Relaxed);
+    nested_loop();
+    (
+        count.load(Ordering::Relaxed) - before,
+        ran.load(Ordering::SeqCst),
+    )
+}
+
+/// What [`queue_then_nest`] saw: the task ran, the loop slept.
+fn assert_ran_and_few((iterations, ran): (usize, bool), what: &str) {
+    assert!(
+        ran,
+        "{what}: the pool task its worker's own thread queued did not run in the nested loop"
+    );
+    assert_few(iterations, what);
 }
 
 /// Inside a pool task: the worker is awake, in its slice, with another
@@ -204,23 +162,11 @@ fn a_nested_loop_inside_a_task_of_a_worker_contexts_scheduler_sleeps() {
         }))
         .unwrap();
         let s = pool.scheduler();
-        let task = on_context.spawn(async move {
-            let ran = Arc::new(AtomicBool::new(false));
-            let r = ran.clone();
-            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
-            let before = count.load(Ordering::Relaxed);
-            nested_loop();
-            (
-                count.load(Ordering::Relaxed) - before,
-                ran.load(Ordering::SeqCst),
-            )
-        });
-        let (iterations, ran) = gdex::wait_for(task).unwrap();
-        assert!(
-            ran,
-            "the pool task its worker's own thread queued ran in the nested loop"
+        let task = on_context.spawn(async move { queue_then_nest(&s, &count) });
+        assert_ran_and_few(
+            gdex::wait_for(task).unwrap(),
+            "a task of a worker context's scheduler",
         );
-        assert_few(iterations, "a task of a worker context's scheduler");
         drop(counter);
     });
 }
@@ -237,24 +183,11 @@ fn a_nested_loop_inside_a_glib_callback_on_a_worker_context_sleeps() {
         let s = pool.scheduler();
         let (done_tx, done) = std::sync::mpsc::channel();
         glib::idle_source_new(None, glib::Priority::DEFAULT, move || {
-            let ran = Arc::new(AtomicBool::new(false));
-            let r = ran.clone();
-            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
-            let before = count.load(Ordering::Relaxed);
-            nested_loop();
-            let _ = done_tx.send((
-                count.load(Ordering::Relaxed) - before,
-                ran.load(Ordering::SeqCst),
-            ));
+            let _ = done_tx.send(queue_then_nest(&s, &count));
             glib::ControlFlow::Break
         })
         .attach(Some(&context));
-        let (iterations, ran) = done.recv().unwrap();
-        assert!(
-            ran,
-            "the pool task its worker's own thread queued ran in the nested loop"
-        );
-        assert_few(iterations, "a GLib callback");
+        assert_ran_and_few(done.recv().unwrap(), "a GLib callback");
         drop(counter);
     });
 }
@@ -273,23 +206,11 @@ fn a_nested_loop_inside_a_fiber_of_a_worker_contexts_scheduler_sleeps() {
         }))
         .unwrap();
         let s = pool.scheduler();
-        let fiber = on_context.spawn_fiber(move || {
-            let ran = Arc::new(AtomicBool::new(false));
-            let r = ran.clone();
-            let _queued = s.spawn(async move { r.store(true, Ordering::SeqCst) });
-            let before = count.load(Ordering::Relaxed);
-            nested_loop();
-            (
-                count.load(Ordering::Relaxed) - before,
-                ran.load(Ordering::SeqCst),
-            )
-        });
-        let (iterations, ran) = gdex::wait_for(fiber).unwrap();
-        assert!(
-            ran,
-            "the pool task its worker's own thread queued ran in the nested loop"
+        let fiber = on_context.spawn_fiber(move || queue_then_nest(&s, &count));
+        assert_ran_and_few(
+            gdex::wait_for(fiber).unwrap(),
+            "a fiber of a worker context's scheduler",
         );
-        assert_few(iterations, "a fiber of a worker context's scheduler");
         drop(counter);
     });
 }

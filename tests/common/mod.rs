@@ -91,6 +91,101 @@ pub fn print_stacks() {
     }
 }
 
+/// A GLib source that is never ready and calls its hook each time its
+/// context prepares it (once an iteration, when no source of a higher
+/// priority is ready): user code in GLib's prepare phase, or a count of a
+/// context's iterations. Destroyed when dropped.
+pub struct PrepareHook {
+    raw: *mut glib::ffi::GSource,
+}
+
+/// The hook a [`PrepareHook`]'s source calls.
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+#[repr(C)]
+struct HookSource {
+    base: glib::ffi::GSource,
+    /// From `Box::into_raw`, released by `finalize`.
+    hook: *mut Hook,
+}
+
+unsafe extern "C" fn hook_prepare(
+    source: *mut glib::ffi::GSource,
+    timeout: *mut std::os::raw::c_int,
+) -> glib::ffi::gboolean {
+    // SAFETY: GLib passes our own live source, a `HookSource` whose `hook`
+    // was written before it was attached, and a valid out-pointer.
+    unsafe {
+        (*(*source.cast::<HookSource>()).hook)();
+        *timeout = -1;
+    }
+    glib::ffi::GFALSE
+}
+
+unsafe extern "C" fn hook_check(_: *mut glib::ffi::GSource) -> glib::ffi::gboolean {
+    glib::ffi::GFALSE
+}
+
+unsafe extern "C" fn hook_dispatch(
+    _: *mut glib::ffi::GSource,
+    _: glib::ffi::GSourceFunc,
+    _: glib::ffi::gpointer,
+) -> glib::ffi::gboolean {
+    glib::ffi::GTRUE
+}
+
+unsafe extern "C" fn hook_finalize(source: *mut glib::ffi::GSource) {
+    // SAFETY: finalized once, after its last reference; `hook` came from
+    // `Box::into_raw` and is released here only.
+    drop(unsafe { Box::from_raw((*source.cast::<HookSource>()).hook) });
+}
+
+static HOOK_FUNCS: glib::ffi::GSourceFuncs = glib::ffi::GSourceFuncs {
+    prepare: Some(hook_prepare),
+    check: Some(hook_check),
+    dispatch: Some(hook_dispatch),
+    finalize: Some(hook_finalize),
+    closure_callback: None,
+    closure_marshal: None,
+};
+
+impl PrepareHook {
+    /// Attaches the source to `context` at `priority` (a GLib priority:
+    /// prepared after the sources of a higher one, `G_PRIORITY_LOW` after
+    /// a pool worker's own).
+    pub fn attach(
+        context: &glib::MainContext,
+        priority: i32,
+        hook: impl Fn() + Send + Sync + 'static,
+    ) -> PrepareHook {
+        let hook: *mut Hook = Box::into_raw(Box::new(Box::new(hook)));
+        // SAFETY: `HOOK_FUNCS` is a `'static` table GLib only reads; the
+        // source is allocated at our struct's size, and `hook` is written
+        // before it is attached, so no callback sees it unset.
+        let raw = unsafe {
+            let raw = glib::ffi::g_source_new(
+                std::ptr::addr_of!(HOOK_FUNCS).cast_mut(),
+                std::mem::size_of::<HookSource>() as u32,
+            );
+            (*raw.cast::<HookSource>()).hook = hook;
+            glib::ffi::g_source_set_priority(raw, priority);
+            glib::ffi::g_source_attach(raw, context.as_ptr());
+            raw
+        };
+        PrepareHook { raw }
+    }
+}
+
+impl Drop for PrepareHook {
+    fn drop(&mut self) {
+        // SAFETY: our source, destroyed and released once.
+        unsafe {
+            glib::ffi::g_source_destroy(self.raw);
+            glib::ffi::g_source_unref(self.raw);
+        }
+    }
+}
+
 /// `base` scaled by `GDEX_STRESS` (a multiplier, default 1).
 pub fn stress(base: usize) -> usize {
     let factor = std::env::var("GDEX_STRESS")
