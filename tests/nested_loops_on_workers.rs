@@ -146,6 +146,18 @@ fn a_nested_loop_inside_a_pool_fiber_sleeps() {
     });
 }
 
+/// A one-worker pool, a counter of its worker's context's iterations, and
+/// a scheduler of that context.
+fn worker_context_scheduler() -> (gdex::ThreadPool, IterationCounter, gdex::Scheduler) {
+    let pool = common::quiet_pool(1);
+    let counter = IterationCounter::attach(&worker_context(&pool));
+    let on_context = gdex::wait_for(pool.scheduler().spawn(async {
+        gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
+    }))
+    .unwrap();
+    (pool, counter, on_context)
+}
+
 /// Outside the worker's slice, in a task of a scheduler of the worker's
 /// context: the task spawns a pool task from the worker's thread (the
 /// worker is awake from then on), and the nested loop runs it (the
@@ -153,14 +165,8 @@ fn a_nested_loop_inside_a_pool_fiber_sleeps() {
 #[test]
 fn a_nested_loop_inside_a_task_of_a_worker_contexts_scheduler_sleeps() {
     common::watchdog("a_nested_loop_inside_a_context_task_sleeps", 60, || {
-        let pool = common::quiet_pool(1);
-        let context = worker_context(&pool);
-        let counter = IterationCounter::attach(&context);
+        let (pool, counter, on_context) = worker_context_scheduler();
         let count = counter.count.clone();
-        let on_context = gdex::wait_for(pool.scheduler().spawn(async {
-            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
-        }))
-        .unwrap();
         let s = pool.scheduler();
         let task = on_context.spawn(async move { queue_then_nest(&s, &count) });
         assert_ran_and_few(
@@ -197,14 +203,8 @@ fn a_nested_loop_inside_a_glib_callback_on_a_worker_context_sleeps() {
 #[test]
 fn a_nested_loop_inside_a_fiber_of_a_worker_contexts_scheduler_sleeps() {
     common::watchdog("a_nested_loop_inside_a_context_fiber_sleeps", 60, || {
-        let pool = common::quiet_pool(1);
-        let context = worker_context(&pool);
-        let counter = IterationCounter::attach(&context);
+        let (pool, counter, on_context) = worker_context_scheduler();
         let count = counter.count.clone();
-        let on_context = gdex::wait_for(pool.scheduler().spawn(async {
-            gdex::Scheduler::for_context(&glib::MainContext::thread_default().unwrap())
-        }))
-        .unwrap();
         let s = pool.scheduler();
         let fiber = on_context.spawn_fiber(move || queue_then_nest(&s, &count));
         assert_ran_and_few(
