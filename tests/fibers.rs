@@ -274,6 +274,40 @@ fn a_fiber_panic_reaches_the_waiter() {
     });
 }
 
+/// F1, misuse: a stack size whose mapping does not fit in an address
+/// (`usize::MAX`, and the largest size a page short of it) fails its
+/// fiber with `Error::Failed` naming the fiber stack, as a mapping the
+/// kernel refuses does: the closure never runs, nothing panics (the size
+/// used to overflow while it was rounded to pages), and the worker goes
+/// on running fibers.
+#[test]
+fn a_stack_size_past_the_address_space_fails_its_fiber() {
+    common::watchdog(
+        "a_stack_size_past_the_address_space_fails_its_fiber",
+        60,
+        || {
+            let pool = common::quiet_pool(1);
+            let s = pool.scheduler();
+            let ran = Arc::new(AtomicBool::new(false));
+            for size in [usize::MAX, usize::MAX - 4096] {
+                let r = ran.clone();
+                let fiber = fiber::Builder::new()
+                    .stack_size(size)
+                    .spawn(&s, move || r.store(true, Ordering::SeqCst));
+                match gdex::block_on(fiber) {
+                    Err(Error::Failed(e)) => assert!(
+                        e.message().contains(&format!("a {size} byte fiber stack")),
+                        "{e}"
+                    ),
+                    other => panic!("a {size} byte stack: expected Error::Failed, got {other:?}"),
+                }
+            }
+            assert!(!ran.load(Ordering::SeqCst), "a fiber ran without a stack");
+            assert_eq!(gdex::block_on(s.spawn_fiber(|| 3)).unwrap(), 3);
+        },
+    );
+}
+
 /// F1, S2: fibers on the main scheduler and on a context scheduler run on
 /// the context's thread, and are awaitable from a pool task.
 #[test]

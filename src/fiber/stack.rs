@@ -70,10 +70,10 @@ pub(crate) struct FiberStack {
 }
 
 impl FiberStack {
-    fn new(size: usize) -> io::Result<FiberStack> {
+    /// A new mapping of `len` bytes ([`mapping_len`]), its lowest page the
+    /// guard page.
+    fn new(len: usize) -> io::Result<FiberStack> {
         let page = page_size();
-        let size = size.div_ceil(page) * page;
-        let len = size + page;
         install_overflow_handler();
         // SAFETY: an anonymous private mapping at an address of the kernel's
         // choosing; no existing memory is touched.
@@ -101,11 +101,6 @@ impl FiberStack {
         }
         MAPPED.fetch_add(1, Ordering::Relaxed);
         Ok(stack)
-    }
-
-    /// Usable bytes (the guard page excluded).
-    pub(crate) fn size(&self) -> usize {
-        self.len - page_size()
     }
 
     /// The guard page's address range.
@@ -149,17 +144,32 @@ thread_local! {
 /// this thread has one, a new mapping otherwise.
 pub(crate) fn acquire(size: usize) -> io::Result<FiberStack> {
     ensure_altstack();
-    let page = page_size();
-    let size = size.div_ceil(page) * page;
+    let len = mapping_len(size)?;
     let pooled = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
-        let i = pool.iter().position(|s| s.size() == size)?;
+        // The stack given back last first: its top is the likeliest to be
+        // in the cache still (and taking it moves nothing).
+        let i = pool.iter().rposition(|s| s.len == len)?;
         Some(pool.swap_remove(i))
     });
     match pooled {
         Some(stack) => Ok(stack),
-        None => FiberStack::new(size),
+        None => FiberStack::new(len),
     }
+}
+
+/// The length of the mapping of a stack of at least `size` usable bytes:
+/// whole pages, and the guard page below them. A size so large that this
+/// does not fit in an address is refused as the kernel would refuse it.
+#[inline]
+fn mapping_len(size: usize) -> io::Result<usize> {
+    let page = page_size();
+    // A page is a power of two: a mask rounds up where a division would
+    // be the costliest instruction of a fiber's start.
+    debug_assert!(page.is_power_of_two());
+    size.checked_add(2 * page - 1)
+        .map(|len| len & !(page - 1))
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
 }
 
 /// Gives a finished fiber's stack back to this thread's pool.
