@@ -1,7 +1,8 @@
-//! `Scheduler::spawn_many` (smol's `Executor::spawn_many`): every future
-//! becomes a task whose handle comes back in order, on a pool from outside
-//! and from a worker, through a shutdown, a panicking iterator or
-//! `Extend`, and on the schedulers where it spawns one by one.
+//! `Scheduler::spawn_many` (smol's `Executor::spawn_many`) and its fiber
+//! counterpart `Scheduler::spawn_fibers` (F1, F2): every future or closure
+//! becomes a task or fiber whose handle comes back in order, on a pool from
+//! outside and from a worker, through a shutdown, a panicking iterator or
+//! `Extend`, and on the schedulers where they are spawned one by one.
 
 use crate::common;
 
@@ -234,5 +235,275 @@ fn other_schedulers_spawn_each_future_in_turn() {
             let sum: u32 = tasks.into_iter().map(|t| gdex::block_on(t).unwrap()).sum();
             assert_eq!(sum, 4_950, "{s:?}");
         }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Fibers: `Scheduler::spawn_fibers`
+// ---------------------------------------------------------------------------
+
+/// The thread a fiber ran on, as a number.
+fn thread_number() -> u64 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// From outside the pool (a pool asleep, then one busy with a batch) and
+/// from one of its workers: each closure runs once as a fiber (it can
+/// wait), the handles are in the iterator's order, and the fibers are
+/// placed round-robin (F2), the pool's next single spawn going on where
+/// the batch stopped.
+#[test]
+fn every_fiber_runs_once_round_robin_and_the_handles_keep_their_order() {
+    watchdog(
+        "every_fiber_runs_once_round_robin_and_the_handles_keep_their_order",
+        60,
+        || {
+            let pool = common::quiet_pool(2);
+            let s = pool.scheduler();
+            // Both workers asleep: a batch shorter than a run is woken for
+            // by the batch's end.
+            common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parks > 0));
+            let mut fibers = Vec::new();
+            s.spawn_fibers((0..3u64).map(|i| move || (i, thread_number())), &mut fibers);
+            let got: Vec<_> = fibers
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2]);
+            assert_ne!(got[0].1, got[1].1, "round-robin: {got:?}");
+            assert_eq!(got[0].1, got[2].1, "round-robin: {got:?}");
+            let next = gdex::block_on(s.spawn_fiber(thread_number)).unwrap();
+            assert_eq!(
+                next, got[1].1,
+                "the next single spawn goes on after the batch"
+            );
+
+            let runs = Arc::new(AtomicUsize::new(0));
+            let n = common::stress(10_000) as u64;
+            let mut fibers = Vec::new();
+            let helper = s.clone();
+            s.spawn_fibers(
+                (0..n).map(|i| {
+                    let (runs, helper) = (runs.clone(), helper.clone());
+                    move || {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        // A real fiber: it waits for a task.
+                        let doubled = gdex::fiber::wait(helper.spawn(async move { 2 * i }));
+                        (doubled.unwrap(), thread_number())
+                    }
+                }),
+                &mut fibers,
+            );
+            assert_eq!(fibers.len() as u64, n);
+            let got: Vec<_> = fibers
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            for (i, (doubled, _)) in got.iter().enumerate() {
+                assert_eq!(*doubled, 2 * i as u64);
+            }
+            for pair in got.windows(2) {
+                assert_ne!(pair[0].1, pair[1].1, "fibers placed round-robin");
+            }
+            assert_eq!(runs.load(Ordering::SeqCst) as u64, n);
+
+            // From a worker: its own fibers on its pinned queue, the
+            // other's in that worker's inbox.
+            let inner = s.clone();
+            let sum = gdex::block_on(s.spawn(async move {
+                let mut fibers = Vec::new();
+                inner.spawn_fibers((0..1_000u64).map(|i| move || i), &mut fibers);
+                let mut sum = 0;
+                for fiber in fibers {
+                    sum += fiber.await.unwrap();
+                }
+                sum
+            }))
+            .unwrap();
+            assert_eq!(sum, 499_500);
+        },
+    );
+}
+
+/// A pool that has shut down: each fiber's handle resolves to `ShutDown`,
+/// no closure runs, and each is dropped once.
+#[test]
+fn on_a_shut_down_pool_each_fiber_says_shut_down() {
+    watchdog("on_a_shut_down_pool_each_fiber_says_shut_down", 60, || {
+        let pool = common::quiet_pool(1);
+        pool.shutdown();
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut fibers = Vec::new();
+        pool.scheduler().spawn_fibers(
+            (0..10).map(|_| {
+                let counted = common::Counted(dropped.clone());
+                move || {
+                    let _counted = counted;
+                    unreachable!("a shut-down pool runs nothing")
+                }
+            }),
+            &mut fibers,
+        );
+        for fiber in fibers {
+            assert!(matches!(gdex::block_on(fiber), Err(gdex::Error::ShutDown)));
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 10);
+    });
+}
+
+/// Fiber batches racing a shutdown from four threads, on a pool whose
+/// workers are kept busy: every handle resolves once, to its value,
+/// `ShutDown` or `Cancelled`, as single spawns' do, and every closure is
+/// dropped once, run or not (a run left in an exited worker's inbox is
+/// taken back by the batch's wake-up).
+#[test]
+fn fiber_batches_racing_a_shutdown_resolve_every_handle() {
+    watchdog(
+        "fiber_batches_racing_a_shutdown_resolve_every_handle",
+        120,
+        || {
+            for round in 0..common::stress(20) {
+                let pool = common::quiet_pool(2);
+                let dropped = Arc::new(AtomicUsize::new(0));
+                let spawners: Vec<_> = (0..4)
+                    .map(|_| {
+                        let (s, dropped) = (pool.scheduler(), dropped.clone());
+                        std::thread::spawn(move || {
+                            let mut fibers = Vec::new();
+                            s.spawn_fibers(
+                                (0..250u32).map(|i| {
+                                    let counted = common::Counted(dropped.clone());
+                                    move || {
+                                        let _counted = counted;
+                                        i
+                                    }
+                                }),
+                                &mut fibers,
+                            );
+                            fibers
+                        })
+                    })
+                    .collect();
+                if round % 2 == 1 {
+                    std::thread::yield_now();
+                }
+                pool.shutdown();
+                for spawner in spawners {
+                    for (i, fiber) in spawner.join().unwrap().into_iter().enumerate() {
+                        match gdex::block_on(fiber) {
+                            Ok(v) => assert_eq!(v as usize, i),
+                            Err(gdex::Error::ShutDown | gdex::Error::Cancelled) => {}
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                }
+                common::wait_until(|| dropped.load(Ordering::SeqCst) == 1_000);
+            }
+        },
+    );
+}
+
+/// The iterator panics half-way: the fibers made before it are queued and
+/// run, and the panic goes on.
+#[test]
+fn a_panicking_iterator_leaves_the_fibers_made_before_it_running() {
+    watchdog(
+        "a_panicking_iterator_leaves_the_fibers_made_before_it_running",
+        60,
+        || {
+            let pool = common::quiet_pool(2);
+            let mut fibers = Vec::new();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.scheduler().spawn_fibers(
+                    (0..10u32).map(|i| {
+                        assert!(i != 5, "the iterator gives up at 5");
+                        move || i
+                    }),
+                    &mut fibers,
+                );
+            }));
+            let message = common::panic_message(caught.unwrap_err());
+            assert!(message.contains("gives up at 5"), "{message}");
+            let got: Vec<u32> = fibers
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            assert_eq!(got, [0, 1, 2, 3, 4]);
+        },
+    );
+}
+
+/// `handles`' `Extend` panics at the third fiber: the two before run; the
+/// third, whose handle the panic dropped, is cancelled (F4), and every
+/// closure is dropped.
+#[test]
+fn a_panicking_extend_leaves_the_earlier_fibers_running() {
+    struct Picky(Vec<gdex::Fiber<u32>>);
+    impl Extend<gdex::Fiber<u32>> for Picky {
+        fn extend<I: IntoIterator<Item = gdex::Fiber<u32>>>(&mut self, items: I) {
+            for fiber in items {
+                assert!(self.0.len() < 2, "no room for a third");
+                self.0.push(fiber);
+            }
+        }
+    }
+    watchdog(
+        "a_panicking_extend_leaves_the_earlier_fibers_running",
+        60,
+        || {
+            let pool = common::quiet_pool(1);
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let mut picky = Picky(Vec::new());
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.scheduler().spawn_fibers(
+                    (0..5u32).map(|i| {
+                        let counted = common::Counted(dropped.clone());
+                        move || {
+                            let _counted = counted;
+                            i
+                        }
+                    }),
+                    &mut picky,
+                );
+            }));
+            assert!(caught.is_err());
+            let got: Vec<u32> = picky
+                .0
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            assert_eq!(got, [0, 1]);
+            common::wait_until(|| dropped.load(Ordering::SeqCst) == 3);
+        },
+    );
+}
+
+/// Where fibers are spawned one by one: a context scheduler pumped by
+/// hand, with a builder's stack size; on a pool's latency class it panics
+/// as `spawn_fiber` does.
+#[test]
+fn fibers_elsewhere_are_spawned_in_turn() {
+    watchdog("fibers_elsewhere_are_spawned_in_turn", 60, || {
+        let context = glib::MainContext::new();
+        let local = gdex::Scheduler::for_context(&context);
+        let mut fibers = Vec::new();
+        gdex::fiber::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn_many(&local, (0..5u32).map(|i| move || i), &mut fibers);
+        let got: Vec<u32> = fibers
+            .into_iter()
+            .map(|f| context.block_on(f).unwrap())
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        let pool = common::quiet_pool(2);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut fibers = Vec::new();
+            pool.scheduler()
+                .with_priority(glib::Priority::HIGH)
+                .spawn_fibers((0..2u32).map(|i| move || i), &mut fibers);
+        }));
+        let message = common::panic_message(caught.unwrap_err());
+        assert!(message.contains("latency class"), "{message}");
     });
 }

@@ -35,6 +35,9 @@ fn fiber_spawn(c: &mut Criterion) {
     let pool = gdex::ThreadPool::builder().workers(n).build().unwrap();
     let s = pool.scheduler();
     g.bench_function(BenchmarkId::new("gdex", n), |b| b.iter(|| spawn_run(&s)));
+    g.bench_function(BenchmarkId::new("gdex-batch", n), |b| {
+        b.iter(|| spawn_batch_run(&s))
+    });
     g.bench_function(BenchmarkId::new("corosensei-floor", 1), |b| {
         let mut stack = Some(DefaultStack::new(128 * 1024).unwrap());
         b.iter(|| {
@@ -148,13 +151,13 @@ fn spin_player(turn: &AtomicUsize, me: usize, rounds: usize) {
 }
 
 /// A child process for an instruction count
-/// (`GDEX_BENCH_CHILD=fibers:<switch|spawn>:<workers>:<times>`, under
+/// (`GDEX_BENCH_CHILD=fibers:<switch|spawn|spawn-batch>:<workers>:<times>`, under
 /// `valgrind --tool=callgrind`): `times` runs of the gdex row of
 /// `fiber_switch` (100,000 hand-offs) or `fiber_spawn` (100,000 fibers) on
 /// a pool of `workers`. The difference between two `times`, over the runs
 /// between them, is one run's instructions.
 pub fn child(what: &str) {
-    let usage = "fibers:<switch|spawn>:<workers>:<times>";
+    let usage = "fibers:<switch|spawn|spawn-batch>:<workers>:<times>";
     let mut parts = what.split(':');
     let (Some(row), Some(n), Some(times)) = (parts.next(), parts.next(), parts.next()) else {
         panic!("{usage}");
@@ -166,6 +169,7 @@ pub fn child(what: &str) {
         match row {
             "switch" => switch_run(&s),
             "spawn" => spawn_run(&s),
+            "spawn-batch" => spawn_batch_run(&s),
             other => panic!("{usage}: no row {other}"),
         }
     }
@@ -174,6 +178,18 @@ pub fn child(what: &str) {
 /// One run of `fiber_spawn`'s gdex row.
 fn spawn_run(s: &gdex::Scheduler) {
     let fibers: Vec<_> = (0..SPAWNS).map(|i| s.spawn_fiber(move || i)).collect();
+    gdex::block_on(async move {
+        for f in fibers {
+            f.await.unwrap();
+        }
+    })
+}
+
+/// One run of `fiber_spawn`'s gdex-batch row: the same fibers, spawned
+/// with one `spawn_fibers`.
+fn spawn_batch_run(s: &gdex::Scheduler) {
+    let mut fibers = Vec::with_capacity(SPAWNS);
+    s.spawn_fibers((0..SPAWNS).map(|i| move || i), &mut fibers);
     gdex::block_on(async move {
         for f in fibers {
             f.await.unwrap();

@@ -68,6 +68,8 @@ pub(crate) mod parking;
 mod reaper;
 pub(crate) use reaper::reap;
 mod retire;
+mod runs;
+pub(crate) use runs::PinnedRuns;
 pub(crate) mod timers;
 mod worker;
 

@@ -1,7 +1,11 @@
 //! Spawning fibers (F1, F2): where the fiber core (`crate::fiber`) meets
 //! the schedulers.
 
+use super::owner_thread::ThreadBound;
+use super::Kind;
+use crate::diagnostics::record;
 use crate::fiber::{Builder, Fiber};
+use crate::task::{CatchUnwind, Task};
 use crate::Scheduler;
 
 impl Scheduler {
@@ -24,6 +28,44 @@ impl Scheduler {
         T: Send + 'static,
     {
         crate::fiber::Builder::new().spawn(self, f)
+    }
+
+    /// Spawns a fiber (F1) for each closure of `fs`, with the scheduler's
+    /// default stack size, putting each fiber's handle into `handles` in
+    /// order: the fiber counterpart of [`spawn_many`](Self::spawn_many).
+    /// Each fiber is as [`spawn_fiber`](Self::spawn_fiber) makes it, placed
+    /// on the pool's workers round-robin as single spawns are (F2). From
+    /// outside a worker, each is queued in its worker's inbox as it is
+    /// made, and the fence and directed wake-up a single spawn pays for
+    /// each fiber are paid once for each run of 64 fibers bound for one
+    /// worker and once at the end: a worker awake takes the fibers as they
+    /// come, a worker asleep is woken for a run. On a context scheduler, or
+    /// a pool that has shut down, it spawns them one by one (the latter
+    /// resolve to [`Error::ShutDown`](crate::Error::ShutDown)).
+    ///
+    /// If the iterator or `handles`' `Extend` panics, the fibers made
+    /// before are queued all the same (their handles are the caller's), and
+    /// the panic goes on.
+    ///
+    /// # Panics
+    /// On a pool's latency class, as [`spawn_fiber`](Self::spawn_fiber).
+    ///
+    /// ```
+    /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
+    /// let mut fibers = Vec::new();
+    /// pool.scheduler().spawn_fibers((0..100u64).map(|i| move || i * i), &mut fibers);
+    /// let sum: u64 = fibers.into_iter().map(|f| gdex::block_on(f).unwrap()).sum();
+    /// assert_eq!(sum, 328_350);
+    /// ```
+    #[track_caller]
+    pub fn spawn_fibers<I, F, T, E>(&self, fs: I, handles: &mut E)
+    where
+        I: IntoIterator<Item = F>,
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+        E: Extend<crate::fiber::Fiber<T>>,
+    {
+        crate::fiber::Builder::new().spawn_many(self, fs, handles)
     }
 
     /// Spawns `f` as a fiber that runs on the calling thread, which must be
@@ -87,6 +129,48 @@ impl Builder {
         // `spawn_pinned_waking` keeps it on that thread from then on.
         let (task, waker) = unsafe { scheduler.spawn_pinned_waking(future, true) };
         Fiber::new(task, waker)
+    }
+
+    /// Spawns a fiber for each closure of `fs` on `scheduler`, with these
+    /// options, putting each handle into `handles` in order; see
+    /// [`Scheduler::spawn_fibers`].
+    #[track_caller]
+    pub fn spawn_many<I, F, T, E>(self, scheduler: &Scheduler, fs: I, handles: &mut E)
+    where
+        I: IntoIterator<Item = F>,
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+        E: Extend<Fiber<T>>,
+    {
+        let pool = match &scheduler.kind {
+            Kind::Pool(pool) if !scheduler.latency && !pool.is_closed() => pool,
+            _ => {
+                // A plain loop, not a closure: each spawn is located at our
+                // caller (`#[track_caller]`).
+                for f in fs {
+                    handles.extend(Some(self.clone().spawn(scheduler, f)));
+                }
+                return;
+            }
+        };
+        let stack = scheduler.fiber_stack_size();
+        let mut runs = crate::pool::PinnedRuns::new(pool);
+        for f in fs {
+            let future = CatchUnwind::of_kind(
+                ThreadBound::new(self.clone().prepare(stack, f, true)),
+                record::Kind::Fiber,
+                || format!("{scheduler:?}"),
+            );
+            let worker = runs.next_worker();
+            // SAFETY: as in `spawn`: the fiber's future holds only `Send`
+            // data until its first poll, and ThreadBound keeps it on the
+            // thread of that poll.
+            let (runnable, task) = unsafe { Scheduler::make_pinned(pool, worker, future) };
+            let waker = runnable.waker();
+            runs.push(worker, runnable);
+            handles.extend(Some(Fiber::new(Task::new(task), Some(waker))));
+        }
+        // Every run's wake-up: `runs`' drop (a panic above too).
     }
 
     /// Spawns `f` as a fiber on the calling thread, which must be the one

@@ -516,14 +516,8 @@ impl Scheduler {
                 if pool.is_closed() {
                     return (Task::failed(Error::ShutDown), None);
                 }
-                let worker = pool.pick_worker();
-                // SAFETY: the schedule function only queues the task on one
-                // worker's inbox, popped by that worker alone (and drained by
-                // it at exit, or leaked); ThreadBound checks it too.
-                unsafe {
-                    task::builder_for(pool.home_of(worker, false))
-                        .spawn_unchecked(move |_| future, task::schedule_on_owner)
-                }
+                // SAFETY: the caller's promise, passed on.
+                unsafe { Self::make_pinned(pool, pool.pick_worker(), future) }
             }
         };
         let waker = waking.then(|| runnable.waker());
@@ -532,6 +526,35 @@ impl Scheduler {
             pool.settle_spawn();
         }
         (Task::new(task), waker)
+    }
+
+    /// The block of a pinned task (a fiber's, a `!Send` task's) that
+    /// belongs to worker `worker` of `pool`, made but not queued: its
+    /// schedule function queues it on that worker alone.
+    ///
+    /// # Safety
+    ///
+    /// As for `spawn_pinned_unchecked`, for the future inside `future`.
+    #[inline]
+    pub(super) unsafe fn make_pinned<F>(
+        pool: &Arc<PoolShared>,
+        worker: usize,
+        future: CatchUnwind<F>,
+    ) -> (
+        task::Runnable,
+        async_task::Task<Outcome<F::Output>, task::TaskMeta>,
+    )
+    where
+        F: Future + 'static,
+        F::Output: Send + 'static,
+    {
+        // SAFETY: the schedule function only queues the task on one
+        // worker's inbox, popped by that worker alone (and drained by it at
+        // exit, or leaked); ThreadBound checks it too.
+        unsafe {
+            task::builder_for(pool.home_of(worker, false))
+                .spawn_unchecked(move |_| future, task::schedule_on_owner)
+        }
     }
 
     /// Pushes a work item: the cheapest way to run a closure on this
