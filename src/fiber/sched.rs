@@ -317,11 +317,18 @@ impl FiberCell {
     /// resumption from then on.
     fn retire(&self) {
         // SeqCst, with the wakes' count and their loads of the state: a
-        // wake from another thread either counted itself before this (and
-        // is waited for below) or finds the fiber done. A wake that begins
-        // after this finds it done before it counts itself (`wake`), so the
-        // loop below waits only for the wakes that had begun: one a waking
-        // thread at most, however often those threads wake the fiber again.
+        // wake from another thread that counted itself before this swap is
+        // waited for below, and one that loads the state after it finds
+        // the fiber done and does not count itself (`wake`), so the loop
+        // waits for one wake a waking thread at most, however often those
+        // threads wake the fiber again. A wake that loaded the state before
+        // the swap but counts itself after our load of the count is not
+        // waited for: its `wake_counted` then finds the cell `DONE` and does
+        // nothing, or, the cell already serving another fiber of this
+        // worker, wakes that fiber once more than it asked (a spurious wake,
+        // which a fiber's wait takes as any other: it polls its future
+        // again). It never reads a freed fiber: the cell and its chunk's
+        // home outlive every fiber they serve.
         self.state.swap(DONE, Ordering::SeqCst);
         // A wake under way is a few atomic operations and a push, but its
         // thread may be preempted in the middle: spin a little, then give
