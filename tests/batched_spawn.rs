@@ -479,9 +479,130 @@ fn a_panicking_extend_leaves_the_earlier_fibers_running() {
     );
 }
 
+/// Nothing of a batch is queued before its iterator is done (the
+/// documented price of one wake-up per worker): with both workers awake
+/// and idle, no fiber of a 200-fiber batch has run by the time the
+/// iterator makes its last one, and all of them run once it is done.
+#[test]
+fn no_fiber_of_a_batch_starts_before_its_iterator_is_done() {
+    watchdog(
+        "no_fiber_of_a_batch_starts_before_its_iterator_is_done",
+        60,
+        || {
+            let pool = common::quiet_pool(2);
+            let s = pool.scheduler();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let mut fibers = Vec::new();
+            let (r, n) = (ran.clone(), 200u32);
+            s.spawn_fibers(
+                (0..n).map(|i| {
+                    if i == n - 1 {
+                        // Time for a worker to run what it was given.
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        assert_eq!(r.load(Ordering::SeqCst), 0, "a fiber ran mid-batch");
+                    }
+                    let r = r.clone();
+                    move || r.fetch_add(1, Ordering::SeqCst)
+                }),
+                &mut fibers,
+            );
+            for fiber in fibers {
+                gdex::block_on(fiber).unwrap();
+            }
+            assert_eq!(ran.load(Ordering::SeqCst), n as usize);
+        },
+    );
+}
+
+/// S9 in a batch: the pool shuts down while the iterator runs; each fiber
+/// or task made after that resolves to `ShutDown` at once (a single poll
+/// finds it), its closure or future dropped unrun, as a single spawn's;
+/// those made before resolve to their value or `Cancelled`.
+#[test]
+fn a_batch_made_across_a_shutdown_says_shut_down_after_it() {
+    watchdog(
+        "a_batch_made_across_a_shutdown_says_shut_down_after_it",
+        60,
+        || {
+            fn at_once<T>(
+                handle: impl std::future::Future<Output = Result<T, gdex::Error>>,
+            ) -> bool {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                matches!(
+                    std::pin::pin!(handle).poll(&mut cx),
+                    std::task::Poll::Ready(Err(gdex::Error::ShutDown))
+                )
+            }
+            let pool = common::quiet_pool(2);
+            let ran = Arc::new(AtomicUsize::new(0));
+            let mut fibers = Vec::new();
+            pool.scheduler().spawn_fibers(
+                (0..6u32).map(|i| {
+                    if i == 3 {
+                        pool.shutdown();
+                    }
+                    let ran = ran.clone();
+                    move || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                        i
+                    }
+                }),
+                &mut fibers,
+            );
+            let late = fibers.split_off(3);
+            assert!(
+                late.into_iter().all(at_once),
+                "a fiber made after the shutdown"
+            );
+            for (i, fiber) in fibers.into_iter().enumerate() {
+                match gdex::block_on(fiber) {
+                    Ok(v) => assert_eq!(v as usize, i),
+                    Err(gdex::Error::Cancelled) => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert!(ran.load(Ordering::SeqCst) <= 3);
+
+            let pool = common::quiet_pool(2);
+            let mut tasks = Vec::new();
+            pool.scheduler().spawn_many(
+                (0..6u32).map(|i| {
+                    if i == 3 {
+                        pool.shutdown();
+                    }
+                    async move { i }
+                }),
+                &mut tasks,
+            );
+            let late = tasks.split_off(3);
+            assert!(
+                late.into_iter().all(at_once),
+                "a task made after the shutdown"
+            );
+        },
+    );
+}
+
+/// A batch that makes nothing takes no turn of the round-robin: the
+/// single spawns around it alternate as if it were not there.
+#[test]
+fn an_empty_batch_leaves_the_round_robin_alone() {
+    watchdog("an_empty_batch_leaves_the_round_robin_alone", 60, || {
+        let pool = common::quiet_pool(2);
+        let s = pool.scheduler();
+        let a = gdex::block_on(s.spawn_fiber(thread_number)).unwrap();
+        let mut fibers = Vec::new();
+        s.spawn_fibers(std::iter::empty::<fn() -> u64>(), &mut fibers);
+        assert!(fibers.is_empty());
+        let b = gdex::block_on(s.spawn_fiber(thread_number)).unwrap();
+        assert_ne!(a, b, "the empty batch took a turn");
+    });
+}
+
 /// Where fibers are spawned one by one: a context scheduler pumped by
-/// hand, with a builder's stack size; on a pool's latency class it panics
-/// as `spawn_fiber` does.
+/// hand, with a builder's stack size. On a pool's latency class it panics
+/// as `spawn_fiber` does, before it takes anything from the iterator, and
+/// for an empty one too.
 #[test]
 fn fibers_elsewhere_are_spawned_in_turn() {
     watchdog("fibers_elsewhere_are_spawned_in_turn", 60, || {
@@ -497,13 +618,27 @@ fn fibers_elsewhere_are_spawned_in_turn() {
             .collect();
         assert_eq!(got, [0, 1, 2, 3, 4]);
         let pool = common::quiet_pool(2);
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut fibers = Vec::new();
-            pool.scheduler()
-                .with_priority(glib::Priority::HIGH)
-                .spawn_fibers((0..2u32).map(|i| move || i), &mut fibers);
-        }));
-        let message = common::panic_message(caught.unwrap_err());
-        assert!(message.contains("latency class"), "{message}");
+        let taken = AtomicUsize::new(0);
+        for n in [2u32, 0] {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut fibers = Vec::new();
+                pool.scheduler()
+                    .with_priority(glib::Priority::HIGH)
+                    .spawn_fibers(
+                        (0..n).map(|i| {
+                            taken.fetch_add(1, Ordering::SeqCst);
+                            move || i
+                        }),
+                        &mut fibers,
+                    );
+            }));
+            let message = common::panic_message(caught.unwrap_err());
+            assert!(message.contains("latency class"), "{message}");
+        }
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            0,
+            "items taken before the panic"
+        );
     });
 }

@@ -67,9 +67,9 @@ mod loom_pool;
 pub(crate) mod parking;
 mod reaper;
 pub(crate) use reaper::reap;
+mod pinned_batch;
 mod retire;
-mod runs;
-pub(crate) use runs::PinnedRuns;
+pub(crate) use pinned_batch::PinnedBatch;
 pub(crate) mod timers;
 mod worker;
 

@@ -31,8 +31,10 @@ impl Scheduler {
     /// the tasks are queued together once the iterator is done, from
     /// outside the pool with one wake-up for them all rather than one
     /// each; on a worker of the pool, on its deque as single spawns are.
-    /// Each task is as [`spawn`](Self::spawn) makes it; a pool that has
-    /// shut down resolves each to [`Error::ShutDown`](crate::Error::ShutDown).
+    /// So neither the iterator nor `handles`' `Extend` may wait for a task
+    /// of the same batch: none runs before the batch is queued. Each task
+    /// is as [`spawn`](Self::spawn) makes it; one made after the pool shut
+    /// down resolves to [`Error::ShutDown`](crate::Error::ShutDown).
     /// Elsewhere (a context scheduler, a pool's latency class, a
     /// thread-per-core pool) it spawns them one by one.
     ///
@@ -74,6 +76,11 @@ impl Scheduler {
             runnables: Vec::with_capacity(futures.size_hint().0),
         };
         for future in futures {
+            if pool.is_closed() {
+                // S9, as a single spawn: the future is dropped here, unpolled.
+                handles.extend(Some(Task::failed(crate::Error::ShutDown)));
+                continue;
+            }
             let future = CatchUnwind::located(future, None, location, || self.label());
             // A capture-less schedule function: see TaskMeta::pool.
             let (runnable, task) =

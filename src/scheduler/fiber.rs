@@ -4,6 +4,7 @@
 use super::owner_thread::ThreadBound;
 use super::Kind;
 use crate::diagnostics::record;
+use crate::error::Error;
 use crate::fiber::{Builder, Fiber};
 use crate::task::{CatchUnwind, Task};
 use crate::Scheduler;
@@ -34,21 +35,23 @@ impl Scheduler {
     /// default stack size, putting each fiber's handle into `handles` in
     /// order: the fiber counterpart of [`spawn_many`](Self::spawn_many).
     /// Each fiber is as [`spawn_fiber`](Self::spawn_fiber) makes it, placed
-    /// on the pool's workers round-robin as single spawns are (F2). From
-    /// outside a worker, each is queued in its worker's inbox as it is
-    /// made, and the fence and directed wake-up a single spawn pays for
-    /// each fiber are paid once for each run of 64 fibers bound for one
-    /// worker and once at the end: a worker awake takes the fibers as they
-    /// come, a worker asleep is woken for a run. On a context scheduler, or
-    /// a pool that has shut down, it spawns them one by one (the latter
-    /// resolve to [`Error::ShutDown`](crate::Error::ShutDown)).
+    /// on the pool's workers round-robin as single spawns are (F2). On a
+    /// pool the fibers are made first and queued together once the
+    /// iterator is done: each worker's with one fence and at most one
+    /// directed wake-up, where single spawns pay both for each fiber. So
+    /// neither the iterator nor `handles`' `Extend` may wait for a fiber
+    /// of the same batch: none starts before the batch is queued. On a
+    /// context scheduler it spawns them one by one. A fiber made after the
+    /// pool shut down resolves to [`Error::ShutDown`](crate::Error::ShutDown),
+    /// as a single spawn does.
     ///
     /// If the iterator or `handles`' `Extend` panics, the fibers made
     /// before are queued all the same (their handles are the caller's), and
     /// the panic goes on.
     ///
     /// # Panics
-    /// On a pool's latency class, as [`spawn_fiber`](Self::spawn_fiber).
+    /// On a pool's latency class, as [`spawn_fiber`](Self::spawn_fiber),
+    /// before it takes anything from `fs`.
     ///
     /// ```
     /// let pool = gdex::ThreadPool::builder().workers(2).build().unwrap();
@@ -143,8 +146,11 @@ impl Builder {
         E: Extend<Fiber<T>>,
     {
         let pool = match &scheduler.kind {
-            Kind::Pool(pool) if !scheduler.latency && !pool.is_closed() => pool,
-            _ => {
+            Kind::Pool(pool) => {
+                scheduler.refuse_latency("a fiber");
+                pool
+            }
+            Kind::Context(_) => {
                 // A plain loop, not a closure: each spawn is located at our
                 // caller (`#[track_caller]`).
                 for f in fs {
@@ -154,23 +160,28 @@ impl Builder {
             }
         };
         let stack = scheduler.fiber_stack_size();
-        let mut runs = crate::pool::PinnedRuns::new(pool);
+        let mut batch = crate::pool::PinnedBatch::new(pool);
         for f in fs {
+            if pool.is_closed() {
+                // S9, as a single spawn: `f` is dropped here, unrun.
+                handles.extend(Some(Fiber::new(Task::failed(Error::ShutDown), None)));
+                continue;
+            }
             let future = CatchUnwind::of_kind(
                 ThreadBound::new(self.clone().prepare(stack, f, true)),
                 record::Kind::Fiber,
                 || format!("{scheduler:?}"),
             );
-            let worker = runs.next_worker();
             // SAFETY: as in `spawn`: the fiber's future holds only `Send`
             // data until its first poll, and ThreadBound keeps it on the
             // thread of that poll.
-            let (runnable, task) = unsafe { Scheduler::make_pinned(pool, worker, future) };
+            let (runnable, task) =
+                unsafe { Scheduler::make_pinned(pool, batch.next_worker(), future) };
             let waker = runnable.waker();
-            runs.push(worker, runnable);
+            batch.push(runnable);
             handles.extend(Some(Fiber::new(Task::new(task), Some(waker))));
         }
-        // Every run's wake-up: `runs`' drop (a panic above too).
+        // Queued: `batch`'s drop (a panic above too).
     }
 
     /// Spawns `f` as a fiber on the calling thread, which must be the one
