@@ -28,12 +28,14 @@ pub(crate) struct PinnedBatch<'a> {
 }
 
 impl<'a> PinnedBatch<'a> {
-    pub(crate) fn new(pool: &'a Arc<PoolShared>) -> Self {
+    /// An empty batch, with room for `expected` jobs (the iterator's
+    /// lower bound).
+    pub(crate) fn new(pool: &'a Arc<PoolShared>, expected: usize) -> Self {
         PinnedBatch {
             pool,
             start: None,
             next: 0,
-            jobs: Vec::new(),
+            jobs: Vec::with_capacity(expected),
         }
     }
 

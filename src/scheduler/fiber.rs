@@ -160,7 +160,8 @@ impl Builder {
             }
         };
         let stack = scheduler.fiber_stack_size();
-        let mut batch = crate::pool::PinnedBatch::new(pool);
+        let fs = fs.into_iter();
+        let mut batch = crate::pool::PinnedBatch::new(pool, fs.size_hint().0);
         for f in fs {
             if pool.is_closed() {
                 // S9, as a single spawn: `f` is dropped here, unrun.
