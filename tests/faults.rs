@@ -1377,3 +1377,87 @@ fn a_panicking_glib_callback_on_a_worker_aborts_the_process_with_its_message() {
     );
     assert!(out.contains("gdex-worker-0"), "{out}");
 }
+
+// ---------------------------------------------------------------------------
+// A batch refused by a closed pool
+// ---------------------------------------------------------------------------
+
+const REFUSED: &str = "a refused closure's destructor";
+
+/// Panics when dropped, with [`REFUSED`].
+struct RefusedBomb;
+
+impl Drop for RefusedBomb {
+    fn drop(&mut self) {
+        panic!("{REFUSED}");
+    }
+}
+
+#[test]
+#[ignore = "child process of a_batch_refused_by_a_closed_pool_contains_panicking_drops"]
+fn child_batch_refused_by_a_closed_pool() {
+    let _one = common::serial();
+    if !is_child() {
+        return;
+    }
+    let seen = events();
+    // Each pool closes while its batch is made, after the call's own check.
+    let pool = quiet_pool(2);
+    let s = pool.scheduler();
+    let mut fibers = Vec::new();
+    s.spawn_fibers(
+        (0..3).map(|i| {
+            if i == 0 {
+                pool.shutdown();
+            }
+            let bomb = RefusedBomb;
+            move || drop(bomb)
+        }),
+        &mut fibers,
+    );
+    let other = quiet_pool(2);
+    let mut tasks = Vec::new();
+    other.scheduler().spawn_many(
+        (0..2).map(|i| {
+            if i == 0 {
+                other.shutdown();
+            }
+            let bomb = RefusedBomb;
+            async move { drop(bomb) }
+        }),
+        &mut tasks,
+    );
+    // The single spawns, for the same account.
+    let single = s.spawn_fiber({
+        let bomb = RefusedBomb;
+        move || drop(bomb)
+    });
+    for fiber in fibers.into_iter().chain([single]) {
+        assert!(matches!(gdex::block_on(fiber), Err(gdex::Error::ShutDown)));
+    }
+    for task in tasks {
+        assert!(matches!(gdex::block_on(task), Err(gdex::Error::ShutDown)));
+    }
+    let events = seen.lock().unwrap().clone();
+    let bombs: Vec<_> = events.iter().filter(|e| e.message == REFUSED).collect();
+    assert_eq!(bombs.len(), 6, "{events:?}");
+    for e in &bombs {
+        assert_eq!(e.source, gdex::PanicSource::Drop, "{e:?}");
+    }
+    println!("CHILD-OK");
+}
+
+/// A batch (`spawn_fibers`, `spawn_many`) whose pool shuts down while it
+/// is made refuses each item made after as a single spawn does (S9): each handle
+/// resolves to `ShutDown`, and a closure or future whose destructor
+/// panics is dropped unrun with its panic contained and sent to the panic
+/// handler as [`gdex::PanicSource::Drop`] (S6, X5), not unwound into the
+/// caller.
+#[test]
+fn a_batch_refused_by_a_closed_pool_contains_panicking_drops() {
+    let _one = common::serial();
+    if is_child() {
+        return;
+    }
+    child_passes("child_batch_refused_by_a_closed_pool", &[], 60);
+}

@@ -77,8 +77,9 @@ impl Scheduler {
         };
         for future in futures {
             if pool.is_closed() {
-                // S9, as a single spawn: the future is dropped here, unpolled.
-                handles.extend(Some(Task::failed(crate::Error::ShutDown)));
+                // S9: refused as a single spawn is, the future dropped
+                // unpolled (a panic in its drop contained, S6).
+                handles.extend(Some(self.spawn_at(future, location)));
                 continue;
             }
             let future = CatchUnwind::located(future, None, location, || self.label());

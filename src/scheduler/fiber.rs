@@ -4,7 +4,6 @@
 use super::owner_thread::ThreadBound;
 use super::Kind;
 use crate::diagnostics::record;
-use crate::error::Error;
 use crate::fiber::{Builder, Fiber};
 use crate::task::{CatchUnwind, Task};
 use crate::Scheduler;
@@ -164,8 +163,9 @@ impl Builder {
         let mut batch = crate::pool::PinnedBatch::new(pool, fs.size_hint().0);
         for f in fs {
             if pool.is_closed() {
-                // S9, as a single spawn: `f` is dropped here, unrun.
-                handles.extend(Some(Fiber::new(Task::failed(Error::ShutDown), None)));
+                // S9: refused as a single spawn is, `f` dropped unrun
+                // (a panic in its drop contained, S6).
+                handles.extend(Some(self.clone().spawn(scheduler, f)));
                 continue;
             }
             let future = CatchUnwind::of_kind(
