@@ -1080,3 +1080,58 @@ fn sampling_sees_tasks_that_take_turns_alike() {
         assert!((250..750).contains(&waits), "{waits} of 8,001");
     });
 }
+
+/// A batch's wake-to-poll starts when the batch is queued, as a single
+/// spawn's starts when it is queued: fibers (`spawn_fibers`) and tasks
+/// (`spawn_many`) made before an iterator that takes 300 ms to give its
+/// last item wait far less than those 300 ms for their first poll (the
+/// margin is for a loaded machine's wake-ups, not a measure of them).
+#[test]
+fn a_batch_is_stamped_when_it_is_queued() {
+    watchdog("a_batch_is_stamped_when_it_is_queued", 60, || {
+        let slow = |i: u32| {
+            if i == 1 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        };
+        for fibers in [true, false] {
+            let pool = gdex::ThreadPool::builder()
+                .workers(1)
+                .latency_histograms(true)
+                .build()
+                .unwrap();
+            let s = pool.scheduler();
+            if fibers {
+                let mut handles = Vec::new();
+                s.spawn_fibers(
+                    (0..2u32).map(|i| {
+                        slow(i);
+                        move || i
+                    }),
+                    &mut handles,
+                );
+                handles.into_iter().for_each(|f| {
+                    gdex::block_on(f).unwrap();
+                });
+            } else {
+                let mut handles = Vec::new();
+                s.spawn_many(
+                    (0..2u32).map(|i| {
+                        slow(i);
+                        async move { i }
+                    }),
+                    &mut handles,
+                );
+                handles.into_iter().for_each(|t| {
+                    gdex::block_on(t).unwrap();
+                });
+            }
+            let metrics = settled(&s, (2, 2));
+            let longest = metrics.wake_to_poll.max().unwrap();
+            assert!(
+                longest < Duration::from_millis(250),
+                "fibers: {fibers}; a first poll waited {longest:?}, the iterator's time counted"
+            );
+        }
+    });
+}

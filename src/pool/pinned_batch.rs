@@ -1,5 +1,5 @@
 //! A batch of pinned tasks queued together ([`Scheduler::spawn_fibers`]):
-//! the jobs are made first and queued on their workers once the batch is
+//! the tasks are made first and queued on their workers once the batch is
 //! done, each worker's with one fence and at most one directed wake-up
 //! (P6, P10), where a single spawn pays both for each.
 //!
@@ -9,42 +9,50 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{reaper, worker, PoolShared};
-use crate::task::{Job, Runnable};
+use crate::task::Runnable;
 
-/// The pinned jobs of a batch, placed round-robin on a pool's workers from
-/// where the pool's single spawns are (as libdex places fibers). Its drop
-/// queues them, also when the batch ends in a panic (the caller's iterator
-/// or `Extend`): nothing is queued before, so no worker runs any of them
+/// The pinned tasks of a batch, placed round-robin on a pool's workers
+/// from where the pool's single spawns are (as libdex places fibers). Its
+/// drop queues them, also when the batch ends in a panic (the caller's
+/// iterator or `Extend`): nothing is queued before (but for a shutdown
+/// met half-way, [`flush`](Self::flush)), so no worker runs any of them
 /// while the caller's code that makes the batch still runs.
 pub(crate) struct PinnedBatch<'a> {
     pool: &'a Arc<PoolShared>,
-    /// The worker of the first job, picked with the first job.
+    /// The worker of the first task, picked with the first task.
     start: Option<usize>,
-    /// The worker of the next job.
+    /// The worker of the next task.
     next: usize,
-    /// The jobs made, in order: each belongs to the worker after the one
-    /// before's, from `start`.
-    jobs: Vec<Job>,
+    /// The worker of `held`'s first.
+    first: usize,
+    /// The tasks made and not queued yet, in order: each belongs to the
+    /// worker after the one before's, from `first`.
+    held: Vec<Runnable>,
+    /// The tasks made so far.
+    made: usize,
 }
 
 impl<'a> PinnedBatch<'a> {
-    /// An empty batch, with room for `expected` jobs (the iterator's
+    /// An empty batch, with room for `expected` tasks (the iterator's
     /// lower bound).
     pub(crate) fn new(pool: &'a Arc<PoolShared>, expected: usize) -> Self {
         PinnedBatch {
             pool,
             start: None,
             next: 0,
-            jobs: Vec::with_capacity(expected),
+            first: 0,
+            held: Vec::with_capacity(expected),
+            made: 0,
         }
     }
 
-    /// The worker the next job belongs to (the same until it is pushed).
+    /// The worker the next task belongs to (the same until it is pushed).
     pub(crate) fn next_worker(&mut self) -> usize {
         if self.start.is_none() {
             let start = self.pool.pick_worker();
             self.start = Some(start);
             self.next = start;
+            self.first = start;
         }
         self.next
     }
@@ -54,30 +62,38 @@ impl<'a> PinnedBatch<'a> {
     pub(crate) fn push(&mut self, runnable: Runnable) {
         debug_assert!(
             self.start.is_some(),
-            "next_worker names a job's worker first"
+            "next_worker names a task's worker first"
         );
-        self.jobs.push(self.pool.task_job(runnable));
+        if self.held.is_empty() {
+            self.first = self.next;
+        }
+        self.held.push(runnable);
+        self.made += 1;
         self.next = if self.next + 1 == self.pool.workers() {
             0
         } else {
             self.next + 1
         };
     }
-}
 
-impl Drop for PinnedBatch<'_> {
-    fn drop(&mut self) {
-        let Some(start) = self.start else {
-            return;
-        };
+    /// Queues what the batch holds: our own worker's on its pinned queue,
+    /// the others' in their inboxes, each of those with one directed
+    /// wake-up. What lands in the inbox of a worker that has exited never
+    /// ran, and is taken back and dropped (see `PoolShared::push_inbox`):
+    /// so after a shutdown, a flush resolves the tasks held (`Cancelled`).
+    /// Whether it held any.
+    pub(crate) fn flush(&mut self) -> bool {
         let pool = self.pool;
-        let jobs = std::mem::take(&mut self.jobs);
-        let made = jobs.len();
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return false;
+        }
         let mut pushed = vec![false; pool.workers()];
-        let mut i = start;
-        for job in jobs {
-            // Our own worker's on its pinned queue; the others' in their
-            // inboxes, woken for below.
+        let mut i = self.first;
+        for runnable in held {
+            // Made into a job now: its latency stamp (P12) is the time it
+            // is queued, as a single spawn's.
+            let job = pool.task_job(runnable);
             if let Err(job) = worker::push_pinned_local(pool, i, job) {
                 pool.remotes[i].inbox.push(job);
                 pushed[i] = true;
@@ -86,16 +102,26 @@ impl Drop for PinnedBatch<'_> {
         }
         for (i, _) in pushed.iter().enumerate().filter(|(_, pushed)| **pushed) {
             if !pool.pushed_to(i) {
-                // Worker `i` has exited: what its last drain did not take
-                // never ran (see `PoolShared::push_inbox`).
                 reaper::reap(PoolShared::take_all(&pool.remotes[i].inbox));
             }
         }
+        true
+    }
+}
+
+impl Drop for PinnedBatch<'_> {
+    fn drop(&mut self) {
+        if self.start.is_none() {
+            return;
+        }
+        let _ = self.flush();
         // The pool's next single spawn goes on where the batch stopped
         // (`pick_worker` counted the first).
-        if made > 1 {
-            pool.next_pinned.fetch_add(made - 1, Ordering::Relaxed);
+        if self.made > 1 {
+            self.pool
+                .next_pinned
+                .fetch_add(self.made - 1, Ordering::Relaxed);
         }
-        pool.settle_spawn();
+        self.pool.settle_spawn();
     }
 }

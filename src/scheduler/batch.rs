@@ -15,12 +15,22 @@ struct Made<'a> {
     runnables: Vec<Runnable>,
 }
 
-impl Drop for Made<'_> {
-    fn drop(&mut self) {
+impl Made<'_> {
+    /// Queues the tasks made so far (after a shutdown: drops them, each
+    /// handle then `Cancelled`); whether there were any.
+    fn flush(&mut self) -> bool {
         let runnables = std::mem::take(&mut self.runnables);
-        if !runnables.is_empty() {
+        let any = !runnables.is_empty();
+        if any {
             self.pool.schedule_spawned(runnables);
         }
+        any
+    }
+}
+
+impl Drop for Made<'_> {
+    fn drop(&mut self) {
+        let _ = self.flush();
         self.pool.settle_spawn();
     }
 }
@@ -33,8 +43,11 @@ impl Scheduler {
     /// each; on a worker of the pool, on its deque as single spawns are.
     /// So neither the iterator nor `handles`' `Extend` may wait for a task
     /// of the same batch: none runs before the batch is queued. Each task
-    /// is as [`spawn`](Self::spawn) makes it; one made after the pool shut
-    /// down resolves to [`Error::ShutDown`](crate::Error::ShutDown).
+    /// is as [`spawn`](Self::spawn) makes it. If the pool shuts down while
+    /// the iterator runs, the tasks made before are queued (so dropped
+    /// unpolled, their handles `Cancelled`) when the iterator gives its
+    /// next item, and each one made after resolves to
+    /// [`Error::ShutDown`](crate::Error::ShutDown), as a single spawn does.
     /// Elsewhere (a context scheduler, a pool's latency class, a
     /// thread-per-core pool) it spawns them one by one.
     ///
@@ -77,8 +90,14 @@ impl Scheduler {
         };
         for future in futures {
             if pool.is_closed() {
-                // S9: refused as a single spawn is, the future dropped
-                // unpolled (a panic in its drop contained, S6).
+                // S9: the tasks made before are resolved now (the pool's
+                // shutdown could not reach them), not when the iterator
+                // ends; this one is refused as a single spawn is, the
+                // future dropped unpolled (a panic in its drop contained,
+                // S6).
+                if made.flush() {
+                    pool.settle_spawn();
+                }
                 handles.extend(Some(self.spawn_at(future, location)));
                 continue;
             }

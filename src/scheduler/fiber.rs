@@ -36,17 +36,23 @@ impl Scheduler {
     /// Each fiber is as [`spawn_fiber`](Self::spawn_fiber) makes it, placed
     /// on the pool's workers round-robin as single spawns are (F2). On a
     /// pool the fibers are made first and queued together once the
-    /// iterator is done: each worker's with one fence and at most one
-    /// directed wake-up, where single spawns pay both for each fiber. So
-    /// neither the iterator nor `handles`' `Extend` may wait for a fiber
-    /// of the same batch: none starts before the batch is queued. On a
-    /// context scheduler it spawns them one by one. A fiber made after the
-    /// pool shut down resolves to [`Error::ShutDown`](crate::Error::ShutDown),
-    /// as a single spawn does.
+    /// iterator is done: each other worker's in its inbox with one fence
+    /// and at most one directed wake-up, where single spawns pay both for
+    /// each fiber (called on a worker, that worker's own go on its local
+    /// queue). So neither the iterator nor `handles`' `Extend` may wait for
+    /// a fiber of the same batch: none starts before the batch is queued.
+    /// On a context scheduler it spawns them one by one.
+    ///
+    /// If the pool shuts down while the iterator runs, the fibers made
+    /// before are queued (so dropped unrun, their handles `Cancelled`) when
+    /// the iterator gives its next item, and each one made after resolves
+    /// to [`Error::ShutDown`](crate::Error::ShutDown), as a single spawn
+    /// does.
     ///
     /// If the iterator or `handles`' `Extend` panics, the fibers made
-    /// before are queued all the same (their handles are the caller's), and
-    /// the panic goes on.
+    /// before are queued all the same (their handles are the caller's; the
+    /// one whose handle the panicking `Extend` dropped is cancelled, F4),
+    /// and the panic goes on.
     ///
     /// # Panics
     /// On a pool's latency class, as [`spawn_fiber`](Self::spawn_fiber),
@@ -163,8 +169,13 @@ impl Builder {
         let mut batch = crate::pool::PinnedBatch::new(pool, fs.size_hint().0);
         for f in fs {
             if pool.is_closed() {
-                // S9: refused as a single spawn is, `f` dropped unrun
-                // (a panic in its drop contained, S6).
+                // S9: the fibers made before are resolved now (the pool's
+                // shutdown could not reach them), not when the iterator
+                // ends; this one is refused as a single spawn is, `f`
+                // dropped unrun (a panic in its drop contained, S6).
+                if batch.flush() {
+                    pool.settle_spawn();
+                }
                 handles.extend(Some(self.clone().spawn(scheduler, f)));
                 continue;
             }
