@@ -44,9 +44,10 @@ impl Scheduler {
     /// So neither the iterator nor `handles`' `Extend` may wait for a task
     /// of the same batch: none runs before the batch is queued. Each task
     /// is as [`spawn`](Self::spawn) makes it. If the pool shuts down while
-    /// the iterator runs, the tasks made before are queued (so dropped
-    /// unpolled, their handles `Cancelled`) when the iterator gives its
-    /// next item, and each one made after resolves to
+    /// the iterator runs, the tasks made before are queued when the
+    /// iterator gives its next item, as single spawns made before the
+    /// shutdown are (so the shutdown drops them, their handles
+    /// `Cancelled`), and each one made after resolves to
     /// [`Error::ShutDown`](crate::Error::ShutDown), as a single spawn does.
     /// Elsewhere (a context scheduler, a pool's latency class, a
     /// thread-per-core pool) it spawns them one by one.

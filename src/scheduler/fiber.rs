@@ -44,9 +44,10 @@ impl Scheduler {
     /// On a context scheduler it spawns them one by one.
     ///
     /// If the pool shuts down while the iterator runs, the fibers made
-    /// before are queued (so dropped unrun, their handles `Cancelled`) when
-    /// the iterator gives its next item, and each one made after resolves
-    /// to [`Error::ShutDown`](crate::Error::ShutDown), as a single spawn
+    /// before are queued when the iterator gives its next item, as single
+    /// spawns made before the shutdown are (so the shutdown drops them,
+    /// their handles `Cancelled`), and each one made after resolves to
+    /// [`Error::ShutDown`](crate::Error::ShutDown), as a single spawn
     /// does.
     ///
     /// If the iterator or `handles`' `Extend` panics, the fibers made
