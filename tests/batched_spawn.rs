@@ -58,18 +58,20 @@ fn every_future_runs_once_and_the_handles_keep_their_order() {
     );
 }
 
-/// A pool that has shut down: each handle resolves to `ShutDown` and no
-/// future runs (its drop runs once).
+/// A pool that has shut down: each task's and fiber's handle resolves to
+/// `ShutDown`, nothing runs, and each future and closure is dropped once.
 #[test]
 fn on_a_shut_down_pool_each_handle_says_shut_down() {
     watchdog("on_a_shut_down_pool_each_handle_says_shut_down", 60, || {
         let pool = common::quiet_pool(1);
         pool.shutdown();
+        let s = pool.scheduler();
         let dropped = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        pool.scheduler().spawn_many(
+        let counted = || common::Counted(dropped.clone());
+        let (mut tasks, mut fibers) = (Vec::new(), Vec::new());
+        s.spawn_many(
             (0..10).map(|_| {
-                let counted = common::Counted(dropped.clone());
+                let counted = counted();
                 async move {
                     let _counted = counted;
                     unreachable!("a shut-down pool runs nothing")
@@ -77,34 +79,59 @@ fn on_a_shut_down_pool_each_handle_says_shut_down() {
             }),
             &mut tasks,
         );
+        s.spawn_fibers(
+            (0..10).map(|_| {
+                let counted = counted();
+                move || {
+                    let _counted = counted;
+                    unreachable!("a shut-down pool runs nothing")
+                }
+            }),
+            &mut fibers,
+        );
         for task in tasks {
             assert!(matches!(gdex::block_on(task), Err(gdex::Error::ShutDown)));
         }
-        assert_eq!(dropped.load(Ordering::SeqCst), 10);
+        for fiber in fibers {
+            assert!(matches!(gdex::block_on(fiber), Err(gdex::Error::ShutDown)));
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 20);
     });
 }
 
-/// Batches racing a shutdown from four threads: every handle resolves
-/// once, to its value, `ShutDown` (the pool closed before the batch) or
-/// `Cancelled` (dropped unrun by the shutdown), as single spawns' do, and
-/// every future is dropped once.
+/// Batches of tasks and of fibers racing a shutdown from four threads:
+/// every handle resolves once, to its value, `ShutDown` (made after the
+/// close) or `Cancelled` (made before it and dropped unrun by the
+/// shutdown, also from the inbox of a worker that had exited), as single
+/// spawns' do, and every future and closure is dropped once.
 #[test]
 fn batches_racing_a_shutdown_resolve_every_handle() {
     watchdog(
         "batches_racing_a_shutdown_resolve_every_handle",
         120,
         || {
-            for _ in 0..common::stress(20) {
+            fn check<T: PartialEq<usize> + std::fmt::Debug>(
+                i: usize,
+                result: Result<T, gdex::Error>,
+            ) {
+                match result {
+                    Ok(v) => assert_eq!(v, i),
+                    Err(gdex::Error::ShutDown | gdex::Error::Cancelled) => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            for round in 0..common::stress(20) {
                 let pool = common::quiet_pool(2);
                 let dropped = Arc::new(AtomicUsize::new(0));
                 let spawners: Vec<_> = (0..4)
                     .map(|_| {
                         let (s, dropped) = (pool.scheduler(), dropped.clone());
+                        let counted = move || common::Counted(dropped.clone());
                         std::thread::spawn(move || {
-                            let mut tasks = Vec::new();
+                            let (mut tasks, mut fibers) = (Vec::new(), Vec::new());
                             s.spawn_many(
-                                (0..250u32).map(|i| {
-                                    let counted = common::Counted(dropped.clone());
+                                (0..250usize).map(|i| {
+                                    let counted = counted();
                                     async move {
                                         let _counted = counted;
                                         i
@@ -112,98 +139,153 @@ fn batches_racing_a_shutdown_resolve_every_handle() {
                                 }),
                                 &mut tasks,
                             );
-                            tasks
+                            s.spawn_fibers(
+                                (0..250usize).map(|i| {
+                                    let counted = counted();
+                                    move || {
+                                        let _counted = counted;
+                                        i
+                                    }
+                                }),
+                                &mut fibers,
+                            );
+                            (tasks, fibers)
                         })
                     })
                     .collect();
+                if round % 2 == 1 {
+                    std::thread::yield_now();
+                }
                 pool.shutdown();
                 for spawner in spawners {
-                    for (i, task) in spawner.join().unwrap().into_iter().enumerate() {
-                        match gdex::block_on(task) {
-                            Ok(v) => assert_eq!(v as usize, i),
-                            // Made after the close, or made before it and
-                            // dropped unrun by the shutdown: as single spawns.
-                            Err(gdex::Error::ShutDown | gdex::Error::Cancelled) => {}
-                            other => panic!("{other:?}"),
-                        }
+                    let (tasks, fibers) = spawner.join().unwrap();
+                    for (i, task) in tasks.into_iter().enumerate() {
+                        check(i, gdex::block_on(task));
+                    }
+                    for (i, fiber) in fibers.into_iter().enumerate() {
+                        check(i, gdex::block_on(fiber));
                     }
                 }
-                assert_eq!(dropped.load(Ordering::SeqCst), 1_000);
+                common::wait_until(|| dropped.load(Ordering::SeqCst) == 2_000);
             }
         },
     );
 }
 
-/// The iterator panics half-way: the tasks made before it are queued and
-/// run (their handles are the caller's), and the panic goes on.
+/// The iterator panics half-way: the tasks or fibers made before it are
+/// queued and run (their handles are the caller's), and the panic goes on.
 #[test]
-fn a_panicking_iterator_leaves_the_tasks_made_before_it_running() {
+fn a_panicking_iterator_leaves_what_it_made_running() {
     watchdog(
-        "a_panicking_iterator_leaves_the_tasks_made_before_it_running",
+        "a_panicking_iterator_leaves_what_it_made_running",
         60,
         || {
-            let pool = common::quiet_pool(1);
-            let mut tasks = Vec::new();
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.scheduler().spawn_many(
+            let gives_up = |i: u32| assert!(i != 5, "the iterator gives up at 5");
+            let caught = |spawn: &mut dyn FnMut()| {
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(spawn));
+                let message = common::panic_message(caught.unwrap_err());
+                assert!(message.contains("gives up at 5"), "{message}");
+            };
+            let pool = common::quiet_pool(2);
+            let s = pool.scheduler();
+            let (mut tasks, mut fibers) = (Vec::new(), Vec::new());
+            caught(&mut || {
+                s.spawn_many(
                     (0..10u32).map(|i| {
-                        assert!(i != 5, "the iterator gives up at 5");
+                        gives_up(i);
                         async move { i }
                     }),
                     &mut tasks,
-                );
-            }));
-            let message = common::panic_message(caught.unwrap_err());
-            assert!(message.contains("gives up at 5"), "{message}");
-            let got: Vec<u32> = tasks
+                )
+            });
+            caught(&mut || {
+                s.spawn_fibers(
+                    (0..10u32).map(|i| {
+                        gives_up(i);
+                        move || i
+                    }),
+                    &mut fibers,
+                )
+            });
+            let tasks: Vec<u32> = tasks
                 .into_iter()
                 .map(|t| gdex::block_on(t).unwrap())
                 .collect();
-            assert_eq!(got, [0, 1, 2, 3, 4]);
+            let fibers: Vec<u32> = fibers
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            assert_eq!(tasks, [0, 1, 2, 3, 4]);
+            assert_eq!(fibers, [0, 1, 2, 3, 4]);
         },
     );
 }
 
-/// `handles`' `Extend` panics at the third: the two before run; the third,
-/// whose handle the panic dropped, is cancelled, and its future dropped.
-#[test]
-fn a_panicking_extend_leaves_the_earlier_tasks_running() {
-    struct Picky(Vec<gdex::Task<u32>>);
-    impl Extend<gdex::Task<u32>> for Picky {
-        fn extend<I: IntoIterator<Item = gdex::Task<u32>>>(&mut self, items: I) {
-            for task in items {
-                assert!(self.0.len() < 2, "no room for a third");
-                self.0.push(task);
-            }
+/// An `Extend` with room for two handles: it panics at the third.
+struct Picky<H>(Vec<H>);
+
+impl<H> Extend<H> for Picky<H> {
+    fn extend<I: IntoIterator<Item = H>>(&mut self, items: I) {
+        for handle in items {
+            assert!(self.0.len() < 2, "no room for a third");
+            self.0.push(handle);
         }
     }
+}
+
+/// `handles`' `Extend` panics at the third: the two before run; the third
+/// task or fiber, whose handle the panic dropped, is cancelled (F4), and
+/// its future or closure dropped, as are those of the two that ran.
+#[test]
+fn a_panicking_extend_leaves_the_earlier_ones_running() {
     watchdog(
-        "a_panicking_extend_leaves_the_earlier_tasks_running",
+        "a_panicking_extend_leaves_the_earlier_ones_running",
         60,
         || {
             let pool = common::quiet_pool(1);
+            let s = pool.scheduler();
             let dropped = Arc::new(AtomicUsize::new(0));
-            let mut picky = Picky(Vec::new());
+            let counted = || common::Counted(dropped.clone());
+            let (mut tasks, mut fibers) = (Picky(Vec::new()), Picky(Vec::new()));
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.scheduler().spawn_many(
+                s.spawn_many(
                     (0..5u32).map(|i| {
-                        let counted = common::Counted(dropped.clone());
+                        let counted = counted();
                         async move {
                             let _counted = counted;
                             i
                         }
                     }),
-                    &mut picky,
+                    &mut tasks,
                 );
             }));
             assert!(caught.is_err());
-            let got: Vec<u32> = picky
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                s.spawn_fibers(
+                    (0..5u32).map(|i| {
+                        let counted = counted();
+                        move || {
+                            let _counted = counted;
+                            i
+                        }
+                    }),
+                    &mut fibers,
+                );
+            }));
+            assert!(caught.is_err());
+            let tasks: Vec<u32> = tasks
                 .0
                 .into_iter()
                 .map(|t| gdex::block_on(t).unwrap())
                 .collect();
-            assert_eq!(got, [0, 1]);
-            common::wait_until(|| dropped.load(Ordering::SeqCst) == 3);
+            let fibers: Vec<u32> = fibers
+                .0
+                .into_iter()
+                .map(|f| gdex::block_on(f).unwrap())
+                .collect();
+            assert_eq!(tasks, [0, 1]);
+            assert_eq!(fibers, [0, 1]);
+            common::wait_until(|| dropped.load(Ordering::SeqCst) == 6);
         },
     );
 }
@@ -323,159 +405,6 @@ fn every_fiber_runs_once_round_robin_and_the_handles_keep_their_order() {
             }))
             .unwrap();
             assert_eq!(sum, 499_500);
-        },
-    );
-}
-
-/// A pool that has shut down: each fiber's handle resolves to `ShutDown`,
-/// no closure runs, and each is dropped once.
-#[test]
-fn on_a_shut_down_pool_each_fiber_says_shut_down() {
-    watchdog("on_a_shut_down_pool_each_fiber_says_shut_down", 60, || {
-        let pool = common::quiet_pool(1);
-        pool.shutdown();
-        let dropped = Arc::new(AtomicUsize::new(0));
-        let mut fibers = Vec::new();
-        pool.scheduler().spawn_fibers(
-            (0..10).map(|_| {
-                let counted = common::Counted(dropped.clone());
-                move || {
-                    let _counted = counted;
-                    unreachable!("a shut-down pool runs nothing")
-                }
-            }),
-            &mut fibers,
-        );
-        for fiber in fibers {
-            assert!(matches!(gdex::block_on(fiber), Err(gdex::Error::ShutDown)));
-        }
-        assert_eq!(dropped.load(Ordering::SeqCst), 10);
-    });
-}
-
-/// Fiber batches racing a shutdown from four threads: every handle
-/// resolves once, to its value, `ShutDown` or `Cancelled`, as single
-/// spawns' do, and every closure is dropped once, run or not (what a
-/// batch queues in the inbox of a worker that has exited is taken back
-/// and dropped).
-#[test]
-fn fiber_batches_racing_a_shutdown_resolve_every_handle() {
-    watchdog(
-        "fiber_batches_racing_a_shutdown_resolve_every_handle",
-        120,
-        || {
-            for round in 0..common::stress(20) {
-                let pool = common::quiet_pool(2);
-                let dropped = Arc::new(AtomicUsize::new(0));
-                let spawners: Vec<_> = (0..4)
-                    .map(|_| {
-                        let (s, dropped) = (pool.scheduler(), dropped.clone());
-                        std::thread::spawn(move || {
-                            let mut fibers = Vec::new();
-                            s.spawn_fibers(
-                                (0..250u32).map(|i| {
-                                    let counted = common::Counted(dropped.clone());
-                                    move || {
-                                        let _counted = counted;
-                                        i
-                                    }
-                                }),
-                                &mut fibers,
-                            );
-                            fibers
-                        })
-                    })
-                    .collect();
-                if round % 2 == 1 {
-                    std::thread::yield_now();
-                }
-                pool.shutdown();
-                for spawner in spawners {
-                    for (i, fiber) in spawner.join().unwrap().into_iter().enumerate() {
-                        match gdex::block_on(fiber) {
-                            Ok(v) => assert_eq!(v as usize, i),
-                            Err(gdex::Error::ShutDown | gdex::Error::Cancelled) => {}
-                            other => panic!("{other:?}"),
-                        }
-                    }
-                }
-                common::wait_until(|| dropped.load(Ordering::SeqCst) == 1_000);
-            }
-        },
-    );
-}
-
-/// The iterator panics half-way: the fibers made before it are queued and
-/// run, and the panic goes on.
-#[test]
-fn a_panicking_iterator_leaves_the_fibers_made_before_it_running() {
-    watchdog(
-        "a_panicking_iterator_leaves_the_fibers_made_before_it_running",
-        60,
-        || {
-            let pool = common::quiet_pool(2);
-            let mut fibers = Vec::new();
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.scheduler().spawn_fibers(
-                    (0..10u32).map(|i| {
-                        assert!(i != 5, "the iterator gives up at 5");
-                        move || i
-                    }),
-                    &mut fibers,
-                );
-            }));
-            let message = common::panic_message(caught.unwrap_err());
-            assert!(message.contains("gives up at 5"), "{message}");
-            let got: Vec<u32> = fibers
-                .into_iter()
-                .map(|f| gdex::block_on(f).unwrap())
-                .collect();
-            assert_eq!(got, [0, 1, 2, 3, 4]);
-        },
-    );
-}
-
-/// `handles`' `Extend` panics at the third fiber: the two before run; the
-/// third, whose handle the panic dropped, is cancelled (F4), and every
-/// closure is dropped.
-#[test]
-fn a_panicking_extend_leaves_the_earlier_fibers_running() {
-    struct Picky(Vec<gdex::Fiber<u32>>);
-    impl Extend<gdex::Fiber<u32>> for Picky {
-        fn extend<I: IntoIterator<Item = gdex::Fiber<u32>>>(&mut self, items: I) {
-            for fiber in items {
-                assert!(self.0.len() < 2, "no room for a third");
-                self.0.push(fiber);
-            }
-        }
-    }
-    watchdog(
-        "a_panicking_extend_leaves_the_earlier_fibers_running",
-        60,
-        || {
-            let pool = common::quiet_pool(1);
-            let dropped = Arc::new(AtomicUsize::new(0));
-            let mut picky = Picky(Vec::new());
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.scheduler().spawn_fibers(
-                    (0..5u32).map(|i| {
-                        let counted = common::Counted(dropped.clone());
-                        move || {
-                            let _counted = counted;
-                            i
-                        }
-                    }),
-                    &mut picky,
-                );
-            }));
-            assert!(caught.is_err());
-            let got: Vec<u32> = picky
-                .0
-                .into_iter()
-                .map(|f| gdex::block_on(f).unwrap())
-                .collect();
-            assert_eq!(got, [0, 1]);
-            common::wait_until(|| dropped.load(Ordering::SeqCst) == 3);
         },
     );
 }

@@ -30,6 +30,15 @@ fn settled(scheduler: &gdex::Scheduler, want: (u64, u64)) -> gdex::SchedulerMetr
     }
 }
 
+/// A pool of one worker with its latency histograms on.
+fn measured_worker() -> gdex::ThreadPool {
+    gdex::ThreadPool::builder()
+        .workers(1)
+        .latency_histograms(true)
+        .build()
+        .unwrap()
+}
+
 /// A task that yields `yields` times: polled `yields + 1` times.
 async fn yielding(yields: usize) {
     for _ in 0..yields {
@@ -226,11 +235,7 @@ fn each_poll_is_counted_once_on_a_context_scheduler() {
 fn a_20ms_poll_lands_in_a_bucket_of_16ms_or_more() {
     watchdog("a_20ms_poll_lands_in_a_bucket_of_16ms_or_more", 60, || {
         let sleepy = || async { std::thread::sleep(Duration::from_millis(20)) };
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .latency_histograms(true)
-            .build()
-            .unwrap();
+        let pool = measured_worker();
         let s = pool.scheduler();
         gdex::block_on(s.spawn(sleepy())).unwrap();
         let context = glib::MainContext::new();
@@ -375,11 +380,7 @@ fn child_dump_shows_latency_lines() {
     let before = gdex::dump().to_string();
     assert!(!before.contains("latency"), "{before}");
     assert!(gdex::dump().latency().is_empty());
-    let pool = gdex::ThreadPool::builder()
-        .workers(1)
-        .latency_histograms(true)
-        .build()
-        .unwrap();
+    let pool = measured_worker();
     let s = pool.scheduler();
     for _ in 0..3 {
         gdex::block_on(s.spawn(async {})).unwrap();
@@ -466,11 +467,7 @@ fn prioritised_schedulers_have_their_histograms() {
         // its next slice, and a slice it began before the call (a new
         // pool's first one, slow to end on a loaded machine) would run the
         // first task uncounted.
-        let pool = gdex::ThreadPool::builder()
-            .workers(1)
-            .latency_histograms(true)
-            .build()
-            .unwrap();
+        let pool = measured_worker();
         let latency = pool.scheduler().with_priority(glib::Priority::HIGH);
         latency.enable_latency_histograms();
         for _ in 0..3 {
@@ -1095,11 +1092,7 @@ fn a_batch_is_stamped_when_it_is_queued() {
             }
         };
         for fibers in [true, false] {
-            let pool = gdex::ThreadPool::builder()
-                .workers(1)
-                .latency_histograms(true)
-                .build()
-                .unwrap();
+            let pool = measured_worker();
             let s = pool.scheduler();
             if fibers {
                 let mut handles = Vec::new();
