@@ -44,51 +44,55 @@ pub fn watchdog<R>(name: &str, secs: u64, body: impl FnOnce() -> R) -> R {
 /// Prints every thread's stack of this process to stderr, with `gdb` if it
 /// is installed (the CI installs it), before a watchdog aborts: a hang that
 /// shows up once in a hundred runs is then a report of where each thread
-/// waited, not a name. Bounded: a `gdb` that cannot attach (no ptrace
-/// permission) or takes too long is killed after a minute.
-/// `GDEX_WATCHDOG_STACKS=0` turns it off.
+/// waited, not a name. gdb writes to a file, not a pipe: while it is
+/// attached every thread of this process is stopped, a reader of a pipe
+/// too, and a gdb blocked on a full pipe would never detach (it did). It
+/// runs under `timeout`, a process of its own, so a gdb that cannot
+/// attach (no ptrace permission) or takes too long is ended after a
+/// minute. `GDEX_WATCHDOG_STACKS=0` turns it off.
 pub fn print_stacks() {
     use std::io::Write;
     use std::process::{Command, Stdio};
     if std::env::var_os("GDEX_WATCHDOG_STACKS").is_some_and(|v| v == "0") {
         return;
     }
-    let child = Command::new("gdb")
-        .args(["-p", &std::process::id().to_string(), "-batch", "-nx"])
-        .args(["-ex", "set pagination off", "-ex", "thread apply all bt 40"])
+    let file = std::env::temp_dir().join(format!("gdex-stacks-{}.txt", std::process::id()));
+    let status = Command::new("timeout")
+        .args([
+            "-k",
+            "5",
+            "60",
+            "gdb",
+            "-p",
+            &std::process::id().to_string(),
+        ])
+        .args(["-batch", "-nx", "-ex", "set pagination off"])
+        .args(["-ex", &format!("set logging file {}", file.display())])
+        .args([
+            "-ex",
+            "set logging redirect on",
+            "-ex",
+            "set logging enabled on",
+        ])
+        .args(["-ex", "thread apply all bt 40"])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "watchdog: no gdb to print the threads' stacks with"
-        );
-        return;
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut stdout = child.stdout.take().expect("gdb's piped stdout");
-    // Read while gdb runs (a full pipe would stall it), on a thread of its
-    // own, so that the deadline holds whatever gdb does.
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
-        out
-    });
-    while Instant::now() < deadline {
-        match child.try_wait() {
-            Ok(Some(_)) | Err(_) => break,
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+        .status();
+    let mut err = std::io::stderr();
+    match (status, std::fs::read(&file)) {
+        (Ok(_), Ok(out)) if !out.is_empty() => {
+            let _ = writeln!(err, "watchdog: the threads' stacks, by gdb:");
+            let _ = err.write_all(&out);
+        }
+        (status, _) => {
+            let _ = writeln!(
+                err,
+                "watchdog: no stacks from gdb ({status:?}; is gdb installed, may it attach?)"
+            );
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Ok(out) = reader.join() {
-        let mut err = std::io::stderr();
-        let _ = writeln!(err, "watchdog: the threads' stacks, by gdb:");
-        let _ = err.write_all(&out);
-    }
+    let _ = std::fs::remove_file(&file);
 }
 
 /// A GLib source that is never ready and calls its hook each time its
