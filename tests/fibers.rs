@@ -1706,9 +1706,26 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
             .collect();
         let after = pool.metrics();
         stop.store(true, Ordering::Release);
+        // A pinger that never ends is a lost wake (seen once in about 90
+        // runs of the whole suite, both workers asleep in their polls): say
+        // what its baton and the pool looked like, before the watchdog.
         let pinged: Vec<_> = pingers
             .into_iter()
-            .map(|p| gdex::block_on(p).unwrap())
+            .map(
+                |p| match gdex::block_on(gdex::timeout(Duration::from_secs(20), p)) {
+                    Ok(pinged) => pinged.unwrap(),
+                    Err(_) => panic!(
+                        "a pinger has not ended 20 s after the stop: batons raised {:?}, {} \
+                     hand-offs, pool {:#?}",
+                        batons
+                            .iter()
+                            .map(|b| b.set.load(Ordering::SeqCst))
+                            .collect::<Vec<_>>(),
+                        handoffs.load(Ordering::Relaxed),
+                        pool.metrics()
+                    ),
+                },
+            )
             .collect();
         eprintln!(
             "per worker (hand-offs during a wait, lateness; medians) {measured:?}, pingers on \
