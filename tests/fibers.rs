@@ -1712,18 +1712,21 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
         let pinged: Vec<_> = pingers
             .into_iter()
             .map(
-                |p| match gdex::block_on(gdex::timeout(Duration::from_secs(20), p)) {
+                |mut p| match gdex::block_on(gdex::timeout(Duration::from_secs(20), &mut p)) {
                     Ok(pinged) => pinged.unwrap(),
-                    Err(_) => panic!(
-                        "a pinger has not ended 20 s after the stop: batons raised {:?}, {} \
-                     hand-offs, pool {:#?}",
-                        batons
-                            .iter()
-                            .map(|b| b.set.load(Ordering::SeqCst))
-                            .collect::<Vec<_>>(),
-                        handoffs.load(Ordering::Relaxed),
-                        pool.metrics()
-                    ),
+                    Err(_) => {
+                        common::print_stacks();
+                        panic!(
+                            "a pinger has not ended 20 s after the stop: batons raised {:?}, {} \
+                             hand-offs, pool {:#?}",
+                            batons
+                                .iter()
+                                .map(|b| b.set.load(Ordering::SeqCst))
+                                .collect::<Vec<_>>(),
+                            handoffs.load(Ordering::Relaxed),
+                            pool.metrics()
+                        )
+                    }
                 },
             )
             .collect();
