@@ -19,10 +19,8 @@ use crate::task::Runnable;
 /// while the caller's code that makes the batch still runs.
 pub(crate) struct PinnedBatch<'a> {
     pool: &'a Arc<PoolShared>,
-    /// The worker of the first task, picked with the first task.
-    start: Option<usize>,
-    /// The worker of the next task.
-    next: usize,
+    /// The worker of the next task (the first picked with the first task).
+    next: Option<usize>,
     /// The worker of `held`'s first.
     first: usize,
     /// The tasks made and not queued yet, in order: each belongs to the
@@ -38,8 +36,7 @@ impl<'a> PinnedBatch<'a> {
     pub(crate) fn new(pool: &'a Arc<PoolShared>, expected: usize) -> Self {
         PinnedBatch {
             pool,
-            start: None,
-            next: 0,
+            next: None,
             first: 0,
             held: Vec::with_capacity(expected),
             made: 0,
@@ -48,32 +45,26 @@ impl<'a> PinnedBatch<'a> {
 
     /// The worker the next task belongs to (the same until it is pushed).
     pub(crate) fn next_worker(&mut self) -> usize {
-        if self.start.is_none() {
-            let start = self.pool.pick_worker();
-            self.start = Some(start);
-            self.next = start;
-            self.first = start;
-        }
-        self.next
+        let pool = self.pool;
+        *self.next.get_or_insert_with(|| pool.pick_worker())
     }
 
     /// Adds `runnable`, made for [`next_worker`](Self::next_worker), to the
     /// batch.
     pub(crate) fn push(&mut self, runnable: Runnable) {
-        debug_assert!(
-            self.start.is_some(),
-            "next_worker names a task's worker first"
-        );
+        let Some(next) = self.next else {
+            unreachable!("next_worker names a task's worker first")
+        };
         if self.held.is_empty() {
-            self.first = self.next;
+            self.first = next;
         }
         self.held.push(runnable);
         self.made += 1;
-        self.next = if self.next + 1 == self.pool.workers() {
+        self.next = Some(if next + 1 == self.pool.workers() {
             0
         } else {
-            self.next + 1
-        };
+            next + 1
+        });
     }
 
     /// Queues what the batch holds: our own worker's on its pinned queue,
@@ -111,7 +102,7 @@ impl<'a> PinnedBatch<'a> {
 
 impl Drop for PinnedBatch<'_> {
     fn drop(&mut self) {
-        if self.start.is_none() {
+        if self.next.is_none() {
             return;
         }
         let _ = self.flush();
