@@ -1675,8 +1675,14 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
                 s.spawn_fiber(move || {
                     loop {
                         fiber::wait_output(batons[i].lowered()).unwrap();
+                        // The stop is read before the hand-off, so that
+                        // the other fiber, which runs only after it, reads
+                        // it too: read after, the other could read it
+                        // unset, wait, and be left waiting by this one's
+                        // end (the stop stored between the two reads).
+                        let stopping = stop.load(Ordering::Acquire);
                         batons[1 - i].raise();
-                        if stop.load(Ordering::Acquire) {
+                        if stopping {
                             break;
                         }
                         handoffs.fetch_add(1, Ordering::Relaxed);
@@ -1685,6 +1691,11 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
                 })
             })
             .collect();
+        // The hand-offs are under way before the timeouts are measured (on
+        // a loaded machine, the first raise could come after the fifteen
+        // waits of a worker).
+        batons[0].raise();
+        common::wait_until(|| handoffs.load(Ordering::Relaxed) > 0);
         let measures: Vec<_> = (0..2)
             .map(|_| {
                 let handoffs = handoffs.clone();
@@ -1699,16 +1710,14 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
             })
             .collect();
         let before = pool.metrics();
-        batons[0].raise();
         let measured: Vec<_> = measures
             .into_iter()
             .map(|m| gdex::block_on(m).unwrap())
             .collect();
         let after = pool.metrics();
         stop.store(true, Ordering::Release);
-        // A pinger that never ends is a lost wake (seen once in about 90
-        // runs of the whole suite, both workers asleep in their polls): say
-        // what its baton and the pool looked like, before the watchdog.
+        // A pinger that never ends is a lost wake: say what its baton and
+        // the pool looked like, before the watchdog.
         let pinged: Vec<_> = pingers
             .into_iter()
             .map(
