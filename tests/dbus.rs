@@ -934,7 +934,9 @@ fn child_export_dropped_on_a_worker() {
             Ok(Some((1u64,).to_variant()))
         });
         let hang = gdex::spawn_local(call(&p.client, "Void", None));
-        pump_main_during(Duration::from_millis(200));
+        // The call is in flight (dropped, the export would answer a call
+        // that came after with an unknown object instead).
+        pump_main_until(|| export.in_flight() == 1);
         let dropped = pool.scheduler().spawn(async move { drop(export) });
         gdex::block_on(dropped).unwrap();
         let err = gdex::block_on(hang).unwrap().unwrap_err();

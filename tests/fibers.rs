@@ -1755,11 +1755,14 @@ fn timers_fire_on_time_beside_fibers_handing_off_across_workers() {
                 "the fibers hardly handed off while the timeouts on {worker:?} waited: \
                  {measured:?}"
             );
-            // A loose bound: the suite runs beside other tests; a fiber
-            // that went on in one job for as long as its wakes came would
-            // hold a worker's timers until the hand-offs stopped.
+            // A loose bound (the count below is P8's proof, whatever the
+            // timing): a fiber that went on in one job for as long as its
+            // wakes came would hold a worker's timers until the hand-offs
+            // stopped, which is after the timeouts (so never); 50 ms
+            // leaves room for workers that get a share of a loaded
+            // machine's cores.
             assert!(
-                *late < Duration::from_millis(10),
+                *late < Duration::from_millis(50),
                 "a 10 ms timeout on {worker:?} was {late:?} late (median)"
             );
         }

@@ -31,6 +31,14 @@ struct Figures {
 
 const PHASE: Duration = Duration::from_millis(1500);
 
+/// The longest gap between frames a gdex flood may leave. Without the
+/// main scheduler's slices (X3) the flood holds the loop for the whole
+/// phase (1.5 s); with them a gap is a frame or two. 250 ms, as for
+/// `main_loop`'s ready loop: room for a loaded CI machine that takes the
+/// main thread (or this test's Xvfb) away for a while, six times below
+/// the failure.
+const FLOOD_GAP_MAX_MS: f64 = 250.0;
+
 /// Runs the main loop for [`PHASE`] and counts the window's frames.
 fn measure(frames: &Rc<Cell<(u64, Option<Instant>, f64)>>, other: &Rc<Cell<u64>>) -> Figures {
     frames.set((0, None, 0.0));
@@ -136,13 +144,13 @@ fn child_frames_beside_both_executors() {
     stop.set(true);
 
     // X3: under gdex's flood the window draws at least half its idle
-    // frames, and no gap is longer than 100 ms; glib-rs's timer task
-    // keeps running (one tick a ms at best).
+    // frames, and no gap is longer than `FLOOD_GAP_MAX_MS`; glib-rs's
+    // timer task keeps running (one tick a ms at best).
     assert!(
         gdex_flood.frames * 2 >= idle.frames,
         "frames under a gdex flood: {gdex_flood:?}, idle: {idle:?}"
     );
-    assert!(gdex_flood.worst_gap_ms < 100.0, "{gdex_flood:?}");
+    assert!(gdex_flood.worst_gap_ms < FLOOD_GAP_MAX_MS, "{gdex_flood:?}");
     assert!(gdex_flood.other_turns >= 100, "{gdex_flood:?}");
     // S11: under glib-rs's flood, the gdex task still gets turns (a slice
     // at G_PRIORITY_HIGH after about 50 ms of waiting).

@@ -282,9 +282,12 @@ fn a_task_woken_behind_a_30ms_poll_waits_16ms_or_more() {
             let metrics = settled(&s, (3, 3));
             let waits = &metrics.wake_to_poll;
             assert_eq!(waits.count(), 3, "{metrics:?}");
-            assert_eq!(
-                from_bucket(waits, bucket_16ms()),
-                1,
+            // At least the woken one: the other two (the first poll on a
+            // worker thread just started, and one on a worker woken from
+            // its park) are short on a quiet machine, but a loaded one may
+            // start or wake a thread 16 ms late.
+            assert!(
+                from_bucket(waits, bucket_16ms()) >= 1,
                 "the woken task waited out the 30 ms poll: {metrics:?}"
             );
             assert!(

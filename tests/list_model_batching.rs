@@ -712,7 +712,14 @@ fn the_pool_shut_down_while_items_wait_for_the_interval() {
             // (The pool may send more than one item before the first batch.)
             pump_polling(context, || model.n_items() >= 1);
             let first = model.n_items();
-            pump_for(context, Duration::from_millis(30), || false);
+            // Items sent after the first batch (however slowly the
+            // producer's worker gets the CPU) wait for the interval.
+            assert!(
+                pump_for(context, Duration::from_secs(10), || {
+                    sent.load(Ordering::SeqCst) > first as usize
+                }),
+                "the producer sent nothing after the first batch"
+            );
             assert_eq!(model.n_items(), first, "items wait for the interval");
             pool.shutdown();
             assert!(

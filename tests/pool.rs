@@ -401,8 +401,8 @@ fn a_deque_refilled_after_a_drain_asks_again() {
 /// its context holds the request, and acts on it once that source returns,
 /// though the asking deque stays at 2 jobs and asks no more (two tasks
 /// yielding to each other on one worker, which asked at their second
-/// push). A 100 ms GLib callback on one worker's context; meanwhile the
-/// other worker's yielders ask it once; after the callback, a yielder runs
+/// push). A GLib callback on one worker's context, held until the other
+/// worker's yielders have asked it once; after the callback, a yielder runs
 /// on the worker that was busy.
 #[test]
 fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
@@ -421,8 +421,10 @@ fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
         .unwrap();
         wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
         let before = pool.metrics();
-        // The peer busy in another source.
-        let _left = common::busy_in_a_callback(&busy_context, Duration::from_millis(100));
+        // The peer busy in another source, until the driver has spawned
+        // its yielders (a fixed time could end first on a loaded machine,
+        // and the driver start on the peer).
+        let (release, _left) = common::busy_in_a_callback_until(&busy_context);
         let on_busy = Arc::new(AtomicBool::new(false));
         let (s2, busy2, on_busy2) = (s.clone(), busy.clone(), on_busy.clone());
         // From outside: the free worker takes it (the busy one sleeps in no
@@ -445,6 +447,8 @@ fn a_peer_busy_in_a_callback_takes_the_work_it_was_asked_for_after_it() {
                     })
                 })
                 .collect();
+            // The second push asked the peer: its callback may return.
+            let _ = release.send(());
             for y in yielders {
                 y.await.unwrap();
             }

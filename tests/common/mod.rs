@@ -258,6 +258,21 @@ pub fn on_own_context<R>(body: impl FnOnce(&glib::MainContext) -> R) -> R {
         .expect("a fresh context is free")
 }
 
+/// The CPU time this thread has used: what a test that bounds how long
+/// its thread was held measures, so that the time a loaded machine keeps
+/// the thread off its cores does not count.
+pub fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; the clock id is a
+    // constant every Linux has.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(r, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Polls `cond` every millisecond until it holds. For waiting on other
 /// threads' progress (metrics) inside a watchdog.
 pub fn wait_until(mut cond: impl FnMut() -> bool) {
@@ -533,8 +548,29 @@ pub fn busy_in_a_callback(
     context: &glib::MainContext,
     busy: Duration,
 ) -> std::sync::mpsc::Receiver<()> {
+    busy_in_a_callback_while(context, move || std::thread::sleep(busy))
+}
+
+/// [`busy_in_a_callback`] until the returned sender is used or dropped (at
+/// most 10 s): for a test whose steps must all happen while the worker is
+/// busy, however late a loaded machine runs them.
+pub fn busy_in_a_callback_until(
+    context: &glib::MainContext,
+) -> (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>) {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let left = busy_in_a_callback_while(context, move || {
+        let _ = released.recv_timeout(Duration::from_secs(10));
+    });
+    (release, left)
+}
+
+fn busy_in_a_callback_while(
+    context: &glib::MainContext,
+    busy: impl FnOnce() + Send + 'static,
+) -> std::sync::mpsc::Receiver<()> {
     let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
     let (left_tx, left) = std::sync::mpsc::channel::<()>();
+    let mut busy = Some(busy);
     glib::timeout_source_new(
         Duration::from_millis(1),
         None,
@@ -542,7 +578,9 @@ pub fn busy_in_a_callback(
         move || {
             entered_tx.send(()).unwrap();
             // Deliberate: the busy callback the caller asked for.
-            std::thread::sleep(busy);
+            if let Some(busy) = busy.take() {
+                busy();
+            }
             let _ = left_tx.send(());
             glib::ControlFlow::Break
         },
