@@ -1552,8 +1552,11 @@ fn a_fifo_opened_for_reading_gets_what_a_writer_that_came_during_the_open_wrote(
                         let _ = std::fs::write(path, b"w");
                     }
                 });
+                // A round that hangs (the bug) fails at its bound; a correct
+                // one ends in about a millisecond, so the bound can leave
+                // room for a writer thread descheduled on a loaded machine.
                 let got = gdex::block_on(pool.scheduler().spawn(gdex::timeout(
-                    std::time::Duration::from_millis(500),
+                    std::time::Duration::from_secs(5),
                     {
                         let path = path.clone();
                         async move { read_to_end(&File::open(path).await?).await }

@@ -698,7 +698,7 @@ fn wrong_reply_is_answered(reply: fn() -> Reply) {
         let _export = p.export(pool, move |_| async move { reply() });
         let start = std::time::Instant::now();
         let err = p
-            .call("Sum", Some((3u64,).to_variant()), 3_000)
+            .call("Sum", Some((3u64,).to_variant()), 10_000)
             .unwrap_err();
         assert!(
             !err.matches(gio::IOErrorEnum::TimedOut),
