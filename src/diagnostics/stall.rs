@@ -45,7 +45,9 @@
 //! process's panic hook before it unwinds, and std's default hook, with
 //! `RUST_BACKTRACE=1`, captures and symbolizes a backtrace there: easily
 //! longer than a threshold. The time a job spends inside the panic hook is
-//! excused: the monitor subtracts it. To see it, gdex *wraps* the panic
+//! excused: the monitor subtracts it from the job's stall clock, the part
+//! of it since the clock started (at the monitor's first look at the job).
+//! To see it, gdex *wraps* the panic
 //! hook in place when the monitor starts (the first watched runner): the
 //! wrapper notes the time on the current runner and calls the hook it
 //! wrapped, the app's or std's default, unchanged. A hook the app sets
@@ -132,6 +134,10 @@ pub(crate) struct Runner {
 struct Track {
     seq: u64,
     since: Option<Instant>,
+    /// The job's time in the panic hook when its clock started (X4): hook
+    /// time before that is no part of the clock, and is not subtracted
+    /// from it.
+    hook_before: Duration,
     reported: bool,
     /// When the job went on after a nested loop (B6), its clock restarted
     /// with the time it had run before: a stop of the process before that
@@ -145,8 +151,24 @@ impl Runner {
         threshold: Duration,
         worker: Option<Box<dyn Worker>>,
     ) -> Arc<Runner> {
+        let runner = Runner::unregistered(label, threshold, worker);
+        if runner.watched {
+            monitor().register(&runner);
+        }
+        runner
+    }
+
+    /// A runner the monitor's thread does not know of (for [`new`], and
+    /// for tests that look at a runner in the monitor's place).
+    ///
+    /// [`new`]: Runner::new
+    fn unregistered(
+        label: String,
+        threshold: Duration,
+        worker: Option<Box<dyn Worker>>,
+    ) -> Arc<Runner> {
         let hands_over = worker.as_ref().is_some_and(|w| w.has_peers());
-        let runner = Arc::new(Runner {
+        Arc::new(Runner {
             seq: AtomicU64::new(0),
             active: AtomicBool::new(false),
             name: Mutex::new(None),
@@ -159,11 +181,7 @@ impl Runner {
             track: Mutex::new(Track::default()),
             in_panic_hook: Mutex::new(HookTime::default()),
             unwoken: Mutex::new((None, false)),
-        });
-        if runner.watched {
-            monitor().register(&runner);
-        }
-        runner
+        })
     }
 
     /// A job starts on this runner's thread.
@@ -621,6 +639,11 @@ impl Monitor {
             *track = Track {
                 seq,
                 since: Some(now),
+                // The clock starts at this look, which may come long after
+                // the job did (the monitor woken late, or the process
+                // stopped before it could look): what the job spent in the
+                // hook until now is none of the clock's time.
+                hook_before: runner.panic_hook_time(seq, now),
                 ..Track::default()
             };
             return seen;
@@ -657,8 +680,13 @@ impl Monitor {
         }
         // Time in the panic hook (a backtrace being symbolized) is the panic
         // report's, not the task's: not a stall, though the queue above
-        // was handed over meanwhile all the same.
-        let stuck_for = stuck_for.saturating_sub(runner.panic_hook_time(seq, now));
+        // was handed over meanwhile all the same. Only the hook time since
+        // the clock started: subtracting the time before too left a job
+        // that spun after a long hook unreported (or reported far late).
+        let in_hook = runner
+            .panic_hook_time(seq, now)
+            .saturating_sub(track.hook_before);
+        let stuck_for = stuck_for.saturating_sub(in_hook);
         if stuck_for < runner.threshold {
             return seen;
         }

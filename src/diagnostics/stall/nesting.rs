@@ -74,6 +74,9 @@ impl Drop for Suspended<'_> {
                 since: Some(now.checked_sub(self.ran).unwrap_or(now)),
                 reported: self.reported,
                 resumed: Some(now),
+                // The job's sequence is a new one: its hook time starts
+                // again from nothing.
+                hook_before: Duration::ZERO,
             };
         }
         // A nested dispatch of this runner ended its own slice (`idle`):

@@ -115,3 +115,69 @@ pub(super) fn wrap_panic_hook() {
         wrapped(info);
     }));
 }
+
+#[cfg(all(test, not(gdex_loom)))]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use super::super::{monitor, Runner};
+    use super::HookTime;
+    use crate::util::Unpoisoned;
+
+    /// A runner with a 100 ms threshold that the monitor's thread does not
+    /// know of (this test looks in its place), in a job that spent `hook`
+    /// in the panic hook, ending at `ended`.
+    fn runner_after_a_hook(hook: Duration, ended: Instant) -> std::sync::Arc<Runner> {
+        let runner = Runner::unregistered("a test runner".into(), Duration::from_millis(100), None);
+        runner.enter_job();
+        let seq = runner.seq.load(Ordering::Relaxed);
+        *runner.in_panic_hook.lock().unpoisoned() = HookTime {
+            seq,
+            total: hook,
+            since: None,
+            last: Some((ended.checked_sub(hook).unwrap(), ended)),
+        };
+        runner
+    }
+
+    /// X4 with the stall clock (B5): the clock of a job starts at the
+    /// monitor's first look at it, which can come long after the job did
+    /// (the monitor woken late on a loaded machine, or the process stopped
+    /// before it looked); the hook time before that look is no part of the
+    /// clock and is not taken off it. A job first seen after 400 ms in the
+    /// hook that then spins 250 ms is a stall: taking the 400 ms off left
+    /// it unreported (`tests/stall.rs::a_stop_inside_the_panic_hook_is_excused_once`
+    /// failed that way under load). Hook time after the first look is still
+    /// taken off.
+    #[test]
+    fn hook_time_before_the_first_look_is_not_taken_off_the_clock() {
+        let first_look = Instant::now();
+        let runner = runner_after_a_hook(Duration::from_millis(400), first_look);
+        monitor().check(&runner, first_look);
+        monitor().check(&runner, first_look + Duration::from_millis(250));
+        assert!(
+            runner.track.lock().unpoisoned().reported,
+            "250 ms spun after a hook that ended before the first look went unreported"
+        );
+        runner.leave_job();
+
+        // Seen first, then 300 ms in the hook, then 50 ms more: no stall.
+        let runner = runner_after_a_hook(Duration::ZERO, first_look);
+        monitor().check(&runner, first_look);
+        let after = first_look + Duration::from_millis(300);
+        let seq = runner.seq.load(Ordering::Relaxed);
+        *runner.in_panic_hook.lock().unpoisoned() = HookTime {
+            seq,
+            total: Duration::from_millis(300),
+            since: None,
+            last: Some((first_look, after)),
+        };
+        monitor().check(&runner, after + Duration::from_millis(50));
+        assert!(
+            !runner.track.lock().unpoisoned().reported,
+            "the hook's 300 ms after the first look were counted as a stall"
+        );
+        runner.leave_job();
+    }
+}
