@@ -28,7 +28,18 @@ impl Runner {
         }
         let now = Instant::now();
         let (ran, reported) = match (track.seq == seq, track.since) {
-            (true, Some(since)) => (now.saturating_duration_since(since), track.reported),
+            // Its time on the clock, less what it spent in the panic hook
+            // since (X4): after the nested loop its sequence is a new one,
+            // whose hook time starts from nothing.
+            (true, Some(since)) => {
+                let in_hook = self
+                    .panic_hook_time(seq, now)
+                    .saturating_sub(track.hook_before);
+                (
+                    now.saturating_duration_since(since).saturating_sub(in_hook),
+                    track.reported,
+                )
+            }
             // Not seen by the monitor yet: it began less than a tick ago.
             _ => (Duration::ZERO, false),
         };
@@ -161,6 +172,41 @@ mod tests {
         runner.excuse(Duration::from_millis(400), now, later_look);
         let since = runner.track.lock().unpoisoned().since.unwrap();
         assert_eq!(since - before, Duration::from_millis(400));
+        runner.leave_job();
+    }
+
+    /// B6 with X4: a job that spent time in the panic hook, then ran a
+    /// nested loop, goes on with the time it ran outside the hook: after
+    /// the loop its hook time starts again from nothing, so the hook's
+    /// time kept in `ran` would count as a stall.
+    #[test]
+    fn a_job_that_goes_on_after_a_nested_loop_keeps_no_hook_time() {
+        let runner = Runner::new("a test runner".into(), Duration::ZERO, None);
+        runner.enter_job();
+        let seq = runner.seq.load(std::sync::atomic::Ordering::Relaxed);
+        // First seen 400 ms ago; 300 ms of it in the hook since.
+        let first_look = Instant::now()
+            .checked_sub(Duration::from_millis(400))
+            .unwrap();
+        monitor().check(&runner, first_look);
+        let hook_began = first_look + Duration::from_millis(50);
+        *runner.in_panic_hook.lock().unpoisoned() = super::super::HookTime::finished(
+            seq,
+            hook_began,
+            hook_began + Duration::from_millis(300),
+        );
+        drop(runner.suspend().expect("inside a job"));
+        let since = runner
+            .track
+            .lock()
+            .unpoisoned()
+            .since
+            .expect("a running job");
+        let kept = Instant::now().saturating_duration_since(since);
+        assert!(
+            kept < Duration::from_millis(250),
+            "the job went on with {kept:?}: the 300 ms in the hook counted"
+        );
         runner.leave_job();
     }
 }

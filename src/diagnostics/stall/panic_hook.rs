@@ -24,6 +24,18 @@ pub(super) struct HookTime {
 }
 
 impl HookTime {
+    /// For tests: job `seq`'s one finished call of the hook, from `began`
+    /// to `ended`.
+    #[cfg(test)]
+    pub(super) fn finished(seq: u64, began: Instant, ended: Instant) -> HookTime {
+        HookTime {
+            seq,
+            total: ended.saturating_duration_since(began),
+            since: None,
+            last: Some((began, ended)),
+        }
+    }
+
     /// The process was stopped for `stopped` within the monitor's sleep from
     /// `asleep_at` to `now` (B5): whatever of that stop fell inside a hook
     /// call is the stop's, excused on the job's stall clock already, and no
@@ -132,12 +144,8 @@ mod tests {
         let runner = Runner::unregistered("a test runner".into(), Duration::from_millis(100), None);
         runner.enter_job();
         let seq = runner.seq.load(Ordering::Relaxed);
-        *runner.in_panic_hook.lock().unpoisoned() = HookTime {
-            seq,
-            total: hook,
-            since: None,
-            last: Some((ended.checked_sub(hook).unwrap(), ended)),
-        };
+        *runner.in_panic_hook.lock().unpoisoned() =
+            HookTime::finished(seq, ended.checked_sub(hook).unwrap(), ended);
         runner
     }
 
@@ -167,12 +175,7 @@ mod tests {
         monitor().check(&runner, first_look);
         let after = first_look + Duration::from_millis(300);
         let seq = runner.seq.load(Ordering::Relaxed);
-        *runner.in_panic_hook.lock().unpoisoned() = HookTime {
-            seq,
-            total: Duration::from_millis(300),
-            since: None,
-            last: Some((first_look, after)),
-        };
+        *runner.in_panic_hook.lock().unpoisoned() = HookTime::finished(seq, first_look, after);
         monitor().check(&runner, after + Duration::from_millis(50));
         assert!(
             !runner.track.lock().unpoisoned().reported,
