@@ -47,12 +47,12 @@
 //! longer than a threshold. The time a job spends inside the panic hook is
 //! excused: the monitor subtracts it from the job's stall clock, the part
 //! of it since the clock started (at the monitor's first look at the job).
-//! To see it, gdex *wraps* the panic
-//! hook in place when the monitor starts (the first watched runner): the
-//! wrapper notes the time on the current runner and calls the hook it
-//! wrapped, the app's or std's default, unchanged. A hook the app sets
-//! later replaces the wrapper (the app's hook is then the only one, as it
-//! asked); the time spent in it then counts toward a stall again.
+//! To see it, gdex *wraps* the panic hook in place when the monitor starts
+//! (the first watched runner): the wrapper notes the time on the current
+//! runner and calls the hook it wrapped, the app's or std's default,
+//! unchanged. A hook the app sets later replaces the wrapper (the app's
+//! hook is then the only one, as it asked); the time spent in it then
+//! counts toward a stall again.
 
 use std::future::Future;
 use std::pin::Pin;
