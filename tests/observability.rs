@@ -1472,9 +1472,11 @@ fn child_subscriber_panicking_on_scheduler_events() {
     watchdog("panicking scheduler events", 60, || {
         let pool = ThreadPool::builder().workers(2).build().unwrap();
         // A fiber's wait is the fiber's own code: the panic is the
-        // fiber's, as any in its body (S6).
+        // fiber's, as any in its body (S6). (The wait yields once: a 1 ms
+        // sleep could be due by its first poll on a loaded machine, and
+        // then the fiber never waits.)
         let fiber = pool.scheduler().spawn_fiber(|| {
-            gdex::fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+            gdex::fiber::wait(common::yield_once()).unwrap();
         });
         match gdex::block_on(fiber) {
             Err(gdex::Error::Panicked(message)) => {
@@ -1676,8 +1678,10 @@ fn child_filter_of_events_alone() {
         .init();
     watchdog("a filter of events alone", 30, || {
         let pool = ThreadPool::builder().workers(1).build().unwrap();
+        // A wait that suspends whatever the machine's load (a 1 ms sleep
+        // may be due by its first poll).
         let fiber = pool.scheduler().spawn_fiber(|| {
-            gdex::fiber::wait(gdex::sleep(Duration::from_millis(1))).unwrap();
+            gdex::fiber::wait(common::yield_once()).unwrap();
         });
         gdex::block_on(fiber).unwrap();
         common::wait_until(|| pool.metrics().workers.iter().all(|w| w.parked));
