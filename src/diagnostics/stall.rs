@@ -562,14 +562,14 @@ impl Monitor {
             }
             let mut busy = false;
             let mut workers_worked = false;
-            let now = Instant::now();
+            let woke = Instant::now();
             // Woken far later than asked, not for want of a CPU: the
             // process was stopped (B5).
-            let late = now
+            let late = woke
                 .saturating_duration_since(asleep_at)
                 .saturating_sub(asked);
             let stopped = if late > STOPPED_AFTER {
-                let waited = cpu_wait.since_reading(now);
+                let waited = cpu_wait.since_reading(woke);
                 late.saturating_sub(waited).saturating_sub(STOPPED_AFTER)
             } else {
                 Duration::ZERO
@@ -579,6 +579,10 @@ impl Monitor {
                 EXCUSED_STOPS.fetch_add(nanos, Ordering::Relaxed);
             }
             for runner in &runners {
+                // Each runner's look at its own time: the looks at the
+                // runners before (a report, user code, among them) take
+                // time, and a job first seen now starts its clock now.
+                let now = Instant::now();
                 if !stopped.is_zero() {
                     runner.excuse(stopped, asleep_at, now);
                 }
@@ -645,8 +649,9 @@ impl Monitor {
                 // The clock starts at this look, which may come long after
                 // the job did (the monitor woken late, or the process
                 // stopped before it could look): what the job spent in the
-                // hook until now is none of the clock's time.
-                hook_before: runner.panic_hook_time(seq, now),
+                // hook until now is none of the clock's time (and what it
+                // spent there after `now` is).
+                hook_before: runner.panic_hook_time_before(seq, now),
                 ..Track::default()
             };
             return seen;

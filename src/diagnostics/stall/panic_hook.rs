@@ -79,6 +79,27 @@ impl Runner {
         Some(InPanicHook(self))
     }
 
+    /// How much of job `seq`'s time in the panic hook came before `at` (a
+    /// job's first look, where its stall clock starts): a call under way at
+    /// `at`, or the last call if it ended after `at` (the hook returned
+    /// while the monitor was between reading the time and reading this),
+    /// counts only up to `at`. (Two calls ending after `at`, two panics in
+    /// that moment, would count the first whole.)
+    pub(super) fn panic_hook_time_before(&self, seq: u64, at: Instant) -> Duration {
+        let time = self.in_panic_hook.lock().unpoisoned();
+        if time.seq != seq {
+            return Duration::ZERO;
+        }
+        let mut before = time.total
+            + time
+                .since
+                .map_or(Duration::ZERO, |s| at.saturating_duration_since(s));
+        if let Some((began, ended)) = time.last {
+            before = before.saturating_sub(ended.saturating_duration_since(began.max(at)));
+        }
+        before
+    }
+
     /// How much of job `seq`'s time, up to `now`, was spent in the panic
     /// hook.
     pub(super) fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
@@ -180,6 +201,25 @@ mod tests {
         assert!(
             !runner.track.lock().unpoisoned().reported,
             "the hook's 300 ms after the first look were counted as a stall"
+        );
+        runner.leave_job();
+
+        // A hook call that began after the look's time and ended before
+        // the look read the hook's time (the monitor busy with the runners
+        // before, or descheduled): it is after the clock's start, and
+        // taken off. 100 ms later, 69 of them in the hook: no stall.
+        let runner = runner_after_a_hook(Duration::ZERO, first_look);
+        let seq = runner.seq.load(Ordering::Relaxed);
+        *runner.in_panic_hook.lock().unpoisoned() = HookTime::finished(
+            seq,
+            first_look + Duration::from_millis(1),
+            first_look + Duration::from_millis(70),
+        );
+        monitor().check(&runner, first_look);
+        monitor().check(&runner, first_look + Duration::from_millis(100));
+        assert!(
+            !runner.track.lock().unpoisoned().reported,
+            "the hook's 69 ms after the look's time were counted as a stall"
         );
         runner.leave_job();
     }
