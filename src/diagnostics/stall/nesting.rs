@@ -126,6 +126,16 @@ mod tests {
     use super::super::{monitor, Runner};
     use crate::util::Unpoisoned;
 
+    /// Where the running job's stall clock starts.
+    fn clock_start(runner: &Runner) -> Instant {
+        runner
+            .track
+            .lock()
+            .unpoisoned()
+            .since
+            .expect("a running job")
+    }
+
     /// B6 with B5: a job that goes on after a nested loop keeps the time it
     /// had run before, even when the monitor's next look excuses a stop of
     /// the process that came before the job went on (the nested loop's job
@@ -154,12 +164,7 @@ mod tests {
         // The monitor's look, late by the stop.
         let now = Instant::now();
         runner.excuse(Duration::from_millis(400), asleep_at, now);
-        let since = runner
-            .track
-            .lock()
-            .unpoisoned()
-            .since
-            .expect("a running job");
+        let since = clock_start(&runner);
         let kept = now.saturating_duration_since(since);
         assert!(
             kept >= ran,
@@ -196,12 +201,7 @@ mod tests {
             hook_began + Duration::from_millis(300),
         );
         drop(runner.suspend().expect("inside a job"));
-        let since = runner
-            .track
-            .lock()
-            .unpoisoned()
-            .since
-            .expect("a running job");
+        let since = clock_start(&runner);
         // The clock kept the time since the first look less the 300 ms:
         // it restarted at least 300 ms after that look (however late this
         // thread ran).
