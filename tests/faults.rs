@@ -119,14 +119,19 @@ fn child_worker_that_cannot_start() {
     }
     const STACK: usize = 256 << 20;
     // Start the threads a pool starts once per process (the watchdog's
-    // monitor, the reaper of its shutdown), so that the counts below see
-    // only the pool's own.
+    // monitor, the reaper of its shutdown, and with the `tokio` feature the
+    // tokio runtime's thread, started by the first task), so that the
+    // counts below see only the pool's own. Each is waited for by its name,
+    // which a new thread takes only once it runs (until then it has its
+    // creator's).
     let warm = quiet_pool(2);
     gdex::block_on(warm.scheduler().spawn(async {})).unwrap();
     drop(warm);
     wait_until(|| {
         let names = thread_names();
-        names.iter().any(|n| n == "gdex-watchdog") && names.iter().any(|n| n == "gdex-reaper")
+        names.iter().any(|n| n == "gdex-watchdog")
+            && names.iter().any(|n| n == "gdex-reaper")
+            && (!cfg!(feature = "tokio") || names.iter().any(|n| n == "gdex-tokio"))
     });
     let threads_before = thread_names();
     println!("threads: {threads_before:?}");
