@@ -651,7 +651,7 @@ impl Monitor {
                 // stopped before it could look): what the job spent in the
                 // hook until now is none of the clock's time (and what it
                 // spent there after `now` is).
-                hook_before: runner.panic_hook_time_before(seq, now),
+                hook_before: runner.panic_hook_time(seq, now),
                 ..Track::default()
             };
             return seen;

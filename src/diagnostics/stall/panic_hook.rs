@@ -79,38 +79,25 @@ impl Runner {
         Some(InPanicHook(self))
     }
 
-    /// How much of job `seq`'s time in the panic hook came before `at` (a
-    /// job's first look, where its stall clock starts): a call under way at
-    /// `at`, or the last call if it ended after `at` (the hook returned
-    /// while the monitor was between reading the time and reading this),
-    /// counts only up to `at`. (Two calls ending after `at`, two panics in
-    /// that moment, would count the first whole.)
-    pub(super) fn panic_hook_time_before(&self, seq: u64, at: Instant) -> Duration {
+    /// How much of job `seq`'s time in the panic hook came before `at`: a
+    /// call under way at `at`, or the last call if it ended after `at` (the
+    /// hook returned while the monitor was between reading the time and
+    /// reading this; at a job's first look, where its stall clock starts,
+    /// that part is the clock's), counts only up to `at`. (Two calls ending
+    /// after `at`, two panics in that moment, would count the first whole.)
+    pub(super) fn panic_hook_time(&self, seq: u64, at: Instant) -> Duration {
         let time = self.in_panic_hook.lock().unpoisoned();
         if time.seq != seq {
             return Duration::ZERO;
         }
-        let mut before = time.total
+        let before = time.total
             + time
                 .since
                 .map_or(Duration::ZERO, |s| at.saturating_duration_since(s));
-        if let Some((began, ended)) = time.last {
-            before = before.saturating_sub(ended.saturating_duration_since(began.max(at)));
-        }
-        before
-    }
-
-    /// How much of job `seq`'s time, up to `now`, was spent in the panic
-    /// hook.
-    pub(super) fn panic_hook_time(&self, seq: u64, now: Instant) -> Duration {
-        let time = self.in_panic_hook.lock().unpoisoned();
-        if time.seq != seq {
-            return Duration::ZERO;
-        }
-        time.total
-            + time
-                .since
-                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+        let after = time.last.map_or(Duration::ZERO, |(began, ended)| {
+            ended.saturating_duration_since(began.max(at))
+        });
+        before.saturating_sub(after)
     }
 }
 
